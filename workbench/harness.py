@@ -1,0 +1,115 @@
+"""The one training loop every arm shares: forward, backward, AdamW on the LoRA parameters.
+
+It never branches on an optimization: optimizations change the model (or how a batch becomes model inputs,
+through `inputs_fn`) before it is called. Warmup steps are run and dropped; each timed step becomes a
+`StepRecord`. Timing uses CUDA events on a GPU (perf_counter on CPU); the loss is read back after the step's
+timing ends, so logging adds no sync inside the measured region.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Callable
+
+import torch
+
+from workbench.instrument.syncs import host_only
+from workbench.instrument import Ranges, StepTimer, SyncCounter, peak_mem_mib, reset_peak_mem, span, state
+from workbench.models import lora_parameters, model_inputs
+
+
+@dataclasses.dataclass
+class StepRecord:
+    step: int
+    step_ms: float
+    fwd_ms: float
+    bwd_ms: float
+    opt_ms: float
+    syncs: int | None
+    """Undeclared device-to-host syncs in the step (None when not counted)."""
+    syncs_declared: int | None
+    syncs_by_layer: dict
+    syncs_by_pass: dict
+    syncs_by_source: dict
+    cuda_sync_warnings: int | None
+    """Sync-debug-mode warnings on CUDA (the second witness), None when not cross-checked."""
+    peak_mem_mib: float
+    tokens: int
+    loss: float
+
+    def as_row(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def make_optimizer(model, lr: float = 1e-4) -> torch.optim.Optimizer:
+    params = [p for _, p in lora_parameters(model)]
+    if not params:
+        raise ValueError("the model has no trainable parameters (LoRA not applied?)")
+    fused = all(p.is_cuda for p in params)
+    return torch.optim.AdamW(params, lr=lr, fused=fused or None)
+
+
+def train_steps(model, batches, *, steps: int, warmup: int = 0, optimizer: torch.optim.Optimizer | None = None,
+                lr: float = 1e-4, ranges: Ranges | None = None, count_syncs: bool = True, cross_check: bool = False,
+                inputs_fn: Callable = model_inputs, on_step: Callable[[StepRecord], None] | None = None
+                ) -> list[StepRecord]:
+    """Run `warmup + steps` training steps over `batches` (cycled; already on the model's device).
+
+    Returns the timed steps' records. `on_step` is called after every timed step (progress display).
+    """
+    device = next(model.parameters()).device
+    optimizer = optimizer or make_optimizer(model, lr)
+    ranges = ranges or Ranges(nvtx=False, profiler=False)
+    records: list[StepRecord] = []
+    for i in range(warmup + steps):
+        batch = batches[i % len(batches)]
+        timer = StepTimer(device)
+        counter = SyncCounter(cross_check=cross_check, device_type=device.type) if count_syncs else None
+        reset_peak_mem(device)
+        with ranges.activate(), (counter if counter is not None else contextlib.nullcontext()):
+            timer.mark("start")
+            with span("wb/step"):
+                with state.phase(state.FORWARD), span("wb/fwd"):
+                    loss = model(**inputs_fn(model, batch)).loss
+                timer.mark("fwd")
+                with state.phase(state.BACKWARD), span("wb/bwd"):
+                    loss.backward()
+                timer.mark("bwd")
+                with state.phase(state.OPTIMIZER), span("wb/opt"), host_only("AdamW step counters live on the host"):
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                timer.mark("opt")
+        ms = timer.split_ms()  # synchronizes once, after the step, outside the counter
+        if i < warmup:
+            continue
+        rec = StepRecord(
+            step=i - warmup, step_ms=ms["fwd"] + ms["bwd"] + ms["opt"], fwd_ms=ms["fwd"], bwd_ms=ms["bwd"],
+            opt_ms=ms["opt"],
+            syncs=counter.total if counter else None, syncs_declared=counter.declared if counter else None,
+            syncs_by_layer=counter.by("layer") if counter else {},
+            syncs_by_pass=counter.by("pass_") if counter else {},
+            syncs_by_source=counter.by("source") if counter else {},
+            cuda_sync_warnings=counter.cuda_warnings if (counter and counter.cross_check) else None,
+            peak_mem_mib=peak_mem_mib(device), tokens=batch.tokens, loss=float(loss.detach().float().item()))
+        records.append(rec)
+        if on_step is not None:
+            on_step(rec)
+    return records
+
+
+def enable_checkpointing(model, checkpoint_fn: Callable | None = None) -> None:
+    """Non-reentrant checkpointing of every decoder layer through transformers' own hook.
+
+    `checkpoint_fn(partial_forward, hidden_states)` replaces torch's checkpoint (the offload arms use this).
+    """
+    import functools
+    from torch.utils.checkpoint import checkpoint
+
+    from workbench.models import base_model_of
+    fn = checkpoint_fn or functools.partial(checkpoint, use_reentrant=False)
+    base_model_of(model)._set_gradient_checkpointing(enable=True, gradient_checkpointing_func=fn)
+
+
+def disable_checkpointing(model) -> None:
+    from workbench.models import base_model_of
+    base_model_of(model)._set_gradient_checkpointing(enable=False)

@@ -1,0 +1,90 @@
+"""Background NVML sampler: power (W), SM clock (MHz), utilization (%), memory used (MiB).
+
+A silent no-op where NVML (`import pynvml`, from nvidia-ml-py) or a driver is missing.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+
+class NvmlSampler:
+    """`with NvmlSampler(period_s=0.1) as s: ...`; then `s.samples` (list of dicts) and `s.summary()`."""
+
+    def __init__(self, device_index: int = 0, period_s: float = 0.1):
+        self.device_index = device_index
+        self.period_s = period_s
+        self.samples: list[dict] = []
+        self._stop = threading.Event()
+        self._thread = None
+        self._nvml = None
+        self._handle = None
+
+    def _open(self) -> bool:
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(self.device_index)
+            self._nvml = pynvml
+            return True
+        except Exception:  # no library, no driver, no device: sample nothing
+            self._nvml = None
+            return False
+
+    def sample_once(self) -> dict | None:
+        if self._nvml is None:
+            return None
+        n, h = self._nvml, self._handle
+        try:
+            row = {
+                "t_s": time.time(),
+                "power_w": n.nvmlDeviceGetPowerUsage(h) / 1e3,
+                "sm_clock_mhz": n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM),
+                "util_pct": n.nvmlDeviceGetUtilizationRates(h).gpu,
+                "mem_used_mib": n.nvmlDeviceGetMemoryInfo(h).used / 2**20,
+            }
+        except Exception:
+            return None
+        self.samples.append(row)
+        return row
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample_once()
+            self._stop.wait(self.period_s)
+
+    def __enter__(self):
+        if self._open():
+            self._thread = threading.Thread(target=self._run, name="nvml-sampler", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        return False
+
+    def device_info(self) -> dict:
+        """Name and driver of the device, or {} without NVML."""
+        if self._nvml is None and not self._open():
+            return {}
+        n = self._nvml
+        try:
+            name = n.nvmlDeviceGetName(self._handle)
+            drv = n.nvmlSystemGetDriverVersion()
+            return {"gpu_name": name if isinstance(name, str) else name.decode(),
+                    "driver": drv if isinstance(drv, str) else drv.decode()}
+        except Exception:
+            return {}
+
+    def summary(self) -> dict:
+        """Median of each quantity over the samples ({} when none)."""
+        if not self.samples:
+            return {}
+        out = {}
+        for k in ("power_w", "sm_clock_mhz", "util_pct", "mem_used_mib"):
+            vals = sorted(s[k] for s in self.samples)
+            out[f"{k}_median"] = vals[len(vals) // 2]
+        out["n_samples"] = len(self.samples)
+        return out

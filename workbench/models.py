@@ -1,0 +1,235 @@
+"""Model presets (published shapes and tiny CPU ones), model building with LoRA, and model inputs.
+
+    # T = packed tokens, L = layers, E = experts, k = experts per token
+
+Presets carry the published configs (REFERENCE §6); weights are random and seeded, bf16 on a GPU and float32
+on CPU. A local Hugging Face checkpoint directory works too (no hub access). LoRA goes on the attention and
+MLP linears, and on fused expert parameters through peft's `target_parameters`; the base is frozen and
+`use_cache=False` always.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+
+import torch
+
+from workbench.errors import WorkbenchError
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    family: str
+    """llama | qwen3 | qwen3_moe | gpt_oss"""
+    config: dict
+    """Keyword arguments of the family's config class."""
+
+
+_LLAMA3_ROPE_1B = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
+                   "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+_LLAMA3_ROPE_8B = dict(_LLAMA3_ROPE_1B, factor=8.0)
+_QWEN3_ROPE = {"rope_type": "default", "rope_theta": 1000000.0}
+_GPT_OSS_ROPE = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                 "truncate": False, "original_max_position_embeddings": 4096}
+
+
+def _qwen3(layers, hidden, inter, heads, kv, vocab=151936, tied=False):
+    return Preset("qwen3", dict(num_hidden_layers=layers, hidden_size=hidden, intermediate_size=inter,
+                                num_attention_heads=heads, num_key_value_heads=kv, head_dim=128, vocab_size=vocab,
+                                tie_word_embeddings=tied, rope_parameters=_QWEN3_ROPE, max_position_embeddings=163840,
+                                rms_norm_eps=1e-6))
+
+
+PRESETS: dict[str, Preset] = {
+    "llama-3.2-1b": Preset("llama", dict(num_hidden_layers=16, hidden_size=2048, intermediate_size=8192,
+                                         num_attention_heads=32, num_key_value_heads=8, head_dim=64,
+                                         vocab_size=128256, tie_word_embeddings=True, rope_parameters=_LLAMA3_ROPE_1B,
+                                         max_position_embeddings=131072, rms_norm_eps=1e-5)),
+    "llama-3.1-8b": Preset("llama", dict(num_hidden_layers=32, hidden_size=4096, intermediate_size=14336,
+                                         num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                                         vocab_size=128256, tie_word_embeddings=False, rope_parameters=_LLAMA3_ROPE_8B,
+                                         max_position_embeddings=131072, rms_norm_eps=1e-5)),
+    "qwen3-0.6b": _qwen3(28, 1024, 3072, 16, 8, tied=True),
+    "qwen3-8b": _qwen3(36, 4096, 12288, 32, 8),
+    "qwen3-14b": _qwen3(40, 5120, 17408, 40, 8),
+    "qwen3-32b": _qwen3(64, 5120, 25600, 64, 8),
+    "qwen3-30b-a3b": Preset("qwen3_moe", dict(num_hidden_layers=48, hidden_size=2048, intermediate_size=6144,
+                                              moe_intermediate_size=768, num_attention_heads=32, num_key_value_heads=4,
+                                              head_dim=128, vocab_size=151936, num_experts=128, num_experts_per_tok=8,
+                                              norm_topk_prob=True, rope_parameters=_QWEN3_ROPE,
+                                              max_position_embeddings=163840, rms_norm_eps=1e-6,
+                                              tie_word_embeddings=False)),
+    "gpt-oss-20b": Preset("gpt_oss", dict(num_hidden_layers=24, hidden_size=2880, intermediate_size=2880,
+                                          num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+                                          vocab_size=201088, num_local_experts=32, num_experts_per_tok=4,
+                                          sliding_window=128, attention_bias=True, rope_parameters=_GPT_OSS_ROPE,
+                                          max_position_embeddings=131072, rms_norm_eps=1e-5)),
+    # tiny CPU presets: same classes and code paths, small enough for a test to run in seconds
+    "tiny-llama": Preset("llama", dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=256,
+                                       rope_parameters=dict(_LLAMA3_ROPE_1B), max_position_embeddings=16384)),
+    "tiny-qwen3": Preset("qwen3", dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=256,
+                                       rope_parameters=_QWEN3_ROPE, max_position_embeddings=16384)),
+    "tiny-qwen3-moe": Preset("qwen3_moe", dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                                               moe_intermediate_size=32, num_attention_heads=4, num_key_value_heads=2,
+                                               head_dim=16, vocab_size=256, num_experts=8, num_experts_per_tok=2,
+                                               norm_topk_prob=True, rope_parameters=_QWEN3_ROPE,
+                                               max_position_embeddings=16384)),
+    "tiny-gpt-oss": Preset("gpt_oss", dict(num_hidden_layers=2, hidden_size=64, intermediate_size=64,
+                                           num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=256,
+                                           num_local_experts=8, num_experts_per_tok=2, sliding_window=8,
+                                           attention_bias=True, rope_parameters=dict(_GPT_OSS_ROPE),
+                                           max_position_embeddings=16384)),
+}
+
+FAMILY_DEFAULT_ATTN = {"llama": "sdpa", "qwen3": "sdpa", "qwen3_moe": "sdpa", "gpt_oss": "eager"}
+MOE_FAMILIES = ("qwen3_moe", "gpt_oss")
+LORA_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+LORA_TARGET_EXPERT_PARAMETERS = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
+
+_MODEL_TYPES = {"llama": "llama", "qwen3": "qwen3", "qwen3_moe": "qwen3_moe", "gpt_oss": "gpt_oss"}
+
+
+def _config_class(family: str):
+    import transformers
+    return {"llama": transformers.LlamaConfig, "qwen3": transformers.Qwen3Config,
+            "qwen3_moe": transformers.Qwen3MoeConfig, "gpt_oss": transformers.GptOssConfig}[family]
+
+
+def is_checkpoint_path(model: str) -> bool:
+    return model not in PRESETS and (os.sep in model or model.startswith(".") or os.path.exists(model))
+
+
+def resolve_device(device: str) -> torch.device:
+    """auto -> cuda when available, else cpu."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise WorkbenchError("--device cuda asked for, but torch sees no CUDA device")
+    return torch.device(device)
+
+
+def default_dtype(device: torch.device) -> torch.dtype:
+    return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+
+
+def load_config(model: str, layers: int | None = None, attn: str | None = None,
+                experts_implementation: str | None = None):
+    """The HF config of a preset or a local checkpoint directory, with the layer count overridden."""
+    if model in PRESETS:
+        p = PRESETS[model]
+        config = _config_class(p.family)(**copy.deepcopy(p.config))
+    elif is_checkpoint_path(model):
+        if not os.path.isdir(model) or not os.path.isfile(os.path.join(model, "config.json")):
+            raise WorkbenchError(f"checkpoint directory not found (no config.json): {model}")
+        from transformers import AutoConfig
+        config = AutoConfig.from_pretrained(model, local_files_only=True)
+    else:
+        raise WorkbenchError(f"unknown model preset {model!r}; presets: {', '.join(PRESETS)} (or a checkpoint dir)")
+    fam = family_of(config)
+    if layers is not None:
+        if layers <= 0:
+            raise WorkbenchError(f"--layers must be positive, got {layers}")
+        full = config.num_hidden_layers
+        types = getattr(config, "layer_types", None)
+        config.num_hidden_layers = layers
+        if types is not None:  # keep the published pattern (GPT-OSS alternates sliding / full)
+            config.layer_types = [types[i % len(types)] for i in range(layers)] if layers > full else list(types[:layers])
+    config.use_cache = False
+    config._attn_implementation = attn or FAMILY_DEFAULT_ATTN[fam]
+    if fam in MOE_FAMILIES and experts_implementation is not None:
+        config._experts_implementation = experts_implementation
+    return config
+
+
+def family_of(config) -> str:
+    for fam, mt in _MODEL_TYPES.items():
+        if config.model_type == mt:
+            return fam
+    raise WorkbenchError(f"unsupported model type {config.model_type!r}; supported: {', '.join(_MODEL_TYPES)}")
+
+
+def build_model(model: str, *, layers: int | None = None, attn: str | None = None, device: str | torch.device = "cpu",
+                dtype: torch.dtype | None = None, seed: int = 0, lora_rank: int = 16, lora: bool = True,
+                experts_implementation: str | None = None):
+    """Build a causal LM (random seeded weights for a preset, or a local checkpoint), with LoRA via peft.
+
+    Returns the (peft-wrapped) model in train mode, base frozen, on `device`.
+    """
+    from transformers import AutoModelForCausalLM
+
+    device = torch.device(device)
+    dtype = dtype or default_dtype(device)
+    config = load_config(model, layers, attn, experts_implementation)
+    torch.manual_seed(seed)
+    if model in PRESETS:
+        with torch.device(device):
+            m = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    else:
+        m = AutoModelForCausalLM.from_pretrained(model, config=config, dtype=dtype, local_files_only=True).to(device)
+    m.config.use_cache = False
+    if lora:
+        m = add_lora(m, rank=lora_rank, seed=seed)
+    m.train()
+    return m
+
+
+def add_lora(model, rank: int = 16, seed: int = 0):
+    """peft LoRA on the attention/MLP linears (and fused experts); everything else frozen."""
+    from peft import LoraConfig, get_peft_model
+
+    if rank <= 0:
+        raise WorkbenchError(f"LoRA rank must be positive, got {rank}")
+    fam = family_of(model.config)
+    names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+    kwargs = dict(r=rank, lora_alpha=2 * rank, lora_dropout=0.0,
+                  target_modules=[t for t in LORA_TARGET_MODULES if t in names])
+    if fam in MOE_FAMILIES:
+        kwargs["target_parameters"] = LORA_TARGET_EXPERT_PARAMETERS
+    torch.manual_seed(seed + 1)
+    pm = get_peft_model(model, LoraConfig(**kwargs))
+    # LoRA B starts at zero in peft; give it small random values so LoRA gradients flow through every path
+    # and A/B equivalence checks compare non-trivial gradients.
+    g = torch.Generator(device="cpu").manual_seed(seed + 2)
+    with torch.no_grad():
+        for n, p in pm.named_parameters():
+            if p.requires_grad and "lora_B" in n:
+                p.copy_((torch.randn(p.shape, generator=g) * 1e-3).to(p.dtype))
+    return pm
+
+
+def lora_parameters(model) -> list[tuple[str, torch.nn.Parameter]]:
+    return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+
+
+def base_model_of(model):
+    """The HF *ForCausalLM under a peft wrapper (or the model itself)."""
+    get = getattr(model, "get_base_model", None)
+    return get() if get is not None else model
+
+
+def model_inputs(model, batch) -> dict:
+    """Keyword arguments of `model(...)` for a packed batch: ids, positions, labels, `use_cache=False`.
+
+    GPT-OSS's forward never passes `position_ids` to its mask builders, so packed documents would see each other
+    (transformers 5.17 and 5.23); for it the masks are built here from `position_ids` and passed as a dict.
+    """
+    kw = dict(input_ids=batch.input_ids, position_ids=batch.position_ids, labels=batch.labels, use_cache=False)
+    base = base_model_of(model)
+    if family_of(base.config) == "gpt_oss":
+        kw["attention_mask"] = gpt_oss_packed_masks(base, batch.position_ids)
+    return kw
+
+
+def gpt_oss_packed_masks(hf_model, position_ids: torch.Tensor) -> dict:
+    from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
+
+    T = position_ids.shape[1]
+    dtype = next(hf_model.parameters()).dtype
+    # only shape, dtype and device of the embeddings are read by the mask builders
+    probe = torch.empty((1, T, 1), dtype=dtype, device=position_ids.device)
+    kw = dict(config=hf_model.config, inputs_embeds=probe, attention_mask=None, past_key_values=None,
+              position_ids=position_ids)
+    return {"full_attention": create_causal_mask(**kw), "sliding_attention": create_sliding_window_causal_mask(**kw)}
