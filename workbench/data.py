@@ -239,3 +239,23 @@ def batch_from_lengths(doc_lens: list[int], vocab_size: int, seed: int = 0) -> P
     if not doc_lens or any(n <= 0 for n in doc_lens):
         raise WorkbenchError(f"document lengths must be positive and non-empty, got {doc_lens}")
     return collate([Document(None, n) for n in doc_lens], vocab_size, torch.Generator().manual_seed(seed))
+
+
+def to_device(batches: list[PackedBatch], device, prepare=None) -> list[PackedBatch]:
+    """`prepare` each CPU batch (collate-time work of an optimization), then copy it to `device`
+    (pinned + non-blocking on CUDA, as a DataLoader with pin_memory would)."""
+    import torch as _t
+    out = []
+    cuda = _t.device(device).type == "cuda"
+    for b in batches:
+        if prepare is not None:
+            b = prepare(b)
+        if cuda:
+            b = PackedBatch(b.input_ids.pin_memory(), b.position_ids.pin_memory(), b.labels.pin_memory(),
+                            list(b.doc_lens), {k: (v.pin_memory() if isinstance(v, _t.Tensor) else v)
+                                               for k, v in b.meta.items()})
+            b = b.to(device, non_blocking=True)
+        out.append(b)
+    if cuda:
+        _t.cuda.synchronize(device)
+    return out

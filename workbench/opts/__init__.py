@@ -1,0 +1,79 @@
+"""Optimizations as registered, revertible model transforms.
+
+Each module in this package (`packing`, `offload`, `moe`) exposes:
+
+    ARMS: tuple[str, ...]          every arm, baseline first
+    BASELINE: str                  the faithful baseline arm
+    OPTIMIZED: str                 the optimized arm
+    def unsupported(arm, model, device) -> str | None   why this device/model cannot run the arm (None: it can)
+    def apply(model, arm, **options) -> Handle           change the model in place; handle.revert() undoes it
+
+The harness never branches on an optimization: everything an arm needs goes through the model (transformers'
+extension points) or through the handle's `prepare_batch` (CPU, collate time) and `inputs_fn` (batch -> model
+kwargs).
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Callable
+
+from workbench.errors import WorkbenchError
+from workbench.models import model_inputs
+
+OPTS = ("packing", "offload", "moe")
+
+
+@dataclasses.dataclass
+class Handle:
+    opt: str
+    arm: str
+    inputs_fn: Callable | None = None
+    """batch -> model(...) kwargs, replacing `workbench.models.model_inputs` (None: the default)."""
+    prepare_batch: Callable | None = None
+    """CPU batch -> CPU batch at collate time, before the copy to the device (None: unchanged)."""
+    info: dict = dataclasses.field(default_factory=dict)
+    """What the arm wants reported (e.g. pinned_bytes, fallbacks taken)."""
+    undo: list = dataclasses.field(default_factory=list)
+    """Callables run in reverse order by revert()."""
+
+    def revert(self) -> None:
+        while self.undo:
+            self.undo.pop()()
+
+
+def module(opt: str):
+    if opt not in OPTS:
+        raise WorkbenchError(f"unknown optimization {opt!r}; choose from {', '.join(OPTS)} (or all)")
+    return importlib.import_module(f"workbench.opts.{opt}")
+
+
+def apply(model, opt: str, arm: str, **options) -> Handle:
+    mod = module(opt)
+    if arm not in mod.ARMS:
+        raise WorkbenchError(f"unknown arm {arm!r} for --opt {opt}; arms: {', '.join(mod.ARMS)}")
+    return mod.apply(model, arm, **options)
+
+
+class Combined:
+    """Several handles applied to one model, in order; reverted in reverse order."""
+
+    def __init__(self, handles: list[Handle]):
+        self.handles = handles
+
+    @property
+    def inputs_fn(self) -> Callable:
+        fns = [h.inputs_fn for h in self.handles if h.inputs_fn is not None]
+        if len(fns) > 1:
+            raise WorkbenchError("two optimizations both replace the model inputs; they cannot be combined")
+        return fns[0] if fns else model_inputs
+
+    def prepare_batch(self, batch):
+        for h in self.handles:
+            if h.prepare_batch is not None:
+                batch = h.prepare_batch(batch)
+        return batch
+
+    def revert(self) -> None:
+        for h in reversed(self.handles):
+            h.revert()
