@@ -30,6 +30,8 @@ class StepRecord:
     syncs_declared: int | None
     syncs_by_layer: dict
     syncs_by_pass: dict
+    syncs_by_layer_pass: dict
+    """{(layer, pass): syncs}"""
     syncs_by_source: dict
     cuda_sync_warnings: int | None
     """Sync-debug-mode warnings on CUDA (the second witness), None when not cross-checked."""
@@ -88,6 +90,7 @@ def train_steps(model, batches, *, steps: int, warmup: int = 0, optimizer: torch
             syncs=counter.total if counter else None, syncs_declared=counter.declared if counter else None,
             syncs_by_layer=counter.by("layer") if counter else {},
             syncs_by_pass=counter.by("pass_") if counter else {},
+            syncs_by_layer_pass=counter.by("layer", "pass_") if counter else {},
             syncs_by_source=counter.by("source") if counter else {},
             cuda_sync_warnings=counter.cuda_warnings if (counter and counter.cross_check) else None,
             peak_mem_mib=peak_mem_mib(device), tokens=batch.tokens, loss=float(loss.detach().float().item()))

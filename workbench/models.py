@@ -81,7 +81,7 @@ PRESETS: dict[str, Preset] = {
                                            num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=256,
                                            num_local_experts=8, num_experts_per_tok=2, sliding_window=8,
                                            attention_bias=True, rope_parameters=dict(_GPT_OSS_ROPE),
-                                           max_position_embeddings=16384)),
+                                           max_position_embeddings=131072)),
 }
 
 FAMILY_DEFAULT_ATTN = {"llama": "sdpa", "qwen3": "sdpa", "qwen3_moe": "sdpa", "gpt_oss": "eager"}

@@ -1,0 +1,40 @@
+"""`python -m workbench.run`: the final JSON line, the tables, and one-line errors on bad input."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, "-m", "workbench.run", *args], capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_run_prints_tables_and_final_json():
+    r = _run("--model", "tiny-gpt-oss", "--experts", "eager", "--tokens", "128", "--steps", "2", "--warmup", "1")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    out = json.loads(lines[-1])
+    assert set(out) >= {"model", "layers", "tokens", "device", "steps", "syncs_by_layer"}
+    assert out["device"] == "cpu" and len(out["steps"]) == 2
+    assert set(out["steps"][0]) >= {"step_ms", "fwd_ms", "bwd_ms", "syncs", "loss"}
+    assert out["syncs_by_layer"]["L00"] > 0  # the eager per-expert loop syncs in every layer
+    assert "syncs per layer and pass" in r.stdout
+    assert "step 2/2" in r.stderr  # progress goes to stderr, never into the JSON line
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--model", "no-such-model"], "unknown model preset"),
+    (["--model", "./missing-checkpoint"], "checkpoint directory not found"),
+    (["--tokens", "0"], "positive"),
+    (["--steps", "-1"], "positive"),
+    (["--lengths", "fixed:5000", "--tokens", "1024"], "longer than the token budget"),
+    (["--lengths", "bogus"], "bad length source"),
+])
+def test_bad_input_is_one_line_without_traceback(args, msg):
+    r = _run(*args)
+    assert r.returncode != 0
+    err = [l for l in r.stderr.strip().splitlines() if l.startswith("error:")]
+    assert len(err) == 1 and msg in err[0]
+    assert "Traceback" not in r.stderr

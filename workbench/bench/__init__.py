@@ -1,0 +1,1 @@
+"""GPU benchmark suites (each also runs on CPU with --smoke)."""

@@ -1,0 +1,47 @@
+"""Shared CLI plumbing: one-line errors without tracebacks, progress on stderr, the final JSON line."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+from workbench.errors import WorkbenchError
+
+
+def run_main(main, argv=None) -> int:
+    """Run `main(argv)`; a WorkbenchError or Ctrl-C becomes one line on stderr and a non-zero exit."""
+    try:
+        return main(argv) or 0
+    except WorkbenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def emit_json(obj) -> None:
+    """The last line of stdout: one JSON object."""
+    sys.stdout.flush()
+    print(json.dumps(_finite(obj), separators=(",", ":"), default=_default, allow_nan=False), flush=True)
+
+
+def _finite(o):
+    """NaN / inf (e.g. peak memory on CPU, where it is not tracked) become null: the line stays strict JSON."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {str(k) if not isinstance(k, str) else k: _finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite(v) for v in o]
+    return o
+
+
+def _default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    return str(o)

@@ -1,0 +1,119 @@
+"""One instrumented training run of a plain HF model: where do time and syncs go, before any optimization?
+
+    python -m workbench.run --model tiny-gpt-oss --experts eager --steps 3
+    python -m workbench.run --model qwen3-0.6b --layers 8 --tokens 16384 --cross-check   # on a GPU
+
+Prints a per-step table, a per-layer sync table (by pass) and the top source lines that sync, then, as the
+last stdout line, one JSON object: {"model", "layers", "tokens", "device", "steps": [...], "syncs_by_layer"}.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+
+from workbench.cli import emit_json, progress, run_main
+from workbench.config import RunConfig
+
+
+def parse_args(argv=None) -> RunConfig:
+    d = RunConfig()
+    p = argparse.ArgumentParser(prog="python -m workbench.run", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=d.model, help="preset name or local HF checkpoint dir (default %(default)s)")
+    p.add_argument("--layers", type=int, default=None, help="override the layer count (fit a big shape)")
+    p.add_argument("--tokens", type=int, default=d.tokens, help="packed tokens per batch (default %(default)s)")
+    p.add_argument("--lengths", default=d.lengths, help="document lengths: fixed:N, uniform:LO:HI, "
+                   "lognormal:MU:SIGMA[:MIN], json:PATH, jsonl:PATH:TOKDIR (default %(default)s)")
+    p.add_argument("--steps", type=int, default=d.steps, help="timed steps (default %(default)s)")
+    p.add_argument("--warmup", type=int, default=d.warmup, help="dropped warmup steps (default %(default)s)")
+    p.add_argument("--attn", default=None, help="HF attention implementation (default: sdpa; eager for GPT-OSS)")
+    p.add_argument("--experts", default=None, help="HF experts implementation for MoE (eager, grouped_mm, ...)")
+    p.add_argument("--device", default=d.device, choices=["auto", "cpu", "cuda"])
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--lora-rank", type=int, default=d.lora_rank)
+    p.add_argument("--no-checkpointing", action="store_true", help="keep all activations (no recompute)")
+    p.add_argument("--no-ranges", action="store_true", help="emit no NVTX / record_function ranges")
+    p.add_argument("--no-sync-count", action="store_true", help="do not run the dispatch-level sync counter")
+    p.add_argument("--cross-check", action="store_true",
+                   help="on CUDA, also count torch.cuda sync-debug-mode warnings (second witness)")
+    a = p.parse_args(argv)
+    return RunConfig(model=a.model, layers=a.layers, tokens=a.tokens, lengths=a.lengths, steps=a.steps,
+                     warmup=a.warmup, attn=a.attn, experts=a.experts, device=a.device, seed=a.seed,
+                     lora_rank=a.lora_rank, checkpointing=not a.no_checkpointing, ranges=not a.no_ranges,
+                     count_syncs=not a.no_sync_count, cross_check_syncs=a.cross_check)
+
+
+def execute(cfg: RunConfig, on_step=None):
+    """Build, instrument and train per `cfg`; returns (model, records)."""
+    from workbench.data import make_batches, to_device
+    from workbench.harness import enable_checkpointing, train_steps
+    from workbench.instrument import Ranges, instrument_layers
+    from workbench.models import build_model, resolve_device
+
+    device = resolve_device(cfg.device)
+    model = build_model(cfg.model, layers=cfg.layers, attn=cfg.attn, device=device, seed=cfg.seed,
+                        lora_rank=cfg.lora_rank, experts_implementation=cfg.experts)
+    if cfg.checkpointing:
+        enable_checkpointing(model)
+    instrument_layers(model)
+    vocab = model.config.vocab_size
+    batches = to_device(make_batches(cfg.lengths, cfg.tokens, max(1, min(cfg.steps + cfg.warmup, 4)), vocab,
+                                     seed=cfg.seed), device)
+    records = train_steps(model, batches, steps=cfg.steps, warmup=cfg.warmup, lr=cfg.lr,
+                          ranges=Ranges(nvtx=cfg.ranges, profiler=cfg.ranges), count_syncs=cfg.count_syncs,
+                          cross_check=cfg.cross_check_syncs, on_step=on_step)
+    return model, records
+
+
+def _table(rows: list[list], header: list[str]) -> str:
+    cols = [header] + [[str(c) for c in r] for r in rows]
+    w = [max(len(r[i]) for r in cols) for i in range(len(header))]
+    return "\n".join("  ".join(c.rjust(w[i]) for i, c in enumerate(r)) for r in cols)
+
+
+def main(argv=None) -> int:
+    cfg = parse_args(argv)
+    progress(f"building {cfg.model} ...")
+    total = cfg.steps
+
+    def on_step(r):
+        progress(f"step {r.step + 1}/{total}: {r.step_ms:.1f} ms, loss {r.loss:.4f}, syncs {r.syncs}")
+
+    model, records = execute(cfg, on_step)
+    device = str(next(model.parameters()).device)
+    layers = model.config.num_hidden_layers
+    print(f"model {cfg.model}  layers {layers}  tokens {cfg.tokens}  device {device}")
+    print(_table([[r.step, f"{r.step_ms:.2f}", f"{r.fwd_ms:.2f}", f"{r.bwd_ms:.2f}", f"{r.opt_ms:.2f}",
+                   r.syncs, r.cuda_sync_warnings if r.cuda_sync_warnings is not None else "-",
+                   f"{r.peak_mem_mib:.0f}", r.tokens, f"{r.loss:.4f}"] for r in records],
+                 ["step", "step_ms", "fwd_ms", "bwd_ms", "opt_ms", "syncs", "cuda_warn", "peak_mib", "tokens",
+                  "loss"]))
+    last = records[-1]
+    by_lp = collections.defaultdict(dict)
+    for (layer, pass_), n in _by_layer_pass(last).items():
+        by_lp[layer][pass_] = n
+    passes = ["forward", "recompute", "backward", "optimizer"]
+    print("\nsyncs per layer and pass (last step)")
+    print(_table([[layer] + [by_lp[layer].get(p, 0) for p in passes] + [sum(by_lp[layer].values())]
+                  for layer in sorted(by_lp)], ["layer"] + passes + ["total"]))
+    if last.syncs_by_source:
+        print("\nsource lines that sync (last step)")
+        top = sorted(last.syncs_by_source.items(), key=lambda kv: -kv[1])[:10]
+        print(_table([[n, src] for src, n in top], ["syncs", "source"]))
+    emit_json({
+        "model": cfg.model, "layers": layers, "tokens": cfg.tokens, "device": device,
+        "steps": [{"step_ms": r.step_ms, "fwd_ms": r.fwd_ms, "bwd_ms": r.bwd_ms, "opt_ms": r.opt_ms,
+                   "syncs": r.syncs, "cuda_sync_warnings": r.cuda_sync_warnings, "peak_mem_mib": r.peak_mem_mib,
+                   "loss": r.loss} for r in records],
+        "syncs_by_layer": last.syncs_by_layer,
+    })
+    return 0
+
+
+def _by_layer_pass(rec) -> dict:
+    return rec.syncs_by_layer_pass
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))
