@@ -1,0 +1,207 @@
+"""Analyses of an events DataFrame (see `workbench.traces.events`): each returns a DataFrame or a small dict.
+
+    # L = decoder layers
+
+- `layer_ranges`: per-layer range durations (layer, pass, part) -> count, total_ms, mean_ms, median_ms
+- `copy_compute_overlap`: per layer, how much of the copy time is hidden under compute on another stream
+- `sync_counts`: host-blocking syncs by kind (the third sync witness), per step when steps are marked
+- `diff_arms`: counts and durations per range / kernel name, arm A vs arm B
+- `packing_inputs`, `offload_inputs`, `moe_inputs`: the measured inputs of each savings model
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+HOST_BLOCKING_SYNCS = ("event_sync", "stream_sync", "context_sync")
+"""Sync kinds that block the host (stream_wait_event only orders two streams)."""
+
+
+def _ms(df: pd.DataFrame) -> pd.Series:
+    return (df["end_ns"] - df["start_ns"]) / 1e6
+
+
+def ranges(events: pd.DataFrame, track: str = "auto") -> pd.DataFrame:
+    """Range events on the host (`track="host"`), their GPU projections (`"gpu"`: torch's gpu_user_annotation), or
+    `"auto"`: GPU projections where the trace has them, else host ranges."""
+    r = events[events["kind"] == "range"]
+    gpu = r[r["stream"].notna()]
+    if track == "gpu" or (track == "auto" and len(gpu)):
+        return gpu
+    return r[r["stream"].isna()]
+
+
+def steps_in(events: pd.DataFrame) -> int:
+    """Number of training steps in the trace: `wb/step` ranges (else ProfilerStep#N ranges, else 1)."""
+    r = ranges(events, "host")
+    n = int((r["name"] == "wb/step").sum())
+    if n == 0:
+        n = int(r["name"].str.startswith("ProfilerStep#").sum())
+    return max(n, 1)
+
+
+def layer_ranges(events: pd.DataFrame, track: str = "auto") -> pd.DataFrame:
+    """Durations of `wb/Lxx/...` ranges grouped by layer, pass and part (part "" = the layer's own range)."""
+    r = ranges(events, track)
+    r = r[r["layer"].notna() & r["name"].str.startswith("wb/L")].copy()
+    cols = ["layer", "pass", "part", "count", "total_ms", "mean_ms", "median_ms"]
+    if r.empty:
+        return pd.DataFrame(columns=cols)
+    r["dur_ms"] = _ms(r)
+    r["part"] = r["part"].fillna("")
+    r["pass"] = r["pass"].fillna("")
+    g = r.groupby(["layer", "pass", "part"], sort=True)["dur_ms"]
+    out = g.agg(count="count", total_ms="sum", mean_ms="mean", median_ms="median").reset_index()
+    return out[cols]
+
+
+def _union(iv: np.ndarray) -> np.ndarray:
+    """Merge overlapping [start, end) intervals (rows)."""
+    if len(iv) == 0:
+        return iv.reshape(0, 2)
+    iv = iv[np.argsort(iv[:, 0])]
+    out = [list(iv[0])]
+    for s, e in iv[1:]:
+        if s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return np.array(out)
+
+
+def _intersection_ns(a: np.ndarray, b: np.ndarray) -> int:
+    a, b = _union(a), _union(b)
+    i = j = 0
+    tot = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i, 0], b[j, 0]), min(a[i, 1], b[j, 1])
+        if hi > lo:
+            tot += hi - lo
+        if a[i, 1] < b[j, 1]:
+            i += 1
+        else:
+            j += 1
+    return int(tot)
+
+
+def copy_compute_overlap(events: pd.DataFrame, copy_kinds=("HtoD", "DtoH")) -> pd.DataFrame:
+    """Per layer: copy time (memcpy of `copy_kinds` attributed to the layer), the kernel time on other streams
+    during those copies, and the hidden fraction `overlap_frac = overlap_ms / copy_ms` (1 = fully hidden)."""
+    cols = ["layer", "copy_ms", "copy_bytes", "overlap_ms", "overlap_frac"]
+    mc = events[(events["kind"] == "memcpy") & events["name"].isin(copy_kinds)]
+    kernels = events[events["kind"] == "kernel"]
+    if mc.empty:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for layer, g in mc.groupby(mc["layer"].fillna("model")):
+        copy_iv = g[["start_ns", "end_ns"]].to_numpy()
+        other = kernels[~kernels["stream"].isin(g["stream"].unique())]
+        ov = _intersection_ns(copy_iv, other[["start_ns", "end_ns"]].to_numpy()) / 1e6
+        u = _union(copy_iv)
+        copy_ms = float((u[:, 1] - u[:, 0]).sum()) / 1e6
+        rows.append(dict(layer=layer, copy_ms=copy_ms, copy_bytes=float(g["bytes"].sum()), overlap_ms=ov,
+                         overlap_frac=ov / copy_ms if copy_ms > 0 else float("nan")))
+    return pd.DataFrame(rows, columns=cols)
+
+
+def sync_counts(events: pd.DataFrame, per_step: bool = True) -> pd.DataFrame:
+    """Host-visible syncs by kind, by layer and pass: `sync` events (CUPTI synchronization records / torch's
+    cuda_sync) plus DtoH copies (each blocking readback is one). `per_step` divides counts by `steps_in`."""
+    cols = ["kind", "name", "layer", "pass", "count", "total_ms"]
+    s = events[(events["kind"] == "sync") | ((events["kind"] == "memcpy") & (events["name"] == "DtoH"))].copy()
+    if s.empty:
+        return pd.DataFrame(columns=cols)
+    s["dur_ms"] = _ms(s)
+    s["layer"] = s["layer"].fillna("model")
+    s["pass"] = s["pass"].fillna("")
+    out = s.groupby(["kind", "name", "layer", "pass"])["dur_ms"].agg(count="count", total_ms="sum").reset_index()
+    if per_step:
+        n = steps_in(events)
+        out["count"] = out["count"] / n
+        out["total_ms"] = out["total_ms"] / n
+    return out[cols]
+
+
+def host_syncs_per_step(events: pd.DataFrame) -> float:
+    """Host-blocking sync events per step (the trace's witness, to set beside the dispatch counter)."""
+    s = events[(events["kind"] == "sync") & ~events["name"].isin(["stream_wait_event"])]
+    # torch's cuda_sync names ("Stream Sync", "Event Sync", "Context Sync"); nsys's are mapped in SYNC_TYPES
+    s = s[~s["name"].str.contains("Wait", case=False)]
+    return len(s) / steps_in(events)
+
+
+def diff_arms(a: pd.DataFrame, b: pd.DataFrame, kinds=("range", "kernel", "memcpy", "sync")) -> pd.DataFrame:
+    """Per (kind, name): count and total ms per step in arm A and B, and B - A. Sorted by |delta_ms|."""
+    def agg(ev):  # totals over the trace; divided by its steps below
+        ev = ev[ev["kind"].isin(kinds)].copy()
+        if ev.empty:
+            return pd.DataFrame(columns=["kind", "name", "count", "total_ms"])
+        ev["dur_ms"] = _ms(ev)
+        g = ev.groupby(["kind", "name"])["dur_ms"].agg(count="count", total_ms="sum").reset_index()
+        return g
+    n_a, n_b = steps_in(a), steps_in(b)
+    ga, gb = agg(a), agg(b)
+    ga[["count", "total_ms"]] = ga[["count", "total_ms"]] / n_a
+    gb[["count", "total_ms"]] = gb[["count", "total_ms"]] / n_b
+    m = ga.merge(gb, on=["kind", "name"], how="outer", suffixes=("_a", "_b")).fillna(
+        {"count_a": 0, "count_b": 0, "total_ms_a": 0.0, "total_ms_b": 0.0})
+    m["delta_count"] = m["count_b"] - m["count_a"]
+    m["delta_ms"] = m["total_ms_b"] - m["total_ms_a"]
+    m.attrs["steps"] = {"a": n_a, "b": n_b}
+    return m.reindex(m["delta_ms"].abs().sort_values(ascending=False).index).reset_index(drop=True)
+
+
+def _layer_count(events: pd.DataFrame) -> int:
+    r = ranges(events, "host")
+    own = r[r["name"].str.match(r"^wb/L\d+/fwd$")]
+    return int(own["layer"].nunique())
+
+
+def _per_layer_occurrence_ms(r: pd.DataFrame) -> float:
+    return float(_ms(r).median()) if len(r) else float("nan")
+
+
+def packing_inputs(events: pd.DataFrame) -> dict:
+    """Inputs of the packing model (L-1)·s: L from the `wb/Lxx/fwd` ranges, s = median duration of the per-layer
+    metadata builds (`wb/Lxx/attn/meta` ranges, GPU projection where present), and builds per step."""
+    r = ranges(events)
+    meta = r[r["part"] == "attn/meta"]
+    return {"L": _layer_count(events), "s_ms": _per_layer_occurrence_ms(meta),
+            "builds_per_step": len(meta) / steps_in(events), "source": "wb/Lxx/attn/meta ranges"}
+
+
+def offload_inputs(events: pd.DataFrame) -> dict:
+    """Inputs of the offload model (L-1)·min(c,g): c = per-layer reload time (`wb/Lxx/reload` ranges, else the
+    HtoD copies attributed to each layer's backward), g = per-layer backward time (`wb/Lxx/bwd`) minus c."""
+    r = ranges(events)
+    reload = r[r["part"] == "reload"]
+    src = "wb/Lxx/reload ranges"
+    if len(reload):
+        c_ms = float(_ms(reload).median())
+    else:
+        h2d = events[(events["kind"] == "memcpy") & (events["name"] == "HtoD") & events["layer"].notna()]
+        src = "HtoD memcpy per layer"
+        c_ms = float(_ms(h2d).groupby([h2d["layer"]]).sum().median()) / steps_in(events) if len(h2d) else float("nan")
+    bwd = r[(r["pass"] == "bwd") & r["name"].str.match(r"^wb/L\d+/bwd$")]
+    b_ms = float(_ms(bwd).median()) if len(bwd) else float("nan")
+    return {"L": _layer_count(events), "c_ms": c_ms, "g_ms": b_ms - c_ms if c_ms == c_ms else b_ms,
+            "bwd_ms": b_ms, "source": src}
+
+
+def moe_inputs(events: pd.DataFrame) -> dict:
+    """Inputs of the MoE routing model: L, the per-layer MLP (experts) time in forward and recompute, and the
+    host-blocking syncs per layer per step with their total duration (what sync-free routing removes)."""
+    r = ranges(events)
+    mlp = r[r["part"] == "mlp"]
+    syncs = events[(events["kind"] == "sync") & events["layer"].notna()]
+    n = steps_in(events)
+    L = _layer_count(events)
+    return {"L": L,
+            "mlp_fwd_ms": float(_ms(mlp[mlp["pass"] == "fwd"]).median()) if len(mlp) else float("nan"),
+            "mlp_recompute_ms": float(_ms(mlp[mlp["pass"] == "recompute"]).median()) if len(mlp) else float("nan"),
+            "syncs_per_layer": len(syncs) / n / L if L else float("nan"),
+            "sync_ms_per_layer": float(_ms(syncs).sum()) / n / L if L else float("nan"),
+            "source": "wb/Lxx/mlp ranges + sync events"}
+
+
+INPUTS = {"packing": packing_inputs, "offload": offload_inputs, "moe": moe_inputs}
