@@ -9,4 +9,62 @@ from __future__ import annotations
 
 # --- offload ------------------------------------------------------------------------------------------------
 
+def offload_saving(c_ms, g_ms, *, layers: int | None = None, measured_ms: float | None = None) -> dict:
+    """Double-buffered reload vs blocking reload of offloaded checkpoints: predicted saving (L-1)·min(c, g).
+
+    With one reload buffer, layer i's backward is its reload, then its recompute + backward: c_i + g_i per layer.
+    With two, layer i-1's input reloads on the copy stream while layer i recomputes and back-propagates, so each
+    such pair costs max(c_{i-1}, g_i) instead of c_{i-1} + g_i; only the first reload of the backward (layer
+    L-1's) has no compute to hide behind:
+
+        predicted_ms = sum_{i=1}^{L-1} min(c_{i-1}, g_i)        (= (L-1)·min(c, g) when the layers are alike)
+        overlap_efficiency = measured_ms / predicted_ms
+
+    Inputs: `c_ms` = per-layer reload time, layer 0 first (host-to-device copy of the layer's input: reload
+    ranges / H2D memcpy of a trace, or input bytes over the measured pinned bandwidth); `g_ms` = per-layer
+    recompute + backward time, layer 0 first. Either may be one number for every layer, with `layers` = L.
+    `measured_ms` = step time of the blocking arm minus that of the double-buffered arm (same batch, medians).
+    """
+    def per_layer(v, name):
+        if isinstance(v, (int, float)):
+            if layers is None:
+                raise ValueError(f"{name} is one number: give layers= too")
+            return [float(v)] * layers
+        v = [float(x) for x in v]
+        if layers is not None and len(v) != layers:
+            raise ValueError(f"{name} has {len(v)} values for {layers} layers")
+        return v
+
+    c = per_layer(c_ms, "c_ms")
+    g = per_layer(g_ms, "g_ms")
+    if len(c) != len(g):
+        raise ValueError(f"c_ms has {len(c)} layers, g_ms {len(g)}")
+    if not c:
+        raise ValueError("no layers")
+    if any(x < 0 for x in c + g):
+        raise ValueError("times must be non-negative")
+    L = len(c)
+    predicted = sum(min(c[i - 1], g[i]) for i in range(1, L))
+    blocking = sum(c) + sum(g)
+    eff = None
+    if measured_ms is not None and predicted > 0:
+        eff = float(measured_ms) / predicted
+    return {
+        "formula": "sum_{i=1}^{L-1} min(c_{i-1}, g_i)  ~ (L-1)*min(c,g)",
+        "predicted_ms": predicted,
+        "measured_ms": None if measured_ms is None else float(measured_ms),
+        "overlap_efficiency": eff,
+        "inputs": {"layers": L, "c_ms": c, "g_ms": g, "c_mean_ms": sum(c) / L, "g_mean_ms": sum(g) / L,
+                   "blocking_backward_ms": blocking, "overlapped_backward_ms": blocking - predicted,
+                   "bound": "reload" if sum(c) > sum(g) else "compute"},
+    }
+
+
+def reload_ms_from_bandwidth(nbytes: float, gb_per_s: float) -> float:
+    """c from bytes and a measured pinned host-to-device bandwidth: c_ms = nbytes / (gb_per_s · 1e9) · 1e3."""
+    if gb_per_s <= 0:
+        raise ValueError("bandwidth must be positive")
+    return float(nbytes) / (gb_per_s * 1e9) * 1e3
+
+
 # --- moe ----------------------------------------------------------------------------------------------------
