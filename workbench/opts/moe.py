@@ -1,0 +1,298 @@
+"""MoE routing: HF's per-expert loop vs argsort + one count vs sync-free grouped GEMM (issue 5).
+
+    # N = tokens, k = experts per token, S = N*k routed rows, E = experts, H = hidden, I = expert intermediate
+
+Arms, registered through transformers' `ExpertsInterface` and switched with `model.set_experts_implementation`
+(the same hook in transformers 5.17 and 5.23; `self` is the `@use_experts_implementation` experts module, whose
+flags `is_transposed`, `has_bias`, `has_gate`, `has_post_expert_norm` say how its weights are laid out):
+
+- `eager` (baseline): transformers' own per-expert loop, as shipped (`experts_implementation="eager"`). Per MoE layer
+  and pass: 1 `nonzero` + per expert hit a `==` test, a `torch.where` and 0-d-tensor weight indexing (`.item()`):
+  1 + 7*E_hit syncs for GPT-OSS (4 indexed parameters), 1 + 5*E_hit for Qwen3-MoE (2).
+- `sort_bincount` (optimized, Unsloth #535): stable argsort of the expert ids, per-expert counts on the device
+  (`histc`; CUDA `bincount` would read min/max back twice more), ONE `.tolist()`, per-expert matmuls over
+  contiguous slices of the sorted rows, empty experts skipped. 1 sync per layer and pass.
+- `grouped`: sync-free. Stable sort, `histc` counts, `cumsum` offsets kept on the device, one grouped GEMM per
+  projection: `torch._grouped_mm` / `F.grouped_mm` where it is sync-free (bf16 on sm90/sm100 CUDA; on CPU for
+  fp32/bf16/fp16 with 16-byte-aligned strides), else the Triton kernel (`workbench.kernels.grouped_gemm`), else (CPU,
+  other dtypes) a dense masked loop over experts. Option `gemm="auto"|"torch"|"triton"|"dense"`. 0 syncs.
+
+All arms compute the same function as `eager` (same weights, gate and bias handling; the per-token sum over k runs
+in a different order, so bf16 agrees within dtype tolerance). LoRA on the fused expert parameters (peft
+`target_parameters`) works with every arm: peft parametrizes `gate_up_proj` / `down_proj` around the experts'
+forward, and the functions here read the parameters through the module like HF's own do.
+
+Expert ids outside [0, E) raise `WorkbenchError`: `sort_bincount` checks its host counts (free); `grouped` checks on
+the host for CPU tensors and with `torch._assert_async` (a device-side assert, no sync) on CUDA.
+
+Use: `handle = workbench.opts.apply(model, "moe", "grouped", gemm="triton")`; `handle.revert()` restores the
+model's previous experts implementation.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from workbench.errors import UnsupportedArm, WorkbenchError
+from workbench.instrument import state
+from workbench.instrument.ranges import span
+from workbench.instrument.syncs import host_only
+from workbench.models import MOE_FAMILIES, base_model_of, family_of
+from workbench.opts import Handle
+
+ARMS = ("eager", "sort_bincount", "grouped")
+BASELINE = "eager"
+OPTIMIZED = "sort_bincount"
+GEMMS = ("auto", "torch", "triton", "dense")
+
+IMPL_NAMES = {"eager": "eager", "sort_bincount": "wb_sort_bincount", "grouped": "wb_grouped"}
+"""Names in transformers' ExpertsInterface (grouped with a forced gemm: `wb_grouped_<gemm>`)."""
+
+
+# --- shared pieces --------------------------------------------------------------------------------------------
+
+def _check_layout(self) -> None:
+    if getattr(self, "_is_expert_parallel", False):
+        raise UnsupportedArm("expert-parallel experts (sentinel expert ids) are not supported by the workbench arms")
+
+
+def _expert_params(self):
+    """(w_up_EKN, b_up_EN | None, w_down_EIH, b_down_EH | None), oriented so that `x @ w[e]` applies expert e.
+
+    Read once per forward: under peft these are the LoRA-adjusted weights, rebuilt by its parametrization.
+    """
+    has_gate = getattr(self, "has_gate", True)
+    has_bias = getattr(self, "has_bias", False)
+    w_up = self.gate_up_proj if has_gate else self.up_proj
+    b_up = (self.gate_up_proj_bias if has_gate else self.up_proj_bias) if has_bias else None
+    w_down = self.down_proj
+    b_down = self.down_proj_bias if has_bias else None
+    if not getattr(self, "is_transposed", False):  # stored (E, out, in), as nn.Linear: use the transposed view
+        w_up, w_down = w_up.transpose(1, 2), w_down.transpose(1, 2)
+    return w_up, b_up, w_down, b_down
+
+
+def _activation(self, h):
+    """GPT-OSS: interleaved gate/up, clamp 7.0, alpha 1.702 (its own `_apply_gate`); Qwen3-MoE: chunked silu."""
+    return self._apply_gate(h) if getattr(self, "has_gate", True) else self.act_fn(h)
+
+
+def _count_experts_no_sync(ids_S: torch.Tensor, E: int) -> torch.Tensor:
+    """Tokens per expert, on the device, without a host read (CUDA `bincount` reads min and max back).
+
+    Ids outside [0, E) are not counted (so the counts sum to less than S). Float histc is exact below 2**24 rows;
+    CUDA gets int input as transformers does (deterministic mode accepts only int there, only float on CPU).
+    """
+    src = ids_S.float() if ids_S.device.type in ("cpu", "mps") else ids_S.int()
+    return torch.histc(src, bins=E, min=0, max=E - 1)
+
+
+def _range_error(E: int, counted: int, S: int) -> WorkbenchError:
+    return WorkbenchError(f"MoE router returned expert ids outside [0, {E}): {S - counted} of {S} routed rows; "
+                          f"check the router (num_experts={E}) or the model config")
+
+
+def _combine(self, y_SH, order_S, top_k_weights_Nk, N: int, k: int, dtype):
+    """Routing weights, back to token order, sum over each token's k experts (deterministic; no atomics)."""
+    if getattr(self, "has_post_expert_norm", False):
+        y_SH = self.post_expert_norm(y_SH)
+    w_S = top_k_weights_Nk.reshape(-1)[order_S]
+    y_SH = y_SH * w_S.unsqueeze(-1).to(y_SH.dtype)
+    y_SH = y_SH.new_empty(y_SH.shape).index_copy(0, order_S, y_SH)
+    return y_SH.view(N, k, -1).sum(dim=1).to(dtype)
+
+
+# --- sort_bincount: one host read per layer (Unsloth #535) -------------------------------------------------------
+
+def sort_bincount_experts_forward(self, hidden_states, top_k_index, top_k_weights):
+    """Stable argsort + device counts + ONE `.tolist()` + per-expert matmuls over contiguous slices.
+
+    hidden_states (N,H), top_k_index (N,k), top_k_weights (N,k) -> (N,H). Experts with no rows are skipped.
+    """
+    _check_layout(self)
+    N, H = hidden_states.shape
+    k = top_k_index.shape[-1]
+    E = self.num_experts
+    S = N * k
+    ids_S = top_k_index.reshape(-1)
+    order_S = torch.argsort(ids_S, stable=True)
+    counts_E = _count_experts_no_sync(ids_S, E)
+    with span(f"wb/{state.current_layer()}/moe/counts_to_host"):
+        counts = [int(c) for c in counts_E.tolist()]  # the one sync of this arm
+    if sum(counts) != S:
+        raise _range_error(E, sum(counts), S)
+    x_SH = hidden_states[order_S // k]
+    w_up, b_up, w_down, b_down = _expert_params(self)
+    parts, start = [], 0
+    for e, n in enumerate(counts):
+        if n == 0:
+            continue
+        h = x_SH[start:start + n] @ w_up[e]
+        if b_up is not None:
+            h = h + b_up[e]
+        y = _activation(self, h) @ w_down[e]
+        if b_down is not None:
+            y = y + b_down[e]
+        parts.append(y)
+        start += n
+    y_SH = torch.cat(parts) if parts else hidden_states.new_zeros((0, H))
+    return _combine(self, y_SH, order_S, top_k_weights, N, k, hidden_states.dtype)
+
+
+# --- grouped: sync-free ---------------------------------------------------------------------------------------
+
+def _aligned_16(t: torch.Tensor) -> bool:
+    size = t.element_size()
+    return t.data_ptr() % 16 == 0 and all((s * size) % 16 == 0 for s in t.stride() if s != 1)
+
+
+def _torch_grouped_mm_fn():
+    return getattr(torch.nn.functional, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
+
+
+def torch_grouped_mm_sync_free(x: torch.Tensor, w: torch.Tensor) -> bool:
+    """Whether torch's grouped GEMM takes a sync-free path for these operands.
+
+    CUDA: bf16 on sm90/sm100 (the CUTLASS path; sm80's fallback reads offsets back). CPU (torch >= 2.10):
+    fp32/bf16/fp16 with 16-byte-aligned strides. The CPU answer is about correctness only: a CPU run has no syncs.
+    """
+    if _torch_grouped_mm_fn() is None or x.dtype != w.dtype or not (_aligned_16(x) and _aligned_16(w)):
+        return False
+    if x.device.type == "cuda":
+        return x.dtype == torch.bfloat16 and torch.cuda.get_device_capability(x.device)[0] in (9, 10)
+    if x.device.type == "cpu":
+        return x.dtype in (torch.float32, torch.bfloat16, torch.float16)
+    return False
+
+
+def resolve_gemm(gemm: str, x: torch.Tensor, w: torch.Tensor) -> str:
+    """auto -> torch where its grouped GEMM is sync-free, else triton on CUDA, else dense (CPU odd dtypes)."""
+    if gemm not in GEMMS:
+        raise WorkbenchError(f"unknown gemm {gemm!r} for the grouped MoE arm; choose from {', '.join(GEMMS)}")
+    if gemm != "auto":
+        return gemm
+    if torch_grouped_mm_sync_free(x, w):
+        return "torch"
+    return "triton" if x.device.type == "cuda" else "dense"
+
+
+def _dense_grouped_mm(x_SK, w_EKN, ids_S):
+    """Sync-free fallback: every expert's matmul over all rows, masked to its own (E times the work)."""
+    y = x_SK.new_zeros((x_SK.shape[0], w_EKN.shape[2]))
+    for e in range(w_EKN.shape[0]):
+        y = y + torch.where((ids_S == e).unsqueeze(1), x_SK @ w_EKN[e], 0)
+    return y
+
+
+def grouped_gemm(kind: str, x_SK, w_EKN, offs_E, ids_S):
+    if kind == "torch":
+        return _torch_grouped_mm_fn()(x_SK, w_EKN, offs=offs_E)
+    if kind == "triton":
+        from workbench.kernels.grouped_gemm import grouped_mm
+        return grouped_mm(x_SK, w_EKN, offs_E)
+    if kind == "dense":
+        return _dense_grouped_mm(x_SK, w_EKN, ids_S)
+    raise WorkbenchError(f"unknown gemm kind {kind!r}")
+
+
+def grouped_experts_forward(self, hidden_states, top_k_index, top_k_weights, *, gemm: str = "auto",
+                            check_routing: bool = True, info: dict | None = None):
+    """Sort, device counts, cumsum offsets, grouped GEMMs: no host read (hidden (N,H), ids/weights (N,k) -> (N,H))."""
+    _check_layout(self)
+    N, H = hidden_states.shape
+    k = top_k_index.shape[-1]
+    E = self.num_experts
+    S = N * k
+    ids_S = top_k_index.reshape(-1)
+    ids_sorted_S, order_S = torch.sort(ids_S, stable=True)
+    counts_E = _count_experts_no_sync(ids_sorted_S, E)
+    offs_E = torch.cumsum(counts_E, 0, dtype=torch.int32)
+    if check_routing:
+        if offs_E.device.type == "cpu":
+            with host_only("routing range check: on CUDA a device-side assert, no sync"):
+                counted = int(offs_E[-1]) if E > 0 else 0
+            if counted != S:
+                raise _range_error(E, counted, S)
+        else:
+            torch._assert_async(offs_E[-1] == S, "MoE router returned expert ids outside [0, num_experts)")
+    ids_safe_S = ids_sorted_S.clamp(0, E - 1)  # bias gathers stay in bounds even with checks off
+    x_SH = hidden_states[order_S // k]
+    w_up, b_up, w_down, b_down = _expert_params(self)
+    w_up, w_down = w_up.to(x_SH.dtype), w_down.to(x_SH.dtype)  # no-ops unless the weights differ in dtype
+    kind = resolve_gemm(gemm, x_SH, w_up)
+    if info is not None:
+        info["gemm_resolved"] = kind
+    h = grouped_gemm(kind, x_SH, w_up, offs_E, ids_sorted_S)
+    if b_up is not None:
+        h = h + b_up[ids_safe_S]
+    h = _activation(self, h)
+    y = grouped_gemm(kind, h, w_down, offs_E, ids_sorted_S)
+    if b_down is not None:
+        y = y + b_down[ids_safe_S]
+    return _combine(self, y, order_S, top_k_weights, N, k, hidden_states.dtype)
+
+
+# --- the opt-module contract ----------------------------------------------------------------------------------
+
+def unsupported(arm: str, model, device) -> str | None:
+    """Why this model/device cannot run `arm` (None: it can). Every arm runs on any device for MoE models."""
+    if arm not in ARMS:
+        return f"unknown arm {arm!r}; arms: {', '.join(ARMS)}"
+    try:
+        fam = family_of(base_model_of(model).config)
+    except WorkbenchError as e:
+        return str(e)
+    if fam not in MOE_FAMILIES:
+        return f"--opt moe needs an MoE model ({', '.join(MOE_FAMILIES)}); this one is {fam}"
+    try:
+        from transformers.integrations.moe import ExpertsInterface  # noqa: F401
+    except ImportError:
+        return "this transformers has no ExpertsInterface (transformers >= 5 needed)"
+    return None
+
+
+def implementation_name(arm: str, gemm: str = "auto") -> str:
+    if arm == "grouped" and gemm != "auto":
+        return f"wb_grouped_{gemm}"
+    return IMPL_NAMES[arm]
+
+
+def register(arm: str, gemm: str = "auto", check_routing: bool = True, info: dict | None = None) -> str:
+    """Register the arm's experts function in transformers' ExpertsInterface; returns its name."""
+    from transformers.integrations.moe import ExpertsInterface
+
+    name = implementation_name(arm, gemm)
+    if arm == "sort_bincount":
+        ExpertsInterface.register(name, sort_bincount_experts_forward)
+    elif arm == "grouped":
+        ExpertsInterface.register(name, functools.partial(grouped_experts_forward, gemm=gemm,
+                                                          check_routing=check_routing, info=info))
+    return name
+
+
+def apply(model, arm: str, gemm: str = "auto", check_routing: bool = True) -> Handle:
+    """Switch every MoE layer of `model` (HF or peft-wrapped) to `arm`; `handle.revert()` restores the previous one.
+
+    gemm: grouped arm only, "auto" | "torch" | "triton" | "dense" (see the module docstring).
+    check_routing: grouped arm only; False drops the out-of-range check (a device-side assert on CUDA).
+    """
+    why = unsupported(arm, model, None)
+    if why is not None:
+        raise UnsupportedArm(why)
+    if gemm not in GEMMS:
+        raise WorkbenchError(f"unknown gemm {gemm!r}; choose from {', '.join(GEMMS)}")
+    if arm != "grouped" and gemm != "auto":
+        raise WorkbenchError(f"gemm={gemm!r} applies to the grouped arm only, not {arm!r}")
+    base = base_model_of(model)
+    prev = base.config._experts_implementation
+    info: dict = {"gemm": gemm} if arm == "grouped" else {}
+    name = register(arm, gemm, check_routing, info)
+    base.set_experts_implementation(name)
+    if base.config._experts_implementation != name:
+        raise WorkbenchError(f"transformers did not switch the experts implementation to {name!r} "
+                             f"(still {base.config._experts_implementation!r})")
+    info["experts_implementation"] = name
+    handle = Handle(opt="moe", arm=arm, info=info)
+    handle.undo.append(lambda: base.set_experts_implementation(prev))
+    return handle
