@@ -18,7 +18,7 @@ TOY = [
     ("where one-arg", lambda: torch.where(mask), 1),
     ("0-d tensor index", lambda: w[i0], 1),
     ("bincount (reads min and max)", lambda: torch.bincount(ids), 2),
-    ("repeat_interleave no output_size", lambda: torch.repeat_interleave(ids), 1),
+    ("repeat_interleave no output_size (2 reads)", lambda: torch.repeat_interleave(ids), 2),
     ("boolean index", lambda: w[mask], 1),
     ("boolean index_put", lambda: w.clone().__setitem__(mask, 0.0), 1),
     ("masked_select", lambda: torch.masked_select(w, torch.ones_like(w, dtype=torch.bool)), 1),

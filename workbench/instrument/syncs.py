@@ -3,14 +3,15 @@
 A `TorchDispatchMode` sees the aten ops that read device memory back to the host on CUDA, on any device
 (REFERENCE §3): `_local_scalar_dense` (`.item()`, `bool()`, `int()`, 0-d tensor indexing), `nonzero`
 (one-argument `where`), `is_nonzero`, `unique*`, `masked_select`, `equal`, `bincount`, `repeat_interleave`
-without `output_size`, boolean-mask `index` / `index_put_`, and blocking device-to-host copies. `.tolist()`
+without `output_size` (2 reads), boolean-mask `index` / `index_put_`, and blocking device-to-host copies. `.tolist()`
 issues no aten op on CPU, so the counter wraps `Tensor.tolist` (and the copy it makes on CUDA is not counted
 twice); both are patched in for the counter's block. On CPU the counter reports what *would* sync on CUDA; syncs that happen only on CPU (`F.one_hot`'s
 min/max checks) are marked `cpu_only` and kept out of the total.
 
 On CUDA, `cross_check=True` also records `torch.cuda.set_sync_debug_mode("warn")` warnings, the second witness.
 
-    # weights: device-to-host reads one op makes on CUDA (CUDA bincount reads min and max back: 2)
+    # weights: device-to-host reads one op makes on CUDA, checked against sync debug mode on an H100
+    # (workbench.bench.witness): bincount reads min and max back (2), repeat_interleave without output_size 2
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from workbench.instrument import state
 
 aten = torch.ops.aten
+_SYNC_WARNING = "called a synchronizing CUDA operation"  # torch.cuda.set_sync_debug_mode("warn")
 
 # op -> device-to-host reads it makes on CUDA
 _ALWAYS: dict = {
@@ -44,17 +46,22 @@ _ALWAYS: dict = {
 _INDEX_OPS = {aten.index.Tensor, aten.index_put_.default, aten.index_put.default, aten._index_put_impl_.default}
 _COPY_OPS = {aten._to_copy.default, aten.copy_.default}
 
-_SKIP_PATH_PARTS = (os.sep + "torch" + os.sep, os.sep + "workbench" + os.sep + "instrument" + os.sep,
-                    os.sep + "contextlib.py", os.sep + "functools.py")
+_SKIP_MODULES = ("torch", "workbench.instrument", "contextlib", "functools")
+
+
+def _skipped(module: str) -> bool:
+    return any(module == m or module.startswith(m + ".") for m in _SKIP_MODULES)
 
 
 def _source_line(depth: int = 2) -> str:
-    """The first Python frame outside torch and the instruments: `file.py:123 (function)`."""
+    """The first Python frame outside torch and the instruments: `file.py:123 (function)`.
+
+    Frames are matched by module name, not path: a virtualenv may itself live under a folder named torch.
+    """
     f = sys._getframe(depth)
     while f is not None:
-        fn = f.f_code.co_filename
-        if not any(p in fn for p in _SKIP_PATH_PARTS):
-            return f"{os.path.basename(fn)}:{f.f_lineno} ({f.f_code.co_name})"
+        if not _skipped(f.f_globals.get("__name__", "")):
+            return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno} ({f.f_code.co_name})"
         f = f.f_back
     return "<unknown>"
 
@@ -77,8 +84,8 @@ def _sync_reads(func, args, kwargs) -> int:
     n = _ALWAYS.get(func)
     if n is not None:
         return n
-    if func is aten.repeat_interleave.Tensor:
-        return 0 if kwargs.get("output_size") is not None else 1
+    if func is aten.repeat_interleave.Tensor:  # CUDA reads the total and checks the repeats: 2 reads
+        return 0 if kwargs.get("output_size") is not None else 2
     if func in _INDEX_OPS:
         return 1 if len(args) > 1 and _is_bool_index(args[1]) else 0
     if func in _COPY_OPS:
@@ -223,7 +230,7 @@ class SyncCounter:
         torch.nn.functional.one_hot = self._orig_one_hot
         if self.cross_check:
             torch.cuda.set_sync_debug_mode(self._prev_debug_mode)
-            self.cuda_warnings += sum(1 for w in self._warn_log if "synchroniz" in str(w.message).lower())
+            self.cuda_warnings += sum(1 for w in self._warn_log if _SYNC_WARNING in str(w.message))
             self._warn_ctx.__exit__(*exc)
             self._warn_ctx = self._warn_log = None
         return False
