@@ -151,6 +151,16 @@ def diff_arms(a: pd.DataFrame, b: pd.DataFrame, kinds=("range", "kernel", "memcp
     return m.reindex(m["delta_ms"].abs().sort_values(ascending=False).index).reset_index(drop=True)
 
 
+def _select(events: pd.DataFrame, mask_fn) -> pd.DataFrame:
+    """Ranges matching `mask_fn`: their GPU projections when the trace has any, else the host ranges."""
+    for track in ("gpu", "host"):
+        r = ranges(events, track)
+        r = r[mask_fn(r)]
+        if len(r):
+            return r
+    return r
+
+
 def _layer_count(events: pd.DataFrame) -> int:
     r = ranges(events, "host")
     own = r[r["name"].str.match(r"^wb/L\d+/fwd$")]
@@ -164,8 +174,7 @@ def _per_layer_occurrence_ms(r: pd.DataFrame) -> float:
 def packing_inputs(events: pd.DataFrame) -> dict:
     """Inputs of the packing model (L-1)·s: L from the `wb/Lxx/fwd` ranges, s = median duration of the per-layer
     metadata builds (`wb/Lxx/attn/meta` ranges, GPU projection where present), and builds per step."""
-    r = ranges(events)
-    meta = r[r["part"] == "attn/meta"]
+    meta = _select(events, lambda r: r["part"] == "attn/meta")
     return {"L": _layer_count(events), "s_ms": _per_layer_occurrence_ms(meta),
             "builds_per_step": len(meta) / steps_in(events), "source": "wb/Lxx/attn/meta ranges"}
 
@@ -173,8 +182,7 @@ def packing_inputs(events: pd.DataFrame) -> dict:
 def offload_inputs(events: pd.DataFrame) -> dict:
     """Inputs of the offload model (L-1)·min(c,g): c = per-layer reload time (`wb/Lxx/reload` ranges, else the
     HtoD copies attributed to each layer's backward), g = per-layer backward time (`wb/Lxx/bwd`) minus c."""
-    r = ranges(events)
-    reload = r[r["part"] == "reload"]
+    reload = _select(events, lambda r: r["part"] == "reload")
     src = "wb/Lxx/reload ranges"
     if len(reload):
         c_ms = float(_ms(reload).median())
@@ -182,7 +190,7 @@ def offload_inputs(events: pd.DataFrame) -> dict:
         h2d = events[(events["kind"] == "memcpy") & (events["name"] == "HtoD") & events["layer"].notna()]
         src = "HtoD memcpy per layer"
         c_ms = float(_ms(h2d).groupby([h2d["layer"]]).sum().median()) / steps_in(events) if len(h2d) else float("nan")
-    bwd = r[(r["pass"] == "bwd") & r["name"].str.match(r"^wb/L\d+/bwd$")]
+    bwd = _select(events, lambda r: r["name"].str.match(r"^wb/L\d+/bwd$"))
     b_ms = float(_ms(bwd).median()) if len(bwd) else float("nan")
     return {"L": _layer_count(events), "c_ms": c_ms, "g_ms": b_ms - c_ms if c_ms == c_ms else b_ms,
             "bwd_ms": b_ms, "source": src}
@@ -191,9 +199,9 @@ def offload_inputs(events: pd.DataFrame) -> dict:
 def moe_inputs(events: pd.DataFrame) -> dict:
     """Inputs of the MoE routing model: L, the per-layer MLP (experts) time in forward and recompute, and the
     host-blocking syncs per layer per step with their total duration (what sync-free routing removes)."""
-    r = ranges(events)
-    mlp = r[r["part"] == "mlp"]
-    syncs = events[(events["kind"] == "sync") & events["layer"].notna()]
+    mlp = _select(events, lambda r: r["part"] == "mlp")
+    syncs = events[(events["kind"] == "sync") & events["layer"].notna()
+                   & ~events["name"].str.contains("wait", case=False)]
     n = steps_in(events)
     L = _layer_count(events)
     return {"L": L,

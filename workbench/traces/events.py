@@ -81,9 +81,9 @@ def attribute(df: pd.DataFrame) -> pd.DataFrame:
     """Fill layer / pass / part: by name for `wb/...` ranges, by nesting for host events on the same thread,
     and through the correlation id for GPU events. Returns the frame sorted by start."""
     df = df.sort_values(["start_ns", "end_ns"], ascending=[True, False], kind="stable").reset_index(drop=True)
-    layer = df["layer"].to_numpy(dtype=object).copy()
-    pass_ = df["pass"].to_numpy(dtype=object).copy()
-    part = df["part"].to_numpy(dtype=object).copy()
+    def col(c):  # None where missing (pandas may hold NaN)
+        return np.array([None if pd.isna(v) else v for v in df[c].to_numpy(dtype=object)], dtype=object)
+    layer, pass_, part = col("layer"), col("pass"), col("part")
     kinds = df["kind"].to_numpy()
     names = df["name"].to_numpy()
     starts, ends = df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
