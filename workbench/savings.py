@@ -7,6 +7,47 @@ from __future__ import annotations
 
 # --- packing ------------------------------------------------------------------------------------------------
 
+def packing_saving(layers: int, s_ms: float, *, checkpointing: bool = True, arm: str = "cached",
+                   measured_ms: float | None = None) -> dict:
+    """Packed-metadata caching vs per-layer rebuild: predicted saving per step (L-1)·s per rebuilding pass.
+
+    The `rebuild` arm builds the metadata in every layer of every pass that runs attention: the forward, plus
+    the recompute under checkpointing, so p = 2 with checkpointing, else 1, and L·p builds per step. `cached`
+    builds once per step (the recompute reuses the forward's build); `precomputed` builds on the CPU at collate
+    time, none inside the step:
+
+        builds removed   n = L·p - b,  b = 1 (cached) or 0 (precomputed)
+        predicted_ms     = n·s
+                         = (L-1)·s·p + (p-1)·s      for cached: the (L-1)·s per pass of the seed article, plus
+                                                    the recompute's first layer, which also hits the cache
+        implied_s_ms     = measured_ms / n
+
+    Inputs: L = decoder layers; `s_ms` = measured cost of one build, including the stall its syncs cause (e.g.
+    wall time of back-to-back builds with a sync after each, or the `wb/Lxx/attn/meta` ranges of a trace);
+    `measured_ms` = median step time of rebuild minus that of the arm (same batches, interleaved runs).
+    """
+    if layers <= 0:
+        raise ValueError(f"layers must be positive, got {layers}")
+    if s_ms < 0:
+        raise ValueError(f"s_ms must be non-negative, got {s_ms}")
+    if arm not in ("cached", "precomputed"):
+        raise ValueError(f"arm must be cached or precomputed, got {arm!r}")
+    passes = 2 if checkpointing else 1
+    builds_after = 1 if arm == "cached" else 0
+    removed = layers * passes - builds_after
+    predicted = removed * float(s_ms)
+    return {
+        "formula": "(L*p - b)*s = (L-1)*s*p + (p-1)*s  (b=1 cached, 0 precomputed: L*p*s)" if arm == "cached"
+        else "L*p*s  (precomputed: every in-step build removed)",
+        "predicted_ms": predicted,
+        "measured_ms": None if measured_ms is None else float(measured_ms),
+        "implied_s_ms": None if measured_ms is None else float(measured_ms) / removed,
+        "inputs": {"layers": layers, "s_ms": float(s_ms), "passes": passes, "checkpointing": checkpointing,
+                   "arm": arm, "builds_rebuild": layers * passes, "builds_arm": builds_after,
+                   "builds_removed": removed},
+    }
+
+
 # --- offload ------------------------------------------------------------------------------------------------
 
 def offload_saving(c_ms, g_ms, *, layers: int | None = None, measured_ms: float | None = None) -> dict:
