@@ -109,3 +109,33 @@ def reload_ms_from_bandwidth(nbytes: float, gb_per_s: float) -> float:
 
 
 # --- moe ----------------------------------------------------------------------------------------------------
+
+def moe_routing_saving(*, syncs_removed: float, stall_ms: float, launches_removed: float, launch_ms: float,
+                       measured_ms: float | None = None) -> dict:
+    """MoE routing arm vs HF's eager per-expert loop: predicted step-time saving from syncs and launches removed.
+
+    Between its syncs the eager loop is host-bound: each sync drains the GPU queue, then the GPU idles until the
+    host has issued the next kernel (the stall s), and the few small kernels issued before the next sync run at
+    the host's pace (c per launch). Removing them saves
+
+        predicted_ms = syncs_removed · stall_ms + launches_removed · launch_ms
+
+    Inputs, all measured per training step (forward + recompute + backward + optimizer) on the device that ran the
+    A/B: `syncs_removed` = syncs/step of the baseline minus the arm's (the sync counter); `stall_ms` = GPU idle per
+    sync, (time of n [tiny kernel + host read] - time of n queued tiny kernels) / n; `launches_removed` = kernel
+    launches/step of the baseline minus the arm's (aten ops on device tensors, counted in a separate untimed
+    step); `launch_ms` = host time per launch when host-bound, time of n queued tiny kernels / n. Either removal
+    may be negative (an arm that launches more is charged for it). Not modelled: GEMM efficiency (per-expert
+    matmuls vs one grouped GEMM) and memory traffic; they show up as `measured_ms - predicted_ms`.
+    `measured_ms` = baseline step time minus the arm's (medians over interleaved repetitions).
+    """
+    if stall_ms < 0 or launch_ms < 0:
+        raise ValueError("stall_ms and launch_ms must be non-negative")
+    predicted = float(syncs_removed) * float(stall_ms) + float(launches_removed) * float(launch_ms)
+    return {
+        "formula": "syncs_removed*stall_ms + launches_removed*launch_ms",
+        "predicted_ms": predicted,
+        "measured_ms": None if measured_ms is None else float(measured_ms),
+        "inputs": {"syncs_removed": syncs_removed, "stall_ms": stall_ms, "launches_removed": launches_removed,
+                   "launch_ms": launch_ms},
+    }

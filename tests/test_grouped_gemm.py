@@ -1,0 +1,121 @@
+"""The Triton grouped GEMM under TRITON_INTERPRET=1 (CPU tensors) against a float64 reference, forward and backward,
+and the `grouped` MoE arm with gemm="triton" against transformers' eager experts loop.
+
+`@triton.jit` reads TRITON_INTERPRET when a kernel is defined, so the variable is set before the kernel module is
+imported (and the module reloaded if another test imported it first); both are undone when this module's tests end.
+"""
+import importlib
+import os
+import sys
+
+import pytest
+import torch
+
+_PREV_INTERPRET = os.environ.get("TRITON_INTERPRET")
+os.environ["TRITON_INTERPRET"] = "1"
+_MOD = "workbench.kernels.grouped_gemm"
+if _MOD in sys.modules:
+    gg = importlib.reload(sys.modules[_MOD])
+else:
+    gg = importlib.import_module(_MOD)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _restore_env():
+    yield
+    if _PREV_INTERPRET is None:
+        os.environ.pop("TRITON_INTERPRET", None)
+    else:
+        os.environ["TRITON_INTERPRET"] = _PREV_INTERPRET
+    sys.modules.pop(_MOD, None)  # the next importer defines the kernels for its own environment
+
+
+TOL = {torch.float32: dict(atol=2e-5, rtol=2e-5), torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}
+
+# (name, counts per expert): empty experts, all rows on one expert, a single expert, E > 16 (padded expert vector),
+# row counts that are not multiples of the block size
+ROUTINGS = [
+    ("mixed_with_empty", [10, 0, 21, 0, 7]),
+    ("all_on_one", [0, 0, 33, 0]),
+    ("single_expert", [19]),
+    ("many_experts", [3, 0, 1, 0, 0, 5, 2, 0, 0, 1, 0, 4, 0, 0, 2, 0, 1, 3, 0, 1]),
+    ("first_and_last", [17, 0, 0, 16]),
+]
+
+
+def _ref_grouped(x, w, counts):
+    ends = torch.tensor(counts).cumsum(0).tolist()
+    starts = [0] + ends[:-1]
+    return torch.cat([x[s:e] @ w[i] for i, (s, e) in enumerate(zip(starts, ends))])
+
+
+def _operands(counts, K, N, dtype, transposed_w, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    S, E = sum(counts), len(counts)
+    x = torch.randn(S, K, generator=g).to(dtype)
+    if transposed_w:  # a transposed view, as for Qwen3-MoE's (E, out, in) experts
+        w = torch.randn(E, N, K, generator=g).to(dtype).transpose(1, 2)
+    else:
+        w = torch.randn(E, K, N, generator=g).to(dtype)
+    offs = torch.tensor(counts).cumsum(0).to(torch.int32)
+    dy = torch.randn(S, N, generator=g).to(dtype)
+    return x, w, offs, dy
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name, counts", ROUTINGS, ids=[r[0] for r in ROUTINGS])
+def test_triton_grouped_mm_matches_float64_forward_and_backward(name, counts, dtype):
+    K, N = 24, 40  # not multiples of the interpreter's 16-wide blocks
+    x, w, offs, dy = _operands(counts, K, N, dtype, transposed_w=(name == "mixed_with_empty"))
+    xt, wt = x.clone().requires_grad_(), w.detach().clone().requires_grad_()
+    y = gg.grouped_mm(xt, wt, offs)
+    y.backward(dy)
+    xd, wd = x.double().requires_grad_(), w.double().requires_grad_()
+    yd = _ref_grouped(xd, wd, counts)
+    yd.backward(dy.double())
+    assert y.dtype == dtype and xt.grad.dtype == dtype and wt.grad.dtype == dtype
+    torch.testing.assert_close(y.double(), yd.detach(), **TOL[dtype])
+    torch.testing.assert_close(xt.grad.double(), xd.grad, **TOL[dtype])
+    torch.testing.assert_close(wt.grad.double(), wd.grad, **TOL[dtype])
+    for e, c in enumerate(counts):  # experts with no rows get an exact zero weight gradient
+        if c == 0:
+            assert torch.equal(wt.grad[e], torch.zeros_like(wt.grad[e]))
+
+
+def test_stride_zero_gradient_and_no_weight_grad():
+    counts = [5, 0, 11]
+    x, w, offs, _ = _operands(counts, 16, 32, torch.float32, transposed_w=False, seed=1)
+    xt = x.clone().requires_grad_()
+    gg.grouped_mm(xt, w, offs).sum().backward()  # sum's backward hands over a stride-0 gradient
+    xd = x.double().requires_grad_()
+    _ref_grouped(xd, w.double(), counts).sum().backward()
+    torch.testing.assert_close(xt.grad.double(), xd.grad, **TOL[torch.float32])
+
+
+def test_matches_torch_grouped_mm_on_cpu():
+    counts = [7, 0, 9, 16]
+    x, w, offs, _ = _operands(counts, 32, 48, torch.float32, transposed_w=False, seed=2)
+    ref = torch._grouped_mm(x, w, offs=offs)
+    torch.testing.assert_close(gg.grouped_mm(x, w, offs), ref, **TOL[torch.float32])
+
+
+def test_bad_operands_are_rejected():
+    x, w, offs, _ = _operands([4, 4], 16, 16, torch.float32, transposed_w=False)
+    with pytest.raises(ValueError):
+        gg.grouped_mm(x, w.to(torch.bfloat16), offs)
+    with pytest.raises(ValueError):
+        gg.grouped_mm(x[:, :8], w, offs)
+    with pytest.raises(ValueError):
+        gg.grouped_mm(x, w, offs.float())
+
+
+@pytest.mark.parametrize("preset", ["tiny-gpt-oss", "tiny-qwen3-moe"])
+def test_grouped_arm_with_triton_gemm_matches_eager(preset):
+    from tests.test_moe import experts_module, routing, run_experts
+
+    mod = experts_module(preset, torch.float32, num_experts=6)
+    idx, wts = routing("random_with_empty", N=20, E=6, k=2, seed=5)
+    ref = run_experts(mod, "eager", idx, wts, seed=5)
+    out = run_experts(mod, "grouped", idx, wts, seed=5, gemm="triton")
+    for name in ref:
+        torch.testing.assert_close(out[name], ref[name], **TOL[torch.float32], msg=f"{preset} {name}")

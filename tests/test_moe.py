@@ -1,0 +1,259 @@
+"""MoE arms: same outputs and gradients as transformers' eager experts loop, exact syncs per MoE layer and pass,
+LoRA on the fused expert parameters, range errors, apply/revert, and the routing savings model.
+
+    # N = tokens, k = experts per token, E = experts, H = hidden
+"""
+import pytest
+import torch
+
+from workbench.errors import UnsupportedArm, WorkbenchError
+from workbench.opts import moe
+
+TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.bfloat16: dict(atol=3e-2, rtol=3e-2)}
+FAMILY_SYNCS_PER_EXPERT = {"tiny-gpt-oss": 7, "tiny-qwen3-moe": 5}
+
+
+# --- helpers (also used by test_grouped_gemm.py) ---------------------------------------------------------------
+
+def experts_module(preset: str, dtype: torch.dtype, num_experts: int = 8, seed: int = 0):
+    """A standalone HF experts module of a tiny preset, random weights (scaled so GPT-OSS's clamp engages)."""
+    from workbench.models import family_of, load_config
+
+    config = load_config(preset, experts_implementation="eager")
+    if family_of(config) == "gpt_oss":
+        from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts as cls
+        config.num_local_experts = num_experts
+    else:
+        from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts as cls
+        config.num_experts = num_experts
+    mod = cls(config)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in mod.named_parameters():
+            scale = 0.1 if name.endswith("bias") else 0.6 / p.shape[-2 if mod.is_transposed else -1] ** 0.5 * 8
+            p.copy_(torch.randn(p.shape, generator=g) * scale)
+    return mod.to(dtype)
+
+
+def routing(kind: str, N: int, E: int, k: int, seed: int = 0):
+    """(top_k_index (N,k), top_k_weights (N,k)) for a routing kind; ids distinct per token, as a top-k router's."""
+    g = torch.Generator().manual_seed(seed)
+    if kind == "random_with_empty":  # the last two experts get no token
+        pool = max(k, E - 2)
+        idx = torch.stack([torch.randperm(pool, generator=g)[:k] for _ in range(N)])
+    elif kind == "all_on_one":
+        idx = torch.full((N, k), E // 2, dtype=torch.long) + torch.arange(k)  # with k=1: every token on one expert
+    elif kind == "random":
+        idx = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(N)])
+    else:
+        raise ValueError(kind)
+    wts = torch.softmax(torch.randn(N, k, generator=g), dim=-1)
+    return idx, wts
+
+
+def run_experts(mod, arm: str, idx, wts, seed: int = 0, gemm: str = "auto") -> dict:
+    """Output and gradients (hidden, routing weights, every parameter) of one arm on one routing."""
+    g = torch.Generator().manual_seed(seed + 100)
+    dtype = next(mod.parameters()).dtype
+    N = idx.shape[0]
+    H = mod.gate_up_proj.shape[1] if mod.is_transposed else mod.gate_up_proj.shape[2]
+    hidden = torch.randn(N, H, generator=g).to(dtype).requires_grad_()
+    weights = wts.to(dtype).requires_grad_()
+    grad_out = torch.randn(N, H, generator=g).to(dtype)
+    mod.zero_grad(set_to_none=True)
+    if arm == "eager":
+        mod.config._experts_implementation = "eager"
+        out = mod(hidden, idx, weights)
+    elif arm == "sort_bincount":
+        out = moe.sort_bincount_experts_forward(mod, hidden, idx, weights)
+    else:
+        out = moe.grouped_experts_forward(mod, hidden, idx, weights, gemm=gemm)
+    out.backward(grad_out)
+    res = {"out": out.detach(), "d_hidden": hidden.grad, "d_weights": weights.grad}
+    res.update({f"d_{n}": p.grad for n, p in mod.named_parameters()})
+    return res
+
+
+def _assert_same(out: dict, ref: dict, dtype, what: str):
+    for name in ref:
+        r, o = ref[name].float(), out[name].float()
+        # bf16: tolerance relative to the tensor's scale (weight gradients sum many rounded products)
+        atol = TOL[dtype]["atol"] * (1.0 if dtype == torch.float32 else max(1.0, r.abs().max().item()))
+        torch.testing.assert_close(o, r, atol=atol, rtol=TOL[dtype]["rtol"], msg=lambda m: f"{what} {name}: {m}")
+
+
+# --- equivalence of the experts functions ------------------------------------------------------------------------
+
+CASES = [("random_with_empty", 2), ("all_on_one", 1), ("random", 1), ("random", 6)]  # k=6=E: every expert
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("preset", ["tiny-gpt-oss", "tiny-qwen3-moe"])
+def test_arms_match_eager_outputs_and_gradients(preset, dtype):
+    E = 6
+    mod = experts_module(preset, dtype, num_experts=E)
+    for kind, k in CASES:
+        idx, wts = routing(kind, N=24, E=E, k=k, seed=k)
+        ref = run_experts(mod, "eager", idx, wts, seed=k)
+        for arm, gemm in [("sort_bincount", "auto"), ("grouped", "auto"), ("grouped", "dense")]:
+            out = run_experts(mod, arm, idx, wts, seed=k, gemm=gemm)
+            _assert_same(out, ref, dtype, f"{preset} {kind} k={k} {arm}/{gemm}")
+
+
+def test_grouped_auto_picks_torch_grouped_mm_on_cpu_and_dense_for_float64():
+    x = torch.randn(8, 16)
+    w = torch.randn(2, 16, 32)
+    assert moe.resolve_gemm("auto", x, w) == "torch"
+    assert moe.resolve_gemm("auto", x.double(), w.double()) == "dense"
+    assert moe.resolve_gemm("auto", x[:, :3], w[:, :3]) == "dense"  # 12-byte rows: not 16-byte aligned
+    with pytest.raises(WorkbenchError):
+        moe.resolve_gemm("cutlass", x, w)
+
+
+def test_float64_runs_through_the_dense_fallback():
+    mod = experts_module("tiny-qwen3-moe", torch.float64, num_experts=4)
+    idx, wts = routing("random_with_empty", N=10, E=4, k=2)
+    ref = run_experts(mod, "eager", idx, wts)
+    out = run_experts(mod, "grouped", idx, wts)
+    for name in ref:
+        torch.testing.assert_close(out[name], ref[name])
+
+
+@pytest.mark.parametrize("arm", ["sort_bincount", "grouped"])
+@pytest.mark.parametrize("bad", [8, -1, 100])
+def test_out_of_range_router_ids_raise_workbench_error(arm, bad):
+    mod = experts_module("tiny-gpt-oss", torch.float32, num_experts=8)
+    idx, wts = routing("random", N=6, E=8, k=2)
+    idx[3, 1] = bad
+    fn = moe.sort_bincount_experts_forward if arm == "sort_bincount" else moe.grouped_experts_forward
+    with pytest.raises(WorkbenchError, match=r"outside \[0, 8\)"):
+        fn(mod, torch.randn(6, 64), idx, wts)
+
+
+# --- whole models: LoRA on experts, syncs per layer and pass -------------------------------------------------------
+
+def _model_and_batch(preset, experts_implementation="eager"):
+    from workbench.data import make_batches
+    from workbench.models import build_model
+
+    model = build_model(preset, experts_implementation=experts_implementation, layers=2)
+    batch = make_batches("uniform:3:40", 96, 1, model.config.vocab_size, seed=3)[0]
+    return model, batch
+
+
+def _loss_and_grads(model, batch):
+    from workbench.models import lora_parameters, model_inputs
+
+    model.zero_grad(set_to_none=True)
+    loss = model(**model_inputs(model, batch)).loss
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in lora_parameters(model)}
+
+
+@pytest.mark.parametrize("preset", ["tiny-gpt-oss", "tiny-qwen3-moe"])
+def test_lora_on_experts_trains_identically_under_every_arm(preset):
+    from workbench.opts import apply
+
+    model, batch = _model_and_batch(preset)
+    expert_lora = [n for n, _ in model.named_parameters() if "experts" in n and "lora_" in n]
+    assert expert_lora, "peft target_parameters put no LoRA on the fused expert parameters"
+    ref_loss, ref_grads = _loss_and_grads(model, batch)
+    assert all(ref_grads[n].abs().sum() > 0 for n in expert_lora)
+    for arm, opts in [("sort_bincount", {}), ("grouped", {}), ("grouped", {"gemm": "dense"})]:
+        handle = apply(model, "moe", arm, **opts)
+        loss, grads = _loss_and_grads(model, batch)
+        handle.revert()
+        torch.testing.assert_close(loss, ref_loss, **TOL[torch.float32])
+        assert grads.keys() == ref_grads.keys()
+        for n in ref_grads:
+            torch.testing.assert_close(grads[n], ref_grads[n], atol=1e-6, rtol=1e-4, msg=f"{arm} {opts} {n}")
+
+
+def _expert_hits(model):
+    """E_hit per layer, from the router outputs (forward hooks; counted after the sync counter closes)."""
+    from workbench.instrument.ranges import find_decoder_layers
+    hits = {}
+    for i, layer in enumerate(find_decoder_layers(model)):
+        router = getattr(layer.mlp, "router", None) or layer.mlp.gate
+
+        def hook(mod, inp, out, i=i):
+            hits[f"L{i:02d}"] = out[-1].detach().clone()
+        router.register_forward_hook(hook)
+    return hits
+
+
+@pytest.mark.parametrize("preset", ["tiny-gpt-oss", "tiny-qwen3-moe"])
+def test_syncs_per_moe_layer_and_pass(preset):
+    """eager 1 + c*E_hit (c = 7 GPT-OSS, 5 Qwen3-MoE), sort_bincount 1, grouped 0; in forward and in the recompute."""
+    from workbench.harness import enable_checkpointing
+    from workbench.instrument import SyncCounter, instrument_layers, state
+    from workbench.models import model_inputs
+    from workbench.opts import apply
+
+    model, batch = _model_and_batch(preset)
+    enable_checkpointing(model)
+    instrument_layers(model)
+    hits = _expert_hits(model)
+    per_expert = FAMILY_SYNCS_PER_EXPERT[preset]
+    for arm in moe.ARMS:
+        handle = apply(model, "moe", arm)
+        with SyncCounter(device_type="cpu") as c:
+            with state.phase(state.FORWARD):
+                loss = model(**model_inputs(model, batch)).loss
+            fwd_hits = {layer: int(torch.unique(t).numel()) for layer, t in hits.items()}
+            with state.phase(state.BACKWARD):
+                loss.backward()
+        handle.revert()
+        by = c.by("layer", "pass_")
+        assert len(fwd_hits) == 2
+        for layer, e_hit in fwd_hits.items():
+            want = {"eager": 1 + per_expert * e_hit, "sort_bincount": 1, "grouped": 0}[arm]
+            assert by.get((layer, "forward"), 0) == want, (arm, layer, by)
+            assert by.get((layer, "recompute"), 0) == want, (arm, layer, by)
+            assert by.get((layer, "backward"), 0) == 0, (arm, layer, by)
+
+
+# --- apply / revert / unsupported ------------------------------------------------------------------------------
+
+def test_apply_switches_and_revert_restores_the_experts_implementation():
+    from workbench.models import base_model_of
+    from workbench.opts import apply
+
+    model, _ = _model_and_batch("tiny-qwen3-moe", experts_implementation=None)
+    base = base_model_of(model)
+    before = base.config._experts_implementation
+    h = apply(model, "moe", "grouped", gemm="dense")
+    assert base.config._experts_implementation == "wb_grouped_dense" == h.info["experts_implementation"]
+    h.revert()
+    assert base.config._experts_implementation == before
+    with pytest.raises(WorkbenchError):
+        apply(model, "moe", "grouped", gemm="cutlass")
+    with pytest.raises(WorkbenchError):
+        apply(model, "moe", "sort_bincount", gemm="torch")
+    with pytest.raises(WorkbenchError):
+        apply(model, "moe", "fastest")
+
+
+def test_non_moe_model_is_unsupported():
+    from workbench.models import build_model
+
+    model = build_model("tiny-llama", layers=1, lora=False)
+    assert moe.unsupported("grouped", model, "cpu") is not None
+    with pytest.raises(UnsupportedArm):
+        moe.apply(model, "grouped")
+
+
+# --- the savings model -----------------------------------------------------------------------------------------
+
+def test_routing_savings_model_is_syncs_times_stall_plus_launches_times_cost():
+    from workbench.savings import moe_routing_saving as moe_routing
+
+    r = moe_routing(syncs_removed=1000, stall_ms=0.02, launches_removed=3000, launch_ms=0.005)
+    assert r["predicted_ms"] == pytest.approx(1000 * 0.02 + 3000 * 0.005)
+    assert r["inputs"] == {"syncs_removed": 1000, "stall_ms": 0.02, "launches_removed": 3000, "launch_ms": 0.005}
+    assert "stall" in r["formula"]
+    # an arm that adds launches (negative removal) is charged for them
+    assert moe_routing(syncs_removed=0, stall_ms=0.02, launches_removed=-10, launch_ms=0.01)["predicted_ms"] \
+        == pytest.approx(-0.1)
+    with pytest.raises(ValueError):
+        moe_routing(syncs_removed=1, stall_ms=-1.0, launches_removed=0, launch_ms=0.0)
