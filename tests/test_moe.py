@@ -30,7 +30,8 @@ def experts_module(preset: str, dtype: torch.dtype, num_experts: int = 8, seed: 
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in mod.named_parameters():
-            scale = 0.1 if name.endswith("bias") else 0.6 / p.shape[-2 if mod.is_transposed else -1] ** 0.5 * 8
+            fan_in = p.shape[-2 if mod.is_transposed else -1]
+            scale = 0.1 if name.endswith("bias") else 0.5 if "gate_up" in name else fan_in ** -0.5
             p.copy_(torch.randn(p.shape, generator=g) * scale)
     return mod.to(dtype)
 
@@ -77,8 +78,8 @@ def run_experts(mod, arm: str, idx, wts, seed: int = 0, gemm: str = "auto") -> d
 def _assert_same(out: dict, ref: dict, dtype, what: str):
     for name in ref:
         r, o = ref[name].float(), out[name].float()
-        # bf16: tolerance relative to the tensor's scale (weight gradients sum many rounded products)
-        atol = TOL[dtype]["atol"] * (1.0 if dtype == torch.float32 else max(1.0, r.abs().max().item()))
+        # tolerance relative to the tensor's scale (weight gradients sum many rounded products)
+        atol = TOL[dtype]["atol"] * max(1.0, r.abs().max().item())
         torch.testing.assert_close(o, r, atol=atol, rtol=TOL[dtype]["rtol"], msg=lambda m: f"{what} {name}: {m}")
 
 
@@ -105,7 +106,7 @@ def test_grouped_auto_picks_torch_grouped_mm_on_cpu_and_dense_for_float64():
     w = torch.randn(2, 16, 32)
     assert moe.resolve_gemm("auto", x, w) == "torch"
     assert moe.resolve_gemm("auto", x.double(), w.double()) == "dense"
-    assert moe.resolve_gemm("auto", x[:, :3], w[:, :3]) == "dense"  # 12-byte rows: not 16-byte aligned
+    assert moe.resolve_gemm("auto", torch.randn(8, 3), torch.randn(2, 3, 32)) == "dense"  # 12-byte rows
     with pytest.raises(WorkbenchError):
         moe.resolve_gemm("cutlass", x, w)
 
