@@ -247,8 +247,9 @@ class _OffloadedLayer(torch.autograd.Function):
         ctx.ctl, ctx.call = ctl, call
         ctx.rng = ctl.stash_rng(x)
         ctx.autocast = ctl.autocast_state(x)
-        out = call.fn(x)  # grad is off inside Function.forward: no activations kept
+        # queue the copy to the host first, so that it overlaps this layer's own compute
         ctx.entry = ctl.offload(call, x)
+        out = call.fn(x)  # grad is off inside Function.forward: no activations kept
         tensors, call.rebuild = _flatten(out)
         nondiff = [t for t in tensors if not (t.is_floating_point() or t.is_complex())]
         if nondiff:
