@@ -15,7 +15,8 @@ FAMILY_SYNCS_PER_EXPERT = {"tiny-gpt-oss": 7, "tiny-qwen3-moe": 5}
 
 # --- helpers (also used by test_grouped_gemm.py) ---------------------------------------------------------------
 
-def experts_module(preset: str, dtype: torch.dtype, num_experts: int = 8, seed: int = 0):
+def experts_module(preset: str, dtype: torch.dtype, num_experts: int = 8, seed: int = 0, hidden: int | None = None,
+                   inter: int | None = None):
     """A standalone HF experts module of a tiny preset, random weights (scaled so GPT-OSS's clamp engages)."""
     from workbench.models import family_of, load_config
 
@@ -26,6 +27,10 @@ def experts_module(preset: str, dtype: torch.dtype, num_experts: int = 8, seed: 
     else:
         from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts as cls
         config.num_experts = num_experts
+    if hidden is not None:
+        config.hidden_size = hidden
+    if inter is not None:
+        config.intermediate_size = config.moe_intermediate_size = inter
     mod = cls(config)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():

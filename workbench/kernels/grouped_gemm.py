@@ -15,7 +15,8 @@ Any strides work (torch's transposed expert views, stride-0 gradients). bf16, fp
 fp32; fp32 inputs use IEEE fp32 dot products unless `torch.backends.cuda.matmul.allow_tf32` is set.
 
 On a GPU the block sizes are autotuned per (K, N, dtype); under TRITON_INTERPRET=1 (CPU tensors, tests) fixed
-small blocks are used. Run: `python -m workbench.bench.moe --out DIR` benchmarks it against torch._grouped_mm.
+small blocks are used, and bf16/fp16 tiles are widened to fp32 before `tl.dot` (the interpreter of triton 3.9
+computes garbage for a bf16 `tl.dot`; the widening is exact, so results equal bf16 products accumulated in fp32). Run: `python -m workbench.bench.moe --out DIR` benchmarks it against torch._grouped_mm.
 """
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def _expert_tile(offs_ptr, pid_m, E, BLOCK_M: tl.constexpr, E_PAD: tl.constexpr)
 def _grouped_mm_kernel(x_ptr, w_ptr, y_ptr, offs_ptr, K, N, E,
                        s_xs, s_xk, s_we, s_wk, s_wn, s_ys, s_yn,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                       E_PAD: tl.constexpr, IEEE: tl.constexpr):
+                       E_PAD: tl.constexpr, IEEE: tl.constexpr, DOT_F32: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     e, row0, row_end = _expert_tile(offs_ptr, pid_m, E, BLOCK_M, E_PAD)
@@ -71,6 +72,8 @@ def _grouped_mm_kernel(x_ptr, w_ptr, y_ptr, offs_ptr, K, N, E,
         a = tl.load(x_ptr + rows64[:, None] * s_xs + k[None, :] * s_xk, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
         b = tl.load(w_ptr + e_safe * s_we + k[:, None] * s_wk + cols[None, :] * s_wn,
                     mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+        if DOT_F32:
+            a, b = a.to(tl.float32), b.to(tl.float32)
         if IEEE:
             acc += tl.dot(a, b, input_precision="ieee")
         else:
@@ -82,7 +85,8 @@ def _grouped_mm_kernel(x_ptr, w_ptr, y_ptr, offs_ptr, K, N, E,
 @triton.jit
 def _grouped_dw_kernel(x_ptr, dy_ptr, dw_ptr, offs_ptr, K, N,
                        s_xs, s_xk, s_ds, s_dn, s_we, s_wk, s_wn,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, IEEE: tl.constexpr):
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, IEEE: tl.constexpr,
+                       DOT_F32: tl.constexpr):
     pid = tl.program_id(0)
     tiles_k = tl.cdiv(K, BLOCK_K)
     tiles_n = tl.cdiv(N, BLOCK_N)
@@ -104,6 +108,8 @@ def _grouped_dw_kernel(x_ptr, dy_ptr, dw_ptr, offs_ptr, K, N,
                      other=0.0)
         dy = tl.load(dy_ptr + rows64[:, None] * s_ds + cols[None, :] * s_dn, mask=row_ok[:, None] & col_ok[None, :],
                      other=0.0)
+        if DOT_F32:
+            xt, dy = xt.to(tl.float32), dy.to(tl.float32)
         if IEEE:
             acc += tl.dot(xt, dy, input_precision="ieee")
         else:
@@ -163,11 +169,11 @@ def grouped_mm_fwd(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torc
     if INTERPRET:
         b = _INTERPRET_BLOCKS
         grid = (triton.cdiv(S, b["BLOCK_M"]) + E, triton.cdiv(N, b["BLOCK_N"]))
-        _fwd_kernel[grid](*args, E_PAD=e_pad, IEEE=_ieee(x.dtype), **b)
+        _fwd_kernel[grid](*args, E_PAD=e_pad, IEEE=_ieee(x.dtype), DOT_F32=True, **b)
     else:
         def grid(meta):
             return (triton.cdiv(S, meta["BLOCK_M"]) + E, triton.cdiv(N, meta["BLOCK_N"]))
-        _fwd_kernel[grid](*args, E_PAD=e_pad, IEEE=_ieee(x.dtype))
+        _fwd_kernel[grid](*args, E_PAD=e_pad, IEEE=_ieee(x.dtype), DOT_F32=False)
     return y
 
 
@@ -183,11 +189,11 @@ def grouped_mm_dw(x: torch.Tensor, dy: torch.Tensor, offs: torch.Tensor, E: int)
     if INTERPRET:
         b = _INTERPRET_BLOCKS
         grid = (E * triton.cdiv(K, b["BLOCK_K"]) * triton.cdiv(N, b["BLOCK_N"]),)
-        _dw_kernel[grid](*args, IEEE=_ieee(x.dtype), **b)
+        _dw_kernel[grid](*args, IEEE=_ieee(x.dtype), DOT_F32=True, **b)
     else:
         def grid(meta):
             return (E * triton.cdiv(K, meta["BLOCK_K"]) * triton.cdiv(N, meta["BLOCK_N"]),)
-        _dw_kernel[grid](*args, IEEE=_ieee(x.dtype))
+        _dw_kernel[grid](*args, IEEE=_ieee(x.dtype), DOT_F32=False)
     return dw
 
 
