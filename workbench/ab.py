@@ -38,7 +38,7 @@ HF_ATTN = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attent
 # default shapes: tiny presets on a CPU-only machine, real shapes (fewer layers where needed) on a GPU
 CPU_DEFAULTS = {"packing": dict(model="tiny-qwen3"), "offload": dict(model="tiny-qwen3"),
                 "moe": dict(model="tiny-gpt-oss"), "all": dict(model="tiny-qwen3-moe"),
-                "_run": dict(tokens=512, steps=3, warmup=1, reps=2)}
+                "_run": dict(tokens=256, steps=3, warmup=1, reps=2)}
 GPU_DEFAULTS = {"packing": dict(model="qwen3-0.6b", tokens=16384), "offload": dict(model="llama-3.1-8b", layers=8),
                 "moe": dict(model="gpt-oss-20b", layers=4, tokens=8192),
                 "all": dict(model="qwen3-30b-a3b", layers=8, tokens=8192),
@@ -137,20 +137,22 @@ def plan(args, device: torch.device) -> list[Comparison]:
                                 baseline=arms[0].label, optimized=arms[1].label if len(arms) > 1 else None,
                                 explicit_arms=bool(args.arms)))
     if args.attn is not None and args.attn not in HF_ATTN:
-        backends = set(getattr(opts_registry.module("packing"), "BACKENDS", ())) if "packing" in opts_registry.OPTS \
-            and _has_module("packing") else set()
+        backends = set(_packing_backends())
         if args.attn not in backends:
             raise WorkbenchError(f"unknown attention backend {args.attn!r}; choose from "
                                  f"{', '.join(sorted(set(HF_ATTN) | backends))}")
     return comps
 
 
-def _has_module(opt: str) -> bool:
+def _module_or_none(opt: str):
     try:
-        opts_registry.module(opt)
-        return True
-    except Exception:
-        return False
+        return opts_registry.module(opt)
+    except Exception:  # noqa: BLE001 - a module still being written must not break the others
+        return None
+
+
+def _packing_backends() -> tuple:
+    return tuple(getattr(_module_or_none("packing"), "BACKENDS", ()))
 
 
 # --- one arm ------------------------------------------------------------------------------------------------
@@ -166,14 +168,15 @@ def _filter_kwargs(fn, options: dict) -> dict:
 
 
 def apply_arms(model, arms: dict, options: dict | None = None):
-    """Apply {opt: arm} in order; returns a `Combined` handle (reverted in reverse order)."""
+    """Apply {opt: arm} in order; `options` = {opt: apply kwargs}. Returns a `Combined` handle (reverted in reverse
+    order); on an error the arms already applied are reverted."""
     handles = []
     try:
         for opt, arm in arms.items():
             mod = opts_registry.module(opt)
             if arm not in mod.ARMS:
                 raise WorkbenchError(f"unknown arm {arm!r} for --opt {opt}; arms: {', '.join(mod.ARMS)}")
-            handles.append(mod.apply(model, arm, **_filter_kwargs(mod.apply, options or {})))
+            handles.append(mod.apply(model, arm, **_filter_kwargs(mod.apply, (options or {}).get(opt, {}))))
     except BaseException:
         for h in reversed(handles):
             h.revert()
@@ -181,9 +184,10 @@ def apply_arms(model, arms: dict, options: dict | None = None):
     return opts_registry.Combined(handles)
 
 
-def unsupported_reason(model, arms: dict, device) -> str | None:
+def unsupported_reason(model, arms: dict, device, options: dict | None = None) -> str | None:
     for opt, arm in arms.items():
-        why = opts_registry.module(opt).unsupported(arm, model, device)
+        mod = opts_registry.module(opt)
+        why = mod.unsupported(arm, model, device, **_filter_kwargs(mod.unsupported, (options or {}).get(opt, {})))
         if why:
             return f"{opt}={arm}: {why}"
     return None
@@ -267,10 +271,16 @@ class Runner:
         return model
 
     def options(self, cmp: Comparison) -> dict:
-        o = {}
-        if cmp.attn is not None:
-            o["attn"] = cmp.attn
-            o["backend"] = cmp.attn
+        """{opt: keyword arguments of its apply / unsupported}: the packing backend from --attn; one pinned host
+        pool per comparison for offload (pinned once, not once per repetition)."""
+        o: dict = {}
+        if cmp.attn is not None and cmp.attn in _packing_backends():
+            o["packing"] = {"backend": cmp.attn}
+        pool_cls = getattr(_module_or_none("offload"), "HostPool", None)
+        if pool_cls is not None:
+            if getattr(cmp, "_host_pool", None) is None:
+                cmp._host_pool = pool_cls(pin=self.device.type == "cuda")
+            o["offload"] = {"host_pool": cmp._host_pool}
         return o
 
     def run_arm_steps(self, model, cpu_batches, spec: ArmSpec, cmp, *, steps, warmup, on_step=None, ranges=None,
@@ -287,7 +297,7 @@ class Runner:
                                cross_check=self.args.cross_check, inputs_fn=handle.inputs_fn, on_step=on_step)
             info = {}
             for h in handle.handles:
-                info.update({f"{h.opt}.{k}": v for k, v in (h.info or {}).items()})
+                info.update({f"{h.opt}.{k}": v for k, v in (h.info or {}).items() if _plain(v)})
             return recs, info
         finally:
             handle.revert()
@@ -324,7 +334,7 @@ class Runner:
             for o in list(opts_registry.OPTS):
                 why = None
                 for spec in cmp.arms:
-                    why = why or _safe_unsupported(o, spec.arms[o], model, self.device)
+                    why = why or unsupported_reason(model, {o: spec.arms[o]}, self.device, self.options(cmp))
                 if why:
                     cmp.excluded[o] = why
             for spec in cmp.arms:
@@ -336,7 +346,8 @@ class Runner:
         arm_status: dict[str, dict] = {}
         runnable = []
         for spec in cmp.arms:
-            why = unsupported_reason(model, spec.arms, self.device) if spec.arms else "no optimization left to apply"
+            why = unsupported_reason(model, spec.arms, self.device, self.options(cmp)) if spec.arms \
+                else "no optimization left to apply"
             if why is None:
                 runnable.append(spec)
                 arm_status[spec.label] = {"status": "ok"}
@@ -428,7 +439,19 @@ class Runner:
         if o is not None and b["step_ms"] and o["step_ms"]:
             out["speedup"] = b["step_ms"] / o["step_ms"]
             out["savings_model"]["measured_ms"] = b["step_ms"] - o["step_ms"]
-        out["savings_model"] = self.savings(cmp, events.get(cmp.baseline), out["savings_model"], L)
+        measured_inputs = {}
+        if cmp.opt == "offload" and events.get(cmp.baseline) is None \
+                and arm_status.get(cmp.baseline, {}).get("status") == "ok":
+            try:
+                spec = next(s for s in cmp.arms if s.label == cmp.baseline)
+                mi = self.offload_measuring_pass(model, cpu_batches, cmp, spec, reset_weights)
+                if mi:
+                    measured_inputs["offload"] = mi
+            except Exception as e:  # noqa: BLE001 - the model's inputs are optional; the timings stand
+                self._progress(f"{tag} offload measuring pass failed: {type(e).__name__}: {e}")
+            finally:
+                _free(self.device)
+        out["savings_model"] = self.savings(cmp, events.get(cmp.baseline), out["savings_model"], L, measured_inputs)
         ran_all = all(arm_status[s.label]["status"] in ("ok", "skipped") for s in cmp.arms)
         out["equivalent"] = bool(ran_all and equiv and all(
             equiv.get(s.label, {}).get("equivalent", False) for s in cmp.arms if arm_status[s.label]["status"] == "ok"))
@@ -498,33 +521,71 @@ class Runner:
         return d
 
     # -- savings models --------------------------------------------------------------------------------------
-    def savings(self, cmp, base_events, sm: dict, L: int) -> dict:
+    def savings(self, cmp, base_events, sm: dict, L: int, measured_inputs: dict | None = None) -> dict:
+        """Fill the savings model: inputs from the baseline arm's trace (any opt), else from a measuring pass
+        (offload's per-layer reload / compute timers); predicted_ms stays null, with a reason, without inputs."""
         from workbench.traces import INPUTS
 
         opts_here = [cmp.opt] if cmp.opt != "all" else [o for o in opts_registry.OPTS if o not in cmp.excluded]
-        if base_events is None:
-            sm["reason"] = "the savings inputs are measured from a trace: run with --trace torch or --trace nsys"
-            return sm
-        preds, parts = [], {}
+        measured_inputs = measured_inputs or {}
+        parts = {}
         for o in opts_here:
-            inputs = INPUTS[o](base_events)
-            pred = call_savings(o, inputs)
-            parts[o] = pred
-            preds.append(pred.get("predicted_ms"))
+            if base_events is not None:
+                inputs = INPUTS[o](base_events)
+            elif o in measured_inputs:
+                inputs = measured_inputs[o]
+            else:
+                parts[o] = {"formula": FORMULAS[o], "predicted_ms": None, "inputs": {},
+                            "reason": "the savings inputs are measured from a trace: run with --trace torch or nsys"}
+                continue
+            parts[o] = call_savings(o, inputs, measured_ms=sm.get("measured_ms") if cmp.opt == o else None)
         if cmp.opt == "all":
+            preds = [p.get("predicted_ms") for p in parts.values()]
             sm["inputs"] = {o: p.get("inputs") for o, p in parts.items()}
-            sm["parts"] = parts
+            sm["parts"] = {o: {k: v for k, v in p.items() if k != "inputs"} for o, p in parts.items()}
             sm["predicted_ms"] = sum(preds) if preds and all(p is not None for p in preds) else None
             if sm["predicted_ms"] is None:
                 sm["reason"] = "; ".join(f"{o}: {p['reason']}" for o, p in parts.items() if p.get("reason"))
         else:
             p = parts[cmp.opt]
-            sm["formula"] = p.get("formula", sm["formula"])
-            sm["inputs"] = p.get("inputs", {})
-            sm["predicted_ms"] = p.get("predicted_ms")
-            if p.get("reason"):
-                sm["reason"] = p["reason"]
+            for k, v in p.items():
+                if k != "measured_ms":
+                    sm[k] = v
         return sm
+
+    def offload_measuring_pass(self, model, cpu_batches, cmp, spec, reset_weights) -> dict | None:
+        """Per-layer c (reload) and g (recompute + backward) of the blocking arm from offload's own timers
+        (`apply(..., timing=True)`, a separate pass): the offload model's inputs without a trace."""
+        mod = _module_or_none("offload")
+        if mod is None or not hasattr(mod, "layer_times_ms") or "timing" not in inspect.signature(mod.apply).parameters:
+            return None
+        from workbench.data import to_device
+        from workbench.harness import train_steps
+
+        reset_weights()
+        opts = self.options(cmp)
+        opts.setdefault("offload", {})["timing"] = True
+        handle = apply_arms(model, spec.arms, opts)
+        try:
+            h = next(x for x in handle.handles if x.opt == "offload")
+            batches = to_device(_fresh(cpu_batches), self.device, prepare=handle.prepare_batch)
+            steps = max(2, min(self.args.steps, 3))
+            train_steps(model, batches, steps=max(self.args.warmup, 1), count_syncs=False, inputs_fn=handle.inputs_fn)
+            mod.layer_times_ms(h)  # drop the warmup's rows
+            train_steps(model, batches, steps=steps, count_syncs=False, inputs_fn=handle.inputs_fn)
+            rows = mod.layer_times_ms(h)
+        finally:
+            handle.revert()
+        if not rows:
+            return None
+        import statistics
+        by_layer: dict = {}
+        for r in rows:
+            by_layer.setdefault(r["layer"], []).append(r)
+        layers = sorted(by_layer)
+        c = [statistics.median(r["reload_ms"] for r in by_layer[i]) for i in layers]
+        g = [statistics.median(r["compute_ms"] for r in by_layer[i]) for i in layers]
+        return {"c_ms": c, "g_ms": g, "layers": len(layers), "source": f"offload timers of {spec.label} ({steps} steps)"}
 
     # -- traces ----------------------------------------------------------------------------------------------
     def torch_traces(self, model, cpu_batches, cmp, runnable, arm_status, reset_weights, env) -> dict:
@@ -598,8 +659,15 @@ class Runner:
         return events
 
 
-def _safe_unsupported(opt, arm, model, device):
-    return opts_registry.module(opt).unsupported(arm, model, device)
+def _plain(v) -> bool:
+    """JSON-friendly values only (handles may keep live objects in their info)."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return True
+    if isinstance(v, (list, tuple)):
+        return all(_plain(x) for x in v)
+    if isinstance(v, dict):
+        return all(isinstance(k, str) and _plain(x) for k, x in v.items())
+    return False
 
 
 def _safe(label: str) -> str:
@@ -612,14 +680,14 @@ def _free(device) -> None:
         torch.cuda.empty_cache()
 
 
-def call_savings(opt: str, inputs: dict) -> dict:
-    """The opt's savings model from `workbench.savings` (a function named `<opt>_savings` or `<opt>`), called with
-    the trace-measured inputs it accepts; a dict with formula / predicted_ms / inputs (and `reason` when the model
-    or an input is missing)."""
+def call_savings(opt: str, inputs: dict, measured_ms: float | None = None) -> dict:
+    """The opt's savings model from `workbench.savings` (named `<opt>_saving[s]`, `predict_<opt>` or `<opt>`),
+    called with the measured inputs it accepts; a dict with formula / predicted_ms / inputs (and `reason` when
+    the model or an input is missing)."""
     from workbench import savings
 
     fn = None
-    for name in (f"{opt}_savings", f"{opt}_saving", f"predict_{opt}", opt):
+    for name in (f"{opt}_saving", f"{opt}_savings", f"predict_{opt}", opt):
         cand = getattr(savings, name, None)
         if callable(cand):
             fn = cand
@@ -628,19 +696,17 @@ def call_savings(opt: str, inputs: dict) -> dict:
     if fn is None:
         return {**base, "reason": f"no {opt} savings model in workbench.savings yet"}
     missing = [k for k, v in inputs.items() if isinstance(v, float) and v != v]
-    kwargs = _filter_kwargs(fn, inputs)
+    if missing:
+        return {**base, "reason": f"inputs not found in the trace: {', '.join(missing)}"}
+    kwargs = _filter_kwargs(fn, {**inputs, "measured_ms": measured_ms})
     try:
         res = fn(**kwargs)
     except Exception as e:  # noqa: BLE001 - a model that cannot take these inputs is reported, not fatal
-        return {**base, "reason": f"{fn.__name__}({', '.join(kwargs)}) failed: {type(e).__name__}: {e}"
-                + (f" (inputs not in the trace: {', '.join(missing)})" if missing else "")}
+        return {**base, "reason": f"{fn.__name__}({', '.join(kwargs)}) failed: {type(e).__name__}: {e}"}
     if not isinstance(res, dict):
         res = {"predicted_ms": float(res)}
     out = {**base, **res}
     out["inputs"] = {**inputs, **(res.get("inputs") or {})}
-    if out.get("predicted_ms") is not None and out["predicted_ms"] != out["predicted_ms"]:
-        out["predicted_ms"] = None
-        out["reason"] = f"inputs not in the trace: {', '.join(missing) or 'unknown'}"
     return out
 
 
@@ -658,7 +724,7 @@ def capture_child(args, device) -> int:
                      arms=[ArmSpec("capture", arms)], baseline="capture", optimized=None)
     r = Runner(args, device, writer=None)
     model = r.build(cmp)
-    why = unsupported_reason(model, arms, device)
+    why = unsupported_reason(model, arms, device, r.options(cmp))
     if why:
         raise UnsupportedArm(why)
     cpu_batches = make_batches(args.lengths, args.tokens, max(1, min(args.steps + args.warmup, 4)),

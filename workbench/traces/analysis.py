@@ -175,7 +175,8 @@ def packing_inputs(events: pd.DataFrame) -> dict:
     """Inputs of the packing model (L-1)·s: L from the `wb/Lxx/fwd` ranges, s = median duration of the per-layer
     metadata builds (`wb/Lxx/attn/meta` ranges, GPU projection where present), and builds per step."""
     meta = _select(events, lambda r: r["part"] == "attn/meta")
-    return {"L": _layer_count(events), "s_ms": _per_layer_occurrence_ms(meta),
+    L = _layer_count(events)
+    return {"L": L, "layers": L, "s_ms": _per_layer_occurrence_ms(meta),
             "builds_per_step": len(meta) / steps_in(events), "source": "wb/Lxx/attn/meta ranges"}
 
 
@@ -192,7 +193,8 @@ def offload_inputs(events: pd.DataFrame) -> dict:
         c_ms = float(_ms(h2d).groupby([h2d["layer"]]).sum().median()) / steps_in(events) if len(h2d) else float("nan")
     bwd = _select(events, lambda r: r["name"].str.match(r"^wb/L\d+/bwd$"))
     b_ms = float(_ms(bwd).median()) if len(bwd) else float("nan")
-    return {"L": _layer_count(events), "c_ms": c_ms, "g_ms": b_ms - c_ms if c_ms == c_ms else b_ms,
+    L = _layer_count(events)
+    return {"L": L, "layers": L, "c_ms": c_ms, "g_ms": b_ms - c_ms if c_ms == c_ms else b_ms,
             "bwd_ms": b_ms, "source": src}
 
 
@@ -204,7 +206,7 @@ def moe_inputs(events: pd.DataFrame) -> dict:
                    & ~events["name"].str.contains("wait", case=False)]
     n = steps_in(events)
     L = _layer_count(events)
-    return {"L": L,
+    return {"L": L, "layers": L,
             "mlp_fwd_ms": float(_ms(mlp[mlp["pass"] == "fwd"]).median()) if len(mlp) else float("nan"),
             "mlp_recompute_ms": float(_ms(mlp[mlp["pass"] == "recompute"]).median()) if len(mlp) else float("nan"),
             "syncs_per_layer": len(syncs) / n / L if L else float("nan"),
