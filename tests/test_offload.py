@@ -359,7 +359,8 @@ def test_bench_smoke(tmp_path):
     if importlib.util.find_spec("workbench.bench.offload") is None:
         pytest.skip("no benchmark module")
     env = dict(os.environ, PYTHONPATH=REPO)
-    r = subprocess.run([sys.executable, "-m", "workbench.bench.offload", "--smoke", "--out", str(tmp_path)],
+    r = subprocess.run([sys.executable, "-m", "workbench.bench.offload", "--smoke", "--configs", "tiny-qwen3:2:128",
+                        "--out", str(tmp_path)],
                        capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
     assert r.returncode == 0, r.stderr[-3000:]
     for f in ("steps.csv", "summary.csv", "layers.csv", "summary.json"):

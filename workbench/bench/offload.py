@@ -18,9 +18,10 @@ For each config (model, L, T), in this order:
 4. the savings model: predicted = sum_{i=1}^{L-1} min(c_{i-1}, g_i), measured = median step (sync_reload) -
    median step (double_buffer), overlap efficiency = measured / predicted.
 Batches are one document of T tokens by default (`--lengths single`: SDPA runs causal, without a T x T mask);
-any data.py length spec works (`--lengths lognormal:6.2:0.8:16`). Configs start only while the elapsed time is
-under `--budget-s` (the rest are recorded as skipped). Writes DIR/steps.csv (long format), summary.csv (one row
-per config and arm), layers.csv (c and g per layer), summary.json; prints a short table last.
+any data.py length spec works (`--lengths lognormal:6.2:0.8:16`). A config starts only when the time spent plus
+its estimate (scaled from the last finished config) stays under `--budget-s` (else it is recorded as skipped).
+Writes DIR/steps.csv (long format), summary.csv (one row per config and arm), layers.csv (c and g per layer),
+summary.json (after every config, so a run cut short keeps what it measured); prints a short table last.
 """
 from __future__ import annotations
 
@@ -134,7 +135,11 @@ def _check(model, batch, device, arms) -> dict:
     from workbench.models import lora_parameters, model_inputs
     from workbench.opts import offload
     grads, out = {}, {}
-    for arm in arms:
+    # no_offload twice: whether the kernels are deterministic at all (flash-attention backward may not be), so a
+    # non-bitwise offload arm can be read against the run-to-run difference
+    runs = list(arms) + (["no_offload_repeat"] if "no_offload" in arms else [])
+    for key in runs:
+        arm = "no_offload" if key == "no_offload_repeat" else key
         h = offload.apply(model, arm)
         try:
             model.zero_grad(set_to_none=True)
@@ -144,18 +149,18 @@ def _check(model, batch, device, arms) -> dict:
                     loss = model(**model_inputs(model, batch)).loss
                 with state.phase(state.BACKWARD):
                     loss.backward()
-            grads[arm] = {n: p.grad.detach().clone() for n, p in lora_parameters(model)}
-            out[arm] = {"status": "ok", "loss": float(loss.detach().float().item()), "syncs": counter.total,
+            grads[key] = {n: p.grad.detach().clone() for n, p in lora_parameters(model)}
+            out[key] = {"status": "ok", "loss": float(loss.detach().float().item()), "syncs": counter.total,
                         "cuda_sync_warnings": counter.cuda_warnings if counter.cross_check else None}
         except Exception as e:  # noqa: BLE001 - an OOM is a result here
             if not _is_oom(e):
                 raise
-            out[arm] = {"status": "oom", "error": str(e).splitlines()[0][:200]}
+            out[key] = {"status": "oom", "error": str(e).splitlines()[0][:200]}
         finally:
             h.revert()
             model.zero_grad(set_to_none=True)
             _cleanup(device)
-    for arm in arms:
+    for arm in runs:
         if arm not in grads:
             continue
         for ref in ("no_offload", "none"):
@@ -349,7 +354,31 @@ def _table(results) -> str:
             vram = r.get("extra_vram_double_vs_sync_mib")
             vram = "" if vram is None or vram != vram else f", {vram:+.0f} MiB peak"
             lines.append(f"{'':<26} double_buffer vs sync_reload: x{r['speedup_double_vs_sync']:.4f} steps/s{vram}")
+        chk = r.get("check") or {}
+        if chk:
+            eq = ", ".join(f"{k} {v.get('grads_equal_no_offload', v.get('status'))}" for k, v in chk.items()
+                           if k not in ("no_offload", "none"))
+            sy = ", ".join(f"{k} {v.get('syncs')}/{v.get('cuda_sync_warnings')}" for k, v in chk.items()
+                           if k != "no_offload_repeat")
+            lines.append(f"{'':<26} check: LoRA grads == no_offload: {eq}; syncs/step (counter/CUDA warnings): {sy}")
     return "\n".join(lines)
+
+
+def _hidden(name: str) -> int | None:
+    from workbench.models import PRESETS
+    p = PRESETS.get(name)
+    return p.config.get("hidden_size") if p else None
+
+
+def _estimate_s(last, name, L, T, new_model: bool) -> float:
+    """Rough seconds a config will take, scaled from the last finished one (tokens^1.3 for attention, hidden^2
+    for the matmuls, layers); 0 when nothing finished yet (the first config always runs)."""
+    if last is None:
+        return 0.0
+    wall, t0, h0, l0 = last
+    h = _hidden(name)
+    scale = (T / t0) ** 1.3 * (L / l0) * ((h / h0) ** 2 if h and h0 else 1.0)
+    return wall * scale + (30.0 if new_model else 0.0)
 
 
 def main(argv=None) -> int:
@@ -364,7 +393,8 @@ def main(argv=None) -> int:
     p.add_argument("--attn", default=None, help="attention implementation (default: the family's)")
     p.add_argument("--check-tokens", type=int, default=4096, help="size of the equivalence check (0: skip)")
     p.add_argument("--min-free-mib", type=float, default=512.0)
-    p.add_argument("--budget-s", type=float, default=330.0, help="start no new config after this many seconds")
+    p.add_argument("--budget-s", type=float, default=400.0,
+                   help="start a config only when the time spent plus its estimate stays under this")
     p.add_argument("--device", default="auto")
     p.add_argument("--smoke", action="store_true", help="tiny CPU run (checks the script, not a result)")
     a = p.parse_args(argv)
@@ -377,7 +407,7 @@ def main(argv=None) -> int:
     if a.smoke:
         a.device = "cpu"
         a.configs = a.configs or ",".join(SMOKE_CONFIGS)
-        a.reps, a.steps, a.warmup, a.check_tokens = 2, 1, 1, 128
+        a.reps, a.steps, a.warmup, a.check_tokens, a.budget_s = 2, 1, 1, 128, float("inf")
     device = resolve_device(a.device)
     configs = [_parse_config(s) for s in (a.configs or ",".join(GPU_CONFIGS)).split(",") if s]
     a.arms = tuple(x for x in a.arms.split(",") if x)
@@ -389,11 +419,14 @@ def main(argv=None) -> int:
     host_pool = HostPool(pin=device.type == "cuda")
     results, out_rows, layer_rows = [], [], []
     model, model_key = None, None
+    last = None  # (wall_s, tokens, hidden, layers) of the last finished config: scales the next one's estimate
     for name, L, T in configs:
         elapsed = time.perf_counter() - t_start
-        if elapsed > a.budget_s:
+        est = _estimate_s(last, name, L, T, new_model=model_key != (name, L))
+        if elapsed + est > a.budget_s:
             results.append({"config": f"{name}:L{L}:T{T}", "model": name, "layers": L, "tokens": T,
-                            "status": "skipped", "reason": f"time budget ({elapsed:.0f} s > {a.budget_s:.0f} s)"})
+                            "status": "skipped", "reason": f"time budget: {elapsed:.0f} s spent + ~{est:.0f} s "
+                                                           f"estimated > {a.budget_s:.0f} s"})
             continue
         try:
             if model_key != (name, L):
@@ -413,6 +446,8 @@ def main(argv=None) -> int:
                    "status": "oom" if _is_oom(e) else "error", "reason": str(e).splitlines()[0][:300] if str(e) else type(e).__name__}
             _cleanup(device)
         results.append(res)
+        if res.get("wall_s"):
+            last = (res["wall_s"], T, _hidden(name), L)
         # write after every config: a run cut short keeps what it measured
         _write_csv(os.path.join(a.out, "steps.csv"), out_rows)
         _write_csv(os.path.join(a.out, "summary.csv"), _summary_rows(results, env))
