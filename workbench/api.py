@@ -1,0 +1,108 @@
+"""Public API: make a user's own Hugging Face model faster in their own Trainer or training loop.
+
+    from workbench import apply_optimizations
+    opt = apply_optimizations(model, packing="cached", offload="double_buffer", moe="sort_bincount")
+    trainer = Trainer(model=model, data_collator=DataCollatorWithFlattening(), ...)
+    trainer.train()
+    opt.revert()   # the model is as it was
+
+The same `apply` the A/B runner measures (`workbench.opts.<opt>.apply`); each argument is an arm name of that
+optimization (None leaves it alone). Packing needs packed batches with `position_ids` restarting at 0 in every
+document and batch size 1 (`DataCollatorWithFlattening`, TRL's padding-free collator). The `precomputed`
+packing arm builds its metadata at collate time: call `handle.prepare_batch` in your collator and pass
+`handle.inputs_fn(model, batch)` to the model; every other arm needs nothing but the model call.
+"""
+from __future__ import annotations
+
+import inspect
+
+from workbench import opts as _opts
+from workbench.errors import WorkbenchError
+
+ORDER = ("packing", "moe", "offload")
+"""Application order (reverted in reverse): attention, experts, then the checkpoint function."""
+
+
+class Optimizations(_opts.Combined):
+    """The applied optimizations: `revert()` undoes all of them; also a context manager.
+
+    `handles` ({opt: Handle}), `info` ({opt: what each arm reports}), `prepare_batch` / `inputs_fn` (for arms
+    that precompute at collate time)."""
+
+    def __init__(self, handles: list):
+        super().__init__(handles)
+        self.by_opt = {h.opt: h for h in handles}
+
+    @property
+    def info(self) -> dict:
+        return {h.opt: dict(h.info) for h in self.handles}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.revert()
+        return False
+
+    def __repr__(self) -> str:
+        return "Optimizations(" + ", ".join(f"{h.opt}={h.arm!r}" for h in self.handles) + ")"
+
+
+def _named_params(fn) -> set[str]:
+    ps = inspect.signature(fn).parameters
+    return {n for n, p in ps.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"model", "arm"}
+
+
+def apply_optimizations(model, packing: str | None = None, offload: str | None = None, moe: str | None = None,
+                        **options) -> Optimizations:
+    """Apply the chosen arm of each optimization to `model` (HF or peft-wrapped) in place.
+
+    packing: "rebuild" | "cached" | "precomputed" (or None); offload: "sync_reload" | "double_buffer" |
+    "no_offload" | "none"; moe: "eager" | "sort_bincount" | "grouped" (MoE models). `options` go to the `apply`
+    of the optimization that takes them (e.g. `backend="sdpa"` for packing, `min_free_mib=` for offload,
+    `gemm="triton"` for moe); `packing_options={...}` etc. pass them to one optimization explicitly.
+
+    Raises WorkbenchError for an unknown arm or option, or an arm this model / device cannot run; nothing stays
+    applied when it raises. Returns an `Optimizations` handle whose `revert()` undoes everything.
+    """
+    chosen = {"packing": packing, "offload": offload, "moe": moe}
+    per_opt = {o: dict(options.pop(f"{o}_options", None) or {}) for o in ORDER}
+    mods = {o: _opts.module(o) for o in ORDER if chosen[o] is not None}
+    if not mods:
+        raise WorkbenchError("apply_optimizations: choose at least one of packing=, offload=, moe=")
+    used = set()
+    for o, mod in mods.items():
+        for k in _named_params(mod.apply) & set(options):
+            per_opt[o].setdefault(k, options[k])
+            used.add(k)
+    unknown = set(options) - used
+    if unknown:
+        raise WorkbenchError(f"apply_optimizations: unknown options {', '.join(sorted(unknown))} for "
+                             f"{', '.join(mods)}")
+    try:
+        device = next(model.parameters()).device
+    except StopIteration:
+        raise WorkbenchError("apply_optimizations: the model has no parameters") from None
+    handles = []
+    try:
+        for o in ORDER:
+            if o not in mods:
+                continue
+            mod, arm = mods[o], chosen[o]
+            if arm not in mod.ARMS:
+                raise WorkbenchError(f"unknown {o} arm {arm!r}; arms: {', '.join(mod.ARMS)}")
+            u_kw = {k: v for k, v in per_opt[o].items() if k in _named_params(mod.unsupported)}
+            why = mod.unsupported(arm, model, device, **u_kw)
+            if why:
+                raise _opts_unsupported(f"{o}={arm}: {why}")
+            handles.append(mod.apply(model, arm, **per_opt[o]))
+    except BaseException:
+        for h in reversed(handles):
+            h.revert()
+        raise
+    return Optimizations(handles)
+
+
+def _opts_unsupported(msg: str):
+    from workbench.errors import UnsupportedArm
+    return UnsupportedArm(msg)
