@@ -1,0 +1,232 @@
+"""Run the benchmark suites and the A/B runs as one campaign, each in its own bounded subprocess.
+
+    python -m workbench.campaign --out DIR                      # every suite (on a GPU; --suite to pick)
+    python -m workbench.campaign --out DIR --suite packing      # packing | offload | moe | ab | ab_all |
+                                                                # ab_packing_nsys | all, or a comma list
+    python -m workbench.campaign --out DIR --dry-run            # print the commands, run nothing
+    python -m workbench.campaign --out DIR --smoke --suite ab   # tiny CPU versions (checks the plumbing)
+
+Jobs (each writes into its own folder of DIR):
+
+    packing          python -m workbench.bench.packing --out DIR/packing
+    offload          python -m workbench.bench.offload --out DIR/offload
+    moe              python -m workbench.bench.moe --out DIR/moe
+    ab_all           python -m workbench.ab --opt all --trace torch --out DIR/ab_all
+    ab_packing_nsys  python -m workbench.ab --opt packing --trace nsys --out DIR/ab_packing_nsys
+
+Each job runs with a wall-clock limit (`--timeout-s`, default 570 s: under the 10 minutes a GPU command may take);
+its stdout + stderr go to DIR/logs/<job>.log. DIR/commands.json records, rewritten after every job, the exact
+command, folder, status (ok / failed / timeout / skipped), exit code, wall time and the reason of a skip: a bench
+module that does not exist yet, or an nsys job without CUDA or nsys. `--smoke` passes `--smoke` to the bench
+modules and tiny flags to the A/B runs. Exit status 0 when every job that ran succeeded; the last stdout line is the
+commands.json object.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as _dt
+import importlib.util
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+DEFAULT_TIMEOUT_S = 570
+SUITES = {"packing": ["packing"], "offload": ["offload"], "moe": ["moe"], "ab": ["ab_all", "ab_packing_nsys"],
+          "ab_all": ["ab_all"], "ab_packing_nsys": ["ab_packing_nsys"],
+          "all": ["packing", "offload", "moe", "ab_all", "ab_packing_nsys"]}
+"""--suite name -> jobs, in run order."""
+
+AB_SMOKE = ["--device", "cpu", "--tokens", "128", "--steps", "1", "--warmup", "0", "--reps", "1"]
+"""Tiny flags of the A/B jobs under --smoke (tiny presets are the CPU default)."""
+
+
+@dataclasses.dataclass
+class Job:
+    name: str
+    """Job name; also the name of its folder in DIR."""
+    module: str
+    """The Python module it runs (`python -m MODULE`)."""
+    args: list
+    """Arguments after the module."""
+    out: str
+    """Its output folder."""
+    needs: str | None = None
+    """"cuda+nsys" for a job that needs a GPU and Nsight Systems."""
+
+    @property
+    def argv(self) -> list:
+        return [sys.executable, "-m", self.module, *self.args]
+
+    @property
+    def command(self) -> str:
+        """The command as a person would type it (python, not the interpreter's path)."""
+        return " ".join(shlex.quote(a) for a in ["python", "-m", self.module, *self.args])
+
+
+def plan(out: str, suite: str = "all", smoke: bool = False) -> list[Job]:
+    """The jobs of `suite` (a name of SUITES or a comma list), writing under `out`."""
+    names: list[str] = []
+    for s in [x.strip() for x in suite.split(",") if x.strip()]:
+        if s not in SUITES:
+            raise SystemExit(f"unknown suite {s!r}; choose from {', '.join(SUITES)}")
+        names += [n for n in SUITES[s] if n not in names]
+    jobs = []
+    for n in names:
+        d = os.path.join(out, n)
+        if n in ("packing", "offload", "moe"):
+            jobs.append(Job(n, f"workbench.bench.{n}", ["--out", d] + (["--smoke"] if smoke else []), d))
+        elif n == "ab_all":
+            jobs.append(Job(n, "workbench.ab", ["--opt", "all", "--trace", "torch", "--out", d]
+                            + (AB_SMOKE if smoke else []), d))
+        elif n == "ab_packing_nsys":
+            jobs.append(Job(n, "workbench.ab", ["--opt", "packing", "--trace", "nsys", "--out", d]
+                            + (AB_SMOKE if smoke else []), d, needs="cuda+nsys"))
+    return jobs
+
+
+def skip_reason(job: Job) -> str | None:
+    """Why `job` cannot run here (None: it can): a module that does not exist yet, or no CUDA / nsys."""
+    try:
+        spec = importlib.util.find_spec(job.module)
+    except (ImportError, ValueError) as e:
+        spec, err = None, f": {e}"
+    else:
+        err = ""
+    if spec is None:
+        return f"module {job.module} does not exist yet{err}"
+    if job.needs == "cuda+nsys":
+        if "--device" in job.args and job.args[job.args.index("--device") + 1] == "cpu":
+            return "--trace nsys needs a CUDA device (this is a --smoke run on the CPU)"
+        try:
+            import torch
+            cuda = torch.cuda.is_available()
+        except Exception:  # noqa: BLE001
+            cuda = False
+        if not cuda:
+            return "--trace nsys needs a CUDA device"
+        from workbench.traces.capture import nsys_path
+        if nsys_path() is None:
+            return "--trace nsys needs Nsight Systems (nsys on PATH or $NSYS; source .gpu/env.sh on the GPU image)"
+    return None
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_job(job: Job, log_path: str, timeout_s: float) -> dict:
+    """Run one job in its own process group with a wall-clock limit; its output goes to `log_path`."""
+    os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
+    t0 = time.perf_counter()
+    started = _dt.datetime.now().isoformat(timespec="seconds")
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    with open(log_path, "w") as log:
+        log.write(f"$ {job.command}\n")
+        log.flush()
+        proc = subprocess.Popen(job.argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout_s)
+            status = "ok" if rc == 0 else "failed"
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            rc, status = proc.returncode, "timeout"
+        except KeyboardInterrupt:
+            _kill_group(proc)
+            raise
+    return {"status": status, "rc": rc, "started": started, "wall_s": round(time.perf_counter() - t0, 2),
+            "timeout_s": timeout_s, "tail": _tail(log_path)}
+
+
+def _tail(path: str, n: int = 3) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            lines = [ln.rstrip() for ln in f if ln.strip()]
+        return " | ".join(lines[-n:])[-600:]
+    except OSError:
+        return ""
+
+
+def _record(job: Job, out: str, **extra) -> dict:
+    return {"name": job.name, "module": job.module, "command": job.command, "argv": job.args,
+            "out": os.path.relpath(job.out, out), "log": os.path.join("logs", f"{job.name}.log"), **extra}
+
+
+def _header(out: str, argv: list, smoke: bool) -> dict:
+    from workbench.results import git_sha, versions
+    return {"campaign": " ".join(shlex.quote(a) for a in ["python", "-m", "workbench.campaign", *argv]),
+            "out": os.path.abspath(out), "smoke": smoke, "git_sha": git_sha(), "versions": versions(),
+            "started": _dt.datetime.now().isoformat(timespec="seconds"), "jobs": []}
+
+
+def run(jobs: list[Job], out: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, argv=None, smoke: bool = False,
+        runner=run_job) -> dict:
+    """Run `jobs` in order, writing DIR/commands.json after each; returns its contents."""
+    from workbench.results import atomic_write_json
+
+    os.makedirs(out, exist_ok=True)
+    doc = _header(out, list(argv or []), smoke)
+    path = os.path.join(out, "commands.json")
+    for job in jobs:
+        why = skip_reason(job)
+        if why:
+            print(f"[campaign] skip {job.name}: {why}", file=sys.stderr, flush=True)
+            doc["jobs"].append(_record(job, out, status="skipped", reason=why))
+            atomic_write_json(path, doc)
+            continue
+        print(f"[campaign] {job.name}: {job.command}  (limit {timeout_s:.0f} s)", file=sys.stderr, flush=True)
+        doc["jobs"].append(_record(job, out, status="running"))
+        atomic_write_json(path, doc)
+        res = runner(job, os.path.join(out, "logs", f"{job.name}.log"), timeout_s)
+        doc["jobs"][-1].update(res)
+        print(f"[campaign] {job.name}: {res['status']} (exit {res['rc']}, {res['wall_s']:.0f} s)", file=sys.stderr,
+              flush=True)
+        atomic_write_json(path, doc)
+    doc["ended"] = _dt.datetime.now().isoformat(timespec="seconds")
+    atomic_write_json(path, doc)
+    return doc
+
+
+def main(argv=None) -> int:
+    from workbench.cli import emit_json
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = argparse.ArgumentParser(prog="python -m workbench.campaign", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="campaign folder (one subfolder per job, commands.json, logs/)")
+    p.add_argument("--suite", default="all", help=f"{' | '.join(SUITES)}, or a comma list (default all)")
+    p.add_argument("--smoke", action="store_true", help="tiny CPU versions: --smoke to bench modules, tiny A/B flags")
+    p.add_argument("--dry-run", action="store_true", help="print the commands (and why a job would be skipped)")
+    p.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, help="wall-clock limit per job (s)")
+    a = p.parse_args(argv)
+    if a.timeout_s <= 0:
+        raise SystemExit("--timeout-s must be positive")
+    jobs = plan(a.out, a.suite, a.smoke)
+    if a.dry_run:
+        for j in jobs:
+            why = skip_reason(j)
+            print(j.command + (f"    # skipped: {why}" if why else ""))
+        return 0
+    doc = run(jobs, a.out, timeout_s=a.timeout_s, argv=argv, smoke=a.smoke)
+    for j in doc["jobs"]:
+        extra = f"exit {j.get('rc')}, {j.get('wall_s', 0):.0f} s" if j["status"] != "skipped" else j.get("reason")
+        print(f"{j['name']:<16} {j['status']:<8} {extra}    {j['command']}")
+    emit_json(doc)
+    return 0 if all(j["status"] in ("ok", "skipped") for j in doc["jobs"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
