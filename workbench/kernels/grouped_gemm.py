@@ -29,6 +29,9 @@ import triton.language as tl
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 """Whether these kernels were defined for the interpreter (fixed at import, like `@triton.jit` itself)."""
 
+LAUNCHES = 0
+"""Kernel launches so far (benchmarks count launches; Triton's are not aten ops)."""
+
 
 @triton.jit
 def _expert_tile(offs_ptr, pid_m, E, BLOCK_M: tl.constexpr, E_PAD: tl.constexpr):
@@ -163,6 +166,8 @@ def grouped_mm_fwd(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torc
     y = torch.empty((S, N), dtype=x.dtype, device=x.device)
     if S == 0 or N == 0:
         return y
+    global LAUNCHES
+    LAUNCHES += 1
     e_pad = max(16, triton.next_power_of_2(E))
     args = (x, w, y, offs, K, N, E, x.stride(0), x.stride(1), w.stride(0), w.stride(1), w.stride(2),
             y.stride(0), y.stride(1))
@@ -184,6 +189,8 @@ def grouped_mm_dw(x: torch.Tensor, dy: torch.Tensor, offs: torch.Tensor, E: int)
     dw = torch.empty((E, K, N), dtype=x.dtype, device=x.device)
     if E == 0 or K == 0 or N == 0:
         return dw
+    global LAUNCHES
+    LAUNCHES += 1
     args = (x, dy, dw, offs, K, N, x.stride(0), x.stride(1), dy.stride(0), dy.stride(1),
             dw.stride(0), dw.stride(1), dw.stride(2))
     if INTERPRET:
