@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 
+pytest.importorskip("triton")
 _PREV_INTERPRET = os.environ.get("TRITON_INTERPRET")
 os.environ["TRITON_INTERPRET"] = "1"
 _MOD = "workbench.kernels.grouped_gemm"

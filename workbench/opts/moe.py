@@ -93,6 +93,14 @@ def _range_error(E: int, counted: int, S: int) -> WorkbenchError:
                           f"check the router (num_experts={E}) or the model config")
 
 
+def _device_assert(cond: torch.Tensor, msg: str) -> None:
+    """A device-side assert: no host read; a failure surfaces at the next sync as a CUDA error."""
+    try:
+        torch._assert_async(cond, msg)
+    except NotImplementedError:  # builds without the message overload on this device
+        torch._assert_async(cond)
+
+
 def _combine(self, y_SH, order_S, top_k_weights_Nk, N: int, k: int, dtype):
     """Routing weights, back to token order, sum over each token's k experts (deterministic; no atomics)."""
     if getattr(self, "has_post_expert_norm", False):
@@ -215,7 +223,7 @@ def grouped_experts_forward(self, hidden_states, top_k_index, top_k_weights, *, 
             if counted != S:
                 raise _range_error(E, counted, S)
         else:
-            torch._assert_async(offs_E[-1] == S, "MoE router returned expert ids outside [0, num_experts)")
+            _device_assert(offs_E[-1] == S, "MoE router returned expert ids outside [0, num_experts)")
     ids_safe_S = ids_sorted_S.clamp(0, E - 1)  # bias gathers stay in bounds even with checks off
     x_SH = hidden_states[order_S // k]
     w_up, b_up, w_down, b_down = _expert_params(self)
