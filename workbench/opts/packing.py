@@ -167,7 +167,7 @@ def flex_block_tensors_host(doc_lens: list[int], block: int = FLEX_BLOCK) -> dic
     i = torch.arange(nb).view(nb, 1)
     j = torch.arange(nb).view(1, nb)
     valid_QK = (j <= i) & (ql.view(1, nb) >= qf.view(nb, 1))
-    one_doc = qf == ql
+    one_doc = (qf == ql) & (last - first + 1 == block)  # a short last block is padded: never full
     full_QK = (j < i) & one_doc.view(nb, 1) & one_doc.view(1, nb) & (qf.view(nb, 1) == qf.view(1, nb))
     partial_QK = valid_QK & ~full_QK
 
