@@ -147,7 +147,7 @@ def test_tuple_output_and_keyword_tensors(requires_grad_input, n_buffers):
 
 def test_ten_steps_without_pinned_growth():
     model = build_model("tiny-qwen3", layers=3)
-    batches = make_batches("fixed:32", 128, 2, model.config.vocab_size)
+    batches = make_batches("fixed:16", 64, 2, model.config.vocab_size)
     h = offload.apply(model, "double_buffer")
     seen = []
     train_steps(model, batches, steps=10, warmup=0, count_syncs=False,
@@ -160,10 +160,10 @@ def test_ten_steps_without_pinned_growth():
 
 def test_varying_batch_shapes_grow_the_pool_only_to_the_largest():
     model = build_model("tiny-llama", layers=2)
-    batches = [make_batches(f"fixed:{n}", n, 1, model.config.vocab_size)[0] for n in (300, 1200, 700)]
+    batches = [make_batches(f"fixed:{n}", n, 1, model.config.vocab_size)[0] for n in (300, 1100, 700)]
     h = offload.apply(model, "double_buffer")
     seen = []
-    train_steps(model, batches, steps=9, warmup=0, count_syncs=False,
+    train_steps(model, batches, steps=6, warmup=0, count_syncs=False,
                 on_step=lambda r: seen.append((h.info["pinned_bytes"], h.info["pinned_buffers"])))
     h.revert()
     assert len(set(seen[2:])) == 1 and seen[-1][1] == 2, seen  # after the largest batch: no growth
@@ -175,7 +175,7 @@ def test_offload_adds_no_syncs():
     syncs = {}
     for arm in ("no_offload", "sync_reload", "double_buffer"):
         h = offload.apply(model, arm)
-        syncs[arm] = [r.syncs for r in train_steps(model, batches, steps=2, warmup=0)]
+        syncs[arm] = [r.syncs for r in train_steps(model, batches, steps=1, warmup=0)]
         h.revert()
     assert syncs["sync_reload"] == syncs["double_buffer"] == syncs["no_offload"], syncs
 
@@ -359,7 +359,7 @@ def test_bench_smoke(tmp_path):
     if importlib.util.find_spec("workbench.bench.offload") is None:
         pytest.skip("no benchmark module")
     env = dict(os.environ, PYTHONPATH=REPO)
-    r = subprocess.run([sys.executable, "-m", "workbench.bench.offload", "--smoke", "--configs", "tiny-qwen3:2:128",
+    r = subprocess.run([sys.executable, "-m", "workbench.bench.offload", "--smoke", "--configs", "tiny-qwen3:2:64",
                         "--out", str(tmp_path)],
                        capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -407,7 +407,7 @@ def main(argv=None) -> int:
     if a.smoke:
         a.device = "cpu"
         a.configs = a.configs or ",".join(SMOKE_CONFIGS)
-        a.reps, a.steps, a.warmup, a.check_tokens, a.budget_s = 2, 1, 1, 128, float("inf")
+        a.reps, a.steps, a.warmup, a.check_tokens, a.budget_s = 2, 1, 1, 64, float("inf")
     device = resolve_device(a.device)
     configs = [_parse_config(s) for s in (a.configs or ",".join(GPU_CONFIGS)).split(",") if s]
     a.arms = tuple(x for x in a.arms.split(",") if x)
