@@ -714,6 +714,29 @@ def l_sweep_fit(sweep: pd.DataFrame, x: str = "layers", y: str = "saving_ms", pr
     return pd.DataFrame(rows, columns=FIT_COLUMNS)
 
 
+def predicted_slopes(summary: pd.DataFrame, by=("bench", "model", "tokens")) -> dict:
+    """{group: predicted slope of saving vs L, ms per layer} from a benchmark summary, for `l_sweep_fit`: its
+    `predicted_slope_ms_per_layer` column, else `s_ms` times `passes` (2 with checkpointing when absent): the
+    (L-1)·s model removes one build per layer per rebuilding pass. Groups are labelled as in `l_sweep`."""
+    if summary is None or summary.empty:
+        return {}
+    keys = [k for k in by if k in summary]
+    out = {}
+    for key, g in (summary.groupby(keys, dropna=False, sort=False) if keys else [((), summary)]):
+        key = key if isinstance(key, tuple) else (key,)
+        label = " ".join(str(k) for k in key if k is not None and k == k) or "all"
+        if "predicted_slope_ms_per_layer" in g:
+            v = pd.to_numeric(g["predicted_slope_ms_per_layer"], errors="coerce").median()
+        elif "s_ms" in g:
+            passes = pd.to_numeric(g["passes"], errors="coerce").median() if "passes" in g else 2.0
+            v = pd.to_numeric(g["s_ms"], errors="coerce").median() * (passes if passes == passes else 2.0)
+        else:
+            continue
+        if v == v:
+            out[label] = float(v)
+    return out
+
+
 def l_sweep_figure(sweep: pd.DataFrame, fit: pd.DataFrame | None = None, visualize: bool = False):
     """Saving (ms) against L per group, with the fitted line of each group."""
     import plotly.express as px
@@ -744,8 +767,9 @@ _SYNC_SOURCE = re.compile(r"^syncs_by_source/(?P<source>.+)$")
 def syncs_attribution(profiles: str | None = None) -> pd.DataFrame:
     """Syncs per step attributed to layer / pass / source line, per arm, long format, from
     (a) results.csv rows `syncs_by_layer_pass/<layer>/<pass>`, `syncs_by_layer/<layer>`, `syncs_by_source/<src>`
-    (witness "counter"; averaged over the steps that recorded them), and (b) the sync events of every GPU trace
-    (witness "trace", `workbench.traces.sync_counts`, per step). Empty when neither is in the folder."""
+    (witness "counter"; averaged over the steps that recorded them), (b) benchmark summary columns named
+    `syncs_<layer>_<pass>` (e.g. moe's `syncs_L00_forward`; witness "counter"), and (c) the sync events of every GPU
+    trace (witness "trace", `workbench.traces.sync_counts`, per step). Empty when none is in the folder."""
     rows = []
     df = ab_results(profiles)
     if len(df):
@@ -817,7 +841,7 @@ def syncs_by_source(attr: pd.DataFrame, top: int = 15) -> pd.DataFrame:
 
 def count_syncs_live(opt: str = "packing", arms=None, model: str | None = None, tokens: int = 256, steps: int = 1,
                      layers: int | None = None, seed: int = 0) -> pd.DataFrame:
-    """Run a tiny CPU training step per arm with the dispatch-level sync counter and return its attribution, long
+    """Run a tiny CPU training step per arm (default: every arm of `opt`; arms a CPU cannot run raise) with the dispatch-level sync counter and return its attribution, long
     format (columns of `syncs_attribution`, witness "counter (live, CPU)"): rows by (layer, pass) and rows by source
     line. On a CPU the counter reports what would sync on CUDA. Seconds on the tiny presets; for notebooks whose
     profiles folder has no per-layer attribution."""
@@ -831,7 +855,7 @@ def count_syncs_live(opt: str = "packing", arms=None, model: str | None = None, 
     from workbench.models import build_model
 
     mod = registry.module(opt)
-    arms = list(arms or [mod.BASELINE, mod.OPTIMIZED])
+    arms = list(arms or mod.ARMS)
     name = model or CPU_DEFAULTS[opt]["model"]
     device = torch.device("cpu")
     m = build_model(name, layers=layers, device=device, seed=seed)
@@ -1185,3 +1209,66 @@ def show(fig, png: str | None = None) -> None:
 def no_data(what: str, profiles: str | None = None) -> str:
     """The line a notebook prints where a folder lacks a suite."""
     return f"no data for {what} in {_root_of(profiles)}"
+
+
+# --- more figures ------------------------------------------------------------------------------------------------
+
+def claims_figure(cvo: pd.DataFrame, visualize: bool = False):
+    """Claimed gain (bar: low..high) beside ours (points), per claim with a percent figure; `cvo` is
+    `claims_vs_ours(...)`."""
+    import plotly.graph_objects as go
+
+    d = cvo[cvo["claimed_low_pct"].notna()].copy()
+    d["claim_label"] = d["opt"] + " " + d["scope"] + " " + d["model"].fillna("").astype(str)
+    claims = d.drop_duplicates("claim_label")
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=claims["claim_label"], y=claims["claimed_high_pct"], name="claimed",
+                         hovertext=claims["claim"], opacity=0.5))
+    ours = d[d["ours_pct"].notna()]
+    if len(ours):
+        fig.add_trace(go.Scatter(x=ours["claim_label"], y=ours["ours_pct"], mode="markers", name="ours",
+                                 marker=dict(size=10),
+                                 hovertext=(ours["ours_model"].astype(str) + " L" + ours["layers"].astype(str) +
+                                            " T" + ours["tokens"].astype(str) + " " + ours["ours_gpu"].astype(str))))
+    fig.update_layout(title="claimed vs measured gain (%; baseline/optimized - 1)", yaxis_title="gain_pct")
+    if visualize:
+        fig.show()
+    return fig
+
+
+def overhead_figure(samples: pd.DataFrame, visualize: bool = False):
+    """Step times per instrumentation variant (box plot); `samples` is `overhead_samples(...)`."""
+    import plotly.express as px
+
+    fig = px.box(samples, x="variant", y="step_ms", color="run", points="all",
+                 title="instrumentation overhead: step_ms per variant")
+    if visualize:
+        fig.show()
+    return fig
+
+
+def syncs_figure(by_layer: pd.DataFrame, visualize: bool = False):
+    """Syncs per step per layer and arm (bars), one facet per optimization; `by_layer` is `syncs_by_layer(...)`."""
+    import plotly.express as px
+
+    fig = px.bar(by_layer, x="layer", y="total", color="arm", barmode="group", facet_row="opt",
+                 hover_data=["witness", "run"], title="syncs per step, per layer and arm",
+                 labels={"total": "syncs_per_step"})
+    if visualize:
+        fig.show()
+    return fig
+
+
+def per_layer_figure(df: pd.DataFrame, y=("reload_ms", "compute_ms"), x: str = "layer", color: str = "config",
+                     title: str = "per-layer inputs of the savings model", visualize: bool = False):
+    """Lines of the `y` columns against `x`, one colour per `color` value (e.g. offload's c = reload_ms and
+    g = compute_ms per layer, from `bench_frames(..., "offload")["layers"]`)."""
+    import plotly.express as px
+
+    ys = [c for c in y if c in df]
+    long = df.melt(id_vars=[c for c in (x, color) if c in df], value_vars=ys, var_name="what", value_name="ms")
+    fig = px.line(long, x=x, y="ms", color=color if color in long else None, line_dash="what", markers=True,
+                  title=title)
+    if visualize:
+        fig.show()
+    return fig

@@ -13,6 +13,10 @@ Jobs (each writes into its own folder of DIR):
     moe              python -m workbench.bench.moe --out DIR/moe
     ab_all           python -m workbench.ab --opt all --trace torch --out DIR/ab_all
     ab_packing_nsys  python -m workbench.ab --opt packing --trace nsys --out DIR/ab_packing_nsys
+    ab_witness       python -m workbench.ab --opt all --cross-check --steps 2 --reps 1 --out DIR/ab_witness
+                     (the three sync witnesses: CUDA's sync debug mode needs --cross-check, which is kept out of
+                     the timed A/B runs above; suite `witness`)
+    witness_ops      python -m workbench.bench.witness  (its last stdout line -> DIR/witness_ops/witness.json)
 
 Each job runs with a wall-clock limit (`--timeout-s`, default 570 s: under the 10 minutes a GPU command may take);
 its stdout + stderr go to DIR/logs/<job>.log. DIR/commands.json records, rewritten after every job, the exact
@@ -36,8 +40,9 @@ import time
 
 DEFAULT_TIMEOUT_S = 570
 SUITES = {"packing": ["packing"], "offload": ["offload"], "moe": ["moe"], "ab": ["ab_all", "ab_packing_nsys"],
-          "ab_all": ["ab_all"], "ab_packing_nsys": ["ab_packing_nsys"],
-          "all": ["packing", "offload", "moe", "ab_all", "ab_packing_nsys"]}
+          "ab_all": ["ab_all"], "ab_packing_nsys": ["ab_packing_nsys"], "witness": ["ab_witness", "witness_ops"],
+          "ab_witness": ["ab_witness"], "witness_ops": ["witness_ops"],
+          "all": ["packing", "offload", "moe", "ab_all", "ab_packing_nsys", "ab_witness", "witness_ops"]}
 """--suite name -> jobs, in run order."""
 
 AB_SMOKE = ["--device", "cpu", "--tokens", "128", "--steps", "1", "--warmup", "0", "--reps", "1"]
@@ -55,7 +60,9 @@ class Job:
     out: str
     """Its output folder."""
     needs: str | None = None
-    """"cuda+nsys" for a job that needs a GPU and Nsight Systems."""
+    """"cuda" / "cuda+nsys" for a job that needs a GPU (and Nsight Systems)."""
+    stdout_json: str | None = None
+    """File name in `out` that receives the job's last stdout line (a JSON document), for modules without --out."""
 
     @property
     def argv(self) -> list:
@@ -85,6 +92,11 @@ def plan(out: str, suite: str = "all", smoke: bool = False) -> list[Job]:
         elif n == "ab_packing_nsys":
             jobs.append(Job(n, "workbench.ab", ["--opt", "packing", "--trace", "nsys", "--out", d]
                             + (AB_SMOKE if smoke else []), d, needs="cuda+nsys"))
+        elif n == "ab_witness":
+            jobs.append(Job(n, "workbench.ab", ["--opt", "all", "--cross-check", "--out", d]
+                            + (AB_SMOKE if smoke else ["--steps", "2", "--reps", "1"]), d))
+        elif n == "witness_ops":
+            jobs.append(Job(n, "workbench.bench.witness", [], d, needs="cuda", stdout_json="witness.json"))
     return jobs
 
 
@@ -98,16 +110,18 @@ def skip_reason(job: Job) -> str | None:
         err = ""
     if spec is None:
         return f"module {job.module} does not exist yet{err}"
-    if job.needs == "cuda+nsys":
+    if job.needs in ("cuda", "cuda+nsys"):
+        what = "--trace nsys" if job.needs == "cuda+nsys" else job.module
         if "--device" in job.args and job.args[job.args.index("--device") + 1] == "cpu":
-            return "--trace nsys needs a CUDA device (this is a --smoke run on the CPU)"
+            return f"{what} needs a CUDA device (this is a --smoke run on the CPU)"
         try:
             import torch
             cuda = torch.cuda.is_available()
         except Exception:  # noqa: BLE001
             cuda = False
         if not cuda:
-            return "--trace nsys needs a CUDA device"
+            return f"{what} needs a CUDA device"
+    if job.needs == "cuda+nsys":
         from workbench.traces.capture import nsys_path
         if nsys_path() is None:
             return "--trace nsys needs Nsight Systems (nsys on PATH or $NSYS; source .gpu/env.sh on the GPU image)"
@@ -147,8 +161,26 @@ def run_job(job: Job, log_path: str, timeout_s: float) -> dict:
         except KeyboardInterrupt:
             _kill_group(proc)
             raise
+    if job.stdout_json and status == "ok":
+        _save_last_json(log_path, os.path.join(job.out, job.stdout_json))
     return {"status": status, "rc": rc, "started": started, "wall_s": round(time.perf_counter() - t0, 2),
             "timeout_s": timeout_s, "tail": _tail(log_path)}
+
+
+def _save_last_json(log_path: str, dest: str) -> None:
+    """Write the last line of the log that parses as JSON to `dest`."""
+    import json
+    with open(log_path, errors="replace") as f:
+        lines = [ln.strip() for ln in f if ln.strip()]
+    for ln in reversed(lines):
+        try:
+            doc = json.loads(ln)
+        except ValueError:
+            continue
+        os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
+        with open(dest, "w") as f:
+            json.dump(doc, f, indent=1)
+        return
 
 
 def _tail(path: str, n: int = 3) -> str:

@@ -1,0 +1,120 @@
+"""Every notebook runs headless (nbclient, a python3 kernel of this interpreter) against (a) the committed profiles
+and (b) a fresh tiny CPU A/B run made here; and each one starts with the command that produced its data."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
+NAMES = [os.path.basename(p) for p in NOTEBOOKS]
+
+
+@pytest.fixture(scope="module")
+def kernel_env(tmp_path_factory, monkeypatch_module):
+    """A `python3` kernelspec that runs this interpreter, first on JUPYTER_PATH, and PYTHONPATH with the checkout."""
+    d = tmp_path_factory.mktemp("jupyter")
+    spec = d / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (workbench tests)", "language": "python"}))
+    monkeypatch_module.setenv("JUPYTER_PATH", str(d))
+    monkeypatch_module.setenv("PYTHONPATH", ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch_module.setenv("WB_PLOTLY_RENDERER", "json")  # small outputs; the HTML renderer is the default
+    monkeypatch_module.setenv("MPLBACKEND", "Agg")
+    monkeypatch_module.setenv("TOKENIZERS_PARALLELISM", "false")
+    return d
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+def _execute(path: str, env: dict) -> "nbformat.NotebookNode":
+    for k, v in env.items():
+        os.environ[k] = v
+    try:
+        nb = nbformat.read(path, as_version=4)
+        client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=300,
+                                         resources={"metadata": {"path": os.path.dirname(path)}})
+        client.execute()
+        return nb
+    finally:
+        for k in env:
+            os.environ.pop(k, None)
+
+
+def _text(nb) -> str:
+    out = []
+    for c in nb.cells:
+        for o in c.get("outputs", []):
+            if "text" in o:
+                out.append(o["text"])
+            out += [str(v) for k, v in (o.get("data") or {}).items() if k == "text/plain"]
+    return "\n".join(out)
+
+
+def test_notebooks_exist_and_first_cell_names_the_command():
+    assert NAMES == ["01_speedup_tables.ipynb", "02_savings_models.ipynb", "03_sync_anatomy.ipynb",
+                     "04_traces.ipynb"]
+    for p in NOTEBOOKS:
+        nb = nbformat.read(p, as_version=4)
+        nbformat.validate(nb)
+        first = nb.cells[0]
+        assert first.cell_type == "markdown"
+        assert "**Data:**" in first.source and "python -m workbench." in first.source, p
+        params = nb.cells[1]
+        assert "WB_PROFILES" in params.source and "PROFILES =" in params.source
+        assert "parameters" in params.metadata.get("tags", [])
+        for c in nb.cells:  # committed without outputs
+            assert not c.get("outputs") and c.get("execution_count") is None, p
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_runs_on_committed_profiles(name, kernel_env):
+    nb = _execute(os.path.join(ROOT, "notebooks", name), {"WB_PROFILES": os.path.join(ROOT, "profiles"),
+                                                          "WB_LIVE": "0"})
+    text = _text(nb)
+    assert "result folders in" in text
+    if name.startswith("01"):
+        assert "overhead" in text and "qwen3-0.6b" in text  # the committed H100 harness run is read
+
+
+@pytest.fixture(scope="module")
+def fresh_run(tmp_path_factory, kernel_env):
+    """A tiny CPU A/B run of packing with a torch trace, made with the campaign runner's A/B command."""
+    if not os.path.exists(os.path.join(ROOT, "workbench", "ab.py")):
+        pytest.skip("workbench/ab.py does not exist yet: no fresh run to read")
+    out = tmp_path_factory.mktemp("fresh") / "ab_packing"
+    cmd = [sys.executable, "-m", "workbench.ab", "--opt", "packing", "--trace", "torch", "--device", "cpu",
+           "--tokens", "128", "--steps", "1", "--warmup", "0", "--reps", "1", "--out", str(out)]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
+    assert os.path.exists(out / "summary.json"), r.stderr[-2000:]
+    return str(out.parent)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_runs_on_a_fresh_cpu_run(name, fresh_run):
+    nb = _execute(os.path.join(ROOT, "notebooks", name), {"WB_PROFILES": fresh_run})
+    text = _text(nb)
+    assert "result folders in" in text
+    if name.startswith("01"):
+        assert "rebuild" in text and "cached" in text
+    if name.startswith("03"):
+        assert "no debug mode" in text  # one witness on a CPU, and the notebook says so
+    if name.startswith("04"):
+        assert "traced arms" in text and "no data for a traced baseline" not in text
