@@ -143,6 +143,125 @@ def test_tuple_output_and_keyword_tensors(requires_grad_input, n_buffers):
     _assert_equal(got, ref, "toy layers")
 
 
+# --- the stream/event protocol, recorded with a fake torch.cuda ------------------------------------------------
+
+class _StreamLog:
+    """A stand-in for torch.cuda's streams and events that logs every call (CPU tensors do the copies)."""
+
+    def __init__(self):
+        self.log = []
+        self.compute = self.Stream("compute")
+        self.current = self.compute
+        self.n_events = 0
+
+    def Stream(self, name="copy"):  # noqa: N802 - mirrors torch.cuda.Stream
+        log = self
+
+        class S:
+            def __init__(self):
+                self.name = name if isinstance(name, str) else "copy"
+
+            def wait_stream(self, other):
+                log.log.append(("wait_stream", self.name, other.name))
+
+            def wait_event(self, ev):
+                log.log.append(("wait_event", self.name, ev.id))
+        return S()
+
+    def Event(self, enable_timing=False):  # noqa: N802
+        log = self
+        log.n_events += 1
+
+        class E:
+            id = log.n_events
+
+            def record(self, stream=None):
+                log.log.append(("record", (stream or log.current).name, self.id))
+
+            def elapsed_time(self, other):
+                return 1.0
+
+            def synchronize(self):
+                pass
+        return E()
+
+    def current_stream(self, device=None):
+        return self.current
+
+    def stream(self, s):
+        import contextlib
+
+        @contextlib.contextmanager
+        def ctx():
+            prev, self.current = self.current, s
+            self.log.append(("on", s.name))
+            try:
+                yield
+            finally:
+                self.current = prev
+        return ctx()
+
+
+class _LogRanges(Ranges):
+    def __init__(self, log):
+        super().__init__(nvtx=False, profiler=True)
+        self.log = log
+
+    def push(self, name):
+        self.log.append(("range", name))
+
+    def pop(self, token):
+        pass
+
+
+@pytest.mark.parametrize("n_buffers", [1, 2])
+def test_stream_protocol(monkeypatch, n_buffers):
+    """Forward never waits for the copy stream; sync_reload's copy waits for all queued compute; double_buffer
+    prefetches layer i-1 before layer i computes and its copies wait only for per-buffer events."""
+    fake = _StreamLog()
+    for name in ("Stream", "Event", "current_stream", "stream"):
+        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, s: fake.log.append(("record_stream", s.name)),
+                        raising=False)
+    ranges = _LogRanges(fake.log)
+    ref = _toy_run(lambda layers: functools.partial(checkpoint, use_reentrant=False), True)
+
+    def make(layers):
+        ctl = offload.Offloader(layers, n_buffers=n_buffers, device="cpu")
+        ctl.cuda, ctl.copy_stream = True, fake.Stream("copy")  # the CUDA code path, on CPU tensors
+        return ctl
+
+    with ranges.activate():
+        got = _toy_run(make, True)
+    _assert_equal(got, ref, "fake-stream run")
+    log = fake.log
+    first_bwd = next(k for k, e in enumerate(log) if e == ("range", "wb/L02/reload"))
+    fwd, bwd = log[:first_bwd], log[first_bwd:]
+    assert [e for e in fwd if e[0] == "range"] == [("range", f"wb/L{i:02d}/offload") for i in range(3)]
+    assert fwd.count(("wait_stream", "copy", "compute")) == 3  # each offload waits for its input to exist ...
+    assert not [e for e in fwd if e[0] in ("wait_stream", "wait_event") and e[1] == "compute"]  # ... compute never
+    assert fwd.count(("record_stream", "copy")) == 3  # inputs freed only after their copies
+    loaded = {e[2] for e in bwd if e[0] == "record" and e[1] == "copy"}
+    waits = [e for e in bwd if e[0] == "wait_event" and e[1] == "compute"]
+    assert len(waits) == 3 and all(e[2] in loaded for e in waits)  # compute waits only on its reload's event
+    pos = {e[1]: k for k, e in enumerate(bwd) if e[0] == "range"}
+    assert [n for n in pos if n.endswith("/reload")] == ["wb/L02/reload", "wb/L01/reload", "wb/L00/reload"]
+    if n_buffers == 1:
+        assert bwd.count(("wait_stream", "copy", "compute")) == 3  # the blocking baseline
+        for i in (1, 0):  # layer i's reload is queued only after layer i+1's recompute
+            assert pos[f"wb/L{i + 1:02d}/recompute"] < pos[f"wb/L{i:02d}/reload"]
+    else:
+        assert ("wait_stream", "copy", "compute") not in bwd  # no full-stream waits in steady state
+        for i in (2, 1):  # layer i-1's reload is queued before layer i recomputes
+            assert pos[f"wb/L{i - 1:02d}/reload"] < pos[f"wb/L{i:02d}/recompute"]
+        # layer 0 reuses layer 2's buffer: its copy waits on the event recorded after layer 2's backward
+        free = [e for e in bwd[pos["wb/L02/recompute"]:pos["wb/L01/recompute"]] if e[0] == "record"
+                and e[1] == "compute"]
+        copy_waits = [e for e in bwd[pos["wb/L00/reload"]:] if e[0] == "wait_event" and e[1] == "copy"]
+        assert free and copy_waits and copy_waits[0][2] == free[-1][2]
+
+
 # --- pool reuse, fallbacks, timing, syncs ---------------------------------------------------------------------
 
 def test_ten_steps_without_pinned_growth():

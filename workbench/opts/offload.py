@@ -28,7 +28,8 @@ trainable parameters are inputs of the Function, so a frozen base whose layer-0 
 Host buffers come from a `HostPool` reused across steps: a buffer goes back to the pool once its reload is
 queued on the copy stream (the next write to it, an offload, is queued on the same stream, so it cannot
 overtake the read). `Handle.info` reports `pinned_bytes`, `pinned_buffers`, `pinned_allocs`, `device_buffer_bytes`,
-`n_buffers`. On CPU the same code runs without streams or events (host buffers are not page-locked there), so
+`n_buffers` (`pinned_bytes` is the capacity asked for; torch's host caching allocator may round each buffer up to a
+power of two). On CPU the same code runs without streams or events (host buffers are not page-locked there), so
 the tests cover the bookkeeping and the gradients.
 
 Ranges: `wb/Lxx/offload` (queueing the device-to-host copy), `wb/Lxx/reload` (queueing the host-to-device
@@ -417,6 +418,10 @@ class Offloader:
         if entry.lease.released:
             raise WorkbenchError(f"offload: layer {entry.label}'s input was already reloaded and released "
                                  "(backward through the same graph twice is not supported)")
+        with span(f"wb/{entry.label}/reload"):
+            return self._queue_reload(entry, prefetch)
+
+    def _queue_reload(self, entry: _Entry, prefetch: bool) -> bool:
         nbytes = _nbytes(entry)
         b = self._next_buf % self.n_buffers
         if b == 1 and not self._second_buffer_ok(nbytes):
@@ -425,26 +430,25 @@ class Offloader:
             b = 0
         buf = self._device_buffer(b, nbytes)
         dev = _as_view(buf.raw, entry.dtype, entry.shape)
-        with span(f"wb/{entry.label}/reload"):
-            if self.cuda:
-                cs = self.copy_stream
-                if self.n_buffers == 1:  # the blocking baseline: the reload waits for all queued compute
-                    cs.wait_stream(torch.cuda.current_stream(self.device))
-                elif buf.free_event is not None:  # only for the compute that last read this buffer
-                    cs.wait_event(buf.free_event)
-                if self.timing:
-                    entry.t["c0"] = _event(cs)
-                with torch.cuda.stream(cs):
-                    dev.copy_(entry.host, non_blocking=True)
-                if self.timing:
-                    entry.t["c1"] = _event(cs)
-                entry.loaded = torch.cuda.Event()
-                entry.loaded.record(cs)
-            else:
-                t0 = time.perf_counter()
-                dev.copy_(entry.host)
-                if self.timing:
-                    entry.t["c_ms"] = (time.perf_counter() - t0) * 1e3
+        if self.cuda:
+            cs = self.copy_stream
+            if self.n_buffers == 1:  # the blocking baseline: the reload waits for all queued compute
+                cs.wait_stream(torch.cuda.current_stream(self.device))
+            elif buf.free_event is not None:  # only for the compute that last read this buffer
+                cs.wait_event(buf.free_event)
+            if self.timing:
+                entry.t["c0"] = _event(cs)
+            with torch.cuda.stream(cs):
+                dev.copy_(entry.host, non_blocking=True)
+            if self.timing:
+                entry.t["c1"] = _event(cs)
+            entry.loaded = torch.cuda.Event()
+            entry.loaded.record(cs)
+        else:
+            t0 = time.perf_counter()
+            dev.copy_(entry.host)
+            if self.timing:
+                entry.t["c_ms"] = (time.perf_counter() - t0) * 1e3
         entry.dev, entry.buf_index = dev, b
         self._next_buf = b + 1
         # the host buffer may go back to the pool: its next write (an offload) is queued on the same copy stream
