@@ -350,7 +350,7 @@ _VARLEN_HAS_GQA: bool | None = None
 def _gpu_varlen(module, query, key, value, meta, window, scaling):
     """flash-attn's varlen kernel when installed, else torch's `varlen_attn`. q/k/v (1,H,T,E) -> (1,T,H,E)."""
     global _VARLEN_HAS_GQA
-    q_THE, k_THE, v_THE = (x[0].transpose(0, 1) for x in (query, key, value))
+    q_THE, k_THE, v_THE = (x[0].transpose(0, 1).contiguous() for x in (query, key, value))
     win = (window - 1, 0) if window is not None else (-1, 0)
     cu, mx = meta.cu_seqlens, meta.max_seqlen
     try:
@@ -371,8 +371,7 @@ def _gpu_varlen(module, query, key, value, meta, window, scaling):
             else:
                 g = q_THE.shape[1] // k_THE.shape[1]
                 k_THE, v_THE = k_THE.repeat_interleave(g, dim=1), v_THE.repeat_interleave(g, dim=1)
-        out = varlen_attn(q_THE.contiguous(), k_THE.contiguous(), v_THE.contiguous(), cu, cu, mx, mx,
-                          scale=scaling, window_size=win, **extra)
+        out = varlen_attn(q_THE, k_THE, v_THE, cu, cu, mx, mx, scale=scaling, window_size=win, **extra)
     out = out[0] if isinstance(out, tuple) else out
     return out.unsqueeze(0), None
 
