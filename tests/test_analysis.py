@@ -220,6 +220,17 @@ def test_l_sweep_fit_recovers_s_and_the_minus_one():
     assert an.l_sweep(pd.DataFrame()).empty and an.l_sweep_fit(an.l_sweep(pd.DataFrame())).empty
 
 
+def test_l_sweep_from_ab_comparisons():
+    comps = pd.DataFrame([{"opt": "packing", "model": "qwen3-0.6b", "tokens": 16384, "baseline": "rebuild",
+                           "optimized": "cached", "layers": L, "baseline_step_ms": 100.0 + 3 * L + dx,
+                           "optimized_step_ms": 100.0 + 3 + dx} for L, dx in ((2, 0), (4, 0), (4, 2), (8, 0))])
+    sweep = an.l_sweep_comparisons(comps)
+    assert sweep["layers"].tolist() == [2, 4, 8] and sweep["saving_ms"].tolist() == pytest.approx([3.0, 9.0, 21.0])
+    fit = an.l_sweep_fit(sweep).iloc[0]
+    assert fit["slope_ms_per_layer"] == pytest.approx(3.0) and fit["implied_zero_layer"] == pytest.approx(1.0)
+    assert an.l_sweep_comparisons(pd.DataFrame()).empty
+
+
 def test_l_sweep_from_a_bench_folder(folder):
     sweep = an.l_sweep(an.bench_frames(folder, "offload")["summary"])
     assert list(sweep["saving_ms"]) == pytest.approx([3.0, 7.0])
@@ -305,6 +316,20 @@ def test_layer_timeline_lanes_and_categories():
     fig = an.timeline_figure(tl)
     assert {t.name for t in fig.data} >= {"metadata build", "reload", "sync"}
     assert an.layer_timeline(pd.DataFrame()).empty
+
+
+def test_layer_timeline_merges_back_to_back_kernels():
+    ev = _events()
+    ms = 1_000_000
+    extra = ev[ev["kind"] == "kernel"].iloc[[0, 0, 0]].copy()
+    extra["start_ns"] = [15 * ms, 15 * ms + 10_000, 18 * ms]  # 0 and 0.01 ms gaps merge; 2.99 ms does not
+    extra["end_ns"] = [15 * ms + 10_000, 16 * ms, 19 * ms]
+    ev = pd.concat([ev, extra], ignore_index=True)
+    tl = an.layer_timeline(ev)
+    s7 = tl[(tl["lane"] == "stream 7 (compute)") & (tl["layer"] == "L00")]
+    assert s7["name"].tolist() == ["3 kernels", "gemm"]
+    assert s7["dur_ms"].tolist() == pytest.approx([11.0, 1.0])
+    assert len(an.layer_timeline(ev, merge_gap_ms=None).query("lane == 'stream 7 (compute)'")) == 5
 
 
 def test_meta_builds_per_layer():

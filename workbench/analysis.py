@@ -668,6 +668,26 @@ def l_sweep(summary: pd.DataFrame, baseline: str | None = None, optimized: str |
     return pd.DataFrame(rows, columns=SWEEP_COLUMNS)
 
 
+def l_sweep_comparisons(comps: pd.DataFrame) -> pd.DataFrame:
+    """An L sweep from comparisons (`ab_comparisons` / `all_comparisons`: e.g. `python -m workbench.ab --opt packing
+    --layers L` at several L): saving = baseline_step_ms - optimized_step_ms per (opt, model, tokens, arms) and L
+    (the median where an L was run more than once)."""
+    if comps is None or comps.empty:
+        return _empty(SWEEP_COLUMNS)
+    c = comps.dropna(subset=["layers", "baseline_step_ms", "optimized_step_ms"])
+    rows = []
+    for key, g in c.groupby(["opt", "model", "tokens", "baseline", "optimized"], dropna=False, sort=False):
+        label = f"{key[0]} {key[1]} {key[2]:.0f}" if key[2] == key[2] else f"{key[0]} {key[1]}"
+        for L, gl in g.groupby("layers", sort=True):
+            b = float(pd.to_numeric(gl["baseline_step_ms"]).median())
+            o = float(pd.to_numeric(gl["optimized_step_ms"]).median())
+            rows.append({"group": label, "layers": int(L), "baseline": key[3], "optimized": key[4],
+                         "baseline_ms": b, "optimized_ms": o, "saving_ms": b - o})
+    if not rows:
+        return _empty(SWEEP_COLUMNS)
+    return pd.DataFrame(rows, columns=SWEEP_COLUMNS)
+
+
 def linear_fit(x, y) -> dict:
     """Least-squares y = slope·x + intercept: slope, intercept, r2, rmse and n (NaN where fewer than 2 points or x
     constant)."""
@@ -1088,12 +1108,41 @@ def _category(kind, name, pass_, part) -> str:
     return kind
 
 
-def layer_timeline(events: pd.DataFrame, step: int = 0, layers=None, max_rows: int = 20000) -> pd.DataFrame:
+def _merge_kernels(tl: pd.DataFrame, gap_ms: float) -> pd.DataFrame:
+    """Merge back-to-back kernels of one lane, category and layer (gaps under `gap_ms`) into one bar named
+    "N kernels": a GPU step has thousands of kernels, and a timeline needs the busy intervals."""
+    k = tl["category"].astype(str).str.startswith("kernel")
+    if gap_ms is None or gap_ms < 0 or not k.any():
+        return tl
+    ker = tl[k].sort_values(["lane", "start_ms"], kind="stable")
+    out, cur = [], None
+    for r in ker.to_dict("records"):
+        same = cur is not None and (r["lane"], r["category"], r["layer"]) == (cur["lane"], cur["category"], cur["layer"])
+        if same and r["start_ms"] - cur["end_ms"] <= gap_ms:
+            cur["end_ms"] = max(cur["end_ms"], r["end_ms"])
+            cur["_n"] += 1
+            continue
+        if cur is not None:
+            out.append(cur)
+        cur = {**r, "_n": 1}
+    out.append(cur)
+    for r in out:
+        if r["_n"] > 1:
+            r["name"] = f"{r['_n']} kernels"
+        r["dur_ms"] = r["end_ms"] - r["start_ms"]
+        del r["_n"]
+    merged = pd.DataFrame(out, columns=TIMELINE_COLUMNS)
+    return pd.concat([tl[~k], merged], ignore_index=True).sort_values("start_ms", kind="stable").reset_index(drop=True)
+
+
+def layer_timeline(events: pd.DataFrame, step: int = 0, layers=None, max_rows: int = 20000,
+                   merge_gap_ms: float | None = 0.05) -> pd.DataFrame:
     """Rows to draw one traced step as a per-layer timeline: lanes "host" (wb/Lxx ranges: fwd / recompute / bwd,
     their attn / mlp parts and metadata builds), "host syncs", and one lane per GPU stream labelled by role
     (compute / copy, from `stream_roles`), with its kernels, copies and GPU-projected ranges. Times in ms from the
     step's start; `layers` = a list like ["L00", "L01"] keeps those layers' events (GPU work without a layer stays).
-    Events of a torch CPU trace give the host lane only."""
+    Back-to-back kernels of one lane and layer (gaps <= `merge_gap_ms`) become one bar ("N kernels"; None keeps
+    every kernel). Events of a torch CPU trace give the host lane only."""
     if events is None or events.empty:
         return _empty(TIMELINE_COLUMNS)
     win = step_windows(events)
@@ -1126,7 +1175,7 @@ def layer_timeline(events: pd.DataFrame, step: int = 0, layers=None, max_rows: i
                      "end_ms": (r["end_ns"] - t0) / 1e6, "dur_ms": (r["end_ns"] - r["start_ns"]) / 1e6})
     if not rows:
         return _empty(TIMELINE_COLUMNS)
-    return pd.DataFrame(rows, columns=TIMELINE_COLUMNS)
+    return _merge_kernels(pd.DataFrame(rows, columns=TIMELINE_COLUMNS), merge_gap_ms)
 
 
 def timeline_figure(tl: pd.DataFrame, title: str = "one step, per layer", visualize: bool = False):
@@ -1190,9 +1239,14 @@ def arm_events(profiles: str | None = None, opt: str | None = None) -> dict:
 # --- display -----------------------------------------------------------------------------------------------------
 
 def show(fig, png: str | None = None) -> None:
-    """Show a figure with an HTML renderer ($WB_PLOTLY_RENDERER, default "notebook": plotly.js embedded, viewable
-    offline in Jupyter); also write a PNG to `png` (or to $WB_PNG_DIR/<title>.png) when kaleido is installed."""
-    fig.show(renderer=os.environ.get("WB_PLOTLY_RENDERER", "notebook"))
+    """Show a figure with an HTML renderer ($WB_PLOTLY_RENDERER, default "notebook": plotly.js embedded once per
+    notebook, viewable offline in Jupyter); also write a PNG to `png` (or to $WB_PNG_DIR/<title>.png) when kaleido is installed."""
+    import plotly.io as pio
+
+    wanted = os.environ.get("WB_PLOTLY_RENDERER", "notebook")
+    if pio.renderers.default != wanted:  # set once: plotly.js is embedded at activation, not in every figure
+        pio.renderers.default = wanted
+    fig.show()
     out = png
     if out is None and os.environ.get("WB_PNG_DIR"):
         title = (fig.layout.title.text or "figure") if fig.layout.title else "figure"
