@@ -339,8 +339,10 @@ class Offloader:
         if getattr(layer, "_wb_label", None) is not None and outs and outs[0].requires_grad:
             # instrumented layers open wb/Lxx/bwd from a hook on their output; inside this Function their forward
             # ran without grad, so the hook goes on the Function's output instead
-            from workbench.instrument.ranges import _bwd_hook
-            outs[0].register_hook(_bwd_hook(label))
+            from workbench.instrument import ranges as _ranges
+            hook = getattr(_ranges, "_bwd_hook", None)  # ranges.py's private helper: skip it if it goes away
+            if hook is not None:
+                outs[0].register_hook(hook(label))
         return out
 
     # -- forward: offload --------------------------------------------------------------------------------------
