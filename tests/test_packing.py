@@ -255,3 +255,48 @@ def test_packing_saving_formula():
     assert packing_saving(16, 0.5, arm="precomputed")["predicted_ms"] == 16 * 2 * 0.5
     with pytest.raises(ValueError):
         packing_saving(0, 0.5)
+
+
+def test_gpu_varlen_layout_with_a_reference_kernel(monkeypatch):
+    """The GPU varlen call (layout, GQA repeat, causal window, cu_seqlens) against the CPU per-document path, with
+    a reference kernel standing in for torch's varlen_attn (torch 2.11's signature: no enable_gqa)."""
+    import torch.nn.attention.varlen as tv
+
+    def ref_varlen(q, k, v, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None, window_size=(-1, -1)):
+        assert window_size == (-1, 0) and q.shape == k.shape == v.shape and isinstance(max_q, int)
+        b = cu_seq_q.tolist()
+        outs = [torch.nn.functional.scaled_dot_product_attention(
+            *(x[s:e].transpose(0, 1)[None] for x in (q, k, v)), is_causal=True, scale=scale)[0].transpose(0, 1)
+            for s, e in zip(b, b[1:])]
+        return torch.cat(outs)
+
+    monkeypatch.setattr(tv, "varlen_attn", ref_varlen)
+    monkeypatch.setattr(packing, "_VARLEN_HAS_GQA", None)
+    model = build_model("tiny-llama", layers=1)
+    attn = model.base_model.model.model.layers[0].self_attn
+    T = sum(LENS)
+    q, k, v = torch.randn(1, 4, T, 16), torch.randn(1, 2, T, 16), torch.randn(1, 2, T, 16)
+    meta = packing.meta_from_position_ids_host(batch_from_lengths(LENS, 256).position_ids)
+    got, _ = packing._gpu_varlen(attn, q, k, v, meta, None, 0.25)
+    want, _ = packing._per_document(attn, q, k, v, meta.doc_lens, None, 0.0, 0.25, {})
+    assert got.shape == want.shape == (1, T, 4, 16)
+    torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("arm", packing.ARMS)
+def test_flex_attention_function_forward_on_cpu(arm):
+    """The flex backend's attention function (forward only: flex has no CPU backward) for each arm."""
+    model = build_model("tiny-llama", layers=1)
+    attn = model.base_model.model.model.layers[0].self_attn
+    batch = batch_from_lengths([130, 7, 60, 1, 40], 256)
+    T = batch.tokens
+    q, k, v = torch.randn(1, 4, T, 16), torch.randn(1, 2, T, 16), torch.randn(1, 2, T, 16)
+    attn._wb_packing = packing.PackingState(arm, "flex")
+    kw = {"position_ids": batch.position_ids}
+    if arm == "precomputed":
+        prepared = packing.make_prepare_batch(model.base_model.model, "flex")(batch)
+        kw = packing.make_precomputed_inputs(model.base_model.model, "flex")(model, prepared)
+    with torch.no_grad():
+        got, _ = packing.flex_attention_fn(attn, q, k, v, None, scaling=0.25, **kw)
+        want, _ = packing._per_document(attn, q, k, v, batch.doc_lens, None, 0.0, 0.25, {})
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
