@@ -3,22 +3,33 @@ and the `grouped` MoE arm with gemm="triton" against transformers' eager experts
 
 `@triton.jit` reads TRITON_INTERPRET when a kernel is defined, so the variable is set before the kernel module is
 imported (and the module reloaded if another test imported it first); both are undone when this module's tests end.
+If triton itself was already imported without the variable (triton.language's own `@jit` helpers are then compiled
+functions), the tests run in a fresh subprocess instead.
 """
 import importlib
+import importlib.util
 import os
 import sys
 
 import pytest
 import torch
 
-pytest.importorskip("triton")
+if importlib.util.find_spec("triton") is None:
+    pytest.skip("triton is not installed", allow_module_level=True)
 _PREV_INTERPRET = os.environ.get("TRITON_INTERPRET")
-os.environ["TRITON_INTERPRET"] = "1"
+_TRITON_WAS_IMPORTED = "triton" in sys.modules
+os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: triton.language's own @jit helpers read it then
+import triton.language.standard  # noqa: E402
+from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
+
+IN_PROCESS = isinstance(triton.language.standard.cumsum, InterpretedFunction)
+"""False when triton was imported earlier in this process without the interpreter: the tests then run in a
+fresh subprocess (`test_in_a_fresh_process`)."""
 _MOD = "workbench.kernels.grouped_gemm"
-if _MOD in sys.modules:
-    gg = importlib.reload(sys.modules[_MOD])
-else:
-    gg = importlib.import_module(_MOD)
+if IN_PROCESS:
+    gg = importlib.reload(sys.modules[_MOD]) if _MOD in sys.modules else importlib.import_module(_MOD)
+in_process = pytest.mark.skipif(not IN_PROCESS, reason="triton was imported without TRITON_INTERPRET=1; "
+                                                       "see test_in_a_fresh_process")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -28,7 +39,18 @@ def _restore_env():
         os.environ.pop("TRITON_INTERPRET", None)
     else:
         os.environ["TRITON_INTERPRET"] = _PREV_INTERPRET
-    sys.modules.pop(_MOD, None)  # the next importer defines the kernels for its own environment
+    if IN_PROCESS:
+        sys.modules.pop(_MOD, None)  # the next importer defines the kernels for its own environment
+
+
+@pytest.mark.skipif(IN_PROCESS, reason="the tests run in this process")
+def test_in_a_fresh_process():
+    import subprocess
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__], env=env,
+                       capture_output=True, text=True, timeout=600,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
 
 
 TOL = {torch.float32: dict(atol=2e-5, rtol=2e-5), torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}
@@ -63,6 +85,7 @@ def _operands(counts, K, N, dtype, transposed_w, seed=0):
     return x, w, offs, dy
 
 
+@in_process
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("name, counts", ROUTINGS, ids=[r[0] for r in ROUTINGS])
 def test_triton_grouped_mm_matches_float64_forward_and_backward(name, counts, dtype):
@@ -83,6 +106,7 @@ def test_triton_grouped_mm_matches_float64_forward_and_backward(name, counts, dt
             assert torch.equal(wt.grad[e], torch.zeros_like(wt.grad[e]))
 
 
+@in_process
 def test_stride_zero_gradient_and_no_weight_grad():
     counts = [5, 0, 11]
     x, w, offs, _ = _operands(counts, 16, 32, torch.float32, transposed_w=False, seed=1)
@@ -93,6 +117,7 @@ def test_stride_zero_gradient_and_no_weight_grad():
     torch.testing.assert_close(xt.grad.double(), xd.grad, **TOL[torch.float32])
 
 
+@in_process
 def test_matches_torch_grouped_mm_on_cpu():
     counts = [7, 0, 9, 16]
     x, w, offs, _ = _operands(counts, 32, 48, torch.float32, transposed_w=False, seed=2)
@@ -100,6 +125,7 @@ def test_matches_torch_grouped_mm_on_cpu():
     torch.testing.assert_close(gg.grouped_mm(x, w, offs), ref, **TOL[torch.float32])
 
 
+@in_process
 def test_bad_operands_are_rejected():
     x, w, offs, _ = _operands([4, 4], 16, 16, torch.float32, transposed_w=False)
     with pytest.raises(ValueError):
@@ -110,6 +136,7 @@ def test_bad_operands_are_rejected():
         gg.grouped_mm(x, w, offs.float())
 
 
+@in_process
 @pytest.mark.parametrize("preset", ["tiny-gpt-oss", "tiny-qwen3-moe"])
 def test_grouped_arm_with_triton_gemm_matches_eager(preset):
     from tests.test_moe import experts_module, routing, run_experts

@@ -37,7 +37,7 @@ ARMS = {  # bench arm: (moe arm, options)
 GPU_ARMS = "eager,sort_bincount,grouped,grouped_triton"
 CPU_ARMS = "eager,sort_bincount,grouped,grouped_dense"
 GPU_CONFIGS = "gpt-oss-20b:fit:8192,qwen3-30b-a3b:12:16384"
-CPU_CONFIGS = "tiny-gpt-oss:2:256,tiny-qwen3-moe:2:256"
+CPU_CONFIGS = "tiny-gpt-oss:2:128,tiny-qwen3-moe:2:128"
 LENGTHS = "lognormal:6.2:0.8:16"
 
 
@@ -73,7 +73,7 @@ class OpCounter:
     Triton grouped-GEMM launches (not aten ops). A proxy for kernel launches: a few aten ops launch more than one."""
 
     _NO_KERNEL = {"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "detach", "lift_fresh",
-                  "_to_copy_noop", "set_", "record_stream"}
+                  "_unsafe_view", "set_", "record_stream"}
 
     def __init__(self, device_type: str):
         self.device_type = device_type
@@ -252,7 +252,7 @@ def count_step(model, batches, opt, device) -> dict:
             "syncs_L00_backward": by_lp.get(("L00", "backward"), 0), "loss_batch0": rec.loss}
 
 
-def run_model(name, layers, tokens, arms, a, device, host, step_rows) -> dict:
+def run_model(name, layers, tokens, arms, a, device, host, step_rows, deadline: float = float("inf")) -> dict:
     from workbench.harness import make_optimizer, train_steps
     from workbench.opts import apply
     from workbench.savings import moe_routing_saving
@@ -262,7 +262,9 @@ def run_model(name, layers, tokens, arms, a, device, host, step_rows) -> dict:
     batches = _batches(model, tokens, device)
     samples = {arm: [] for arm in arms}
     info = {}
+    reps_done = 0
     for rep in range(a.reps):
+        t_rep = time.perf_counter()
         order = arms[rep % len(arms):] + arms[:rep % len(arms)]
         for arm in order:
             moe_arm, opts = ARMS[arm]
@@ -279,6 +281,11 @@ def run_model(name, layers, tokens, arms, a, device, host, step_rows) -> dict:
                                   "step": r.step, "step_ms": r.step_ms, "fwd_ms": r.fwd_ms, "bwd_ms": r.bwd_ms,
                                   "opt_ms": r.opt_ms, "peak_mem_mib": r.peak_mem_mib, "loss": r.loss})
             _log(f"{name} L={layers} rep {rep + 1}/{a.reps} {arm}: {_med([r.step_ms for r in recs]):.1f} ms/step")
+        reps_done += 1
+        rep_s = time.perf_counter() - t_rep
+        if rep + 1 < a.reps and time.perf_counter() + rep_s * (1.0 + 1.0 / max(1, a.steps)) > deadline:
+            _log(f"{name}: stopping after {reps_done} reps to stay within --budget-s")
+            break
     counts = {}
     for arm in arms:
         moe_arm, opts = ARMS[arm]
@@ -294,7 +301,7 @@ def run_model(name, layers, tokens, arms, a, device, host, step_rows) -> dict:
     for arm in arms:
         st = [r.step_ms for r in samples[arm]]
         med = _med(st)
-        row = {"model": name, "layers": layers, "tokens": tokens, "arm": arm,
+        row = {"model": name, "layers": layers, "tokens": tokens, "arm": arm, "reps": reps_done,
                "gemm": info.get(arm, {}).get("gemm_resolved"), "n": len(st),
                "step_ms": med, "step_ms_p20": _q(st, 0.2), "step_ms_p80": _q(st, 0.8),
                "fwd_ms": _med([r.fwd_ms for r in samples[arm]]), "bwd_ms": _med([r.bwd_ms for r in samples[arm]]),
@@ -384,6 +391,8 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--steps", type=int, default=2, help="timed steps per arm per rep")
     p.add_argument("--no-kernels", action="store_true", help="skip the kernel microbenchmark")
+    p.add_argument("--budget-s", type=float, default=330.0,
+                   help="soft wall-time budget: fewer reps (at least one) and skipped models beyond it")
     p.add_argument("--out", default=None)
     p.add_argument("--smoke", action="store_true", help="tiny CPU run (checks the script, not a result)")
     a = p.parse_args(argv)
@@ -414,29 +423,40 @@ def main(argv=None) -> int:
     if cuda and not a.no_kernels:
         kernel_rows = kernel_micro(device, _kernel_shapes(configs))
     step_rows, arm_rows, fits, failures = [], [], {}, []
-    for name, cap, tokens in configs:
+    t_models = time.perf_counter()
+    for i, (name, cap, tokens) in enumerate(configs):
+        # each model gets an equal share of what is left of the budget
+        deadline = t_models + (t_start + a.budget_s - t_models) * (i + 1) / len(configs)
+        if time.perf_counter() > deadline and arm_rows:
+            failures.append(f"{name}: skipped (--budget-s {a.budget_s} spent)")
+            continue
+        oom = None
         try:
             L, fit_info = fit_layers(name, tokens, cap, arms, device)
             fits[name] = fit_info
         except Exception as e:  # noqa: BLE001 - one model's failure must not lose the other's results
             if not _is_oom(e):
                 raise
-            failures.append(f"{name}: probe OOM ({e})")
+            oom = str(e)
+        if oom is not None:  # cleaned up outside the except block, so the traceback no longer pins the model
+            failures.append(f"{name}: probe OOM ({oom[:200]})")
             _cleanup(device)
             continue
         for attempt in range(2):
+            oom = None
             try:
-                res = run_model(name, L, tokens, arms, a, device, host, step_rows)
+                res = run_model(name, L, tokens, arms, a, device, host, step_rows, deadline=deadline)
                 arm_rows += res["rows"]
                 break
             except Exception as e:  # noqa: BLE001
                 if not _is_oom(e) or attempt == 1:
                     raise
-                _cleanup(device)
-                step_rows[:] = [r for r in step_rows if not (r["model"] == name and r["layers"] == L)]
-                _log(f"{name}: OOM at L={L}, retrying with {max(1, L * 3 // 4)}")
-                failures.append(f"{name}: OOM at L={L}")
-                L = max(1, L * 3 // 4)
+                oom = str(e)
+            _cleanup(device)
+            step_rows[:] = [r for r in step_rows if not (r["model"] == name and r["layers"] == L)]
+            _log(f"{name}: OOM at L={L}, retrying with {max(1, L * 3 // 4)}")
+            failures.append(f"{name}: OOM at L={L}")
+            L = max(1, L * 3 // 4)
 
     summary = {"command": "python -m workbench.bench.moe " + " ".join(argv if argv is not None else sys.argv[1:]),
                "device": str(device), "arms": arms, "reps": a.reps, "steps": a.steps, "host_costs": host,
