@@ -364,8 +364,12 @@ def table(arm_rows, kernel_rows) -> str:
 
 
 def _env(device) -> dict:
-    from workbench.results import device_info, git_sha, versions
-    return {"versions": versions(), "device": device_info(device), "git_sha": git_sha()}
+    try:
+        from workbench.results import device_info, git_sha, versions
+        return {"versions": versions(), "device": device_info(device), "git_sha": git_sha()}
+    except Exception as e:  # noqa: BLE001 - a missing optional package must not cost the GPU run
+        import torch
+        return {"torch": torch.__version__, "env_error": repr(e)}
 
 
 def _kernel_shapes(configs) -> list:
