@@ -94,11 +94,35 @@ def write_moe_bench(d):
         json.dump({"command": "python -m workbench.bench.moe --out X", "env": {"device": {"name": "H100"}}}, f)
 
 
+def write_packing_bench(d):
+    """The shape of workbench.bench.packing's summary.json: records in the JSON, no summary CSV."""
+    os.makedirs(d, exist_ok=True)
+    arms = [{"model": "qwen3-0.6b", "layers": 28, "tokens": 16384, "backend": be, "arm": arm, "step_ms": ms,
+             "fwd_ms": ms / 3, "bwd_ms": 2 * ms / 3, "syncs_per_step": syncs, "peak_mem_mib": 100.0,
+             "equivalent": True}
+            for be in ("varlen", "sdpa") for arm, ms, syncs in (("rebuild", 110.0, 168), ("cached", 100.0, 3),
+                                                               ("precomputed", 99.0, 0))]
+    savings = [{"model": "qwen3-0.6b", "layers": 28, "tokens": 16384, "backend": be, "arm": arm, "s_ms": 0.2,
+                "predicted_ms": pred, "measured_ms": meas, "formula": "(L*p - b)*s"}
+               for be in ("varlen", "sdpa") for arm, pred, meas in (("cached", 11.0, 10.0), ("precomputed", 11.2, 11.0))]
+    sweep = [{"model": "qwen3-0.6b", "backend": "varlen", "layers": L, "rebuild_ms": 10.0 * L + 0.4 * L,
+              "cached_ms": 10.0 * L + 0.4, "saving_ms": 0.4 * (L - 1)} for L in (4, 8, 16, 28)]
+    fits = [{"model": "qwen3-0.6b", "backend": "varlen", "layers": [4, 8, 16, 28], "slope_ms_per_layer": 0.4,
+             "predicted_slope_ms_per_layer": 0.5}]
+    with open(os.path.join(d, "summary.json"), "w") as f:
+        json.dump({"run_id": "p", "env": {"device_name": "NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu130"},
+                   "command": "python -m workbench.bench.packing --out X", "arms": arms, "savings": savings,
+                   "skipped": [], "sweep": sweep, "sweep_fits": fits}, f)
+    pd.DataFrame([{"run_id": "p", "section": "arms", "model": "qwen3-0.6b", "metric": "step_ms", "value": 1.0}]
+                 ).to_csv(os.path.join(d, "results.csv"), index=False)
+
+
 @pytest.fixture()
 def folder(tmp_path):
     write_ab_run(str(tmp_path / "ab_all"))
     write_offload_bench(str(tmp_path / "offload"))
     write_moe_bench(str(tmp_path / "moe"))
+    write_packing_bench(str(tmp_path / "run7"))  # folder name is not the suite's: found by its command
     return str(tmp_path)
 
 
@@ -111,6 +135,8 @@ def test_discover_kinds_and_commands(folder):
     assert runs.loc["offload", "kind"] == "bench" and runs.loc["offload", "suite"] == "offload"
     assert runs.loc["moe", "kind"] == "bench" and runs.loc["moe", "suite"] == "moe"
     assert runs.loc["moe", "command"] == "python -m workbench.bench.moe --out X"
+    assert runs.loc["run7", "kind"] == "bench" and runs.loc["run7", "suite"] == "packing"
+    assert runs.loc["run7", "torch"] == "2.11.0+cu130"
     assert an.discover(os.path.join(folder, "missing")).empty
 
 
@@ -147,6 +173,26 @@ def test_bench_comparisons_pick_baseline_and_optimized(folder):
     assert moe["predicted_ms"] == 12.0 and moe["measured_ms"] == 15.0  # from the optimized arm's row
     frames = an.bench_frames(folder, "moe")
     assert "summary" in frames and "formula" in frames["summary"]  # moe_arms.csv read as summary, aliases applied
+
+
+def test_packing_bench_json_records(folder):
+    frames = an.bench_frames(folder, "packing")
+    assert {"summary", "savings", "sweep", "sweep_fits", "results_long"} <= set(frames)
+    c = an.bench_comparisons(folder, "packing").set_index("attn")
+    assert set(c.index) == {"varlen", "sdpa"} and (c["optimized"] == "cached").all()
+    assert c.loc["varlen", "step_gain_pct"] == pytest.approx(10.0)
+    assert c.loc["varlen", "predicted_ms"] == 11.0 and c.loc["varlen", "measured_ms"] == 10.0  # from "savings"
+    sv = an.savings_table(folder)
+    assert set(sv[(sv["opt"] == "packing") & (sv["from"] == "bench")]["arm"]) == {"cached (varlen)", "precomputed (varlen)", "cached (sdpa)",
+                                                      "precomputed (sdpa)"}
+    sweep, fit = an.bench_sweep(folder, "packing")
+    assert sweep["layers"].tolist() == [4, 8, 16, 28] and set(sweep["group"]) == {"packing qwen3-0.6b varlen"}
+    f = fit.iloc[0]
+    assert f["slope_ms_per_layer"] == pytest.approx(0.4) and f["implied_zero_layer"] == pytest.approx(1.0)
+    assert f["predicted_slope_ms_per_layer"] == 0.5 and f["slope_error_pct"] == pytest.approx(-20.0)
+    w = an.three_witnesses(folder)
+    assert set(w[(w["opt"] == "packing") & (w["run"] == "run7")]["model"]) == {"qwen3-0.6b (varlen)",
+                                                                                "qwen3-0.6b (sdpa)"}
 
 
 def test_claims_table_holds_reference_numbers():

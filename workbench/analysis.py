@@ -160,9 +160,10 @@ def discover(profiles: str | None = None) -> pd.DataFrame:
                              "torch": (meta.get("versions") or {}).get("torch"),
                              "transformers": (meta.get("versions") or {}).get("transformers")})
                 continue
-            if isinstance(s, dict) and ("bench" in s or "configs" in s):
+            suite = _bench_suite(s, d) if isinstance(s, dict) else None
+            if suite:
                 env = s.get("env") or {}
-                rows.append({**base, "kind": "bench", "suite": s.get("bench") or os.path.basename(d),
+                rows.append({**base, "kind": "bench", "suite": suite,
                              "command": base["command"] or s.get("command"), "device_name": env.get("device_name"),
                              "torch": env.get("torch"), "transformers": env.get("transformers")})
                 continue
@@ -189,6 +190,19 @@ def discover(profiles: str | None = None) -> pd.DataFrame:
         return _empty(RUN_COLUMNS)
     probe_versions(rows)
     return pd.DataFrame(rows, columns=RUN_COLUMNS).sort_values("path", kind="stable").reset_index(drop=True)
+
+
+def _bench_suite(s: dict, d: str) -> str | None:
+    """The suite of a benchmark summary.json: its "bench" key, else the module in its command
+    (`python -m workbench.bench.<suite>`), else the folder's name when it is a suite's."""
+    if s.get("bench"):
+        return str(s["bench"])
+    m = re.search(r"workbench[./]bench[./](\w+)", str(s.get("command") or ""))
+    if m:
+        return m.group(1)
+    if "configs" in s or os.path.basename(d) in SUITES:
+        return os.path.basename(d)
+    return None
 
 
 def probe_versions(rows: list[dict]) -> None:
@@ -340,7 +354,9 @@ def _normalize(df: pd.DataFrame) -> pd.DataFrame:
 def bench_frames(profiles: str | None = None, suite: str | None = None) -> dict[str, pd.DataFrame]:
     """The CSVs of every benchmark-suite folder below `profiles` (of one `suite` when given), concatenated per file
     stem without the `<suite>_` prefix: {"summary": ..., "steps": ..., "layers": ..., <other stem>: ...}; `arms`
-    (moe_arms.csv: one row per config and arm) is read as "summary". Each frame gets `bench` (the suite),
+    (moe_arms.csv: one row per config and arm) is read as "summary". Lists of records in the summary JSON that no CSV
+    holds become frames too (packing's summary.json: "arms" -> "summary", "savings", "sweep", "sweep_fits"). Each
+    frame gets `bench` (the suite),
     `run` (folder) and `source` (file) columns; column aliases are normalized (module docstring). Also
     {"json": DataFrame of (run, bench, source, summary dict)}."""
     root = _root_of(profiles)
@@ -349,24 +365,42 @@ def bench_frames(profiles: str | None = None, suite: str | None = None) -> dict[
         runs = runs[runs["suite"] == suite]
     acc: dict[str, list] = {}
     js = []
+
+    def add(stem, df, path):
+        df = _normalize(df)
+        df.insert(0, "bench", r["suite"])
+        df.insert(1, "run", r["rel_path"])
+        df["source"] = _rel(path, os.path.dirname(root))
+        mine.setdefault(stem, []).append(df)
+
     for r in runs.to_dict("records"):
+        mine: dict[str, list] = {}
         for p in sorted(glob.glob(os.path.join(r["path"], "*.csv"))):
             df = _read_csv(p)
             if df.empty:
                 continue
-            df = _normalize(df)
-            df.insert(0, "bench", r["suite"])
-            df.insert(1, "run", r["rel_path"])
-            df["source"] = _rel(p, os.path.dirname(root))
             stem = os.path.basename(p)[:-4]
             if stem.startswith(r["suite"] + "_"):
                 stem = stem[len(r["suite"]) + 1:]
-            acc.setdefault("summary" if stem == "arms" else stem, []).append(df)
+            if stem == "results" and "section" in df:  # packing: long rows of several sections
+                stem = "results_long"
+            add("summary" if stem == "arms" else stem, df, p)
         for name in ("summary.json", f"{r['suite']}_summary.json"):
-            s = _read_json(os.path.join(r["path"], name))
-            if s is not None:
-                js.append({"run": r["rel_path"], "bench": r["suite"],
-                           "source": _rel(os.path.join(r["path"], name), os.path.dirname(root)), "summary": s})
+            p = os.path.join(r["path"], name)
+            s = _read_json(p)
+            if not isinstance(s, dict):
+                continue
+            js.append({"run": r["rel_path"], "bench": r["suite"], "source": _rel(p, os.path.dirname(root)),
+                       "summary": s})
+            for key, val in s.items():  # sections held only in the JSON (packing: arms, savings, sweep, ...)
+                if not (isinstance(val, list) and val and all(isinstance(x, dict) for x in val)):
+                    continue
+                stem = "summary" if key in ("arms", "arms_results") else key
+                if stem in mine or key in ("configs", "kernels", "skipped"):
+                    continue
+                add(stem, pd.json_normalize(val, max_level=0), p)
+        for k, v in mine.items():
+            acc.setdefault(k, []).extend(v)
     out = {k: pd.concat(v, ignore_index=True) for k, v in acc.items()}
     out.setdefault("summary", _empty(["bench", "run", "config", "model", "layers", "tokens", "arm", "step_ms",
                                       "source"]))
@@ -378,11 +412,13 @@ def bench_comparisons(profiles: str | None = None, suite: str | None = None) -> 
     """Baseline vs optimized per benchmark config (from summary.csv rows: one per config and arm), in the shape of
     `ab_comparisons` (run, opt, model, layers, tokens, step ms of both arms, gains in percent, extra memory,
     predicted / measured saving)."""
-    s = bench_frames(profiles, suite)["summary"]
+    frames = bench_frames(profiles, suite)
+    s = frames["summary"]
+    sav = frames.get("savings")
     rows = []
     if s.empty or "arm" not in s or "step_ms" not in s:
         return _empty(AB_COMPARISON_COLUMNS)
-    keys = [k for k in ("run", "bench", "config", "model", "layers", "tokens") if k in s]
+    keys = [k for k in ("run", "bench", "config", "model", "backend", "layers", "tokens") if k in s]
     for key, g in s.groupby(keys, dropna=False, sort=False):
         kd = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
         opt = kd.get("bench")
@@ -399,9 +435,18 @@ def bench_comparisons(profiles: str | None = None, suite: str | None = None) -> 
         if isinstance(o, pd.DataFrame):
             o = o.iloc[0]
         get = lambda row, k: row[k] if k in row.index else None  # noqa: E731
+        pred = {}
+        if sav is not None and len(sav) and "arm" in sav:  # packing keeps its savings rows apart
+            m = sav[(sav["run"] == kd.get("run")) & (sav["arm"] == opt_arm)]
+            for k in ("model", "backend", "layers"):
+                if k in kd and k in m:
+                    m = m[m[k] == kd[k]]
+            if len(m):
+                pred = m.iloc[0].to_dict()
         rows.append({"run": kd.get("run"), "run_id": kd.get("config"), "device": None,
                      "gpu_name": get(b, "device_name"), "opt": opt, "model": kd.get("model"),
-                     "layers": kd.get("layers"), "tokens": kd.get("tokens"), "attn": get(b, "attn"),
+                     "layers": kd.get("layers"), "tokens": kd.get("tokens"),
+                     "attn": _first(kd.get("backend"), get(b, "attn")),
                      "baseline": base_arm, "optimized": opt_arm, "baseline_step_ms": get(b, "step_ms"),
                      "optimized_step_ms": get(o, "step_ms"),
                      "speedup": _num(get(b, "step_ms")) / _num(get(o, "step_ms")) if _num(get(o, "step_ms")) else None,
@@ -411,9 +456,12 @@ def bench_comparisons(profiles: str | None = None, suite: str | None = None) -> 
                      "baseline_syncs_per_step": get(b, "syncs_per_step"),
                      "optimized_syncs_per_step": get(o, "syncs_per_step"),
                      "extra_mem_mib": _num(get(o, "peak_mem_mib")) - _num(get(b, "peak_mem_mib")),
-                     "predicted_ms": _first(get(o, "predicted_saving_ms"), get(b, "predicted_saving_ms")),
-                     "measured_ms": _first(get(o, "measured_saving_ms"), get(b, "measured_saving_ms")),
-                     "formula": _first(get(o, "formula"), get(b, "formula")), "equivalent": get(o, "equivalent"),
+                     "predicted_ms": _first(get(o, "predicted_saving_ms"), get(b, "predicted_saving_ms"),
+                                            pred.get("predicted_saving_ms")),
+                     "measured_ms": _first(get(o, "measured_saving_ms"), get(b, "measured_saving_ms"),
+                                           pred.get("measured_saving_ms")),
+                     "formula": _first(get(o, "formula"), get(b, "formula"), pred.get("formula")),
+                     "equivalent": get(o, "equivalent"),
                      "status": get(o, "status"), "source": get(b, "source")})
     if not rows:
         return _empty(AB_COMPARISON_COLUMNS)
@@ -570,24 +618,31 @@ SAVINGS_COLUMNS = ["opt", "model", "layers", "tokens", "arm", "formula", "predic
 def _bench_savings(profiles) -> pd.DataFrame:
     """Per-arm savings rows of the benchmark suites' summary frames (a config-level prediction repeated on every
     arm row, as offload writes it, is kept once, on the optimized arm)."""
-    s = bench_frames(profiles)["summary"]
+    frames = bench_frames(profiles)
     cols = ["opt", "model", "layers", "tokens", "arm", "formula", "predicted_ms", "measured_ms", "from", "source"]
-    if s.empty or not ({"predicted_saving_ms", "measured_saving_ms"} & set(s.columns)):
+    parts = [f for f in (frames.get("summary"), frames.get("savings"))
+             if f is not None and len(f) and ({"predicted_saving_ms", "measured_saving_ms"} & set(f.columns))]
+    if not parts:
         return _empty(cols)
-    s = s.copy()
+    s = pd.concat(parts, ignore_index=True)
     for k in ("predicted_saving_ms", "measured_saving_ms", "formula", "config", "model", "layers", "tokens"):
         if k not in s:
             s[k] = None
     s = s[s["predicted_saving_ms"].notna() | s["measured_saving_ms"].notna()]
     rows = []
-    keys = ["run", "bench", "config", "model", "layers", "tokens", "predicted_saving_ms", "measured_saving_ms"]
+    if "backend" not in s:
+        s["backend"] = None
+    keys = ["run", "bench", "config", "model", "backend", "layers", "tokens", "predicted_saving_ms",
+            "measured_saving_ms"]
     for key, g in s.groupby(keys, dropna=False, sort=False):
         kd = dict(zip(keys, key))
         arms = list(g["arm"])
         arm = OPTIMIZED.get(kd["bench"]) if len(arms) > 1 and OPTIMIZED.get(kd["bench"]) in arms else arms[0]
         r = g[g["arm"] == arm].iloc[0]
+        be = kd["backend"] if kd["backend"] is not None and kd["backend"] == kd["backend"] else None
         rows.append({"opt": kd["bench"], "model": kd["model"], "layers": kd["layers"], "tokens": kd["tokens"],
-                     "arm": arm, "formula": r["formula"], "predicted_ms": kd["predicted_saving_ms"],
+                     "arm": f"{arm} ({be})" if be else arm, "formula": r["formula"],
+                     "predicted_ms": kd["predicted_saving_ms"],
                      "measured_ms": kd["measured_saving_ms"], "from": "bench", "source": r["source"]})
     return pd.DataFrame(rows, columns=cols)
 
@@ -641,7 +696,7 @@ SWEEP_COLUMNS = ["group", "layers", "baseline", "optimized", "baseline_ms", "opt
 
 
 def l_sweep(summary: pd.DataFrame, baseline: str | None = None, optimized: str | None = None,
-            by=("bench", "model", "tokens"), y: str = "step_ms") -> pd.DataFrame:
+            by=("bench", "model", "backend", "tokens"), y: str = "step_ms") -> pd.DataFrame:
     """Saving per layer count: for each group (`by` columns present in `summary`) and each `layers`, the baseline
     arm's `y` minus the optimized arm's. Arms default to the bench's BASELINES / OPTIMIZED. `summary` is one row per
     (config, arm), e.g. `bench_frames(...)["summary"]`."""
@@ -666,6 +721,33 @@ def l_sweep(summary: pd.DataFrame, baseline: str | None = None, optimized: str |
     if not rows:
         return _empty(SWEEP_COLUMNS)
     return pd.DataFrame(rows, columns=SWEEP_COLUMNS)
+
+
+def bench_sweep(profiles: str | None = None, suite: str = "packing") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(sweep, fit) of a benchmark suite's L sweep: its own "sweep" records (layers, saving_ms; packing writes them,
+    grouped by model and backend) when present, else `l_sweep` of its per-arm summary; the fit's predicted slope
+    from its "sweep_fits" records (`predicted_slope_ms_per_layer`, = p·s) or from `predicted_slopes`."""
+    frames = bench_frames(profiles, suite)
+    sw = frames.get("sweep")
+    pred: dict = {}
+    if sw is not None and len(sw) and {"layers", "saving_ms"} <= set(sw.columns):
+        keys = [k for k in ("bench", "model", "backend", "tokens") if k in sw]
+        d = sw.copy()
+        d["group"] = d[keys].astype(str).agg(" ".join, axis=1) if keys else "all"
+        for c, alt in (("baseline_ms", "rebuild_ms"), ("optimized_ms", "cached_ms")):
+            d[c] = d[alt] if alt in d else np.nan
+        d["baseline"] = BASELINES.get(suite)
+        d["optimized"] = OPTIMIZED.get(suite)
+        sweep = d[SWEEP_COLUMNS].sort_values(["group", "layers"]).reset_index(drop=True)
+        fits = frames.get("sweep_fits")
+        if fits is not None and "predicted_slope_ms_per_layer" in fits:
+            for r in fits.to_dict("records"):
+                label = " ".join(str(r.get(k)) for k in keys if k in r and r.get(k) is not None)
+                pred[label] = r["predicted_slope_ms_per_layer"]
+    else:
+        sweep = l_sweep(frames["summary"])
+        pred = predicted_slopes(frames["summary"])
+    return sweep, l_sweep_fit(sweep, predicted_slope_ms=pred)
 
 
 def l_sweep_comparisons(comps: pd.DataFrame) -> pd.DataFrame:
@@ -734,7 +816,7 @@ def l_sweep_fit(sweep: pd.DataFrame, x: str = "layers", y: str = "saving_ms", pr
     return pd.DataFrame(rows, columns=FIT_COLUMNS)
 
 
-def predicted_slopes(summary: pd.DataFrame, by=("bench", "model", "tokens")) -> dict:
+def predicted_slopes(summary: pd.DataFrame, by=("bench", "model", "backend", "tokens")) -> dict:
     """{group: predicted slope of saving vs L, ms per layer} from a benchmark summary, for `l_sweep_fit`: its
     `predicted_slope_ms_per_layer` column, else `s_ms` times `passes` (2 with checkpointing when absent): the
     (L-1)·s model removes one build per layer per rebuilding pass. Groups are labelled as in `l_sweep`."""
@@ -964,7 +1046,11 @@ def three_witnesses(profiles: str | None = None) -> pd.DataFrame:
             debug = _num(_first(r.get("check_cuda_sync_warnings"), r.get("cuda_sync_warnings_per_step"),
                                 r.get("cuda_sync_warnings")))
             agree, note = _witness_note(counter, debug, float("nan"))
-            rows.append({"run": r["run"], "opt": r["bench"], "model": r.get("config") or r.get("model"),
+            label = _first(r.get("config"), r.get("model"))
+            be = r.get("backend")
+            if be is not None and be == be:
+                label = f"{label} ({be})"
+            rows.append({"run": r["run"], "opt": r["bench"], "model": label,
                          "arm": r["arm"], "scope": scope, "counter_syncs_per_step": counter,
                          "cuda_debug_syncs_per_step": debug, "trace_syncs_per_step": float("nan"), "agree": agree,
                          "note": note, "source": r["source"]})

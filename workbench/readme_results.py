@@ -83,7 +83,8 @@ def results_markdown(profiles: str | None = None, include_cpu: bool = False, rep
         rows = []
         for r in comps.to_dict("records"):
             used_runs.add(r["run"])
-            rows.append([r["opt"], f"{r['model']} L{_f(r['layers'], '{:.0f}')} T{_f(r['tokens'], '{:.0f}')}",
+            attn = f" {r['attn']}" if isinstance(r.get("attn"), str) else ""
+            rows.append([r["opt"], f"{r['model']} L{_f(r['layers'], '{:.0f}')} T{_f(r['tokens'], '{:.0f}')}{attn}",
                          r["gpu_name"], f"{r['baseline']} -> {r['optimized']}",
                          f"{_f(r['baseline_step_ms'])} -> {_f(r['optimized_step_ms'])}",
                          _f(r["step_gain_pct"], "{:+.1f}%"), _f(r["fwd_gain_pct"], "{:+.1f}%"),
