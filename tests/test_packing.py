@@ -72,8 +72,8 @@ def test_arms_compute_the_same_function_with_exact_sync_counts(preset, backend):
                                                     for p in ("forward", "recompute")}
         if arm == "cached":  # built once, by the first layer's forward
             assert counter.by("layer", "pass_") == {("L00", "forward"): c}
-            assert h.info["state"].builds == 1
-            assert h.info["state"].entry is None  # emptied once the backward finished
+            assert h.packing_state.builds == 1
+            assert h.packing_state.entry is None  # emptied once the backward finished
     _assert_same(out["cached"], out["rebuild"])
     _assert_same(out["precomputed"], out["rebuild"])
 
@@ -140,7 +140,7 @@ def test_two_batches_in_a_row_and_a_stale_cache_is_caught(preset, backend, monke
 
 def test_cache_misses_on_a_new_tensor_or_an_in_place_change():
     model, h = _model("tiny-llama", "cached", "sdpa", checkpointing=False)
-    st = h.info["state"]
+    st = h.packing_state
     pos = batch_from_lengths(LENS, 256).position_ids
     meta = packing.build_meta(pos)
     st.store(pos, meta)

@@ -602,8 +602,8 @@ def apply(model, arm: str, backend: str | None = None, **options):
     st = PackingState(arm, backend)
     mods = _attention_modules(hf)
     original = hf.config._attn_implementation or FAMILY_DEFAULT_ATTN[family_of(hf.config)]
-    h = Handle(opt="packing", arm=arm, info={"backend": backend, "state": st,
-                                             "syncs_per_build": SYNCS_PER_BUILD[backend]})
+    h = Handle(opt="packing", arm=arm, info={"backend": backend, "syncs_per_build": SYNCS_PER_BUILD[backend]})
+    h.packing_state = st  # not in info (info is for reports): the cache, for tests and inspection
     hf.set_attn_implementation(impl_name(backend))
     h.undo.append(lambda: hf.set_attn_implementation(original))
     for m in mods:
