@@ -492,8 +492,12 @@ def test_readme_results_gpu_rows_only_and_named_files(tmp_path):
     prof = tmp_path / "profiles"
     write_ab_run(str(prof / "gpu_run"))
     write_ab_run(str(prof / "cpu_run"), device="cpu", gpu="x86_64")
+    write_packing_bench(str(prof / "packing_gpu"))
     md = readme_results.results_markdown(str(prof), repo=str(tmp_path))
     assert "profiles/gpu_run/summary.json" in md and "profiles/cpu_run/summary.json" not in md
+    assert "| packing | qwen3-0.6b L28 T16384 varlen | NVIDIA H100 80GB HBM3 | rebuild -> cached |" in md
+    assert "cached (sdpa)" in md and "profiles/packing_gpu/summary.json" in md  # savings rows of the bench
+    assert "`profiles/packing_gpu/`: `python -m workbench.bench.packing --out X`" in md
     assert "+14.3%" in md and "+43.3%" in md
     assert "No GPU overhead run" in md
     assert "profiles/cpu_run/summary.json" in readme_results.results_markdown(str(prof), include_cpu=True,

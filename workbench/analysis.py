@@ -50,6 +50,9 @@ BASELINES = {"packing": "rebuild", "offload": "sync_reload", "moe": "eager"}
 OPTIMIZED = {"packing": "cached", "offload": "double_buffer", "moe": "sort_bincount"}
 """The optimized arm of each optimization, the one the upstream PR ships."""
 SUITES = ("packing", "offload", "moe")
+BENCH_FORMULAS = {"packing": "(L*p - b)*s", "offload": "sum_{i=1}^{L-1} min(c_{i-1}, g_i) ~ (L-1)*min(c,g)",
+                  "moe": "syncs_removed*stall_ms + launches_removed*launch_ms"}
+"""The savings model of each suite (workbench.savings), for benchmark rows that do not name it."""
 
 DEFAULT_PROFILES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "profiles")
 """The committed profiles folder of this checkout."""
@@ -415,6 +418,7 @@ def bench_comparisons(profiles: str | None = None, suite: str | None = None) -> 
     frames = bench_frames(profiles, suite)
     s = frames["summary"]
     sav = frames.get("savings")
+    dev = runs_of(profiles, "bench").set_index("rel_path")["device_name"].to_dict()
     rows = []
     if s.empty or "arm" not in s or "step_ms" not in s:
         return _empty(AB_COMPARISON_COLUMNS)
@@ -444,7 +448,7 @@ def bench_comparisons(profiles: str | None = None, suite: str | None = None) -> 
             if len(m):
                 pred = m.iloc[0].to_dict()
         rows.append({"run": kd.get("run"), "run_id": kd.get("config"), "device": None,
-                     "gpu_name": get(b, "device_name"), "opt": opt, "model": kd.get("model"),
+                     "gpu_name": _first(get(b, "device_name"), dev.get(kd.get("run"))), "opt": opt, "model": kd.get("model"),
                      "layers": kd.get("layers"), "tokens": kd.get("tokens"),
                      "attn": _first(kd.get("backend"), get(b, "attn")),
                      "baseline": base_arm, "optimized": opt_arm, "baseline_step_ms": get(b, "step_ms"),
@@ -453,8 +457,8 @@ def bench_comparisons(profiles: str | None = None, suite: str | None = None) -> 
                      "step_gain_pct": pct_gain(get(b, "step_ms"), get(o, "step_ms")),
                      "fwd_gain_pct": pct_gain(get(b, "fwd_ms"), get(o, "fwd_ms")),
                      "bwd_gain_pct": pct_gain(get(b, "bwd_ms"), get(o, "bwd_ms")),
-                     "baseline_syncs_per_step": get(b, "syncs_per_step"),
-                     "optimized_syncs_per_step": get(o, "syncs_per_step"),
+                     "baseline_syncs_per_step": _first(get(b, "syncs_per_step"), get(b, "check_syncs")),
+                     "optimized_syncs_per_step": _first(get(o, "syncs_per_step"), get(o, "check_syncs")),
                      "extra_mem_mib": _num(get(o, "peak_mem_mib")) - _num(get(b, "peak_mem_mib")),
                      "predicted_ms": _first(get(o, "predicted_saving_ms"), get(b, "predicted_saving_ms"),
                                             pred.get("predicted_saving_ms")),
@@ -611,7 +615,7 @@ def claims_vs_ours(profiles: str | None = None) -> pd.DataFrame:
 
 # --- savings models ----------------------------------------------------------------------------------------------
 
-SAVINGS_COLUMNS = ["opt", "model", "layers", "tokens", "arm", "formula", "predicted_ms", "measured_ms", "error_ms",
+SAVINGS_COLUMNS = ["run", "opt", "model", "layers", "tokens", "arm", "formula", "predicted_ms", "measured_ms", "error_ms",
                    "measured_over_predicted", "from", "source"]
 
 
@@ -619,7 +623,8 @@ def _bench_savings(profiles) -> pd.DataFrame:
     """Per-arm savings rows of the benchmark suites' summary frames (a config-level prediction repeated on every
     arm row, as offload writes it, is kept once, on the optimized arm)."""
     frames = bench_frames(profiles)
-    cols = ["opt", "model", "layers", "tokens", "arm", "formula", "predicted_ms", "measured_ms", "from", "source"]
+    cols = ["run", "opt", "model", "layers", "tokens", "arm", "formula", "predicted_ms", "measured_ms", "from",
+            "source"]
     parts = [f for f in (frames.get("summary"), frames.get("savings"))
              if f is not None and len(f) and ({"predicted_saving_ms", "measured_saving_ms"} & set(f.columns))]
     if not parts:
@@ -640,8 +645,9 @@ def _bench_savings(profiles) -> pd.DataFrame:
         arm = OPTIMIZED.get(kd["bench"]) if len(arms) > 1 and OPTIMIZED.get(kd["bench"]) in arms else arms[0]
         r = g[g["arm"] == arm].iloc[0]
         be = kd["backend"] if kd["backend"] is not None and kd["backend"] == kd["backend"] else None
-        rows.append({"opt": kd["bench"], "model": kd["model"], "layers": kd["layers"], "tokens": kd["tokens"],
-                     "arm": f"{arm} ({be})" if be else arm, "formula": r["formula"],
+        rows.append({"run": kd["run"], "opt": kd["bench"], "model": kd["model"], "layers": kd["layers"],
+                     "tokens": kd["tokens"], "arm": f"{arm} ({be})" if be else arm,
+                     "formula": _first(r["formula"], BENCH_FORMULAS.get(kd["bench"])),
                      "predicted_ms": kd["predicted_saving_ms"],
                      "measured_ms": kd["measured_saving_ms"], "from": "bench", "source": r["source"]})
     return pd.DataFrame(rows, columns=cols)
@@ -653,7 +659,7 @@ def savings_table(profiles: str | None = None) -> pd.DataFrame:
     measured_over_predicted = measured / predicted (1 = the model is exact; offload calls it overlap efficiency)."""
     a = ab_comparisons(profiles).assign(**{"from": "ab"})
     a = a.rename(columns={"optimized": "arm"})
-    frames = [a[["opt", "model", "layers", "tokens", "arm", "formula", "predicted_ms", "measured_ms", "from",
+    frames = [a[["run", "opt", "model", "layers", "tokens", "arm", "formula", "predicted_ms", "measured_ms", "from",
                  "source"]]] if len(a) else []
     b = _bench_savings(profiles)
     if len(b):
@@ -662,7 +668,7 @@ def savings_table(profiles: str | None = None) -> pd.DataFrame:
     c = c[c["predicted_ms"].notna() | c["measured_ms"].notna()] if len(c) else c
     if c.empty:
         return _empty(SAVINGS_COLUMNS)
-    out = c[["opt", "model", "layers", "tokens", "arm", "formula", "predicted_ms", "measured_ms", "from",
+    out = c[["run", "opt", "model", "layers", "tokens", "arm", "formula", "predicted_ms", "measured_ms", "from",
              "source"]].copy()
     p = pd.to_numeric(out["predicted_ms"], errors="coerce")
     m = pd.to_numeric(out["measured_ms"], errors="coerce")

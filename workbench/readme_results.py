@@ -74,9 +74,11 @@ def results_markdown(profiles: str | None = None, include_cpu: bool = False, rep
         lines.append("No GPU overhead run in profiles/ yet.")
     lines.append("")
 
+    runs = an.discover(profiles)
+    gpu_runs = set(runs.loc[runs["device_name"].map(_gpu), "rel_path"])
     comps = an.all_comparisons(profiles)
     if not include_cpu and len(comps):
-        comps = comps[comps["gpu_name"].map(_gpu)]
+        comps = comps[comps["run"].isin(gpu_runs)]
     lines.append("**Speedups** (baseline -> optimized arm; gain = baseline/optimized - 1, as the seed articles count it)")
     lines.append("")
     if len(comps):
@@ -85,7 +87,7 @@ def results_markdown(profiles: str | None = None, include_cpu: bool = False, rep
             used_runs.add(r["run"])
             attn = f" {r['attn']}" if isinstance(r.get("attn"), str) else ""
             rows.append([r["opt"], f"{r['model']} L{_f(r['layers'], '{:.0f}')} T{_f(r['tokens'], '{:.0f}')}{attn}",
-                         r["gpu_name"], f"{r['baseline']} -> {r['optimized']}",
+                         r["gpu_name"] or r["device"] or "-", f"{r['baseline']} -> {r['optimized']}",
                          f"{_f(r['baseline_step_ms'])} -> {_f(r['optimized_step_ms'])}",
                          _f(r["step_gain_pct"], "{:+.1f}%"), _f(r["fwd_gain_pct"], "{:+.1f}%"),
                          _f(r["bwd_gain_pct"], "{:+.1f}%"),
@@ -99,19 +101,18 @@ def results_markdown(profiles: str | None = None, include_cpu: bool = False, rep
 
     sv = an.savings_table(profiles)
     if len(sv) and not include_cpu:
-        sv = sv[sv["source"].isin(set(comps["source"])) | sv["source"].isin(_gpu_sources(profiles))]
+        sv = sv[sv["run"].isin(gpu_runs)]
     lines.append("**Savings models** (predicted vs measured saving per step; ratio = measured / predicted)")
     lines.append("")
     if len(sv):
         rows = [[r["opt"], f"{r['model']} L{_f(r['layers'], '{:.0f}')} T{_f(r['tokens'], '{:.0f}')}", r["arm"],
-                 r["formula"] or "-", _f(r["predicted_ms"]), _f(r["measured_ms"]), _f(r["measured_over_predicted"]),
+                 r["formula"] if isinstance(r["formula"], str) else "-", _f(r["predicted_ms"]), _f(r["measured_ms"]), _f(r["measured_over_predicted"]),
                  _link(rel(r["source"]))] for r in sv.to_dict("records")]
         lines += _table(["opt", "model", "arm", "formula", "predicted_ms", "measured_ms", "ratio", "file"], rows)
     else:
         lines.append("No GPU savings-model measurement in profiles/ yet.")
     lines.append("")
 
-    runs = an.discover(profiles)
     runs = runs[runs["kind"] != "campaign"]
     lines.append("**Commands** (one per folder; versions from the folder's meta / probe files)")
     lines.append("")
@@ -129,16 +130,6 @@ def _eq(v) -> str:
     if v is None or (isinstance(v, float) and v != v):
         return "-"
     return "yes" if bool(v) else "NO"
-
-
-def _gpu_sources(profiles) -> set:
-    b = an.bench_frames(profiles)["summary"]
-    if b.empty:
-        return set()
-    name = b["device_name"] if "device_name" in b else b.get("gpu_name")
-    if name is None:
-        return set()
-    return set(b.loc[name.map(_gpu), "source"])
 
 
 def viewing_markdown() -> str:
