@@ -352,13 +352,14 @@ def test_stream_roles_copy_vs_compute():
 
 def test_layer_timeline_lanes_and_categories():
     tl = an.layer_timeline(_events())
-    assert set(tl["lane"]) == {"host", "host syncs", "stream 7 (compute)", "stream 13 (copy)"}
+    assert set(tl["lane"]) == {"host", "host meta / reload", "host syncs", "stream 7 (compute)", "stream 13 (copy)"}
+    assert set(tl.loc[tl["lane"] == "host meta / reload", "category"]) == {"metadata build", "reload"}
     assert (tl["category"] == "metadata build").sum() == 2 and (tl["category"] == "reload").sum() == 1
     assert tl["end_ms"].max() <= 100.0  # one step only
     meta = tl[tl["category"] == "metadata build"]
     assert meta["dur_ms"].tolist() == pytest.approx([1.0, 2.0]) and meta["start_ms"].tolist() == pytest.approx([2, 21])
     only0 = an.layer_timeline(_events(), layers=["L00"])
-    assert set(only0.loc[only0["lane"] == "host", "layer"]) == {"L00"}
+    assert set(only0.loc[only0["lane"].str.startswith("host"), "layer"]) == {"L00"}
     fig = an.timeline_figure(tl)
     assert {t.name for t in fig.data} >= {"metadata build", "reload", "sync"}
     assert an.layer_timeline(pd.DataFrame()).empty

@@ -1229,8 +1229,9 @@ def _merge_kernels(tl: pd.DataFrame, gap_ms: float) -> pd.DataFrame:
 
 def layer_timeline(events: pd.DataFrame, step: int = 0, layers=None, max_rows: int = 20000,
                    merge_gap_ms: float | None = 0.05) -> pd.DataFrame:
-    """Rows to draw one traced step as a per-layer timeline: lanes "host" (wb/Lxx ranges: fwd / recompute / bwd,
-    their attn / mlp parts and metadata builds), "host syncs", and one lane per GPU stream labelled by role
+    """Rows to draw one traced step as a per-layer timeline: lanes "host" (wb/Lxx/fwd|recompute|bwd ranges),
+    "host parts" (their attn / mlp parts), "host meta / reload" (metadata builds, offload reloads), "host syncs",
+    and one lane per GPU stream labelled by role
     (compute / copy, from `stream_roles`), with its kernels, copies and GPU-projected ranges. Times in ms from the
     step's start; `layers` = a list like ["L00", "L01"] keeps those layers' events (GPU work without a layer stays).
     Back-to-back kernels of one lane and layer (gaps <= `merge_gap_ms`) become one bar ("N kernels"; None keeps
@@ -1262,7 +1263,10 @@ def layer_timeline(events: pd.DataFrame, step: int = 0, layers=None, max_rows: i
         else:
             lane = "host"
         layer, pass_, part = (None if (v is None or v != v) else v for v in (r["layer"], r["pass"], r["part"]))
-        rows.append({"lane": lane, "category": _category(r["kind"], r["name"], pass_, part), "name": r["name"],
+        cat = _category(r["kind"], r["name"], pass_, part)
+        if lane == "host" and part:  # nested ranges get their own lanes so the short ones stay visible
+            lane = "host meta / reload" if cat in ("metadata build", "reload") else "host parts"
+        rows.append({"lane": lane, "category": cat, "name": r["name"],
                      "layer": layer, "pass": pass_, "part": part, "start_ms": (r["start_ns"] - t0) / 1e6,
                      "end_ms": (r["end_ns"] - t0) / 1e6, "dur_ms": (r["end_ns"] - r["start_ns"]) / 1e6})
     if not rows:
