@@ -520,3 +520,16 @@ def test_readme_render_replaces_only_the_blocks(tmp_path):
     assert readme_results.main(["--readme", str(p), "--profiles", PROFILES, "--check"]) == 0
     (tmp_path / "R2.md").write_text("nothing")
     assert readme_results.main(["--readme", str(tmp_path / "R2.md"), "--profiles", PROFILES]) == 2
+
+
+def test_count_syncs_live_attributes_packing_rebuilds_to_every_layer_and_pass():
+    attr = an.count_syncs_live("packing", tokens=128)
+    by_layer = an.syncs_by_layer(attr).set_index(["arm", "layer"])
+    total = by_layer.groupby("arm")["total"].sum()
+    assert total["rebuild"] > total["cached"] > total["precomputed"] == 0
+    L = attr.loc[attr["arm"] == "rebuild", "layer"].dropna().nunique()
+    assert L >= 2
+    for layer in ("L00", "L01"):  # rebuild: a build in the forward and again in the recompute of every layer
+        assert by_layer.loc[("rebuild", layer), "forward"] > 0 and by_layer.loc[("rebuild", layer), "recompute"] > 0
+    src = an.syncs_by_source(attr)
+    assert src[src["arm"] == "rebuild"]["syncs_per_step"].sum() == total["rebuild"]

@@ -22,12 +22,15 @@ What the loaders read (tolerant: keyed on file and column names; unknown columns
   events.parquet, events.csv.gz}`. Per-layer / per-source sync attribution is read from results.csv rows whose
   metric is `syncs_by_layer_pass/<layer>/<pass>`, `syncs_by_layer/<layer>` or `syncs_by_source/<file:line (fn)>`
   (unit count, one row per step or per arm; averaged per step here) when the runner writes them.
-- Benchmark suite (`python -m workbench.bench.<suite> --out DIR`): `DIR/summary.json` with "bench": <suite>,
-  and any of `summary.csv` (wide: one row per config and arm: config, model, layers, tokens, arm, step_ms,
-  step_ms_p20, step_ms_p80, fwd_ms, bwd_ms, peak_mem_mib, ..., predicted_saving_ms, measured_saving_ms),
-  `steps.csv` (long: ..., arm, rep, step, metric, value, unit), `layers.csv` (per-layer inputs, e.g. reload_ms,
-  compute_ms), and any other `*.csv` (read as is, keyed by file stem). Aliases: `L` / `num_layers` -> `layers`,
-  `predicted_ms` -> `predicted_saving_ms`, `measured_ms` -> `measured_saving_ms`.
+- Benchmark suite (`python -m workbench.bench.<suite> --out DIR`), recognized by a `summary.json` /
+  `<suite>_summary.json` whose "bench" key or command names the suite (or by a folder named after it). Per-arm rows
+  (one per config and arm: config, model, layers, tokens, [backend], arm, step_ms, step_ms_p20, step_ms_p80, fwd_ms,
+  bwd_ms, peak_mem_mib, syncs_per_step or check_syncs, [cuda_sync_warnings], predicted_saving_ms,
+  measured_saving_ms, ...) come from `summary.csv` (offload), `<suite>_arms.csv` (moe) or the JSON's "arms" records
+  (packing); other CSVs are keyed by file stem without the `<suite>_` prefix (`steps`, `layers`, `kernels`), other
+  JSON record lists by key (packing: "savings" with predicted_ms / measured_ms per arm and backend, "sweep" with
+  layers and saving_ms, "sweep_fits" with predicted_slope_ms_per_layer). Aliases: `L` / `num_layers` -> `layers`,
+  `predicted_ms` -> `predicted_saving_ms`, `measured_ms` -> `measured_saving_ms`, `savings_formula` -> `formula`.
 - Instrumentation overhead (`python -m workbench.bench.overhead --out DIR`): `DIR/overhead.json` ("rows" with
   variant, step_ms, step_ms_p20, step_ms_p80, n, overhead_pct).
 - Sync witness per op (`python -m workbench.bench.witness > DIR/witness.json`, last line): a JSON list of
@@ -953,6 +956,8 @@ def count_syncs_live(opt: str = "packing", arms=None, model: str | None = None, 
     format (columns of `syncs_attribution`, witness "counter (live, CPU)"): rows by (layer, pass) and rows by source
     line. On a CPU the counter reports what would sync on CUDA. Seconds on the tiny presets; for notebooks whose
     profiles folder has no per-layer attribution."""
+    import dataclasses
+
     import torch
 
     from workbench import opts as registry
@@ -974,7 +979,9 @@ def count_syncs_live(opt: str = "packing", arms=None, model: str | None = None, 
     for arm in arms:
         handle = apply_arms(m, {opt: arm})
         try:
-            batches = to_device([b for b in cpu_batches], device, prepare=handle.prepare_batch)
+            # each arm gets its own copies: collate-time work (precomputed metadata) writes into batch.meta
+            fresh = [dataclasses.replace(b, doc_lens=list(b.doc_lens), meta=dict(b.meta)) for b in cpu_batches]
+            batches = to_device(fresh, device, prepare=handle.prepare_batch)
             recs = train_steps(m, batches, steps=steps, warmup=0, ranges=Ranges(nvtx=False, profiler=False),
                                count_syncs=True, inputs_fn=handle.inputs_fn)
         finally:
