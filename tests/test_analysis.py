@@ -115,6 +115,10 @@ def write_packing_bench(d):
                    "skipped": [], "sweep": sweep, "sweep_fits": fits}, f)
     pd.DataFrame([{"run_id": "p", "section": "arms", "model": "qwen3-0.6b", "metric": "step_ms", "value": 1.0}]
                  ).to_csv(os.path.join(d, "results.csv"), index=False)
+    child = os.path.join(d, "flex-qwen3-0.6b")  # the flex child's own output, merged into the parent's
+    os.makedirs(child)
+    with open(os.path.join(child, "summary.json"), "w") as f:
+        json.dump({"command": "python -m workbench.bench.packing --flex-only", "arms": arms[:2]}, f)
 
 
 @pytest.fixture()
@@ -137,6 +141,7 @@ def test_discover_kinds_and_commands(folder):
     assert runs.loc["moe", "command"] == "python -m workbench.bench.moe --out X"
     assert runs.loc["run7", "kind"] == "bench" and runs.loc["run7", "suite"] == "packing"
     assert runs.loc["run7", "torch"] == "2.11.0+cu130"
+    assert not runs.index.str.contains("flex").any()
     assert an.discover(os.path.join(folder, "missing")).empty
 
 

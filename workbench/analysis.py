@@ -149,8 +149,11 @@ def discover(profiles: str | None = None) -> pd.DataFrame:
         return _empty(RUN_COLUMNS)
     cmds = _campaign_commands(root)
     rows = []
+    bench_dirs: list[str] = []
     for d, dirs, files in os.walk(root):
         dirs[:] = sorted(x for x in dirs if x != "traces" and not x.startswith("."))
+        if any(d.startswith(b + os.sep) for b in bench_dirs):
+            continue  # a suite's child process output (packing's flex child), already merged into its parent
         fs = set(files)
         base = dict(path=d, rel_path=_rel(d, root), run_id=os.path.basename(d), command=cmds.get(os.path.abspath(d)),
                     device_name=None, torch=None, transformers=None)
@@ -168,6 +171,7 @@ def discover(profiles: str | None = None) -> pd.DataFrame:
                 continue
             suite = _bench_suite(s, d) if isinstance(s, dict) else None
             if suite:
+                bench_dirs.append(d)
                 env = s.get("env") or {}
                 rows.append({**base, "kind": "bench", "suite": suite,
                              "command": base["command"] or s.get("command"), "device_name": env.get("device_name"),
@@ -175,6 +179,7 @@ def discover(profiles: str | None = None) -> pd.DataFrame:
                 continue
         own = [f for f in fs if f.endswith("_summary.json") and f.split("_")[0] in SUITES]
         if own or (os.path.basename(d) in SUITES and any(f.endswith(".csv") for f in fs)):
+            bench_dirs.append(d)
             s = (_read_json(os.path.join(d, own[0])) if own else None) or {}
             env = s.get("env") or {}
             dev = env.get("device") if isinstance(env.get("device"), dict) else {}
