@@ -392,6 +392,7 @@ class Runner:
                 self._progress(f"{tag} equivalence {spec.label}: {'ok' if e['equivalent'] else 'DIFFERS'} "
                                f"(bitwise {e['bitwise']}, loss diff {e['loss_abs_diff']:.3g}, "
                                f"grad max diff {e['grad_max_abs_diff']:.3g})")
+                self.writer.flush()
         self.writer.flush()
 
         # timing: A B A B ..., each arm applied, run, reverted; warmup dropped

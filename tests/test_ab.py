@@ -1,0 +1,250 @@
+"""`python -m workbench.ab`: the CLI contract end to end on tiny presets (real opt modules), and the runner's
+behaviour on failures, interrupts, A/A and bad input (fake opt modules from tests/fixtures/fake_opts.py)."""
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from workbench import ab
+from workbench.cli import run_main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAST = ["--tokens", "128", "--steps", "1", "--warmup", "0", "--device", "cpu"]
+ARM_KEYS = {"arm", "step_ms", "step_ms_p20", "step_ms_p80", "fwd_ms", "bwd_ms", "syncs_per_step", "peak_mem_mib",
+            "tokens_per_s", "loss"}
+CMP_KEYS = {"opt", "model", "layers", "tokens", "baseline", "optimized", "others", "speedup", "equivalent",
+            "savings_model"}
+
+
+def _have_all():
+    try:
+        from workbench import opts
+        for o in opts.OPTS:
+            opts.module(o)
+        return True
+    except Exception:
+        return False
+
+
+def _run(capsys, argv):
+    rc = run_main(ab.main, argv)
+    out, err = capsys.readouterr()
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    return rc, lines, err
+
+
+def _last_json(lines):
+    return json.loads(lines[-1])
+
+
+@pytest.fixture
+def fakes(monkeypatch):
+    from fixtures import fake_opts
+    fake_opts.install(monkeypatch)
+    return fake_opts
+
+
+# --- the real thing ---------------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(not _have_all(), reason="the packing / offload / moe modules are not all in place")
+def test_cli_all_end_to_end(capsys, tmp_path):
+    out = tmp_path / "run"
+    rc, lines, err = _run(capsys, ["--opt", "all", *FAST, "--reps", "2", "--out", str(out)])
+    assert rc == 0, err[-3000:]
+    summary = _last_json(lines)
+    assert set(summary) >= {"run_id", "device", "comparisons"}
+    assert summary["device"] == "cpu"
+    cmps = {c["opt"]: c for c in summary["comparisons"]}
+    assert list(cmps) == ["packing", "offload", "moe", "all"]
+    for c in cmps.values():
+        assert set(c) >= CMP_KEYS
+        assert c["equivalent"] is True, c["errors"]
+        for arm in [c["baseline"], c["optimized"], *c["others"]]:
+            assert set(arm) >= ARM_KEYS
+            assert arm["status"] == "ok" and arm["n"] == 2  # 1 step x 2 repetitions
+        assert set(c["savings_model"]) >= {"formula", "predicted_ms", "measured_ms", "inputs"}
+        assert c["speedup"] > 0
+    # the optimized arms remove syncs
+    for opt in ("packing", "moe", "all"):
+        assert cmps[opt]["optimized"]["syncs_per_step"] < cmps[opt]["baseline"]["syncs_per_step"], opt
+    assert cmps["packing"]["others"][0]["arm"] == "precomputed"
+    assert cmps["packing"]["others"][0]["syncs_per_step"] < cmps["packing"]["optimized"]["syncs_per_step"]
+    # offload's model gets its inputs from a measuring pass even without a trace
+    assert cmps["offload"]["savings_model"]["inputs"].get("c_ms") is not None
+    # the tables came before the JSON line; progress went to stderr only
+    assert any(ln.startswith("packing:") for ln in lines[:-1])
+    assert "equivalence" in err and "{" not in "".join(ln for ln in err.splitlines() if ln.startswith("["))
+    # files
+    assert json.loads((out / "summary.json").read_text())["run_id"] == summary["run_id"]
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["status"] == "complete" and meta["command"].startswith("python -m workbench.ab")
+    assert meta["versions"]["torch"] == torch.__version__.split("+")[0] or meta["versions"]["torch"]
+    with open(out / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and set(rows[0]) >= {"run_id", "opt", "arm", "rep", "step", "metric", "value", "unit", "device",
+                                     "model", "torch"}
+    steps = [r for r in rows if r["metric"] == "step_ms"]
+    assert {r["rep"] for r in steps} == {"0", "1"}
+    # arms alternate A B A B: within the packing comparison, rep 0 of every arm precedes rep 1 of any
+    pk = [(r["rep"], r["arm"]) for r in steps if r["opt"] == "packing"]
+    assert pk == [("0", "rebuild"), ("0", "cached"), ("0", "precomputed"),
+                  ("1", "rebuild"), ("1", "cached"), ("1", "precomputed")]
+
+
+@pytest.mark.skipif(not _have_all(), reason="the opt modules are not all in place")
+def test_torch_trace_feeds_the_packing_model(capsys, tmp_path):
+    out = tmp_path / "run"
+    rc, lines, err = _run(capsys, ["--opt", "packing", *FAST, "--warmup", "1", "--reps", "1", "--trace", "torch",
+                                   "--arms", "rebuild,cached", "--out", str(out)])
+    assert rc == 0, err[-3000:]
+    c = _last_json(lines)["comparisons"][0]
+    for arm in ("rebuild", "cached"):
+        assert (out / "traces" / "packing" / f"{arm}.pt.trace.json.gz").exists()
+    sm = c["savings_model"]
+    assert sm["inputs"]["L"] == c["layers"]
+    assert sm["inputs"]["s_ms"] > 0  # from the wb/Lxx/attn/meta ranges of the baseline's trace
+    assert sm["inputs"]["builds_per_step"] == 2 * c["layers"]  # forward + recompute, every layer
+    assert sm["predicted_ms"] is not None or sm.get("reason")
+
+
+# --- runner behaviour with fake optimizations --------------------------------------------------------------------
+
+def test_fake_comparison_and_files(capsys, tmp_path, fakes):
+    rc, lines, err = _run(capsys, ["--opt", "packing", *FAST, "--reps", "2", "--out", str(tmp_path)])
+    assert rc == 0, err
+    c = _last_json(lines)["comparisons"][0]
+    assert [c["baseline"]["arm"], c["optimized"]["arm"]] == ["rebuild", "cached"]
+    assert c["baseline"]["syncs_per_step"] == c["optimized"]["syncs_per_step"] + 1
+    assert c["equivalence"]["cached"]["bitwise"] is True
+    # the model is built once; each arm applied once for the equivalence check and once per repetition
+    assert fakes.APPLIED == [("packing", a) for a in ["rebuild", "cached", "precomputed"] * 3]
+
+
+def test_not_equivalent_fails(capsys, tmp_path, fakes):
+    fakes.DIFFER_ARMS.add(("packing", "cached"))
+    rc, lines, err = _run(capsys, ["--opt", "packing", *FAST, "--reps", "1", "--out", str(tmp_path)])
+    assert rc == 1
+    c = _last_json(lines)["comparisons"][0]
+    assert c["equivalent"] is False and c["equivalence"]["cached"]["loss_abs_diff"] > 0
+    assert "not equivalent" in err and "Traceback" not in err
+
+
+def test_oom_in_one_arm(capsys, tmp_path, fakes):
+    fakes.FAIL_ARMS[("packing", "cached")] = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    rc, lines, err = _run(capsys, ["--opt", "packing", *FAST, "--reps", "1", "--out", str(tmp_path)])
+    assert rc == 1
+    c = _last_json(lines)["comparisons"][0]
+    assert c["optimized"]["status"] == "failed" and "out of memory" in c["optimized"]["error"]
+    assert c["others"][0]["status"] == "ok" and c["others"][0]["n"] == 1  # the other arms went on
+    assert c["baseline"]["n"] == 1
+    assert "out of memory" in err and "Traceback" not in err
+    assert (tmp_path / "errors.log").exists()
+    assert json.loads((tmp_path / "meta.json").read_text())["status"] == "failed"
+
+
+def test_unsupported_arms(capsys, tmp_path, fakes):
+    fakes.UNSUPPORTED[("packing", "precomputed")] = "needs a GPU"
+    # a further arm the device cannot run is skipped with a note
+    rc, lines, err = _run(capsys, ["--opt", "packing", *FAST, "--reps", "1", "--out", str(tmp_path / "a")])
+    assert rc == 0, err
+    c = _last_json(lines)["comparisons"][0]
+    assert c["others"][0]["status"] == "skipped" and "needs a GPU" in c["others"][0]["error"]
+    # asked for explicitly, it is an error
+    rc, lines, err = _run(capsys, ["--opt", "packing", *FAST, "--arms", "rebuild,precomputed", "--out",
+                                   str(tmp_path / "b")])
+    assert rc == 1 and "needs a GPU" in err and "Traceback" not in err
+
+
+def test_ctrl_c_keeps_results(capsys, tmp_path, fakes):
+    keep = tmp_path / "notes.txt"
+    keep.write_text("earlier work")
+    fakes.INTERRUPT_AT.append(6)  # 3 equivalence applies, then rep 0: rebuild, cached, Ctrl-C at precomputed
+    rc, lines, err = _run(capsys, ["--opt", "packing", *FAST, "--reps", "2", "--out", str(tmp_path)])
+    assert rc == 130
+    assert "interrupted" in err and "Traceback" not in err
+    assert keep.read_text() == "earlier work"
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["status"] == "incomplete"
+    with open(tmp_path / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["arm"] for r in rows if r["metric"] == "step_ms"} == {"rebuild", "cached"}
+    assert json.loads((tmp_path / "summary.json").read_text())["complete"] is False
+    assert not [p for p in os.listdir(tmp_path) if ".tmp" in p]
+
+
+@pytest.mark.parametrize("how", [["--aa"], ["--arms", "rebuild,rebuild"]])
+def test_aa_mode(capsys, tmp_path, fakes, how):
+    rc, lines, err = _run(capsys, ["--opt", "packing", *FAST, "--reps", "2", *how, "--out", str(tmp_path)])
+    assert rc == 0, err
+    c = _last_json(lines)["comparisons"][0]
+    assert [c["baseline"]["arm"], c["optimized"]["arm"]] == ["rebuild", "rebuild#2"]
+    assert c["equivalence"]["rebuild#2"]["bitwise"] is True
+    assert c["baseline"]["n"] == c["optimized"]["n"] == 2
+
+
+def test_aa_all(capsys, tmp_path, fakes):
+    rc, lines, err = _run(capsys, ["--opt", "all", *FAST, "--reps", "1", "--aa", "--model", "tiny-qwen3",
+                                   "--out", str(tmp_path)])
+    assert rc == 0, err
+    cmps = _last_json(lines)["comparisons"]
+    assert [c["opt"] for c in cmps] == ["packing", "offload", "moe", "all"]
+    assert all(c["baseline"]["arm"] + "#2" == c["optimized"]["arm"] for c in cmps)
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--opt", "speed"], "unknown optimization"),
+    (["--opt", "packing", "--model", "gpt-5"], "unknown model preset"),
+    (["--opt", "packing", "--attn", "warp"], "unknown attention backend"),
+    (["--opt", "packing", "--arms", "rebuild,fastest"], "unknown arm 'fastest'"),
+    (["--opt", "all", "--arms", "rebuild,cached"], "--arms needs a single --opt"),
+    (["--trace", "perfetto"], "unknown --trace"),
+    (["--opt", "packing", "--steps", "0"], "--steps must be positive"),
+    (["--opt", "packing", "--device", "cpu", "--trace", "nsys"], "needs a CUDA device"),
+])
+def test_bad_input_one_line(capsys, tmp_path, fakes, argv, msg):
+    rc, lines, err = _run(capsys, [*argv, "--out", str(tmp_path / "x")])
+    assert rc == 2
+    err_lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(err_lines) == 1 and err_lines[0].startswith("error:") and msg in err_lines[0], err
+    assert not (tmp_path / "x").exists()  # nothing started, nothing written
+    assert lines == []
+
+
+def test_nsys_missing(monkeypatch):
+    from workbench.errors import WorkbenchError
+    from workbench.traces.capture import nsys_command, require_nsys
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("NSYS", raising=False)
+    with pytest.raises(WorkbenchError, match="nsys.*not found"):
+        require_nsys()
+    cmd = nsys_command("/opt/nsys", "out/x", ["--opt", "packing"])
+    assert cmd[:2] == ["/opt/nsys", "profile"]
+    assert {"--sample=none", "--cpuctxsw=none", "--backtrace=none", "--capture-range-end=stop"} <= set(cmd)
+    assert cmd[cmd.index("-c") + 1] == "cudaProfilerApi" and cmd[cmd.index("-t") + 1] == "cuda,nvtx"
+    assert cmd[cmd.index("-o") + 1] == "out/x"
+    assert cmd[-5:] == [sys.executable, "-m", "workbench.ab", "--opt", "packing"]
+
+
+def test_subprocess_bad_opt_no_traceback():
+    p = subprocess.run([sys.executable, "-m", "workbench.ab", "--opt", "nope"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
+    assert p.returncode == 2
+    assert p.stderr.strip().startswith("error: unknown optimization 'nope'")
+    assert "Traceback" not in p.stderr and p.stdout == ""
+
+
+def test_compare_tolerance():
+    g = {"w": torch.ones(4)}
+    ref = {"loss": 1.0, "grads": g}
+    assert ab._compare({"loss": 1.0, "grads": {"w": torch.ones(4)}}, ref, torch.float32)["bitwise"]
+    near = ab._compare({"loss": 1.0 + 1e-7, "grads": {"w": torch.ones(4) + 1e-7}}, ref, torch.float32)
+    assert near["equivalent"] and not near["bitwise"]
+    far = ab._compare({"loss": 1.1, "grads": {"w": torch.ones(4)}}, ref, torch.float32)
+    assert not far["equivalent"]
+    bad = ab._compare({"loss": 1.0, "grads": {"w": torch.ones(4) * 2}}, ref, torch.float32)
+    assert not bad["equivalent"] and bad["grad_max_abs_diff"] == 1.0
