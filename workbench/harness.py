@@ -35,6 +35,8 @@ class StepRecord:
     syncs_by_source: dict
     cuda_sync_warnings: int | None
     """Sync-debug-mode warnings on CUDA (the second witness), None when not cross-checked."""
+    cuda_sync_warning_sources: dict
+    """file:line -> sync-debug-mode warnings raised there (empty when not cross-checked)."""
     peak_mem_mib: float
     tokens: int
     loss: float
@@ -93,6 +95,7 @@ def train_steps(model, batches, *, steps: int, warmup: int = 0, optimizer: torch
             syncs_by_layer_pass=counter.by("layer", "pass_") if counter else {},
             syncs_by_source=counter.by("source") if counter else {},
             cuda_sync_warnings=counter.cuda_warnings if (counter and counter.cross_check) else None,
+            cuda_sync_warning_sources=dict(counter.cuda_warning_sources) if counter else {},
             peak_mem_mib=peak_mem_mib(device), tokens=batch.tokens, loss=float(loss.detach().float().item()))
         records.append(rec)
         if on_step is not None:

@@ -101,6 +101,11 @@ def main(argv=None) -> int:
         print("\nsource lines that sync (last step)")
         top = sorted(last.syncs_by_source.items(), key=lambda kv: -kv[1])[:10]
         print(_table([[n, src] for src, n in top], ["syncs", "source"]))
+    if last.cuda_sync_warnings is not None and last.cuda_sync_warnings != last.syncs:
+        print(f"\nwitnesses differ: counter {last.syncs}, CUDA sync debug mode {last.cuda_sync_warnings}; "
+              "debug-mode warnings by source line:")
+        print(_table([[n, src] for src, n in sorted(last.cuda_sync_warning_sources.items(), key=lambda kv: -kv[1])],
+                     ["warnings", "source"]))
     emit_json({
         "model": cfg.model, "layers": layers, "tokens": cfg.tokens, "device": device,
         "steps": [{"step_ms": r.step_ms, "fwd_ms": r.fwd_ms, "bwd_ms": r.bwd_ms, "opt_ms": r.opt_ms,

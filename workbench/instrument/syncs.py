@@ -192,6 +192,8 @@ class SyncCounter:
         self.events: list[SyncEvent] = []
         self.cross_check = cross_check and torch.cuda.is_available()
         self.cuda_warnings = 0
+        self.cuda_warning_sources: collections.Counter = collections.Counter()
+        """Where sync-debug-mode warnings were raised (file:line of the Python caller), to explain a mismatch."""
         self._in_tolist = False
         self._modes: list = []
         self._warn_ctx = None
@@ -230,7 +232,10 @@ class SyncCounter:
         torch.nn.functional.one_hot = self._orig_one_hot
         if self.cross_check:
             torch.cuda.set_sync_debug_mode(self._prev_debug_mode)
-            self.cuda_warnings += sum(1 for w in self._warn_log if _SYNC_WARNING in str(w.message))
+            for w in self._warn_log:
+                if _SYNC_WARNING in str(w.message):
+                    self.cuda_warnings += 1
+                    self.cuda_warning_sources[f"{os.path.basename(w.filename)}:{w.lineno}"] += 1
             self._warn_ctx.__exit__(*exc)
             self._warn_ctx = self._warn_log = None
         return False
@@ -266,3 +271,4 @@ class SyncCounter:
     def reset(self) -> None:
         self.events.clear()
         self.cuda_warnings = 0
+        self.cuda_warning_sources.clear()
