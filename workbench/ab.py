@@ -42,14 +42,14 @@ CPU_DEFAULTS = {"packing": dict(model="tiny-qwen3"), "offload": dict(model="tiny
 GPU_DEFAULTS = {"packing": dict(model="qwen3-0.6b", tokens=16384), "offload": dict(model="llama-3.1-8b", layers=8),
                 "moe": dict(model="gpt-oss-20b", layers=4, tokens=8192),
                 "all": dict(model="qwen3-30b-a3b", layers=8, tokens=8192),
-                "_run": dict(tokens=16384, steps=10, warmup=3, reps=3)}
+                "_run": dict(tokens=16384, steps=6, warmup=2, reps=3)}
 
 TOL = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float64: dict(rtol=1e-7, atol=1e-9),
        torch.bfloat16: dict(rtol=2e-2, atol=2e-3), torch.float16: dict(rtol=5e-3, atol=5e-4)}
 """Equivalence tolerance per dtype: elementwise allclose, or relative L2 error within rtol per tensor (where
 accumulation order changes); torch.equal is reported as `bitwise`."""
 
-FORMULAS = {"packing": "(L-1)*s", "offload": "(L-1)*min(c,g)", "moe": "L*(per-layer routing sync stalls)",
+FORMULAS = {"packing": "(L-1)*s", "offload": "(L-1)*min(c,g)", "moe": "syncs_removed*stall_ms + launches_removed*launch_ms",
             "all": "sum of the packing, offload and moe predictions"}
 
 
@@ -452,7 +452,8 @@ class Runner:
                 self._progress(f"{tag} offload measuring pass failed: {type(e).__name__}: {e}")
             finally:
                 _free(self.device)
-        out["savings_model"] = self.savings(cmp, events.get(cmp.baseline), out["savings_model"], L, measured_inputs)
+        out["savings_model"] = self.savings(cmp, events.get(cmp.baseline), out["savings_model"], L, measured_inputs,
+                                            opt_events=events.get(cmp.optimized), arms=arm_dicts)
         ran_all = all(arm_status[s.label]["status"] in ("ok", "skipped") for s in cmp.arms)
         out["equivalent"] = bool(ran_all and equiv and all(
             equiv.get(s.label, {}).get("equivalent", False) for s in cmp.arms if arm_status[s.label]["status"] == "ok"))
@@ -519,10 +520,33 @@ class Runner:
             from workbench.traces import host_syncs_per_step
             if (ev["kind"] == "kernel").any():  # only a GPU trace witnesses syncs
                 d["trace_syncs_per_step"] = host_syncs_per_step(ev)
+                if d["syncs_per_step"] is not None and d["trace_syncs_per_step"] != d["syncs_per_step"]:
+                    d["sync_witness_note"] = (
+                        "the trace's blocking sync events differ from the dispatch counter: the trace also sees "
+                        "syncs the counter leaves out (declared ones such as the logged loss, allocator and "
+                        "cudaMemcpy waits) and counts one event per blocking call, not per value read")
         return d
 
     # -- savings models --------------------------------------------------------------------------------------
-    def savings(self, cmp, base_events, sm: dict, L: int, measured_inputs: dict | None = None) -> dict:
+    def _paired_inputs(self, o, cmp, base_events, opt_events, arms) -> dict:
+        """Inputs that need both arms: packing's arm and checkpointing; MoE's syncs and launches removed."""
+        opt_spec = next((s for s in cmp.arms if s.label == cmp.optimized), None)
+        if o == "packing":
+            return {"arm": opt_spec.arms.get("packing") if opt_spec else None,
+                    "checkpointing": not self.args.no_checkpointing}
+        if o == "moe":
+            from workbench.traces.analysis import launches_per_step
+            b, p = arms.get(cmp.baseline) or {}, arms.get(cmp.optimized) or {}
+            out = {}
+            if b.get("syncs_per_step") is not None and p.get("syncs_per_step") is not None:
+                out["syncs_removed"] = b["syncs_per_step"] - p["syncs_per_step"]
+            if opt_events is not None:
+                out["launches_removed"] = launches_per_step(base_events) - launches_per_step(opt_events)
+            return out
+        return {}
+
+    def savings(self, cmp, base_events, sm: dict, L: int, measured_inputs: dict | None = None,
+                opt_events=None, arms: dict | None = None) -> dict:
         """Fill the savings model: inputs from the baseline arm's trace (any opt), else from a measuring pass
         (offload's per-layer reload / compute timers); predicted_ms stays null, with a reason, without inputs."""
         from workbench.traces import INPUTS
@@ -533,6 +557,7 @@ class Runner:
         for o in opts_here:
             if base_events is not None:
                 inputs = INPUTS[o](base_events)
+                inputs.update(self._paired_inputs(o, cmp, base_events, opt_events, arms))
             elif o in measured_inputs:
                 inputs = measured_inputs[o]
             else:
@@ -682,13 +707,15 @@ def _free(device) -> None:
 
 
 def call_savings(opt: str, inputs: dict, measured_ms: float | None = None) -> dict:
-    """The opt's savings model from `workbench.savings` (named `<opt>_saving[s]`, `predict_<opt>` or `<opt>`),
+    """The opt's savings model from `workbench.savings` (`<opt>_saving[s]`, `predict_<opt>`, `<opt>`, `<opt>_*_saving`),
     called with the measured inputs it accepts; a dict with formula / predicted_ms / inputs (and `reason` when
     the model or an input is missing)."""
     from workbench import savings
 
     fn = None
-    for name in (f"{opt}_saving", f"{opt}_savings", f"predict_{opt}", opt):
+    names = [f"{opt}_saving", f"{opt}_savings", f"predict_{opt}", opt]
+    names += sorted(n for n in dir(savings) if n.startswith(f"{opt}_") and n.endswith(("_saving", "_savings")))
+    for name in names:
         cand = getattr(savings, name, None)
         if callable(cand):
             fn = cand
@@ -696,10 +723,10 @@ def call_savings(opt: str, inputs: dict, measured_ms: float | None = None) -> di
     base = {"formula": FORMULAS[opt], "predicted_ms": None, "inputs": inputs}
     if fn is None:
         return {**base, "reason": f"no {opt} savings model in workbench.savings yet"}
-    missing = [k for k, v in inputs.items() if isinstance(v, float) and v != v]
+    kwargs = _filter_kwargs(fn, {**inputs, "measured_ms": measured_ms})
+    missing = [k for k, v in kwargs.items() if isinstance(v, float) and v != v]
     if missing:
         return {**base, "reason": f"inputs not found in the trace: {', '.join(missing)}"}
-    kwargs = _filter_kwargs(fn, {**inputs, "measured_ms": measured_ms})
     try:
         res = fn(**kwargs)
     except Exception as e:  # noqa: BLE001 - a model that cannot take these inputs is reported, not fatal

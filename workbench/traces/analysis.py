@@ -198,20 +198,30 @@ def offload_inputs(events: pd.DataFrame) -> dict:
             "bwd_ms": b_ms, "source": src}
 
 
+def launches_per_step(events: pd.DataFrame) -> float:
+    """Kernel launches per step (GPU kernels in the trace / steps)."""
+    return float((events["kind"] == "kernel").sum()) / steps_in(events)
+
+
 def moe_inputs(events: pd.DataFrame) -> dict:
-    """Inputs of the MoE routing model: L, the per-layer MLP (experts) time in forward and recompute, and the
-    host-blocking syncs per layer per step with their total duration (what sync-free routing removes)."""
+    """Inputs of the MoE routing model measured in the baseline's trace: L, per-layer MLP (experts) time in forward
+    and recompute, host-blocking syncs per layer per step, `stall_ms` (median duration of a host-blocking sync
+    event: a proxy for the GPU idle each sync causes), `launch_ms` (median host time of a kernel-launch runtime
+    call) and `launches_per_step`. `syncs_removed` / `launches_removed` need the optimized arm too (the caller)."""
     mlp = _select(events, lambda r: r["part"] == "mlp")
-    syncs = events[(events["kind"] == "sync") & events["layer"].notna()
-                   & ~events["name"].str.contains("wait", case=False)]
+    blocking = events[(events["kind"] == "sync") & ~events["name"].str.contains("wait", case=False)]
+    syncs = blocking[blocking["layer"].notna()]
+    launches = events[(events["kind"] == "runtime") & events["name"].str.contains("LaunchKernel", case=False)]
     n = steps_in(events)
     L = _layer_count(events)
     return {"L": L, "layers": L,
             "mlp_fwd_ms": float(_ms(mlp[mlp["pass"] == "fwd"]).median()) if len(mlp) else float("nan"),
             "mlp_recompute_ms": float(_ms(mlp[mlp["pass"] == "recompute"]).median()) if len(mlp) else float("nan"),
             "syncs_per_layer": len(syncs) / n / L if L else float("nan"),
-            "sync_ms_per_layer": float(_ms(syncs).sum()) / n / L if L else float("nan"),
-            "source": "wb/Lxx/mlp ranges + sync events"}
+            "stall_ms": float(_ms(blocking).median()) if len(blocking) else float("nan"),
+            "launch_ms": float(_ms(launches).median()) if len(launches) else float("nan"),
+            "launches_per_step": launches_per_step(events),
+            "source": "baseline trace: wb/Lxx/mlp ranges, sync events, launch runtime calls"}
 
 
 INPUTS = {"packing": packing_inputs, "offload": offload_inputs, "moe": moe_inputs}
