@@ -538,3 +538,94 @@ def test_count_syncs_live_attributes_packing_rebuilds_to_every_layer_and_pass():
         assert by_layer.loc[("rebuild", layer), "forward"] > 0 and by_layer.loc[("rebuild", layer), "recompute"] > 0
     src = an.syncs_by_source(attr)
     assert src[src["arm"] == "rebuild"]["syncs_per_step"].sum() == total["rebuild"]
+
+
+# --- folders as the GPU runs come back: COMMAND.txt, logs of workbench.run, long results only ------------------------
+
+def test_command_txt_parsing(tmp_path):
+    p = tmp_path / "COMMAND.txt"
+    p.write_text("device: NVIDIA H100 80GB HBM3, driver 580.159.04; torch 2.11.0+cu130, transformers 5.17.0, peft 0.21.0\n"
+                 "command: source .gpu/env.sh; python -m workbench.bench.moe --out $OUT/moe --budget-s 300\n"
+                 "note: the 300 s budget allowed 1 rep.\n"
+                 "a.log / b.json:   python -m workbench.run --model x\n"
+                 "free text continues the note.\n")
+    c = an.parse_command_txt(str(p))
+    assert c["command"] == "source .gpu/env.sh; python -m workbench.bench.moe --out $OUT/moe --budget-s 300"
+    assert (c["device_name"], c["driver"], c["torch"], c["transformers"]) == (
+        "NVIDIA H100 80GB HBM3", "580.159.04", "2.11.0+cu130", "5.17.0")
+    assert c["files"] == {"a.log": "python -m workbench.run --model x", "b.json": "python -m workbench.run --model x"}
+    assert c["note"] == "the 300 s budget allowed 1 rep. free text continues the note."
+
+
+def test_committed_harness_logs_witnesses():
+    logs = an.run_logs(HARNESS).set_index("log")
+    assert logs.loc["run_qwen3.log", "counter_syncs_per_step"] == logs.loc["run_qwen3.log", "cuda_debug_syncs_per_step"]
+    g = logs.loc["run_gptoss_eager.log"]
+    assert (g["model"], g["layers"], g["counter_syncs_per_step"], g["cuda_debug_syncs_per_step"]) == (
+        "gpt-oss-20b", 4, 1802.0, 1804.0)
+    assert g["command"].startswith("python -m workbench.run --model gpt-oss-20b")
+    ops = an.witness_ops(HARNESS)
+    assert len(ops) >= 16 and ops["agree"].all() and ops.set_index("op").loc["bincount", "counter"] == 2
+    attr = an.run_log_attribution(HARNESS)
+    eager = an.syncs_by_layer(attr[attr["arm"] == "run_gptoss_eager"]).set_index("layer")
+    assert eager.loc["L00", "forward"] == 225 and eager.loc["L00", "recompute"] == 225 and eager.loc["L00", "total"] == 450
+    w = an.three_witnesses(HARNESS).set_index("arm")
+    assert w.loc["run_qwen3", "agree"] == True and w.loc["run_gptoss_eager", "agree"] == False  # noqa: E712
+
+
+def test_run_log_with_debug_mode_sources_side_by_side(tmp_path):
+    (tmp_path / "COMMAND.txt").write_text("r.log: python -m workbench.run --cross-check\n"
+                                          "The 2 extra warnings are a host-to-device copy.\n")
+    (tmp_path / "r.log").write_text(
+        "syncs per layer and pass (last step)\nlayer  forward  recompute  backward  optimizer  total\n"
+        "  L00        3          3         0          0      6\nmodel        1          0         0          0      1\n\n"
+        "source lines that sync (last step)\nsyncs  source\n    6  m.py:10 (forward)\n    1  k.py:5 (f)\n\n"
+        "witnesses differ: counter 7, CUDA sync debug mode 9; debug-mode warnings by source line:\n"
+        "warnings  source\n     6  m.py:10\n     1  k.py:5\n     2  k.py:9\n"
+        '{"model": "m", "layers": 1, "tokens": 8, "device": "cuda:0", "steps": [{"step_ms": 1.0, "syncs": 7, '
+        '"cuda_sync_warnings": 9}], "syncs_by_layer": {"L00": 6, "": 1}}\n')
+    attr = an.run_log_attribution(str(tmp_path))
+    side = an.sources_side_by_side(attr).set_index("source")
+    assert side.loc["m.py:10", "counter"] == 6 and not side.loc["m.py:10", "differs"]
+    assert side.loc["k.py:9", "cuda debug mode"] == 2 and side.loc["k.py:9", "differs"]
+    w = an.three_witnesses(str(tmp_path)).iloc[0]
+    assert w["agree"] == False and "host-to-device" in w["note"] and "recorded: The 2 extra" in w["note"]  # noqa: E712
+
+
+def test_packing_folder_with_long_results_only(tmp_path):
+    d = tmp_path / "2026-11-22_h100_packing"
+    d.mkdir()
+    (d / "COMMAND.txt").write_text("device: NVIDIA H100 80GB HBM3, driver 1; torch 2.11.0+cu130, transformers 5.17.0\n"
+                                   "command: python -m workbench.bench.packing --out $OUT/packing\n")
+    env = dict(run_id="packing-1", torch="2.11.0+cu130", transformers="5.17.0", device_name="NVIDIA H100 80GB HBM3")
+    rows = []
+    for arm, ms, syncs in (("rebuild", 110.0, 168), ("cached", 100.0, 3), ("precomputed", 99.0, 0)):
+        for rep, dx in ((0, -1.0), (0, 0.0), (1, 1.0)):
+            for metric, v in (("step_ms", ms + dx), ("fwd_ms", ms / 3), ("bwd_ms", 2 * ms / 3), ("peak_mem_mib", 1.0),
+                              ("loss", 5.0)):
+                rows.append(dict(env, section="arms", model="qwen3-0.6b", layers=28, tokens=16384, backend="varlen",
+                                 arm=arm, rep=rep, step=0, metric=metric, value=v, unit="ms"))
+        rows.append(dict(env, section="arms", model="qwen3-0.6b", layers=28, tokens=16384, backend="varlen", arm=arm,
+                         rep=-1, step=-1, metric="syncs_per_step", value=syncs, unit="syncs"))
+    rows.append(dict(env, section="s", model="qwen3-0.6b", layers=28, tokens=16384, backend="varlen", arm="rebuild",
+                     rep=-1, step=-1, metric="s_ms", value=0.25, unit="ms"))
+    for L in (4, 8):
+        for arm, ms in (("rebuild", 10.0 * L + 0.5 * L), ("cached", 10.0 * L + 0.5)):
+            rows.append(dict(env, section="sweep", model="qwen3-0.6b", layers=L, tokens=16384, backend="varlen",
+                             arm=arm, rep=0, step=0, metric="step_ms", value=ms, unit="ms"))
+    pd.DataFrame(rows).to_csv(d / "results.csv", index=False)
+    runs = an.discover(str(tmp_path))
+    assert runs[["kind", "suite"]].values.tolist() == [["bench", "packing"]]
+    assert runs["command"].iloc[0] == "python -m workbench.bench.packing --out $OUT/packing"
+    s = an.bench_frames(str(tmp_path), "packing")["summary"].set_index("arm")
+    assert s.loc["rebuild", "step_ms"] == 110.0 and s.loc["rebuild", "syncs_per_step"] == 168
+    assert (s.loc["rebuild", "step_ms_p20"], s.loc["rebuild", "step_ms_p80"]) == (109.0, 111.0)
+    c = an.bench_comparisons(str(tmp_path)).iloc[0]
+    assert c["gpu_name"] == "NVIDIA H100 80GB HBM3" and c["measured_ms"] == pytest.approx(10.0)
+    from workbench.savings import packing_saving
+    assert c["predicted_ms"] == pytest.approx(packing_saving(28, 0.25, arm="cached")["predicted_ms"])
+    sweep, fit = an.bench_sweep(str(tmp_path), "packing")
+    assert sweep["saving_ms"].tolist() == pytest.approx([1.5, 3.5])
+    assert fit.iloc[0]["slope_ms_per_layer"] == pytest.approx(0.5) and fit.iloc[0]["predicted_slope_ms_per_layer"] == 0.5
+    md = readme_results.results_markdown(str(tmp_path), repo=str(tmp_path))
+    assert "2026-11-22_h100_packing/results.csv" in md and "L sweep" in md

@@ -193,14 +193,57 @@ def discover(profiles: str | None = None) -> pd.DataFrame:
             o = _read_json(os.path.join(d, "overhead.json")) or {}
             rows.append({**base, "kind": "overhead", "suite": "overhead", "command": o.get("command") or base["command"],
                          "device_name": o.get("device_name")})
-        if "witness.json" in fs:
+        if "witness.json" in fs or ("witness.log" in fs and _witness_rows(os.path.join(d, "witness.log"))):
             rows.append({**base, "kind": "witness", "suite": "witness"})
+        if "results.csv" in fs and "summary.json" not in fs and "meta.json" not in fs:
+            head = _read_csv_head(os.path.join(d, "results.csv"))
+            suite = _long_suite(head, d)
+            if suite:
+                bench_dirs.append(d)
+                first = head.iloc[0] if len(head) else {}
+                rows.append({**base, "kind": "bench", "suite": suite,
+                             "device_name": first.get("device_name") if len(head) else None,
+                             "torch": first.get("torch") if len(head) else None,
+                             "transformers": first.get("transformers") if len(head) else None})
+                continue
         if "commands.json" in fs:
             rows.append({**base, "kind": "campaign", "suite": "campaign"})
     if not rows:
         return _empty(RUN_COLUMNS)
     probe_versions(rows)
+    for r in rows:  # COMMAND.txt: the command as the person who ran it wrote it, device and versions
+        c = command_notes(r["path"])
+        main = [c["files"][f] for f in _MAIN_FILES.get(r["kind"], ()) if f in c["files"]]
+        if main and not cmds.get(os.path.abspath(r["path"])):
+            r["command"] = main[0]
+        elif c.get("command") and not cmds.get(os.path.abspath(r["path"])):
+            r["command"] = c["command"]
+        for k in ("device_name", "torch", "transformers"):
+            if c.get(k) and (not r.get(k) or (k == "torch" and "+" not in str(r.get(k)))):
+                r[k] = c[k]
     return pd.DataFrame(rows, columns=RUN_COLUMNS).sort_values("path", kind="stable").reset_index(drop=True)
+
+
+def _read_csv_head(path: str, n: int = 5) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path, nrows=n)
+    except (OSError, ValueError, pd.errors.EmptyDataError, pd.errors.ParserError):
+        return pd.DataFrame()
+
+
+def _long_suite(head: pd.DataFrame, d: str) -> str | None:
+    """The suite of a bench's long results.csv (columns section, metric, value) without its summary.json: from the
+    folder's COMMAND.txt, the run_id prefix ("packing-2026..."), or the folder name."""
+    if head.empty or not {"section", "metric", "value"} <= set(head.columns):
+        return None
+    m = re.search(r"workbench[./]bench[./](\w+)", str(command_notes(d).get("command") or ""))
+    if m:
+        return m.group(1)
+    rid = str(head["run_id"].iloc[0]) if "run_id" in head else ""
+    for suite in SUITES:
+        if rid.startswith(suite + "-") or os.path.basename(d) == suite:
+            return suite
+    return None
 
 
 def _bench_suite(s: dict, d: str) -> str | None:
@@ -214,6 +257,54 @@ def _bench_suite(s: dict, d: str) -> str | None:
     if "configs" in s or os.path.basename(d) in SUITES:
         return os.path.basename(d)
     return None
+
+
+def parse_command_txt(path: str) -> dict:
+    """A folder's COMMAND.txt (how the lead records a GPU run): "command: ...", "device: NAME, driver X; torch Y,
+    transformers Z, ...", "note: ...", and "FILE [/ FILE ...]: command" lines mapping files to the command that wrote
+    them; other lines continue the note. Returns {command, device_name, driver, torch, transformers, files, note}."""
+    out: dict = {"files": {}, "note": ""}
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        key, sep, val = line.partition(":")
+        key, val = key.strip(), val.strip()
+        if sep and key == "command":
+            out["command"] = val
+        elif sep and key == "device":
+            out["device_name"] = val.split(",")[0].strip()
+            for k, pat in (("driver", r"driver (\S+?)[;,]?(?:\s|$)"), ("torch", r"torch (\S+?)[;,]?(?:\s|$)"),
+                           ("transformers", r"transformers (\S+?)[;,]?(?:\s|$)")):
+                m = re.search(pat, val)
+                if m:
+                    out[k] = m.group(1)
+        elif sep and key == "note":
+            out["note"] += val + " "
+        elif sep and val and " " not in key.replace(" / ", "/") and "." in key:
+            for f in key.split("/"):
+                out["files"][f.strip()] = val
+        elif line.strip():
+            out["note"] += line.strip() + " "
+    out["note"] = out["note"].strip()
+    return out
+
+
+def command_notes(folder: str) -> dict:
+    """Every COMMAND*.txt of a folder merged (parse_command_txt), file maps combined."""
+    merged: dict = {"files": {}, "note": ""}
+    for p in sorted(glob.glob(os.path.join(folder, "COMMAND*.txt"))):
+        c = parse_command_txt(p)
+        merged["files"].update(c.pop("files"))
+        note = c.pop("note")
+        merged["note"] = (merged["note"] + " " + note).strip()
+        for k, v in c.items():
+            merged.setdefault(k, v)
+    return merged
+
+
+_MAIN_FILES = {"overhead": ("overhead.json", "overhead.log"), "witness": ("witness.json", "witness.log")}
 
 
 def probe_versions(rows: list[dict]) -> None:
@@ -410,12 +501,82 @@ def bench_frames(profiles: str | None = None, suite: str | None = None) -> dict[
                 if stem in mine or key in ("configs", "kernels", "skipped"):
                     continue
                 add(stem, pd.json_normalize(val, max_level=0), p)
+        if "summary" not in mine and "results_long" in mine:
+            p = os.path.join(r["path"], "results.csv")
+            for stem, df in _frames_from_long(pd.concat(mine["results_long"], ignore_index=True)).items():
+                if stem not in mine and len(df):
+                    add(stem, df.drop(columns=["bench", "run", "source"], errors="ignore"), p)
         for k, v in mine.items():
             acc.setdefault(k, []).extend(v)
     out = {k: pd.concat(v, ignore_index=True) for k, v in acc.items()}
     out.setdefault("summary", _empty(["bench", "run", "config", "model", "layers", "tokens", "arm", "step_ms",
                                       "source"]))
     out["json"] = pd.DataFrame(js, columns=["run", "bench", "source", "summary"])
+    return out
+
+
+def _nearest_rank(xs, q: float) -> float:
+    """The bench modules' quantile: sorted values at index round(q·(n-1))."""
+    xs = sorted(float(x) for x in xs if x == x)
+    return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))] if xs else float("nan")
+
+
+def _frames_from_long(df: pd.DataFrame) -> dict:
+    """Per-arm summary, savings, sweep and sweep_fits rebuilt from a bench's long results.csv (packing's sections
+    "arms", "s", "sweep"), for a folder whose summary.json is missing: medians and nearest-rank p20 / p80 over the
+    timed steps (rep >= 0), syncs_per_step from the counted step (rep -1), predicted savings from
+    `workbench.savings.packing_saving` with the recorded s_ms, measured = median(rebuild) - median(arm)."""
+    out: dict = {}
+    keys = [k for k in ("model", "layers", "tokens", "backend", "arm") if k in df]
+    if "section" not in df or not keys:
+        return out
+    a = df[df["section"] == "arms"]
+    rows = []
+    for key, g in a.groupby(keys, sort=False):
+        kd = dict(zip(keys, key))
+        timed = g[g["rep"] >= 0] if "rep" in g else g
+        v = lambda m: pd.to_numeric(timed.loc[timed["metric"] == m, "value"], errors="coerce")  # noqa: E731
+        step = v("step_ms").tolist()
+        syncs = pd.to_numeric(g.loc[g["metric"] == "syncs_per_step", "value"], errors="coerce")
+        rows.append({**kd, "step_ms": float(np.median(step)) if step else float("nan"),
+                     "step_ms_p20": _nearest_rank(step, 0.2), "step_ms_p80": _nearest_rank(step, 0.8),
+                     "fwd_ms": float(v("fwd_ms").median()), "bwd_ms": float(v("bwd_ms").median()),
+                     "peak_mem_mib": float(v("peak_mem_mib").max()), "loss": float(v("loss").median()),
+                     "syncs_per_step": float(syncs.iloc[0]) if len(syncs) else float("nan"), "n": len(step),
+                     "device_name": g["device_name"].iloc[0] if "device_name" in g else None})
+    summary = pd.DataFrame(rows)
+    out["summary"] = summary
+    s_ms = df[(df["section"] == "s") & (df["metric"] == "s_ms")]
+    sav = []
+    if len(summary) and len(s_ms):
+        from workbench.savings import packing_saving
+        for r in summary[summary["arm"].isin(["cached", "precomputed"])].to_dict("records"):
+            m = s_ms[(s_ms["model"] == r["model"]) & (s_ms.get("backend") == r.get("backend"))]
+            base = summary[(summary["model"] == r["model"]) & (summary["backend"] == r.get("backend"))
+                           & (summary["arm"] == "rebuild")]
+            if m.empty or base.empty:
+                continue
+            s = float(m["value"].iloc[0])
+            measured = float(base["step_ms"].iloc[0]) - r["step_ms"]
+            pr = packing_saving(int(r["layers"]), s, arm=r["arm"], measured_ms=measured)
+            sav.append({"model": r["model"], "layers": r["layers"], "tokens": r.get("tokens"),
+                        "backend": r.get("backend"), "arm": r["arm"], "s_ms": s, "predicted_ms": pr["predicted_ms"],
+                        "measured_ms": measured, "implied_s_ms": pr["implied_s_ms"], "formula": pr["formula"]})
+    out["savings"] = _normalize(pd.DataFrame(sav))
+    sw = df[(df["section"] == "sweep") & (df["metric"] == "step_ms")]
+    srows, fits = [], []
+    if len(sw):
+        med = sw.groupby(["model", "backend", "layers", "arm"])["value"].median().unstack("arm")
+        for (model, backend, L), r in med.iterrows():
+            if {"rebuild", "cached"} <= set(r.index):
+                srows.append({"model": model, "backend": backend, "layers": int(L), "rebuild_ms": r["rebuild"],
+                              "cached_ms": r["cached"], "saving_ms": r["rebuild"] - r["cached"]})
+        for (model, backend), g in pd.DataFrame(srows).groupby(["model", "backend"]) if srows else []:
+            s = s_ms[(s_ms["model"] == model) & (s_ms["backend"] == backend)]
+            fits.append({"model": model, "backend": backend, "layers": g["layers"].tolist(),
+                         "predicted_slope_ms_per_layer": 2 * float(s["value"].iloc[0]) if len(s) else float("nan")})
+    out["sweep"] = pd.DataFrame(srows)
+    out["sweep_fits"] = pd.DataFrame(fits)
     return out
 
 
@@ -926,6 +1087,9 @@ def syncs_attribution(profiles: str | None = None) -> pd.DataFrame:
             rows.append({"run": t["run"], "opt": t["opt"], "arm": t["arm"], "layer": r["layer"],
                          "pass": r["pass"] or None, "source": f"{r['kind']}:{r['name']}", "syncs_per_step": r["count"],
                          "witness": "trace"})
+    logs = run_log_attribution(profiles)
+    if len(logs):
+        rows += logs.to_dict("records")
     if not rows:
         return _empty(SYNC_COLUMNS)
     return pd.DataFrame(rows, columns=SYNC_COLUMNS)
@@ -953,6 +1117,27 @@ def syncs_by_source(attr: pd.DataFrame, top: int = 15) -> pd.DataFrame:
     g = a.groupby(["witness", "run", "opt", "arm", "source"], dropna=False)["syncs_per_step"].sum().reset_index()
     g = g.sort_values(["witness", "run", "opt", "arm", "syncs_per_step"], ascending=[True, True, True, True, False])
     return g.groupby(["witness", "run", "opt", "arm"], dropna=False).head(top).reset_index(drop=True)
+
+
+def sources_side_by_side(attr: pd.DataFrame) -> pd.DataFrame:
+    """Per (run, opt, arm) and source line ("file.py:123", the function name dropped): syncs per step by each witness
+    in its own column, and `differs` where they do not match (e.g. CUDA's debug mode also warns on a blocking
+    host-to-device copy, which the dispatch counter does not count)."""
+    a = attr[attr["source"].notna()].copy() if len(attr) else attr
+    if a.empty:
+        return _empty(["run", "opt", "arm", "source", "differs"])
+    a["source"] = a["source"].astype(str).str.replace(r"\s*\(.*\)$", "", regex=True)
+    p = a.pivot_table(index=["run", "opt", "arm", "source"], columns="witness", values="syncs_per_step",
+                      aggfunc="sum")
+    p.columns.name = None
+    # only arms seen by two or more witnesses are compared
+    p = p[p.groupby(level=["run", "opt", "arm"]).transform("count").max(axis=1) > 0]
+    w = list(p.columns)
+    p["differs"] = p[w].fillna(0).nunique(axis=1) > 1 if len(w) > 1 else False
+    p = p.reset_index()
+    multi = p.groupby(["run", "opt", "arm"])[w].transform(lambda c: c.notna().any()).sum(axis=1) > 1 if len(w) > 1 \
+        else pd.Series(False, index=p.index)
+    return p[multi].sort_values(["run", "arm", w[0]], ascending=[True, True, False]).reset_index(drop=True)
 
 
 def count_syncs_live(opt: str = "packing", arms=None, model: str | None = None, tokens: int = 256, steps: int = 1,
@@ -1027,8 +1212,9 @@ def _witness_note(counter, debug, trace) -> tuple[object, str]:
         return True, "agree"
     parts = []
     if debug == debug and counter == counter and debug != counter:
-        parts.append(f"debug mode - counter = {debug - counter:+.1f}: debug mode also warns on declared syncs "
-                     "(expected_sync, e.g. the loss for logging) and misses torch.cuda.synchronize / Event.synchronize")
+        parts.append(f"debug mode - counter = {debug - counter:+.1f}: debug mode also warns on blocking host-to-device "
+                     "copies and on declared syncs (expected_sync), which the counter leaves out, and misses "
+                     "torch.cuda.synchronize / Event.synchronize (see sources_side_by_side)")
     if trace == trace and counter == counter and trace != counter:
         parts.append(f"trace - counter = {trace - counter:+.1f}: the trace also sees the timers' event syncs and "
                      "declared syncs, and one sync per blocking read, not per value read")
@@ -1072,9 +1258,25 @@ def three_witnesses(profiles: str | None = None) -> pd.DataFrame:
                          "arm": r["arm"], "scope": scope, "counter_syncs_per_step": counter,
                          "cuda_debug_syncs_per_step": debug, "trace_syncs_per_step": float("nan"), "agree": agree,
                          "note": note, "source": r["source"]})
+    for r in run_logs(profiles).to_dict("records"):
+        agree, note = _witness_note(r["counter_syncs_per_step"], r["cuda_debug_syncs_per_step"], float("nan"))
+        rows.append({"run": r["run"], "opt": "plain HF", "model": f"{r['model']} L{r['layers']} T{r['tokens']}",
+                     "arm": r["log"][:-4], "scope": "step", "counter_syncs_per_step": r["counter_syncs_per_step"],
+                     "cuda_debug_syncs_per_step": r["cuda_debug_syncs_per_step"], "trace_syncs_per_step": float("nan"),
+                     "agree": agree, "note": note + _folder_note(r["run"], r["log"], profiles),
+                     "source": r["source"]})
     if not rows:
         return _empty(WITNESS_COLUMNS)
     return pd.DataFrame(rows, columns=WITNESS_COLUMNS)
+
+
+def _folder_note(run: str, log: str, profiles) -> str:
+    """The recorded explanation of a log (the note of the COMMAND*.txt that names it), for a witness note."""
+    for p in sorted(glob.glob(os.path.join(_root_of(profiles), run, "COMMAND*.txt"))):
+        c = parse_command_txt(p)
+        if log in c["files"] and c["note"]:
+            return f" | recorded: {c['note']}"
+    return ""
 
 
 def _trace_syncs_per_step(profiles) -> dict:
@@ -1092,17 +1294,129 @@ def _trace_syncs_per_step(profiles) -> dict:
     return out
 
 
+def _last_json_line(path: str):
+    """The last line of a text file that parses as JSON (the CLIs' final line), or None."""
+    try:
+        with open(path, errors="replace") as f:
+            lines = [ln.strip() for ln in f if ln.strip().startswith(("{", "["))]
+    except OSError:
+        return None
+    for ln in reversed(lines):
+        try:
+            return json.loads(ln)
+        except ValueError:
+            continue
+    return None
+
+
+def _witness_rows(path: str) -> list:
+    """The op rows of a witness file: witness.json, or the last JSON line of a witness.log."""
+    data = _read_json(path) if path.endswith(".json") else _last_json_line(path)
+    if isinstance(data, list) and data and all(isinstance(x, dict) and "op" in x for x in data):
+        return data
+    return []
+
+
 def witness_ops(profiles: str | None = None) -> pd.DataFrame:
-    """Per-op witness rows (workbench.bench.witness output saved as witness.json): op, counter, cpu_only,
-    cuda_debug_warnings, agree."""
+    """Per-op witness rows (`python -m workbench.bench.witness`: its last stdout line, saved as witness.json or in
+    witness.log): op, counter, cpu_only, cuda_debug_warnings, agree."""
     rows = []
     for r in runs_of(profiles, "witness").to_dict("records"):
-        data = _read_json(os.path.join(r["path"], "witness.json")) or []
-        for x in data if isinstance(data, list) else []:
-            rows.append({"run": r["rel_path"], **x})
+        for name in ("witness.json", "witness.log"):
+            data = _witness_rows(os.path.join(r["path"], name))
+            if data:
+                rows += [{"run": r["rel_path"], **x} for x in data]
+                break
     df = pd.DataFrame(rows, columns=["run", "op", "counter", "cpu_only", "cuda_debug_warnings"])
     df["agree"] = df["counter"] == df["cuda_debug_warnings"]
     return df
+
+
+# --- logs of `python -m workbench.run` ----------------------------------------------------------------------------
+
+RUNLOG_COLUMNS = ["run", "log", "command", "model", "layers", "tokens", "device", "steps", "step_ms",
+                  "counter_syncs_per_step", "cuda_debug_syncs_per_step", "source"]
+
+
+def _run_log_files(profiles) -> list[str]:
+    root = _root_of(profiles)
+    out = []
+    for p in sorted(glob.glob(os.path.join(root, "**", "*.log"), recursive=True)):
+        if os.sep + "traces" + os.sep in p or os.path.basename(p).startswith(("witness", "overhead")):
+            continue
+        doc = _last_json_line(p)
+        if isinstance(doc, dict) and "steps" in doc and "syncs_by_layer" in doc:
+            out.append(p)
+    return out
+
+
+def run_logs(profiles: str | None = None) -> pd.DataFrame:
+    """Logs of `python -m workbench.run` (one instrumented run of a plain HF model, e.g. `run_qwen3.log`): one row per
+    log with the model, layers, tokens, median step_ms, the counter's syncs per step and, with --cross-check on a GPU,
+    CUDA's sync-debug-mode warnings per step; `command` from the folder's COMMAND.txt."""
+    root = _root_of(profiles)
+    rows = []
+    for p in _run_log_files(profiles):
+        doc = _last_json_line(p)
+        steps = doc.get("steps") or []
+        cmd = command_notes(os.path.dirname(p))["files"].get(os.path.basename(p))
+        col = lambda k: [x.get(k) for x in steps if x.get(k) is not None]  # noqa: E731
+        rows.append({"run": _rel(os.path.dirname(p), root), "log": os.path.basename(p), "command": cmd,
+                     "model": doc.get("model"), "layers": doc.get("layers"), "tokens": doc.get("tokens"),
+                     "device": doc.get("device"), "steps": len(steps),
+                     "step_ms": float(np.median(col("step_ms"))) if col("step_ms") else float("nan"),
+                     "counter_syncs_per_step": float(np.mean(col("syncs"))) if col("syncs") else float("nan"),
+                     "cuda_debug_syncs_per_step": float(np.mean(col("cuda_sync_warnings")))
+                     if col("cuda_sync_warnings") else float("nan"),
+                     "source": _rel(p, os.path.dirname(root))})
+    return pd.DataFrame(rows, columns=RUNLOG_COLUMNS)
+
+
+def run_log_attribution(profiles: str | None = None) -> pd.DataFrame:
+    """The per-layer / per-pass table and the per-source-line table that `python -m workbench.run` prints (last
+    step), parsed from its logs, in the long format of `syncs_attribution` (opt "plain HF", arm = the log's stem)."""
+    root = _root_of(profiles)
+    rows = []
+    for p in _run_log_files(profiles):
+        run, arm = _rel(os.path.dirname(p), root), os.path.basename(p)[:-4]
+        doc = _last_json_line(p) or {}
+        lines = open(p, errors="replace").read().splitlines()
+        mode, header = None, []
+        for ln in lines:
+            t = ln.strip()
+            if t.startswith("syncs per layer and pass"):
+                mode, header = "layer", []
+                continue
+            if t.startswith("source lines that sync"):
+                mode, header = "source", []
+                continue
+            if t.startswith("witnesses differ") and "by source line" in t:
+                mode, header = "debug", []
+                continue
+            if not t or t.startswith("{"):
+                mode = None
+                continue
+            if mode == "layer":
+                parts = t.split()
+                if parts[0] == "layer":
+                    header = parts
+                    continue
+                if header and len(parts) == len(header):
+                    for h, v in zip(header[1:], parts[1:]):
+                        if h != "total":
+                            rows.append({"run": run, "opt": "plain HF", "arm": arm, "layer": parts[0], "pass": h,
+                                         "source": None, "syncs_per_step": float(v), "witness": "counter"})
+            elif mode in ("source", "debug"):
+                parts = t.split(None, 1)
+                if len(parts) == 2 and parts[0].isdigit():
+                    rows.append({"run": run, "opt": "plain HF", "arm": arm, "layer": None, "pass": None,
+                                 "source": parts[1], "syncs_per_step": float(parts[0]),
+                                 "witness": "counter" if mode == "source" else "cuda debug mode"})
+        if not any(r["arm"] == arm and r["layer"] for r in rows) and doc.get("syncs_by_layer"):
+            for layer, v in doc["syncs_by_layer"].items():
+                rows.append({"run": run, "opt": "plain HF", "arm": arm, "layer": layer or "model", "pass": "all",
+                             "source": None, "syncs_per_step": float(v), "witness": "counter"})
+    return pd.DataFrame(rows, columns=SYNC_COLUMNS)
 
 
 # --- traces ----------------------------------------------------------------------------------------------------

@@ -113,16 +113,59 @@ def results_markdown(profiles: str | None = None, include_cpu: bool = False, rep
         lines.append("No GPU savings-model measurement in profiles/ yet.")
     lines.append("")
 
+    sweep_lines = []
+    for suite in an.SUITES:
+        sw, fit = an.bench_sweep(profiles, suite)
+        if sw.empty:
+            continue
+        src = an.bench_frames(profiles, suite)
+        srcs = sorted(set(src["summary"]["source"])) if len(src["summary"]) else []
+        for f in fit.to_dict("records"):
+            if f["n_points"] < 2:
+                continue
+            pts = sw[sw["group"] == f["group"]]
+            sweep_lines.append(
+                f"- {f['group']}: L = {', '.join(str(x) for x in pts['layers'])}; saving "
+                f"{', '.join(_f(x, '{:.1f}') for x in pts['saving_ms'])} ms; fit {_f(f['slope_ms_per_layer'], '{:.3f}')} "
+                f"ms/layer + {_f(f['intercept_ms'], '{:.1f}')} ms (r2 {_f(f['r2'], '{:.3f}')}); p*s predicts "
+                f"{_f(f['predicted_slope_ms_per_layer'], '{:.3f}')} ms/layer ({_f(f['slope_error_pct'], '{:+.0f}')}%)"
+                + (f"; {_link(rel(srcs[0]))}" if srcs else ""))
+    if sweep_lines:
+        lines += ["**L sweep** (saving vs layers, linear fit; the (L-1)·s model predicts slope p·s, zero at L = 1)", ""]
+        lines += sweep_lines + [""]
+
+    wit = an.run_logs(profiles)
+    ops = an.witness_ops(profiles)
+    if len(wit) or len(ops):
+        lines += ["**Sync witnesses** (dispatch counter vs CUDA sync debug mode, per step of `python -m workbench.run "
+                  "--cross-check`; op by op from `python -m workbench.bench.witness`)", ""]
+        rows = [[f"{r['model']} L{r['layers']} T{r['tokens']}", r["log"], _f(r["counter_syncs_per_step"], "{:.0f}"),
+                 _f(r["cuda_debug_syncs_per_step"], "{:.0f}"), _link(rel(r["source"]))] for r in wit.to_dict("records")]
+        if len(ops):
+            for run, g in ops.groupby("run"):
+                rows.append([f"{len(g)} single ops", "witness", f"{int(g['counter'].sum())}",
+                             f"{int(g['cuda_debug_warnings'].sum())} ({int(g['agree'].sum())}/{len(g)} ops agree)",
+                             _link(rel(os.path.join(os.path.basename(profiles), run, "witness.log")))])
+        lines += _table(["what", "log", "counter", "debug mode", "file"], rows) + [""]
+
     runs = runs[runs["kind"] != "campaign"]
-    lines.append("**Commands** (one per folder; versions from the folder's meta / probe files)")
+    lines.append("**Commands** (one per folder; versions from the folder's meta / probe / COMMAND files)")
     lines.append("")
+    seen = set()
     for r in runs.to_dict("records"):
-        if not include_cpu and r["rel_path"] not in used_runs and not _gpu(r["device_name"]):
+        if (not include_cpu and r["rel_path"] not in used_runs and not _gpu(r["device_name"])) or r["path"] in seen:
             continue
         where = os.path.relpath(r["path"], repo)
         vers = ", ".join(x for x in (r["device_name"], r["torch"] and f"torch {r['torch']}",
                                      r["transformers"] and f"transformers {r['transformers']}") if x)
         lines.append(f"- `{where}/`: `{r['command'] or 'command not recorded'}`" + (f" ({vers})" if vers else ""))
+        seen.add(r["path"])
+        by_cmd: dict = {}
+        for f, c in an.command_notes(r["path"])["files"].items():
+            by_cmd.setdefault(c, []).append(f)
+        for c, fs in by_cmd.items():
+            if c != r["command"]:
+                lines.append(f"  - {', '.join(f'`{f}`' for f in fs)}: `{c}`")
     return "\n".join(lines).rstrip() + "\n"
 
 
