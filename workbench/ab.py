@@ -38,7 +38,7 @@ HF_ATTN = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attent
 # default shapes: tiny presets on a CPU-only machine, real shapes (fewer layers where needed) on a GPU
 CPU_DEFAULTS = {"packing": dict(model="tiny-qwen3"), "offload": dict(model="tiny-qwen3"),
                 "moe": dict(model="tiny-gpt-oss"), "all": dict(model="tiny-qwen3-moe"),
-                "_run": dict(tokens=256, steps=3, warmup=1, reps=2)}
+                "_run": dict(tokens=256, steps=2, warmup=1, reps=2)}
 GPU_DEFAULTS = {"packing": dict(model="qwen3-0.6b", tokens=16384), "offload": dict(model="llama-3.1-8b", layers=8),
                 "moe": dict(model="gpt-oss-20b", layers=4, tokens=8192),
                 "all": dict(model="qwen3-30b-a3b", layers=8, tokens=8192),
