@@ -629,3 +629,9 @@ def test_packing_folder_with_long_results_only(tmp_path):
     assert fit.iloc[0]["slope_ms_per_layer"] == pytest.approx(0.5) and fit.iloc[0]["predicted_slope_ms_per_layer"] == 0.5
     md = readme_results.results_markdown(str(tmp_path), repo=str(tmp_path))
     assert "2026-11-22_h100_packing/results.csv" in md and "L sweep" in md
+    assert "| packing | per batch +14.3% | qwen3-0.6b (varlen) L28 T16384: +10.0%" in md
+    ours = an.ours_table(str(tmp_path)).set_index("scope")
+    assert ours.loc["syncs", "ours_extra"] == "syncs/step 168 -> 3"
+    assert ours.loc["mask_ms", "ours_extra"].startswith("s = 0.250 ms")
+    pred = packing_saving(28, 0.25, arm="cached")["predicted_ms"]
+    assert ours.loc["model", "ours_pct"] == pytest.approx(100 * pred / (110.0 - pred))

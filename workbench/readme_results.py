@@ -99,6 +99,36 @@ def results_markdown(profiles: str | None = None, include_cpu: bool = False, rep
         lines.append("No GPU A/B or benchmark run in profiles/ yet.")
     lines.append("")
 
+    cvo = an.claims_vs_ours(profiles)
+    if not include_cpu and len(cvo):
+        src_ok = set(comps["source"]) if len(comps) else set()
+        cvo = cvo[cvo["source"].isna() | cvo["source"].isin(src_ok) | cvo["ours_gpu"].map(_gpu)
+                  | cvo["scope"].eq("mask_ms")]
+    have = cvo[cvo["note"] != "no data"] if len(cvo) else cvo
+    if len(have):
+        lines.append("**The seed articles' claims beside ours** (REFERENCE §1; ours on the GPU above, often a smaller "
+                     "model or fewer layers: `same` marks the claim's own model)")
+        lines.append("")
+        rows = []
+        for (claim, opt), g in cvo.groupby(["claim", "opt"], sort=False):
+            g = g[g["note"] != "no data"]
+            if g.empty:
+                rows.append([opt, claim, "no data", "-"])
+                continue
+            ours = []
+            for r in g.to_dict("records"):
+                ex = r["ours_extra"] if isinstance(r.get("ours_extra"), str) else None
+                val = _f(r["ours_pct"], "{:+.1f}%") if r["ours_pct"] == r["ours_pct"] else (ex or "-")
+                extra = f" ({ex})" if r["ours_pct"] == r["ours_pct"] and ex else ""
+                shape = f"L{_f(r['layers'], '{:.0f}')}" + (f" T{_f(r['tokens'], '{:.0f}')}" if r["scope"] != "mask_ms"
+                                                            else "")
+                ours.append(f"{r['ours_model']} {shape}: {val}{extra}"
+                            + (" same" if r["same_model"] else ""))
+            files = sorted({x for x in g["source"] if isinstance(x, str)})
+            rows.append([opt, claim, "; ".join(ours), ", ".join(_link(rel(f)) for f in files)])
+        lines += _table(["opt", "claim", "ours", "file"], rows)
+        lines.append("")
+
     sv = an.savings_table(profiles)
     if len(sv) and not include_cpu:
         sv = sv[sv["run"].isin(gpu_runs)]
