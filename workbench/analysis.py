@@ -1685,11 +1685,12 @@ def arm_events(profiles: str | None = None, opt: str | None = None) -> dict:
 # --- display -----------------------------------------------------------------------------------------------------
 
 def show(fig, png: str | None = None) -> None:
-    """Show a figure with an HTML renderer ($WB_PLOTLY_RENDERER, default "notebook": plotly.js embedded once per
-    notebook, viewable offline in Jupyter); also write a PNG to `png` (or to $WB_PNG_DIR/<title>.png) when kaleido is installed."""
+    """Show a figure ($WB_PLOTLY_RENDERER, default "plotly_mimetype+notebook": JupyterLab / VS Code draw the plotly
+    mimetype, classic Jupyter and nbconvert HTML the HTML output, with plotly.js embedded once per notebook, so it
+    is viewable offline); also write a PNG to `png` (or to $WB_PNG_DIR/<title>.png) when kaleido is installed."""
     import plotly.io as pio
 
-    wanted = os.environ.get("WB_PLOTLY_RENDERER", "notebook")
+    wanted = os.environ.get("WB_PLOTLY_RENDERER", "plotly_mimetype+notebook")
     if pio.renderers.default != wanted:  # set once: plotly.js is embedded at activation, not in every figure
         pio.renderers.default = wanted
     fig.show()
