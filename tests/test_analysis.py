@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import numpy as np
 import pandas as pd
@@ -104,7 +103,8 @@ def write_packing_bench(d):
                                                                ("precomputed", 99.0, 0))]
     savings = [{"model": "qwen3-0.6b", "layers": 28, "tokens": 16384, "backend": be, "arm": arm, "s_ms": 0.2,
                 "predicted_ms": pred, "measured_ms": meas, "formula": "(L*p - b)*s"}
-               for be in ("varlen", "sdpa") for arm, pred, meas in (("cached", 11.0, 10.0), ("precomputed", 11.2, 11.0))]
+               for be in ("varlen", "sdpa")
+               for arm, pred, meas in (("cached", 11.0, 10.0), ("precomputed", 11.2, 11.0))]
     sweep = [{"model": "qwen3-0.6b", "backend": "varlen", "layers": L, "rebuild_ms": 10.0 * L + 0.4 * L,
               "cached_ms": 10.0 * L + 0.4, "saving_ms": 0.4 * (L - 1)} for L in (4, 8, 16, 28)]
     fits = [{"model": "qwen3-0.6b", "backend": "varlen", "layers": [4, 8, 16, 28], "slope_ms_per_layer": 0.4,
@@ -188,8 +188,8 @@ def test_packing_bench_json_records(folder):
     assert c.loc["varlen", "step_gain_pct"] == pytest.approx(10.0)
     assert c.loc["varlen", "predicted_ms"] == 11.0 and c.loc["varlen", "measured_ms"] == 10.0  # from "savings"
     sv = an.savings_table(folder)
-    assert set(sv[(sv["opt"] == "packing") & (sv["from"] == "bench")]["arm"]) == {"cached (varlen)", "precomputed (varlen)", "cached (sdpa)",
-                                                      "precomputed (sdpa)"}
+    assert set(sv[(sv["opt"] == "packing") & (sv["from"] == "bench")]["arm"]) == {
+        "cached (varlen)", "precomputed (varlen)", "cached (sdpa)", "precomputed (sdpa)"}
     sweep, fit = an.bench_sweep(folder, "packing")
     assert sweep["layers"].tolist() == [4, 8, 16, 28] and set(sweep["group"]) == {"packing qwen3-0.6b varlen"}
     f = fit.iloc[0]
@@ -447,7 +447,8 @@ def test_campaign_plan_and_dry_run(tmp_path, capsys):
     cmds = {j.name: j.command for j in jobs}
     assert cmds["packing"] == f"python -m workbench.bench.packing --out {tmp_path}/packing"
     assert cmds["ab_all"] == f"python -m workbench.ab --opt all --trace torch --out {tmp_path}/ab_all"
-    assert cmds["ab_packing_nsys"] == f"python -m workbench.ab --opt packing --trace nsys --out {tmp_path}/ab_packing_nsys"
+    assert cmds["ab_packing_nsys"] == \
+        f"python -m workbench.ab --opt packing --trace nsys --out {tmp_path}/ab_packing_nsys"
     smoke = {j.name: j for j in campaign.plan(str(tmp_path), "ab,offload", smoke=True)}
     assert "--smoke" in smoke["offload"].args and "--tokens" in smoke["ab_all"].args
     assert "needs a CUDA device" in campaign.skip_reason(smoke["ab_packing_nsys"])
@@ -544,7 +545,8 @@ def test_count_syncs_live_attributes_packing_rebuilds_to_every_layer_and_pass():
 
 def test_command_txt_parsing(tmp_path):
     p = tmp_path / "COMMAND.txt"
-    p.write_text("device: NVIDIA H100 80GB HBM3, driver 580.159.04; torch 2.11.0+cu130, transformers 5.17.0, peft 0.21.0\n"
+    p.write_text("device: NVIDIA H100 80GB HBM3, driver 580.159.04; torch 2.11.0+cu130, transformers 5.17.0, "
+                 "peft 0.21.0\n"
                  "command: source .gpu/env.sh; python -m workbench.bench.moe --out $OUT/moe --budget-s 300\n"
                  "note: the 300 s budget allowed 1 rep.\n"
                  "a.log / b.json:   python -m workbench.run --model x\n"
@@ -568,7 +570,8 @@ def test_committed_harness_logs_witnesses():
     assert len(ops) >= 16 and ops["agree"].all() and ops.set_index("op").loc["bincount", "counter"] == 2
     attr = an.run_log_attribution(HARNESS)
     eager = an.syncs_by_layer(attr[attr["arm"] == "run_gptoss_eager"]).set_index("layer")
-    assert eager.loc["L00", "forward"] == 225 and eager.loc["L00", "recompute"] == 225 and eager.loc["L00", "total"] == 450
+    assert eager.loc["L00", "forward"] == 225 and eager.loc["L00", "recompute"] == 225
+    assert eager.loc["L00", "total"] == 450
     w = an.three_witnesses(HARNESS).set_index("arm")
     assert w.loc["run_qwen3", "agree"] == True and w.loc["run_gptoss_eager", "agree"] == False  # noqa: E712
 
@@ -578,7 +581,8 @@ def test_run_log_with_debug_mode_sources_side_by_side(tmp_path):
                                           "The 2 extra warnings are a host-to-device copy.\n")
     (tmp_path / "r.log").write_text(
         "syncs per layer and pass (last step)\nlayer  forward  recompute  backward  optimizer  total\n"
-        "  L00        3          3         0          0      6\nmodel        1          0         0          0      1\n\n"
+        "  L00        3          3         0          0      6\n"
+        "model        1          0         0          0      1\n\n"
         "source lines that sync (last step)\nsyncs  source\n    6  m.py:10 (forward)\n    1  k.py:5 (f)\n\n"
         "witnesses differ: counter 7, CUDA sync debug mode 9; debug-mode warnings by source line:\n"
         "warnings  source\n     6  m.py:10\n     1  k.py:5\n     2  k.py:9\n"
@@ -626,7 +630,8 @@ def test_packing_folder_with_long_results_only(tmp_path):
     assert c["predicted_ms"] == pytest.approx(packing_saving(28, 0.25, arm="cached")["predicted_ms"])
     sweep, fit = an.bench_sweep(str(tmp_path), "packing")
     assert sweep["saving_ms"].tolist() == pytest.approx([1.5, 3.5])
-    assert fit.iloc[0]["slope_ms_per_layer"] == pytest.approx(0.5) and fit.iloc[0]["predicted_slope_ms_per_layer"] == 0.5
+    assert fit.iloc[0]["slope_ms_per_layer"] == pytest.approx(0.5)
+    assert fit.iloc[0]["predicted_slope_ms_per_layer"] == 0.5
     md = readme_results.results_markdown(str(tmp_path), repo=str(tmp_path))
     assert "2026-11-22_h100_packing/results.csv" in md and "L sweep" in md
     assert "| packing | per batch +14.3% | qwen3-0.6b (varlen) L28 T16384: +10.0%" in md

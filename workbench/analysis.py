@@ -191,8 +191,8 @@ def discover(profiles: str | None = None) -> pd.DataFrame:
             continue
         if "overhead.json" in fs:
             o = _read_json(os.path.join(d, "overhead.json")) or {}
-            rows.append({**base, "kind": "overhead", "suite": "overhead", "command": o.get("command") or base["command"],
-                         "device_name": o.get("device_name")})
+            rows.append({**base, "kind": "overhead", "suite": "overhead",
+                         "command": o.get("command") or base["command"], "device_name": o.get("device_name")})
         if "witness.json" in fs or ("witness.log" in fs and _witness_rows(os.path.join(d, "witness.log"))):
             rows.append({**base, "kind": "witness", "suite": "witness"})
         if "results.csv" in fs and "summary.json" not in fs and "meta.json" not in fs:
@@ -617,7 +617,8 @@ def bench_comparisons(profiles: str | None = None, suite: str | None = None) -> 
             if len(m):
                 pred = m.iloc[0].to_dict()
         rows.append({"run": kd.get("run"), "run_id": kd.get("config"), "device": None,
-                     "gpu_name": _first(get(b, "device_name"), dev.get(kd.get("run"))), "opt": opt, "model": kd.get("model"),
+                     "gpu_name": _first(get(b, "device_name"), dev.get(kd.get("run"))), "opt": opt,
+                     "model": kd.get("model"),
                      "layers": kd.get("layers"), "tokens": kd.get("tokens"),
                      "attn": _first(kd.get("backend"), get(b, "attn")),
                      "baseline": base_arm, "optimized": opt_arm, "baseline_step_ms": get(b, "step_ms"),
@@ -808,8 +809,8 @@ def claims_vs_ours(profiles: str | None = None) -> pd.DataFrame:
 
 # --- savings models ----------------------------------------------------------------------------------------------
 
-SAVINGS_COLUMNS = ["run", "opt", "model", "layers", "tokens", "arm", "formula", "predicted_ms", "measured_ms", "error_ms",
-                   "measured_over_predicted", "from", "source"]
+SAVINGS_COLUMNS = ["run", "opt", "model", "layers", "tokens", "arm", "formula", "predicted_ms", "measured_ms",
+                   "error_ms", "measured_over_predicted", "from", "source"]
 
 
 def _bench_savings(profiles) -> pd.DataFrame:
@@ -1166,10 +1167,10 @@ def sources_side_by_side(attr: pd.DataFrame) -> pd.DataFrame:
 
 def count_syncs_live(opt: str = "packing", arms=None, model: str | None = None, tokens: int = 256, steps: int = 1,
                      layers: int | None = None, seed: int = 0) -> pd.DataFrame:
-    """Run a tiny CPU training step per arm (default: every arm of `opt`; arms a CPU cannot run raise) with the dispatch-level sync counter and return its attribution, long
-    format (columns of `syncs_attribution`, witness "counter (live, CPU)"): rows by (layer, pass) and rows by source
-    line. On a CPU the counter reports what would sync on CUDA. Seconds on the tiny presets; for notebooks whose
-    profiles folder has no per-layer attribution."""
+    """Run a tiny CPU training step per arm (default: every arm of `opt`; arms a CPU cannot run raise) with the
+    dispatch-level sync counter and return its attribution, long format (columns of `syncs_attribution`, witness
+    "counter (live, CPU)"): rows by (layer, pass) and rows by source line. On a CPU the counter reports what would
+    sync on CUDA. Seconds on the tiny presets; for notebooks whose profiles folder has no per-layer attribution."""
     import dataclasses
 
     import torch
@@ -1559,7 +1560,8 @@ def _merge_kernels(tl: pd.DataFrame, gap_ms: float) -> pd.DataFrame:
     ker = tl[k].sort_values(["lane", "start_ms"], kind="stable")
     out, cur = [], None
     for r in ker.to_dict("records"):
-        same = cur is not None and (r["lane"], r["category"], r["layer"]) == (cur["lane"], cur["category"], cur["layer"])
+        key = (r["lane"], r["category"], r["layer"])
+        same = cur is not None and key == (cur["lane"], cur["category"], cur["layer"])
         if same and r["start_ms"] - cur["end_ms"] <= gap_ms:
             cur["end_ms"] = max(cur["end_ms"], r["end_ms"])
             cur["_n"] += 1

@@ -1,8 +1,8 @@
 """Regenerate the README's results section from the committed profiles/ folder.
 
-    python -m workbench.readme_results                 # rewrite README.md between <!-- results --> and <!-- /results -->
-    python -m workbench.readme_results --print         # print the generated block(s), change nothing
-    python -m workbench.readme_results --check         # exit 1 when README.md is out of date with profiles/
+    python -m workbench.readme_results          # rewrite README.md between <!-- results --> and <!-- /results -->
+    python -m workbench.readme_results --print  # print the generated block(s), change nothing
+    python -m workbench.readme_results --check  # exit 1 when README.md is out of date with profiles/
 
 Every number in the block comes from a file under profiles/, named in the table's `file` column, and each folder's
 command is listed under the tables. GPU runs only (a CPU run under profiles/ is a smoke test, not a result) unless
@@ -79,7 +79,8 @@ def results_markdown(profiles: str | None = None, include_cpu: bool = False, rep
     comps = an.all_comparisons(profiles)
     if not include_cpu and len(comps):
         comps = comps[comps["run"].isin(gpu_runs)]
-    lines.append("**Speedups** (baseline -> optimized arm; gain = baseline/optimized - 1, as the seed articles count it)")
+    lines.append("**Speedups** (baseline -> optimized arm; gain = baseline/optimized - 1, as the seed articles "
+                 "count it)")
     lines.append("")
     if len(comps):
         rows = []
@@ -91,7 +92,8 @@ def results_markdown(profiles: str | None = None, include_cpu: bool = False, rep
                          f"{_f(r['baseline_step_ms'])} -> {_f(r['optimized_step_ms'])}",
                          _f(r["step_gain_pct"], "{:+.1f}%"), _f(r["fwd_gain_pct"], "{:+.1f}%"),
                          _f(r["bwd_gain_pct"], "{:+.1f}%"),
-                         f"{_f(r['baseline_syncs_per_step'], '{:.0f}')} -> {_f(r['optimized_syncs_per_step'], '{:.0f}')}",
+                         f"{_f(r['baseline_syncs_per_step'], '{:.0f}')} -> "
+                         f"{_f(r['optimized_syncs_per_step'], '{:.0f}')}",
                          _f(r["extra_mem_mib"], "{:+.0f}"), _eq(r["equivalent"]), _link(rel(r["source"]))])
         lines += _table(["opt", "model", "GPU", "arms", "step_ms", "step", "fwd", "bwd", "syncs/step",
                          "extra MiB", "equivalent", "file"], rows)
@@ -136,7 +138,8 @@ def results_markdown(profiles: str | None = None, include_cpu: bool = False, rep
     lines.append("")
     if len(sv):
         rows = [[r["opt"], f"{r['model']} L{_f(r['layers'], '{:.0f}')} T{_f(r['tokens'], '{:.0f}')}", r["arm"],
-                 r["formula"] if isinstance(r["formula"], str) else "-", _f(r["predicted_ms"]), _f(r["measured_ms"]), _f(r["measured_over_predicted"]),
+                 r["formula"] if isinstance(r["formula"], str) else "-", _f(r["predicted_ms"]), _f(r["measured_ms"]),
+                 _f(r["measured_over_predicted"]),
                  _link(rel(r["source"]))] for r in sv.to_dict("records")]
         lines += _table(["opt", "model", "arm", "formula", "predicted_ms", "measured_ms", "ratio", "file"], rows)
     else:
@@ -156,12 +159,14 @@ def results_markdown(profiles: str | None = None, include_cpu: bool = False, rep
             pts = sw[sw["group"] == f["group"]]
             sweep_lines.append(
                 f"- {f['group']}: L = {', '.join(str(x) for x in pts['layers'])}; saving "
-                f"{', '.join(_f(x, '{:.1f}') for x in pts['saving_ms'])} ms; fit {_f(f['slope_ms_per_layer'], '{:.3f}')} "
+                f"{', '.join(_f(x, '{:.1f}') for x in pts['saving_ms'])} ms; "
+                f"fit {_f(f['slope_ms_per_layer'], '{:.3f}')} "
                 f"ms/layer + {_f(f['intercept_ms'], '{:.1f}')} ms (r2 {_f(f['r2'], '{:.3f}')}); p*s predicts "
                 f"{_f(f['predicted_slope_ms_per_layer'], '{:.3f}')} ms/layer ({_f(f['slope_error_pct'], '{:+.0f}')}%)"
                 + (f"; {_link(rel(srcs[0]))}" if srcs else ""))
     if sweep_lines:
-        lines += ["**L sweep** (saving vs layers, linear fit; the (L-1)·s model predicts slope p·s, zero at L = 1)", ""]
+        lines += ["**L sweep** (saving vs layers, linear fit; the (L-1)·s model predicts slope p·s, zero at L = 1)",
+                  ""]
         lines += sweep_lines + [""]
 
     wit = an.run_logs(profiles)
