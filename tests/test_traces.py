@@ -307,3 +307,21 @@ def test_nsys_sqlite_real_capture(path):
     k = ev[ev["kind"] == "kernel"]
     assert k["layer"].notna().any()  # kernels attributed to layers through correlation ids
     assert isinstance(sync_counts(ev), pd.DataFrame)
+
+
+def test_real_h100_capture_readbacks_match_the_counter(tmp_path):
+    """Third witness on a real H100 capture (`python -m workbench.ab --opt packing --trace nsys --layers 4
+    --tokens 4096 --steps 2 --warmup 1 --reps 1`, profiles/2026-11-22_h100_ab_packing_nsys): the rebuild arm's
+    small DtoH copies per step, less the harness's loss read, equal the dispatch counter's 24 syncs per step
+    (3 per metadata build x 4 layers x forward + recompute)."""
+    from workbench.traces import from_nsys_sqlite
+    from workbench.traces.analysis import HARNESS_READBACKS_PER_STEP, readbacks_per_step
+    path = os.path.join(FIXTURES, "nsys_h100_packing_rebuild.sqlite")
+    if not os.path.exists(path):
+        pytest.skip("fixture missing")
+    ev = from_nsys_sqlite(path)
+    assert readbacks_per_step(ev) - HARNESS_READBACKS_PER_STEP == 24
+    summary = json.load(open(os.path.join(os.path.dirname(__file__), "..", "profiles",
+                                          "2026-11-22_h100_ab_packing_nsys", "summary.json")))
+    base = summary["comparisons"][0]["baseline"]
+    assert base["arm"] == "rebuild" and base["syncs_per_step"] == 24

@@ -46,8 +46,9 @@ GPU_DEFAULTS = {"packing": dict(model="qwen3-0.6b", tokens=16384), "offload": di
 
 TOL = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float64: dict(rtol=1e-7, atol=1e-9),
        torch.bfloat16: dict(rtol=2e-2, atol=2e-3), torch.float16: dict(rtol=5e-3, atol=5e-4)}
-"""Equivalence tolerance per dtype: elementwise allclose, or relative L2 error within rtol per tensor (where
-accumulation order changes); torch.equal is reported as `bitwise`."""
+"""Equivalence tolerance per dtype: elementwise allclose, or relative L2 error within rtol per tensor, or the largest
+elementwise difference within rtol of the tensor's largest magnitude (where accumulation order changes: in bf16 a
+per-expert `index_add_` rounds after every expert, a grouped GEMM once); torch.equal is reported as `bitwise`."""
 
 FORMULAS = {"packing": "(L-1)*s", "offload": "(L-1)*min(c,g)", "moe": "syncs_removed*stall_ms + launches_removed*launch_ms",
             "all": "sum of the packing, offload and moe predictions"}
@@ -236,7 +237,9 @@ def _compare(out, ref, dtype) -> dict:
         gmax = max(gmax, float(d.max()) if d.numel() else 0.0)
         rel = float(torch.linalg.vector_norm(g - g_ref) / torch.linalg.vector_norm(g_ref).clamp_min(1e-30))
         grel = max(grel, rel)
-        if not (torch.allclose(g, g_ref, **tol) or rel <= tol["rtol"]):
+        scale = float(g_ref.abs().max()) if g_ref.numel() else 0.0
+        if not (torch.allclose(g, g_ref, **tol) or rel <= tol["rtol"]
+                or (d.numel() and float(d.max()) <= tol["rtol"] * scale)):
             grads_ok = False
     res = {"equivalent": bool(loss_ok and grads_ok), "bitwise": bool(bitwise), "loss_abs_diff": loss_diff,
            "grad_max_abs_diff": gmax, "grad_max_rel_l2": grel, "tolerance": {**tol, "dtype": str(dtype)}}
@@ -517,14 +520,15 @@ class Runner:
             d["info"] = info
         ev = events.get(label)
         if ev is not None and len(ev):
-            from workbench.traces import host_syncs_per_step
+            from workbench.traces.analysis import HARNESS_READBACKS_PER_STEP, host_syncs_per_step, readbacks_per_step
             if (ev["kind"] == "kernel").any():  # only a GPU trace witnesses syncs
-                d["trace_syncs_per_step"] = host_syncs_per_step(ev)
+                d["trace_sync_events_per_step"] = host_syncs_per_step(ev)
+                d["trace_syncs_per_step"] = readbacks_per_step(ev) - HARNESS_READBACKS_PER_STEP
                 if d["syncs_per_step"] is not None and d["trace_syncs_per_step"] != d["syncs_per_step"]:
                     d["sync_witness_note"] = (
-                        "the trace's blocking sync events differ from the dispatch counter: the trace also sees "
-                        "syncs the counter leaves out (declared ones such as the logged loss, allocator and "
-                        "cudaMemcpy waits) and counts one event per blocking call, not per value read")
+                        "the trace's readbacks (small DtoH copies per step, less the harness's loss read) differ "
+                        "from the dispatch counter: blocking host-to-device copies and allocator waits are not "
+                        "readbacks, and a trace's steps may include profiler warm-up")
         return d
 
     # -- savings models --------------------------------------------------------------------------------------
