@@ -17,3 +17,22 @@ def _reset_state():
     state.reset()
     yield
     state.reset()
+
+
+def per_document_reference(model, batch):
+    """Each document alone (positions from 0), through `model_inputs`; the token-weighted mean of their losses.
+
+    A packed batch's loss must equal this when documents are isolated."""
+    from workbench.data import batch_from_lengths
+    from workbench.models import model_inputs
+    total, n = 0.0, 0
+    for doc in batch.documents():
+        if doc.numel() == 1:  # no token to predict (its only label is -100)
+            continue
+        single = batch_from_lengths([doc.numel()], model.config.vocab_size)
+        single.input_ids[0] = doc
+        single.labels[0, 1:] = doc[1:]
+        loss = model(**model_inputs(model, single)).loss
+        total += loss.double() * (doc.numel() - 1)
+        n += doc.numel() - 1
+    return total / n

@@ -5,19 +5,7 @@ import torch
 from workbench.data import batch_from_lengths
 from workbench.models import build_model, model_inputs
 
-from conftest import TINY
-
-
-def _per_document_reference(model, batch):
-    total, n = 0.0, 0
-    for doc in batch.documents():
-        single = batch_from_lengths([doc.numel()], model.config.vocab_size)
-        single.input_ids[0] = doc
-        single.labels[0, 1:] = doc[1:]
-        loss = model(**model_inputs(model, single)).loss
-        total += loss.double() * (doc.numel() - 1)
-        n += doc.numel() - 1
-    return total / n
+from conftest import TINY, per_document_reference as _per_document_reference
 
 
 @pytest.mark.parametrize("preset", TINY)

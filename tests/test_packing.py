@@ -13,7 +13,7 @@ from workbench.models import build_model, model_inputs
 from workbench.opts import packing
 from workbench.savings import packing_saving
 
-from conftest import TINY
+from conftest import TINY, per_document_reference as _per_document_reference
 
 L = 2
 LENS = [13, 5, 21, 9]        # longer than GPT-OSS's tiny sliding window (8): sliding layers are exercised
@@ -82,21 +82,6 @@ def test_without_checkpointing_rebuild_is_c_times_layers():
     batch = batch_from_lengths(LENS, 256, seed=1)
     model, h = _model("tiny-qwen3", "rebuild", "sdpa", checkpointing=False)
     assert _step(model, h, batch)[2].total == packing.SYNCS_PER_BUILD["sdpa"] * L
-
-
-def _per_document_reference(model, batch):
-    """Stock model (its default attention), one document at a time; token-weighted mean of the losses."""
-    total, n = 0.0, 0
-    for doc in batch.documents():
-        if doc.numel() == 1:  # no token to predict (its only label is -100)
-            continue
-        single = batch_from_lengths([doc.numel()], model.config.vocab_size)
-        single.input_ids[0] = doc
-        single.labels[0, 1:] = doc[1:]
-        loss = model(**model_inputs(model, single)).loss
-        total += loss.double() * (doc.numel() - 1)
-        n += doc.numel() - 1
-    return total / n
 
 
 @pytest.mark.parametrize("preset, backend", CASES)
