@@ -256,6 +256,8 @@ class Runner:
         self.device = device
         self.writer = writer
         self.failures: list[str] = []
+        self._meta_stall: dict = {}
+        """opt -> meta_stall_ms() of the baseline arm's torch trace (the packing model's in-situ s)."""
 
     def _progress(self, msg: str):
         progress(msg)
@@ -562,6 +564,12 @@ class Runner:
             if base_events is not None:
                 inputs = INPUTS[o](base_events)
                 inputs.update(self._paired_inputs(o, cmp, base_events, opt_events, arms))
+                stall = self._meta_stall.get(cmp.opt) if o == "packing" else None
+                if stall and stall.get("s_stall_ms") == stall.get("s_stall_ms") and stall.get("n_measured"):
+                    # host range time misses the stall a build's syncs cause; the trace's GPU idle per build has it
+                    inputs["s_host_ms"] = inputs.get("s_ms")
+                    inputs["s_ms"] = stall["s_stall_ms"]
+                    inputs["source"] = "GPU idle per wb/Lxx/attn/meta build (workbench.traces.stall)"
             elif o in measured_inputs:
                 inputs = measured_inputs[o]
             else:
@@ -639,6 +647,10 @@ class Runner:
                 torch_profile(run_steps, path, device=self.device, warmup=a.warmup, steps=a.steps)
                 ev = from_torch_trace(path)
                 save_events(ev, stem)
+                if spec is runnable[0] and cmp.opt in ("packing", "all"):
+                    # the packing model's s: the GPU idle each metadata build causes in this step (in situ)
+                    from workbench.traces.stall import meta_stall_ms
+                    self._meta_stall[cmp.opt] = meta_stall_ms(path)
                 for r in layer_ranges(ev).to_dict("records"):
                     name = "/".join(x for x in (r["layer"], r["pass"], r["part"]) if x)
                     self.writer.add(cmp.opt, spec.label, f"trace_range_median_ms/{name}", r["median_ms"], "ms", **env)
