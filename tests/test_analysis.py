@@ -442,13 +442,17 @@ def test_empty_folder_gives_empty_frames_with_columns(tmp_path):
 
 def test_campaign_plan_and_dry_run(tmp_path, capsys):
     jobs = campaign.plan(str(tmp_path), "all")
-    assert [j.name for j in jobs] == ["packing", "offload", "moe", "ab_all", "ab_packing_nsys", "ab_witness",
-                                      "witness_ops"]
+    assert [j.name for j in jobs] == ["packing", "offload", "moe", "ab_all", "ab_packing_nsys", "ab_offload_nsys",
+                                      "ab_moe_nsys", "ab_witness", "witness_ops"]
     cmds = {j.name: j.command for j in jobs}
     assert cmds["packing"] == f"python -m workbench.bench.packing --out {tmp_path}/packing"
-    assert cmds["ab_all"] == f"python -m workbench.ab --opt all --trace torch --out {tmp_path}/ab_all"
-    assert cmds["ab_packing_nsys"] == \
-        f"python -m workbench.ab --opt packing --trace nsys --out {tmp_path}/ab_packing_nsys"
+    assert cmds["ab_all"] == ("python -m workbench.ab --opt all --trace torch --steps 3 --warmup 2 --reps 3 "
+                              f"--out {tmp_path}/ab_all")
+    for opt in ("packing", "offload", "moe"):
+        assert cmds[f"ab_{opt}_nsys"] == (f"python -m workbench.ab --opt {opt} --trace nsys --steps 2 --warmup 1 "
+                                          f"--reps 1 --out {tmp_path}/ab_{opt}_nsys")
+    limits = {j.name: j.min_timeout_s for j in jobs}
+    assert limits["ab_all"] == campaign.AB_ALL_TIMEOUT_S and limits["packing"] == 0
     smoke = {j.name: j for j in campaign.plan(str(tmp_path), "ab,offload", smoke=True)}
     assert "--smoke" in smoke["offload"].args and "--tokens" in smoke["ab_all"].args
     assert "needs a CUDA device" in campaign.skip_reason(smoke["ab_packing_nsys"])

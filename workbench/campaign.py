@@ -1,8 +1,8 @@
 """Run the benchmark suites and the A/B runs as one campaign, each in its own bounded subprocess.
 
     python -m workbench.campaign --out DIR                      # every suite (on a GPU; --suite to pick)
-    python -m workbench.campaign --out DIR --suite packing      # packing | offload | moe | ab | ab_all |
-                                                                # ab_packing_nsys | all, or a comma list
+    python -m workbench.campaign --out DIR --suite packing      # packing | offload | moe | ab | ab_all | nsys |
+                                                                # witness | all (or a job's name), or a comma list
     python -m workbench.campaign --out DIR --dry-run            # print the commands, run nothing
     python -m workbench.campaign --out DIR --smoke --suite ab   # tiny CPU versions (checks the plumbing)
 
@@ -11,14 +11,21 @@ Jobs (each writes into its own folder of DIR):
     packing          python -m workbench.bench.packing --out DIR/packing
     offload          python -m workbench.bench.offload --out DIR/offload
     moe              python -m workbench.bench.moe --out DIR/moe
-    ab_all           python -m workbench.ab --opt all --trace torch --out DIR/ab_all
-    ab_packing_nsys  python -m workbench.ab --opt packing --trace nsys --out DIR/ab_packing_nsys
+    ab_all           python -m workbench.ab --opt all --trace torch --steps 3 --warmup 2 --reps 3 --out DIR/ab_all
+                     (four comparisons with a profiled pass per arm: about 11 minutes on an H100, so its limit is
+                     AB_ALL_TIMEOUT_S; on a device whose commands stop at 10 minutes, run the campaign detached and
+                     poll it: profiles/README.md, "Adding a run")
+    ab_packing_nsys  python -m workbench.ab --opt packing --trace nsys --steps 2 --warmup 1 --reps 1 --out DIR/...
+    ab_offload_nsys  python -m workbench.ab --opt offload --trace nsys --steps 2 --warmup 1 --reps 1 --out DIR/...
+    ab_moe_nsys      python -m workbench.ab --opt moe --trace nsys --steps 2 --warmup 1 --reps 1 --out DIR/...
+                     (one Nsight Systems capture per arm of each optimization, real shapes; suite `nsys`)
     ab_witness       python -m workbench.ab --opt all --cross-check --steps 2 --reps 1 --out DIR/ab_witness
                      (the three sync witnesses: CUDA's sync debug mode needs --cross-check, which is kept out of
                      the timed A/B runs above; suite `witness`)
     witness_ops      python -m workbench.bench.witness  (its last stdout line -> DIR/witness_ops/witness.json)
 
-Each job runs with a wall-clock limit (`--timeout-s`, default 570 s: under the 10 minutes a GPU command may take);
+Each job runs with a wall-clock limit (`--timeout-s`, default 570 s: under the 10 minutes a GPU command may take;
+ab_all's is the larger of that and AB_ALL_TIMEOUT_S);
 its stdout + stderr go to DIR/logs/<job>.log. DIR/commands.json records, rewritten after every job, the exact
 command, folder, status (ok / failed / timeout / skipped), exit code, wall time and the reason of a skip: a bench
 module that does not exist yet, or an nsys job without CUDA or nsys. `--smoke` passes `--smoke` to the bench
@@ -39,11 +46,17 @@ import sys
 import time
 
 DEFAULT_TIMEOUT_S = 570
-SUITES = {"packing": ["packing"], "offload": ["offload"], "moe": ["moe"], "ab": ["ab_all", "ab_packing_nsys"],
-          "ab_all": ["ab_all"], "ab_packing_nsys": ["ab_packing_nsys"], "witness": ["ab_witness", "witness_ops"],
-          "ab_witness": ["ab_witness"], "witness_ops": ["witness_ops"],
-          "all": ["packing", "offload", "moe", "ab_all", "ab_packing_nsys", "ab_witness", "witness_ops"]}
-"""--suite name -> jobs, in run order."""
+AB_ALL_TIMEOUT_S = 1200
+"""ab_all's limit: its four comparisons and their trace passes took about 11 minutes on an H100."""
+NSYS_JOBS = ["ab_packing_nsys", "ab_offload_nsys", "ab_moe_nsys"]
+JOBS = ["packing", "offload", "moe", "ab_all", *NSYS_JOBS, "ab_witness", "witness_ops"]
+SUITES = {"packing": ["packing"], "offload": ["offload"], "moe": ["moe"], "ab": ["ab_all", *NSYS_JOBS],
+          "nsys": NSYS_JOBS, "witness": ["ab_witness", "witness_ops"], "all": JOBS, **{j: [j] for j in JOBS}}
+"""--suite name -> jobs, in run order (every job's own name is a suite too)."""
+AB_ALL_GPU = ["--steps", "3", "--warmup", "2", "--reps", "3"]
+"""ab_all's run flags on a GPU: 3 timed steps after 2 dropped, 3 interleaved repetitions per arm."""
+NSYS_GPU = ["--steps", "2", "--warmup", "1", "--reps", "1"]
+"""The nsys jobs' flags on a GPU: one repetition; each arm is captured in its own child under nsys."""
 
 AB_SMOKE = ["--device", "cpu", "--tokens", "128", "--steps", "1", "--warmup", "0", "--reps", "1"]
 """Tiny flags of the A/B jobs under --smoke (tiny presets are the CPU default)."""
@@ -63,6 +76,8 @@ class Job:
     """"cuda" / "cuda+nsys" for a job that needs a GPU (and Nsight Systems)."""
     stdout_json: str | None = None
     """File name in `out` that receives the job's last stdout line (a JSON document), for modules without --out."""
+    min_timeout_s: float = 0.0
+    """The job's wall-clock limit is at least this (ab_all: AB_ALL_TIMEOUT_S)."""
 
     @property
     def argv(self) -> list:
@@ -87,11 +102,12 @@ def plan(out: str, suite: str = "all", smoke: bool = False) -> list[Job]:
         if n in ("packing", "offload", "moe"):
             jobs.append(Job(n, f"workbench.bench.{n}", ["--out", d] + (["--smoke"] if smoke else []), d))
         elif n == "ab_all":
-            jobs.append(Job(n, "workbench.ab", ["--opt", "all", "--trace", "torch", "--out", d]
-                            + (AB_SMOKE if smoke else []), d))
-        elif n == "ab_packing_nsys":
-            jobs.append(Job(n, "workbench.ab", ["--opt", "packing", "--trace", "nsys", "--out", d]
-                            + (AB_SMOKE if smoke else []), d, needs="cuda+nsys"))
+            jobs.append(Job(n, "workbench.ab", ["--opt", "all", "--trace", "torch"]
+                            + (AB_SMOKE if smoke else AB_ALL_GPU) + ["--out", d], d, min_timeout_s=AB_ALL_TIMEOUT_S))
+        elif n in NSYS_JOBS:
+            opt = n[len("ab_"):-len("_nsys")]
+            jobs.append(Job(n, "workbench.ab", ["--opt", opt, "--trace", "nsys"]
+                            + (AB_SMOKE if smoke else NSYS_GPU) + ["--out", d], d, needs="cuda+nsys"))
         elif n == "ab_witness":
             jobs.append(Job(n, "workbench.ab", ["--opt", "all", "--cross-check", "--out", d]
                             + (AB_SMOKE if smoke else ["--steps", "2", "--reps", "1"]), d))
@@ -219,10 +235,11 @@ def run(jobs: list[Job], out: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, argv
             doc["jobs"].append(_record(job, out, status="skipped", reason=why))
             atomic_write_json(path, doc)
             continue
-        print(f"[campaign] {job.name}: {job.command}  (limit {timeout_s:.0f} s)", file=sys.stderr, flush=True)
+        print(f"[campaign] {job.name}: {job.command}  (limit {max(timeout_s, job.min_timeout_s):.0f} s)",
+              file=sys.stderr, flush=True)
         doc["jobs"].append(_record(job, out, status="running"))
         atomic_write_json(path, doc)
-        res = runner(job, os.path.join(out, "logs", f"{job.name}.log"), timeout_s)
+        res = runner(job, os.path.join(out, "logs", f"{job.name}.log"), max(timeout_s, job.min_timeout_s))
         doc["jobs"][-1].update(res)
         print(f"[campaign] {job.name}: {res['status']} (exit {res['rc']}, {res['wall_s']:.0f} s)", file=sys.stderr,
               flush=True)
