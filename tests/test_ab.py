@@ -248,3 +248,99 @@ def test_compare_tolerance():
     assert not far["equivalent"]
     bad = ab._compare({"loss": 1.0, "grads": {"w": torch.ones(4) * 2}}, ref, torch.float32)
     assert not bad["equivalent"] and bad["grad_max_abs_diff"] == 1.0
+
+
+# --- low precision: judged against an fp32 reference ------------------------------------------------------------
+
+def test_judge_by_reference_accepts_equal_noise_and_rejects_a_wrong_arm():
+    g = torch.Generator().manual_seed(0)
+    ref32 = {"loss": 2.0, "grads": {"a": torch.randn(64, generator=g), "b": torch.randn(64, generator=g) * 1e-4}}
+    noisy = lambda: {k: v + 0.2 * v.abs().mean() * torch.randn(v.shape, generator=g)  # noqa: E731
+                     for k, v in ref32["grads"].items()}
+    base = {"loss": 2.001, "grads": noisy()}
+    arm = {"loss": 2.0005, "grads": noisy()}  # as far from fp32 as the baseline: bf16 summing in another order
+    ok = ab._judge_by_reference(arm, base, ref32, torch.bfloat16)
+    assert ok["equivalent"] and ok["ref_worst_ratio"] < ab.REF_FACTOR
+    assert ok["ref_grad_max_rel_l2_baseline"] > 0.1  # the noise is large: the elementwise check would fail
+    assert not ab._compare(arm, base, torch.bfloat16)["equivalent"]
+    # negative control: one expert's gradient dropped (zeros) is far outside the baseline's own error
+    wrong = {"loss": 2.0005, "grads": dict(arm["grads"], b=torch.zeros(64))}
+    bad = ab._judge_by_reference(wrong, base, ref32, torch.bfloat16)
+    assert not bad["equivalent"] and bad["ref_worst_grad"] == "b"
+    # and a loss off by far more than the baseline's error
+    assert not ab._judge_by_reference({**arm, "loss": 2.5}, base, ref32, torch.bfloat16)["equivalent"]
+
+
+def test_upcast_round_trip_is_exact_and_leaves_buffers():
+    from workbench.models import build_model
+    m = build_model("tiny-qwen3", dtype=torch.bfloat16, seed=0)
+    params = {n: p.detach().clone() for n, p in m.named_parameters()}
+    bufs = {n: (b.dtype, b.clone()) for n, b in m.named_buffers()}
+    with ab._Upcast(m):
+        assert all(p.dtype == torch.float32 for p in m.parameters())
+        assert {n: b.dtype for n, b in m.named_buffers()} == {n: d for n, (d, _) in bufs.items()}
+    assert any(p.dtype == torch.bfloat16 for p in params.values())  # the base (peft keeps adapters in fp32)
+    for n, p in m.named_parameters():
+        assert p.dtype == params[n].dtype and torch.equal(p, params[n]), n
+    for n, b in m.named_buffers():
+        assert torch.equal(b, bufs[n][1]), n
+
+
+@pytest.mark.skipif(not _have_all(), reason="the moe module is not in place")
+def test_bf16_arms_beyond_tolerance_are_judged_against_fp32(capsys, tmp_path, monkeypatch):
+    """Forced down the GPU's path on the CPU: a zero elementwise tolerance makes the MoE arms 'differ'; the fp32
+    run of the baseline then judges them equivalent (same function, bf16 noise) - and, where fp32 does not fit,
+    on a halved batch."""
+    monkeypatch.setitem(ab.TOL, torch.bfloat16, dict(rtol=0.0, atol=0.0))
+    enter = ab._Upcast.__enter__
+    calls = []
+
+    def oom_once(self):
+        calls.append(1)
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory (fake)")
+        return enter(self)
+    monkeypatch.setattr(ab._Upcast, "__enter__", oom_once)
+    rc, lines, err = _run(capsys, ["--opt", "moe", "--dtype", "bf16", *FAST, "--tokens", "256", "--reps", "1",
+                                   "--out", str(tmp_path)])
+    assert rc == 0, err
+    c = _last_json(lines)["comparisons"][0]
+    for arm in ("sort_bincount", "grouped"):
+        e = c["equivalence"][arm]
+        assert e["equivalent"] and e["judged_by"].startswith("fp32") and e["ref_tokens"] == 128, e
+    assert "halving the batch" in err and len(calls) == 2  # one reference per comparison, cached
+
+
+def test_bf16_wrong_arm_fails_against_fp32_too(capsys, tmp_path, fakes, monkeypatch):
+    """Negative control: an arm computing another function (half the labels dropped) still fails after the
+    fp32 reference is consulted."""
+    monkeypatch.setitem(ab.TOL, torch.bfloat16, dict(rtol=0.0, atol=0.0))
+    fakes.DIFFER_ARMS.add(("packing", "cached"))
+    rc, lines, err = _run(capsys, ["--opt", "packing", "--dtype", "bf16", "--model", "tiny-qwen3", *FAST,
+                                   "--reps", "1", "--out", str(tmp_path)])
+    assert rc == 1
+    e = _last_json(lines)["comparisons"][0]["equivalence"]["cached"]
+    assert e["judged_by"].startswith("fp32") and not e["equivalent"]
+
+
+def test_bad_dtype_is_one_line(capsys, tmp_path):
+    rc, lines, err = _run(capsys, ["--opt", "packing", "--dtype", "fp8", *FAST, "--out", str(tmp_path)])
+    assert rc == 2 and "unknown --dtype 'fp8'" in err and "Traceback" not in err
+    assert not os.path.exists(tmp_path / "summary.json")
+
+
+def test_parked_moves_the_model_off_cuda_and_back(monkeypatch):
+    moves = []
+
+    class M:
+        def to(self, d):
+            moves.append(str(d))
+            return self
+    monkeypatch.setattr(ab, "_free", lambda d: moves.append("free"))
+    with ab._Parked(M(), "cuda"):
+        moves.append("child")
+    assert moves == ["cpu", "free", "child", "cuda"]
+    moves.clear()
+    with ab._Parked(M(), "cpu"):
+        pass
+    assert moves == []

@@ -325,3 +325,43 @@ def test_real_h100_capture_readbacks_match_the_counter(tmp_path):
                                           "2026-11-22_h100_ab_packing_nsys", "summary.json")))
     base = summary["comparisons"][0]["baseline"]
     assert base["arm"] == "rebuild" and base["syncs_per_step"] == 24
+
+
+def test_first_steps_keeps_one_step_and_its_per_step_counts():
+    """Committed event tables are trimmed to one step: the per-step witnesses of the trimmed frame are those of
+    the first step (here: step 0 has 2 readbacks, step 1 has 5 - the trim must not average them)."""
+    from workbench.traces.analysis import first_steps, readbacks_per_step, steps_in
+    rows = []
+    for step, (t0, n_reads) in enumerate([(0, 2), (1000, 5), (2000, 1)]):
+        rows.append(dict(source="torch", kind="range", name="wb/step", start_ns=t0, end_ns=t0 + 900, stream=None))
+        for i in range(n_reads):
+            rows.append(dict(source="torch", kind="memcpy", name="Memcpy DtoH", start_ns=t0 + 10 + i,
+                             end_ns=t0 + 11 + i, stream=7, bytes=4))
+        rows.append(dict(source="torch", kind="kernel", name="gemm", start_ns=t0 + 950, end_ns=t0 + 990, stream=7))
+    ev = pd.DataFrame(rows).reindex(columns=COLUMNS)
+    one = first_steps(ev, 1)
+    assert steps_in(one) == 1 and readbacks_per_step(one) == 2
+    assert (one["name"] == "gemm").sum() == 1  # the step's GPU tail, after its host range ended, is kept
+    assert len(first_steps(ev, 3)) == len(ev) and steps_in(first_steps(ev, 2)) == 2
+    with pytest.raises(ValueError):
+        first_steps(ev, 0)
+
+
+def test_committed_campaign_events_are_one_step():
+    """profiles/2026-11-22_h100_campaign: every committed event table holds one step, and its readbacks less the
+    harness's loss read equal the sync counter of the same arm (the third witness, for the first step)."""
+    from workbench.traces.analysis import HARNESS_READBACKS_PER_STEP, readbacks_per_step, steps_in
+    root = os.path.join(os.path.dirname(__file__), "..", "profiles", "2026-11-22_h100_campaign", "ab_all")
+    if not os.path.isdir(root):
+        pytest.skip("campaign profiles not committed")
+    summary = json.load(open(os.path.join(root, "summary.json")))
+    counter = {(c["opt"], a["arm"]): a["syncs_per_step"] for c in summary["comparisons"]
+               for a in [c["baseline"], c["optimized"], *c["others"]]}
+    files = sorted(glob.glob(os.path.join(root, "traces", "*", "*.events.parquet")))
+    assert len(files) == 12
+    for f in files:
+        ev = pd.read_parquet(f)
+        assert steps_in(ev) == 1, f
+        opt, arm = os.path.basename(os.path.dirname(f)), os.path.basename(f)[:-len(".events.parquet")]
+        if opt != "all":  # the combined baseline's count varies step to step (routing)
+            assert readbacks_per_step(ev) - HARNESS_READBACKS_PER_STEP == counter[(opt, arm)], f

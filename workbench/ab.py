@@ -319,6 +319,25 @@ class _Upcast:
         return False
 
 
+class _Parked:
+    """The model on the CPU while child processes use the GPU (nsys captures), back on `device` after: a child
+    running an arm without checkpointing needs the memory the parent's copy would hold."""
+
+    def __init__(self, model, device):
+        self.model, self.device = model, torch.device(device)
+
+    def __enter__(self):
+        if self.device.type == "cuda":
+            self.model.to("cpu")
+            _free(self.device)
+        return self
+
+    def __exit__(self, *exc):
+        if self.device.type == "cuda":
+            self.model.to(self.device)
+        return False
+
+
 # --- one comparison -----------------------------------------------------------------------------------------
 
 class Runner:
@@ -517,7 +536,8 @@ class Runner:
         if a.trace == "torch":
             events = self.torch_traces(model, cpu_batches, cmp, runnable, arm_status, reset_weights, env)
         elif a.trace == "nsys":
-            events = self.nsys_traces(cmp, runnable, arm_status)
+            with _Parked(model, self.device):  # each capture is a child process that builds its own model
+                events = self.nsys_traces(cmp, runnable, arm_status)
 
         # summary
         arm_dicts = {}

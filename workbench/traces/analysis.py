@@ -40,6 +40,20 @@ def steps_in(events: pd.DataFrame) -> int:
     return max(n, 1)
 
 
+def first_steps(events: pd.DataFrame, n: int = 1) -> pd.DataFrame:
+    """The events of the first `n` training steps of a trace: those starting between the first `wb/step` range's
+    start and the start of step n+1 (the harness synchronizes after every step, so a step's kernels and copies end
+    before the next begins); with n or fewer steps in the trace, all of it. For committing small event tables."""
+    if n <= 0:
+        raise ValueError(f"n must be positive, got {n}")
+    r = ranges(events, "host")
+    starts = sorted(r.loc[r["name"] == "wb/step", "start_ns"].tolist())
+    if len(starts) <= n:
+        return events
+    keep = (events["start_ns"] >= starts[0]) & (events["start_ns"] < starts[n])
+    return events[keep].reset_index(drop=True)
+
+
 def layer_ranges(events: pd.DataFrame, track: str = "auto") -> pd.DataFrame:
     """Durations of `wb/Lxx/...` ranges grouped by layer, pass and part (part "" = the layer's own range)."""
     r = ranges(events, track)
