@@ -355,7 +355,9 @@ ARM_FIELDS = ["step_ms", "step_ms_p20", "step_ms_p80", "n", "fwd_ms", "bwd_ms", 
 AB_ARM_COLUMNS = ["run", "run_id", "device", "gpu_name", "opt", "model", "layers", "tokens", "attn", "role", "arm"] \
     + ARM_FIELDS + ["source"]
 AB_COMPARISON_COLUMNS = ["run", "run_id", "device", "gpu_name", "opt", "model", "layers", "tokens", "attn", "baseline",
-                         "optimized", "baseline_step_ms", "optimized_step_ms", "speedup", "step_gain_pct",
+                         "optimized", "baseline_step_ms", "optimized_step_ms", "baseline_step_ms_p20",
+                         "baseline_step_ms_p80", "optimized_step_ms_p20", "optimized_step_ms_p80", "baseline_n",
+                         "optimized_n", "speedup", "step_gain_pct",
                          "fwd_gain_pct", "bwd_gain_pct", "baseline_syncs_per_step", "optimized_syncs_per_step",
                          "extra_mem_mib", "predicted_ms", "measured_ms", "formula", "equivalent", "status", "source"]
 
@@ -405,7 +407,10 @@ def ab_comparisons(profiles: str | None = None) -> pd.DataFrame:
                          "opt": c.get("opt"), "model": c.get("model"), "layers": c.get("layers"),
                          "tokens": c.get("tokens"), "attn": c.get("attn"), "baseline": b.get("arm"),
                          "optimized": o.get("arm"), "baseline_step_ms": b.get("step_ms"),
-                         "optimized_step_ms": o.get("step_ms"), "speedup": c.get("speedup"),
+                         "optimized_step_ms": o.get("step_ms"),
+                         **{f"{role}_{k}": arm.get(k) for role, arm in (("baseline", b), ("optimized", o))
+                            for k in ("step_ms_p20", "step_ms_p80", "n")},
+                         "speedup": c.get("speedup"),
                          "step_gain_pct": pct_gain(b.get("step_ms"), o.get("step_ms")),
                          "fwd_gain_pct": pct_gain(b.get("fwd_ms"), o.get("fwd_ms")),
                          "bwd_gain_pct": pct_gain(b.get("bwd_ms"), o.get("bwd_ms")),
@@ -623,6 +628,8 @@ def bench_comparisons(profiles: str | None = None, suite: str | None = None) -> 
                      "attn": _first(kd.get("backend"), get(b, "attn")),
                      "baseline": base_arm, "optimized": opt_arm, "baseline_step_ms": get(b, "step_ms"),
                      "optimized_step_ms": get(o, "step_ms"),
+                     **{f"{role}_{k}": get(arm, k) for role, arm in (("baseline", b), ("optimized", o))
+                        for k in ("step_ms_p20", "step_ms_p80", "n")},
                      "speedup": _num(get(b, "step_ms")) / _num(get(o, "step_ms")) if _num(get(o, "step_ms")) else None,
                      "step_gain_pct": pct_gain(get(b, "step_ms"), get(o, "step_ms")),
                      "fwd_gain_pct": pct_gain(get(b, "fwd_ms"), get(o, "fwd_ms")),

@@ -37,6 +37,17 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
     return out
 
 
+def _spread(r: dict, role: str) -> str:
+    """`median (p20-p80, n)` of one arm of a comparison row; the parts a source lacks are left out."""
+    med, lo, hi, n = (r.get(f"{role}_{k}") for k in ("step_ms", "step_ms_p20", "step_ms_p80", "n"))
+    inner = []
+    if _f(lo) != "-" and _f(hi) != "-":
+        inner.append(f"{_f(lo, '{:.0f}')}-{_f(hi, '{:.0f}')}")
+    if _f(n) != "-":
+        inner.append(f"n={_f(n, '{:.0f}')}")
+    return _f(med, "{:.1f}") + (f" ({', '.join(inner)})" if inner else "")
+
+
 def _link(source: str | None) -> str:
     return f"[`{source}`]({source})" if source else "-"
 
@@ -89,13 +100,13 @@ def results_markdown(profiles: str | None = None, include_cpu: bool = False, rep
             attn = f" {r['attn']}" if isinstance(r.get("attn"), str) else ""
             rows.append([r["opt"], f"{r['model']} L{_f(r['layers'], '{:.0f}')} T{_f(r['tokens'], '{:.0f}')}{attn}",
                          r["gpu_name"] or r["device"] or "-", f"{r['baseline']} -> {r['optimized']}",
-                         f"{_f(r['baseline_step_ms'])} -> {_f(r['optimized_step_ms'])}",
+                         f"{_spread(r, 'baseline')} -> {_spread(r, 'optimized')}",
                          _f(r["step_gain_pct"], "{:+.1f}%"), _f(r["fwd_gain_pct"], "{:+.1f}%"),
                          _f(r["bwd_gain_pct"], "{:+.1f}%"),
                          f"{_f(r['baseline_syncs_per_step'], '{:.0f}')} -> "
                          f"{_f(r['optimized_syncs_per_step'], '{:.0f}')}",
                          _f(r["extra_mem_mib"], "{:+.0f}"), _eq(r["equivalent"]), _link(rel(r["source"]))])
-        lines += _table(["opt", "model", "GPU", "arms", "step_ms", "step", "fwd", "bwd", "syncs/step",
+        lines += _table(["opt", "model", "GPU", "arms", "step_ms (p20-p80, n)", "step", "fwd", "bwd", "syncs/step",
                          "extra MiB", "equivalent", "file"], rows)
     else:
         lines.append("No GPU A/B or benchmark run in profiles/ yet.")
