@@ -344,3 +344,15 @@ def test_parked_moves_the_model_off_cuda_and_back(monkeypatch):
     with ab._Parked(M(), "cpu"):
         pass
     assert moves == []
+
+
+@pytest.mark.skipif(not _have_all(), reason="the packing module is not in place")
+def test_sync_sources_per_step_add_up_to_the_count(capsys, tmp_path):
+    """summary.json names the source lines of each arm's syncs (per step), so a gap between witnesses can be
+    traced to a line; they add up to syncs_per_step."""
+    rc, lines, err = _run(capsys, ["--opt", "packing", *FAST, "--reps", "1", "--out", str(tmp_path)])
+    assert rc == 0, err
+    b = _last_json(lines)["comparisons"][0]["baseline"]
+    assert b["syncs_per_step"] > 0
+    assert sum(b["sync_sources_per_step"].values()) == pytest.approx(b["syncs_per_step"])
+    assert all(":" in k for k in b["sync_sources_per_step"])

@@ -655,6 +655,11 @@ class Runner:
             d["error"] = arm_status[label]["error"]
         if recs and recs[0].cuda_sync_warnings is not None:
             d["cuda_sync_warnings_per_step"] = sum(r.cuda_sync_warnings for r in recs) / len(recs)
+        for key, field in (("sync_sources_per_step", "syncs_by_source"),
+                           ("cuda_sync_warning_sources_per_step", "cuda_sync_warning_sources")):
+            per_source = _per_step_by_source(recs, field)
+            if per_source:
+                d[key] = per_source
         if equiv is not None:
             d["equivalent"] = equiv["equivalent"]
             d["bitwise"] = equiv["bitwise"]
@@ -842,6 +847,17 @@ class Runner:
                 self.failures.append(msg)
                 progress(f"error: {msg}")
         return events
+
+
+def _per_step_by_source(recs, field: str, top: int = 12) -> dict:
+    """{file:line: count per step} of a StepRecord's by-source dict (the counter's syncs, or the sync-debug-mode
+    warnings), the `top` largest: where two witnesses differ, summary.json says at which lines."""
+    acc: dict = {}
+    for r in recs:
+        for src, n in (getattr(r, field, None) or {}).items():
+            acc[str(src)] = acc.get(str(src), 0) + n
+    ranked = sorted(acc.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+    return {k: v / len(recs) for k, v in ranked} if recs else {}
 
 
 def _plain(v) -> bool:
