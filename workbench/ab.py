@@ -243,8 +243,8 @@ def _compare(out, ref, dtype) -> dict:
         d = (g - g_ref).abs()
         gmax = max(gmax, float(d.max()) if d.numel() else 0.0)
         rel = _rel_l2(g, g_ref)
-        if rel > grel or worst is None:
-            grel, worst = max(grel, rel), n
+        if worst is None or rel > grel:
+            grel, worst = rel, n
         scale = float(g_ref.abs().max()) if g_ref.numel() else 0.0
         if not (torch.allclose(g, g_ref, **tol) or rel <= tol["rtol"]
                 or (d.numel() and float(d.max()) <= tol["rtol"] * scale)):
@@ -462,7 +462,8 @@ class Runner:
         cpu_batches = make_batches(a.lengths, cmp.tokens, n_batches, model.config.vocab_size, seed=a.seed)
 
         # equivalence: one forward+backward from the same weights and batch, every arm vs the baseline
-        def one_step(spec, batches=cpu_batches[:1]):
+        def one_step(spec, batches=None):
+            batches = batches or cpu_batches[:1]
             reset_weights()
             cap = _GradCapture(lora_parameters(model))
             recs, _ = self.run_arm_steps(model, batches, spec, cmp, steps=1, warmup=0, optimizer=cap,
@@ -599,16 +600,15 @@ class Runner:
         tokens, res_arm, res_base = cache.get("fits", cmp.tokens), res, ref
         while tokens >= 64:
             try:
+                batches = None  # the comparison's own batch
                 if tokens != cmp.tokens:
                     batches = make_batches(a.lengths, tokens, 1, model.config.vocab_size, seed=a.seed)
                     res_base = cache.get(("base", tokens)) or one_step(base_spec, batches)
                     cache[("base", tokens)] = res_base
                     res_arm = one_step(spec, batches)
-                else:
-                    batches = None
                 if tokens not in cache:
                     with _Upcast(model):
-                        cache[tokens] = one_step(base_spec, batches) if batches else one_step(base_spec)
+                        cache[tokens] = one_step(base_spec, batches)
                 cache["fits"] = tokens
                 v = _judge_by_reference(res_arm, res_base, cache[tokens], dtype)
                 v["ref_tokens"] = tokens
@@ -852,12 +852,10 @@ class Runner:
 def _per_step_by_source(recs, field: str, top: int = 12) -> dict:
     """{file:line: count per step} of a StepRecord's by-source dict (the counter's syncs, or the sync-debug-mode
     warnings), the `top` largest: where two witnesses differ, summary.json says at which lines."""
-    acc: dict = {}
-    for r in recs:
-        for src, n in (getattr(r, field, None) or {}).items():
-            acc[str(src)] = acc.get(str(src), 0) + n
-    ranked = sorted(acc.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
-    return {k: v / len(recs) for k, v in ranked} if recs else {}
+    from workbench.harness import mean_per_step
+
+    ranked = sorted(mean_per_step(recs, field).items(), key=lambda kv: (-kv[1], str(kv[0])))[:top]
+    return {str(k): v for k, v in ranked}
 
 
 def _plain(v) -> bool:

@@ -1185,7 +1185,7 @@ def count_syncs_live(opt: str = "packing", arms=None, model: str | None = None, 
     from workbench import opts as registry
     from workbench.ab import CPU_DEFAULTS, apply_arms
     from workbench.data import make_batches, to_device
-    from workbench.harness import enable_checkpointing, train_steps
+    from workbench.harness import enable_checkpointing, mean_per_step, train_steps
     from workbench.instrument import Ranges, instrument_layers
     from workbench.models import build_model
 
@@ -1208,21 +1208,15 @@ def count_syncs_live(opt: str = "packing", arms=None, model: str | None = None, 
                                count_syncs=True, inputs_fn=handle.inputs_fn)
         finally:
             handle.revert()
-        n = len(recs)
-        lp: dict = {}
-        src: dict = {}
-        for r in recs:
-            for k, v in (r.syncs_by_layer_pass or {}).items():
-                lp[k] = lp.get(k, 0) + v
-            for k, v in (r.syncs_by_source or {}).items():
-                src[k] = src.get(k, 0) + v
+        lp = mean_per_step(recs, "syncs_by_layer_pass")
+        src = mean_per_step(recs, "syncs_by_source")
         run = f"live {name} cpu"
         for (layer, pass_), v in lp.items():
             rows.append({"run": run, "opt": opt, "arm": arm, "layer": layer or "model", "pass": pass_, "source": None,
-                         "syncs_per_step": v / n, "witness": "counter (live, CPU)"})
+                         "syncs_per_step": v, "witness": "counter (live, CPU)"})
         for s, v in src.items():
             rows.append({"run": run, "opt": opt, "arm": arm, "layer": None, "pass": None, "source": s,
-                         "syncs_per_step": v / n, "witness": "counter (live, CPU)"})
+                         "syncs_per_step": v, "witness": "counter (live, CPU)"})
         if not lp and not src:
             rows.append({"run": run, "opt": opt, "arm": arm, "layer": "model", "pass": None, "source": None,
                          "syncs_per_step": 0.0, "witness": "counter (live, CPU)"})

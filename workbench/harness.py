@@ -45,6 +45,16 @@ class StepRecord:
         return dataclasses.asdict(self)
 
 
+def mean_per_step(records, field: str) -> dict:
+    """{key: count per step} of a by-key field of StepRecords (`syncs_by_source`, `syncs_by_layer_pass`,
+    `cuda_sync_warning_sources`, ...): summed over the records, divided by their number."""
+    acc: dict = {}
+    for r in records:
+        for k, v in (getattr(r, field, None) or {}).items():
+            acc[k] = acc.get(k, 0) + v
+    return {k: v / len(records) for k, v in acc.items()}
+
+
 def make_optimizer(model, lr: float = 1e-4) -> torch.optim.Optimizer:
     params = [p for _, p in lora_parameters(model)]
     if not params:
