@@ -1,27 +1,42 @@
-"""Interleaved A/B runs of the optimizations, with equivalence checks, savings models and optional traces.
+"""Interleaved A/B comparisons of the optimizations: a paired speedup with its 95% CI and a verdict per comparison,
+equivalence checked on every run, sync counts and traces from separate passes.
 
-    python -m workbench.ab                                    # --opt all; tiny presets on a CPU (about a minute)
-    python -m workbench.ab --opt packing --trace torch        # + a torch.profiler trace of every arm
-    python -m workbench.ab --opt packing --trace nsys         # + an Nsight Systems capture of every arm (GPU)
-    python -m workbench.ab --opt packing --aa --reps 10       # A/A: baseline against itself (the noise floor)
-    python -m workbench.ab --opt moe --arms eager,grouped --model gpt-oss-20b --layers 4
+    python -m workbench.ab                                   # --opt all: tiny presets on a CPU (a few minutes)
+    python -m workbench.ab --opt packing --trace torch       # + a torch.profiler pass of every arm
+    python -m workbench.ab --opt packing --aa --reps 6       # A/A: the baseline against itself (the noise floor)
+    python -m workbench.ab --opt packing --sweep layers=4,8,16,28      # one comparison per layer count
+    python -m workbench.ab --opt moe --arms eager,grouped --target-ci 1 --budget-s 600
+    python -m workbench.ab --opt all --nvtx-cost             # + per comparison: NVTX ranges off against on
 
-Per comparison the model is built once; each repetition runs every arm in turn (A B A B ...): apply the arm,
-run warmup + timed steps, revert. Warmup steps are dropped; each arm reports the median step time with its
-p20-p80 spread and the number of samples. Every arm is checked against the baseline from the same initial
-weights and batch (loss and LoRA gradients after one forward+backward). Traces come from separate passes.
+How a comparison is measured (workbench/engine.py): the model is built once; every arm sees the same sequence of
+--batches packed batches. Each rep runs every arm, the order rotated by one per rep; per arm: apply, warm up until
+the step time settles (at least --warmup steps and one pass over every batch, until a step is within --settle-pct
+of the previous step on the same batch, at most --warmup-max), then --steps timed steps with no instrument but NVTX
+ranges, then revert. Samples pair by (rep, step); the speedup is mean(baseline)/mean(arm) over the pairs, with a 95%
+paired-bootstrap CI (scipy) and a verdict: faster, slower, or no detectable difference (±x%). Steps beyond the
+outlier rule (5 x MAD within an arm and batch) are counted and reported. After the timed reps, a counted pass (one
+step per batch, the sync counter on) gives syncs per step and `instrumented_step_ms` (the counter's cost); --trace
+adds profiled passes. Equivalence (workbench/equivalence.py, criterion fixed before the run and written to
+meta.json): one forward + backward of every arm on the first timed batch, relative L2 per LoRA gradient against the
+baseline, or in bf16 against an fp32 run of the baseline on that batch.
 
-Prints one table per comparison, then, as the last stdout line, one JSON object (DESIGN "CLI contract").
-Progress goes to stderr. Exit status 0 only when every comparison ran and every arm was equivalent.
-Files: profiles/<run_id>/ (or --out): results.csv, summary.json, meta.json, traces/ when asked.
+Prints one table per comparison, then, as the last stdout line, one JSON object: {"run_id", "device",
+"comparisons": [{"name", "opt", "model", "layers", "tokens", "baseline": ARM, "optimized": ARM, "others": [ARM],
+"speedup", "speedup_ci95", "verdict", "n_pairs", "equivalent", "savings_model", ...}], "complete", "status"}.
+Progress goes to stderr. Exit status 0 only when every comparison ran and every arm was equivalent; 2 for bad input
+(one line, nothing written); 130 / 143 when interrupted (Ctrl-C / SIGTERM: the folder is kept, marked incomplete).
+Files: runs/<run_id>/ (or --out, which must be new or empty unless --force): results.csv, summary.json, meta.json,
+errors.log when an arm failed, traces/ when asked (workbench/results.py describes the schema).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gc
 import inspect
 import os
+import signal
 import sys
 import time
 import traceback
@@ -34,31 +49,29 @@ from workbench.errors import UnsupportedArm, WorkbenchError
 
 OPT_CHOICES = ("packing", "offload", "moe", "all")
 HF_ATTN = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3")
+ARMS_HELP = {"packing": "rebuild (baseline), cached (optimized), precomputed (floor)",
+             "offload": "sync_reload (baseline), double_buffer (optimized), no_offload (limit), none (memory ref.)",
+             "moe": "eager (baseline), sort_bincount (optimized), grouped (sync-free: torch._grouped_mm, or a Triton kernel where that is missing)"}
+SWEEPABLE = ("layers", "tokens")
 
 # default shapes: tiny presets on a CPU-only machine, real shapes (fewer layers where needed) on a GPU
 CPU_DEFAULTS = {"packing": dict(model="tiny-qwen3"), "offload": dict(model="tiny-qwen3"),
                 "moe": dict(model="tiny-gpt-oss"), "all": dict(model="tiny-qwen3-moe"),
-                "_run": dict(tokens=256, steps=2, warmup=1, reps=2)}
+                "_run": dict(tokens=256, batches=2, steps=2, warmup=1, warmup_max=4, reps=2)}
 GPU_DEFAULTS = {"packing": dict(model="qwen3-0.6b", tokens=16384), "offload": dict(model="llama-3.1-8b", layers=8),
                 "moe": dict(model="gpt-oss-20b", layers=4, tokens=8192),
                 "all": dict(model="qwen3-30b-a3b", layers=8, tokens=8192),
-                "_run": dict(tokens=16384, steps=6, warmup=2, reps=3)}
-
-TOL = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float64: dict(rtol=1e-7, atol=1e-9),
-       torch.bfloat16: dict(rtol=2e-2, atol=2e-3), torch.float16: dict(rtol=5e-3, atol=5e-4)}
-"""Equivalence tolerance per dtype: elementwise allclose, or relative L2 error within rtol per tensor, or the largest
-elementwise difference within rtol of the tensor's largest magnitude (where accumulation order changes: in bf16 a
-per-expert `index_add_` rounds after every expert, a grouped GEMM once); torch.equal is reported as `bitwise`."""
+                "_run": dict(tokens=16384, batches=4, steps=4, warmup=2, warmup_max=12, reps=3)}
 
 DTYPES = {"auto": None, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 """--dtype: auto = bf16 on CUDA, fp32 on the CPU (workbench.models.default_dtype)."""
 
-REF_FACTOR = 1.5
-"""Low-precision arms judged against an fp32 run of the baseline arm: an arm is equivalent when each LoRA gradient's
-relative L2 error against that reference is at most REF_FACTOR x the baseline arm's own error + the dtype's rtol."""
-
 FORMULAS = {"packing": "(L-1)*s", "offload": "(L-1)*min(c,g)", "moe": "syncs_removed*stall_ms + launches_removed*launch_ms",
             "all": "sum of the packing, offload and moe predictions"}
+
+
+class Terminated(BaseException):
+    """SIGTERM, handled like Ctrl-C: the folder is kept and marked incomplete."""
 
 
 # --- plan ---------------------------------------------------------------------------------------------------
@@ -66,9 +79,11 @@ FORMULAS = {"packing": "(L-1)*s", "offload": "(L-1)*min(c,g)", "moe": "syncs_rem
 @dataclasses.dataclass
 class ArmSpec:
     label: str
-    """Name in reports: the arm (or `a+b+c` for --opt all; `arm#2` for a repeated arm)."""
+    """Name in reports: the arm (or `a+b+c` for --opt all; `arm#2` for a repeated arm; `+nvtx` / `-nvtx`)."""
     arms: dict
     """{opt: arm} applied in this order."""
+    ranges: bool = True
+    """NVTX ranges on in its timed steps (off only in the NVTX-cost comparison)."""
 
 
 @dataclasses.dataclass
@@ -84,6 +99,11 @@ class Comparison:
     explicit_arms: bool = False
     excluded: dict = dataclasses.field(default_factory=dict)
     """{opt: why} for --opt all: optimizations left out because the model cannot run them."""
+    name: str = ""
+    """Its name in results: the opt, `opt@layers=8` in a sweep, `nvtx:opt` for the NVTX-cost comparison."""
+
+    def __post_init__(self):
+        self.name = self.name or self.opt
 
 
 def _modules(opt_names) -> dict:
@@ -99,16 +119,36 @@ def _unique_labels(names: list[str]) -> list[str]:
     return out
 
 
+def parse_sweep(spec: str | None) -> tuple[str, list[int]] | None:
+    """`layers=4,8,16` -> ("layers", [4, 8, 16]); WorkbenchError on anything else."""
+    if not spec:
+        return None
+    key, _, vals = spec.partition("=")
+    if key not in SWEEPABLE or not vals:
+        raise WorkbenchError(f"bad --sweep {spec!r}: use {'|'.join(SWEEPABLE)}=N,N,... (e.g. layers=4,8,16,28)")
+    try:
+        out = [int(v) for v in vals.split(",") if v.strip()]
+    except ValueError:
+        raise WorkbenchError(f"bad --sweep {spec!r}: values must be integers") from None
+    if not out or any(v <= 0 for v in out):
+        raise WorkbenchError(f"bad --sweep {spec!r}: values must be positive integers")
+    return key, out
+
+
 def plan(args, device: torch.device) -> list[Comparison]:
     """The comparisons to run, validated (unknown opt / model / arm raise WorkbenchError)."""
     from workbench.models import load_config
 
     defaults = GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS
-    if args.opt not in OPT_CHOICES:
-        raise WorkbenchError(f"unknown optimization {args.opt!r}; choose from {', '.join(OPT_CHOICES)}")
     opt_list = list(opts_registry.OPTS) + ["all"] if args.opt == "all" else [args.opt]
     if args.arms and args.opt == "all":
         raise WorkbenchError("--arms needs a single --opt (packing, offload or moe); use --aa for an A/A of all")
+    if args.attn is not None and args.attn not in HF_ATTN:
+        backends = set(_packing_backends())
+        if args.attn not in backends:
+            raise WorkbenchError(f"unknown attention backend {args.attn!r}; choose from "
+                                 f"{', '.join(sorted(set(HF_ATTN) | backends))}")
+    sweep = parse_sweep(args.sweep)
     comps = []
     for opt in opt_list:
         d = defaults[opt]
@@ -116,14 +156,12 @@ def plan(args, device: torch.device) -> list[Comparison]:
         layers = args.layers if args.layers is not None else d.get("layers")
         tokens = args.tokens or d.get("tokens") or defaults["_run"]["tokens"]
         hf_attn = args.attn if (args.attn is None or args.attn in HF_ATTN) else None
-        load_config(model, layers, hf_attn)  # unknown preset / bad checkpoint dir -> WorkbenchError
+        load_config(model, layers, hf_attn, args.experts)  # unknown preset / bad checkpoint / experts -> error
         if opt == "all":
             mods = _modules(opts_registry.OPTS)
             names = ["baseline", "optimized"] if not args.aa else ["baseline", "baseline"]
-            specs = []
-            for which in names:
-                arms = {o: (m.BASELINE if which == "baseline" else m.OPTIMIZED) for o, m in mods.items()}
-                specs.append(arms)
+            specs = [{o: (m.BASELINE if which == "baseline" else m.OPTIMIZED) for o, m in mods.items()}
+                     for which in names]
             labels = _unique_labels(["+".join(a.values()) for a in specs])
             arms = [ArmSpec(lbl, a) for lbl, a in zip(labels, specs)]
         else:
@@ -138,17 +176,26 @@ def plan(args, device: torch.device) -> list[Comparison]:
             elif args.aa:
                 names = [mod.BASELINE, mod.BASELINE]
             else:
-                names = [mod.BASELINE, mod.OPTIMIZED] + [a for a in mod.ARMS if a not in (mod.BASELINE, mod.OPTIMIZED)]
+                names = [mod.BASELINE, mod.OPTIMIZED] + [a for a in mod.ARMS if a not in (mod.BASELINE, mod.OPTIMIZED)
+                                                         and a not in getattr(mod, "OPT_IN_ARMS", ())]
             labels = _unique_labels(names)
             arms = [ArmSpec(lbl, {opt: a}) for lbl, a in zip(labels, names)]
-        comps.append(Comparison(opt=opt, model=model, layers=layers, tokens=tokens, attn=args.attn, arms=arms,
-                                baseline=arms[0].label, optimized=arms[1].label if len(arms) > 1 else None,
-                                explicit_arms=bool(args.arms)))
-    if args.attn is not None and args.attn not in HF_ATTN:
-        backends = set(_packing_backends())
-        if args.attn not in backends:
-            raise WorkbenchError(f"unknown attention backend {args.attn!r}; choose from "
-                                 f"{', '.join(sorted(set(HF_ATTN) | backends))}")
+        base = Comparison(opt=opt, model=model, layers=layers, tokens=tokens, attn=args.attn, arms=arms,
+                          baseline=arms[0].label, optimized=arms[1].label if len(arms) > 1 else None,
+                          explicit_arms=bool(args.arms))
+        variants = [base]
+        if sweep:
+            key, values = sweep
+            variants = [dataclasses.replace(base, arms=[dataclasses.replace(s) for s in base.arms],
+                                            excluded={}, name=f"{opt}@{key}={v}", **{key: v}) for v in values]
+        for c in variants:
+            comps.append(c)
+            if args.nvtx_cost:
+                b = c.arms[0]
+                comps.append(dataclasses.replace(
+                    c, name=f"nvtx:{c.name}", arms=[ArmSpec(f"{b.label}-nvtx", dict(b.arms), ranges=False),
+                                                    ArmSpec(f"{b.label}+nvtx", dict(b.arms), ranges=True)],
+                    baseline=f"{b.label}-nvtx", optimized=f"{b.label}+nvtx", excluded={}))
     return comps
 
 
@@ -201,122 +248,9 @@ def unsupported_reason(model, arms: dict, device, options: dict | None = None) -
     return None
 
 
-class _GradCapture:
-    """Stands in for the optimizer in the equivalence step: snapshots the LoRA gradients instead of stepping."""
-
-    def __init__(self, named_params):
-        self.named = list(named_params)
-        self.grads: dict | None = None
-
-    def step(self):
-        self.grads = {n: (p.grad.detach().float().clone() if p.grad is not None else None) for n, p in self.named}
-
-    def zero_grad(self, set_to_none=True):
-        for _, p in self.named:
-            p.grad = None
-
-
 def _fresh(batches):
     # opt modules may write into batch.meta at collate time: give each arm its own copies
     return [dataclasses.replace(b, doc_lens=list(b.doc_lens), meta=dict(b.meta)) for b in batches]
-
-
-def _compare(out, ref, dtype) -> dict:
-    tol = TOL.get(dtype, TOL[torch.float32])
-    loss_diff = abs(out["loss"] - ref["loss"])
-    loss_ok = loss_diff <= tol["atol"] + tol["rtol"] * abs(ref["loss"])
-    bitwise = out["loss"] == ref["loss"]
-    gmax, grel, grads_ok, missing, worst = 0.0, 0.0, True, [], None
-    for n, g_ref in ref["grads"].items():
-        g = out["grads"].get(n)
-        if (g is None) != (g_ref is None):
-            grads_ok, bitwise = False, False
-            missing.append(n)
-            continue
-        if g is None:
-            continue
-        if g.shape != g_ref.shape:
-            grads_ok, bitwise = False, False
-            missing.append(n)
-            continue
-        bitwise = bitwise and torch.equal(g, g_ref)
-        d = (g - g_ref).abs()
-        gmax = max(gmax, float(d.max()) if d.numel() else 0.0)
-        rel = _rel_l2(g, g_ref)
-        if worst is None or rel > grel:
-            grel, worst = rel, n
-        scale = float(g_ref.abs().max()) if g_ref.numel() else 0.0
-        if not (torch.allclose(g, g_ref, **tol) or rel <= tol["rtol"]
-                or (d.numel() and float(d.max()) <= tol["rtol"] * scale)):
-            grads_ok = False
-    res = {"equivalent": bool(loss_ok and grads_ok), "bitwise": bool(bitwise), "loss_abs_diff": loss_diff,
-           "grad_max_abs_diff": gmax, "grad_max_rel_l2": grel, "worst_grad": worst,
-           "tolerance": {**tol, "dtype": str(dtype)}}
-    if missing:
-        res["mismatched_grads"] = missing[:5]
-    return res
-
-
-def _rel_l2(g: torch.Tensor, g_ref: torch.Tensor) -> float:
-    return float(torch.linalg.vector_norm(g - g_ref) / torch.linalg.vector_norm(g_ref).clamp_min(1e-30))
-
-
-def _judge_by_reference(out: dict, base: dict, ref32: dict, dtype) -> dict:
-    """An arm that differs from the baseline in low precision, judged against an fp32 run of the baseline arm.
-
-    bf16 gradients carry rounding noise of their own (LoRA gradients of rarely hit experts: 10-30% relative L2
-    against fp32), and two arms that sum in different orders (a per-expert `index_add_` against one grouped GEMM)
-    land in different places inside it. The arm is equivalent when its loss is within the dtype's tolerance of the
-    reference's (or no further than the baseline's) and every gradient is no further from the reference than
-    REF_FACTOR x the baseline's own error + rtol. A wrong function (a dropped expert, a skipped token) lands far
-    outside: the test's negative control.
-    """
-    tol = TOL.get(dtype, TOL[torch.float32])
-    l_ref = ref32["loss"]
-    loss_err_arm, loss_err_base = abs(out["loss"] - l_ref), abs(base["loss"] - l_ref)
-    loss_ok = loss_err_arm <= max(REF_FACTOR * loss_err_base, tol["atol"] + tol["rtol"] * abs(l_ref))
-    worst, worst_ratio, e_arm_max, e_base_max, ok = None, 0.0, 0.0, 0.0, True
-    for n, g32 in ref32["grads"].items():
-        g, gb = out["grads"].get(n), base["grads"].get(n)
-        if g32 is None or g is None or gb is None:
-            if not (g32 is None and g is None and gb is None):
-                ok = False
-            continue
-        e_arm, e_base = _rel_l2(g, g32), _rel_l2(gb, g32)
-        e_arm_max, e_base_max = max(e_arm_max, e_arm), max(e_base_max, e_base)
-        ratio = e_arm / max(e_base, 1e-30)
-        if e_arm > REF_FACTOR * e_base + tol["rtol"]:
-            ok = False
-        if worst is None or ratio > worst_ratio:
-            worst, worst_ratio = n, ratio
-    return {"equivalent": bool(ok and loss_ok), "judged_by": "fp32 reference (the baseline arm in float32)",
-            "ref_loss_err": loss_err_arm, "ref_loss_err_baseline": loss_err_base,
-            "ref_grad_max_rel_l2": e_arm_max, "ref_grad_max_rel_l2_baseline": e_base_max,
-            "ref_worst_grad": worst, "ref_worst_ratio": worst_ratio, "ref_factor": REF_FACTOR}
-
-
-class _Upcast:
-    """Parameters (not buffers: rotary tables stay as built) in float32 for a reference pass, then back to their
-    own dtypes; a bf16 / fp16 value survives the round trip exactly."""
-
-    def __init__(self, model, dtype=torch.float32):
-        self.model, self.dtype, self.orig = model, dtype, {}
-
-    def __enter__(self):
-        with torch.no_grad():
-            for n, p in self.model.named_parameters():
-                if p.is_floating_point() and p.dtype != self.dtype:
-                    self.orig[n] = p.dtype
-                    p.data = p.data.to(self.dtype)
-        return self
-
-    def __exit__(self, *exc):
-        with torch.no_grad():
-            for n, p in self.model.named_parameters():
-                if n in self.orig:
-                    p.data = p.data.to(self.orig[n])
-                    p.grad = None
-        return False
 
 
 class _Parked:
@@ -338,19 +272,49 @@ class _Parked:
         return False
 
 
+
+
 # --- one comparison -----------------------------------------------------------------------------------------
 
+class _Session:
+    """One arm applied to the model, its batches on the device and its optimizer: `step(i, s)` runs one
+    uninstrumented step on batch i (NVTX ranges only when the arm asks for them), or counted with `counter`."""
+
+    def __init__(self, model, batches, handle, lr, ranges: bool):
+        from workbench.harness import make_optimizer
+        from workbench.instrument import Ranges
+
+        self.model, self.batches, self.handle = model, batches, handle
+        self.optimizer = make_optimizer(model, lr)
+        self.ranges = Ranges(nvtx=ranges, profiler=False)
+
+    def step(self, index: int, step: int, counter=None):
+        from workbench.harness import train_step
+
+        return train_step(self.model, self.batches[index], self.optimizer, step=step, ranges=self.ranges,
+                          counter=counter, inputs_fn=self.handle.inputs_fn)
+
+
 class Runner:
-    def __init__(self, args, device, writer):
+    def __init__(self, args, device, writer, nvml=None):
         self.args = args
         self.device = device
         self.writer = writer
+        self.nvml = nvml
         self.failures: list[str] = []
         self._meta_stall: dict = {}
         """opt -> meta_stall_ms() of the baseline arm's torch trace (the packing model's in-situ s)."""
 
     def _progress(self, msg: str):
         progress(msg)
+
+    def protocol(self):
+        from workbench.engine import Protocol
+
+        a = self.args
+        return Protocol(reps=a.reps, steps=a.steps, warmup_min=a.warmup, warmup_max=max(a.warmup_max, a.warmup),
+                        settle_pct=a.settle_pct, target_ci_pct=a.target_ci, budget_s=a.budget_s,
+                        max_reps=max(a.max_reps, a.reps))
 
     def build(self, cmp: Comparison):
         from workbench.harness import enable_checkpointing
@@ -379,34 +343,47 @@ class Runner:
             o["offload"] = {"host_pool": cmp._host_pool}
         return o
 
-    def run_arm_steps(self, model, cpu_batches, spec: ArmSpec, cmp, *, steps, warmup, on_step=None, ranges=None,
-                      count_syncs=True, optimizer=None):
+    @contextlib.contextmanager
+    def session(self, model, cpu_batches, spec: ArmSpec, cmp, *, reset, options=None, infos=None):
+        """The arm applied (reverted on exit), its batches prepared and on the device, weights reset."""
         from workbench.data import to_device
-        from workbench.harness import train_steps
-        from workbench.instrument import Ranges
 
-        handle = apply_arms(model, spec.arms, self.options(cmp))
+        reset()
+        handle = apply_arms(model, spec.arms, options if options is not None else self.options(cmp))
         try:
             batches = to_device(_fresh(cpu_batches), self.device, prepare=handle.prepare_batch)
-            recs = train_steps(model, batches, steps=steps, warmup=warmup, optimizer=optimizer, lr=self.args.lr,
-                               ranges=ranges or Ranges(nvtx=True, profiler=True), count_syncs=count_syncs,
-                               cross_check=self.args.cross_check, inputs_fn=handle.inputs_fn, on_step=on_step)
-            info = {}
-            for h in handle.handles:
-                info.update({f"{h.opt}.{k}": v for k, v in (h.info or {}).items() if _plain(v)})
-            return recs, info
+            yield _Session(model, batches, handle, self.args.lr, spec.ranges)
+            if infos is not None:
+                info = {}
+                for h in handle.handles:
+                    info.update({f"{h.opt}.{k}": v for k, v in (h.info or {}).items() if _plain(v)})
+                infos[spec.label] = info
         finally:
             handle.revert()
             del handle
+            _free(self.device)
+
+    def run_arm_steps(self, model, cpu_batches, spec: ArmSpec, cmp, *, steps, warmup, reset, on_step=None,
+                      count_syncs=False, optimizer=None):
+        """A fixed number of steps of one arm (trace passes, equivalence): `harness.train_steps`."""
+        from workbench.harness import train_steps
+        from workbench.instrument import Ranges
+
+        with self.session(model, cpu_batches, spec, cmp, reset=reset) as s:
+            return train_steps(model, s.batches, steps=steps, warmup=warmup, optimizer=optimizer or s.optimizer,
+                               ranges=Ranges(nvtx=True, profiler=True), count_syncs=count_syncs,
+                               cross_check=self.args.cross_check, inputs_fn=s.handle.inputs_fn, on_step=on_step)
 
     def run(self, cmp: Comparison, index: int, total: int) -> dict:
+        from workbench import engine, equivalence
         from workbench.data import make_batches
         from workbench.models import lora_parameters
 
         a = self.args
-        tag = f"[{index}/{total} {cmp.opt}]"
-        out = {"opt": cmp.opt, "model": cmp.model, "layers": None, "tokens": cmp.tokens, "attn": cmp.attn,
-               "baseline": None, "optimized": None, "others": [], "speedup": None, "equivalent": False,
+        tag = f"[{index}/{total} {cmp.name}]"
+        out = {"name": cmp.name, "opt": cmp.opt, "model": cmp.model, "layers": None, "tokens": cmp.tokens,
+               "attn": cmp.attn, "baseline": None, "optimized": None, "others": [], "speedup": None,
+               "speedup_ci95": None, "verdict": None, "n_pairs": 0, "equivalent": False,
                "savings_model": {"formula": FORMULAS[cmp.opt], "predicted_ms": None, "measured_ms": None,
                                  "inputs": {}},
                "status": "ok", "errors": []}
@@ -414,8 +391,11 @@ class Runner:
         model = self.build(cmp)
         L = model.config.num_hidden_layers
         out["layers"] = L
-        env = dict(model=cmp.model, layers=L, tokens=cmp.tokens, attn=cmp.attn or model.config._attn_implementation)
-        out["attn"] = env["attn"]
+        ran_attn = model.config._attn_implementation
+        if cmp.attn is not None and cmp.attn in _packing_backends():
+            ran_attn = cmp.attn  # a workbench packing backend, registered through AttentionInterface
+        env = dict(opt=cmp.opt, model=cmp.model, layers=L, tokens=cmp.tokens, attn=ran_attn)
+        out["attn"] = ran_attn
         dtype = next(model.parameters()).dtype
         init = {n: p.detach().clone() for n, p in lora_parameters(model)}
 
@@ -450,7 +430,7 @@ class Runner:
                 continue
             required = spec.label in (cmp.baseline, cmp.optimized) or cmp.explicit_arms
             arm_status[spec.label] = {"status": "unsupported" if required else "skipped", "error": why}
-            msg = f"{cmp.opt} arm {spec.label} cannot run here: {why}"
+            msg = f"{cmp.name} arm {spec.label} cannot run here: {why}"
             if required:
                 self.failures.append(msg)
                 out["errors"].append(msg)
@@ -458,104 +438,152 @@ class Runner:
             else:
                 self._progress(f"{tag} skipping arm {spec.label}: {why}")
 
-        n_batches = max(1, min(a.steps + a.warmup, 4))
-        cpu_batches = make_batches(a.lengths, cmp.tokens, n_batches, model.config.vocab_size, seed=a.seed)
+        cpu_batches = make_batches(a.lengths, cmp.tokens, a.batches, model.config.vocab_size, seed=a.seed)
+        out["batches"] = [{"tokens": b.tokens, "documents": len(b.doc_lens)} for b in cpu_batches]
 
-        # equivalence: one forward+backward from the same weights and batch, every arm vs the baseline
-        def one_step(spec, batches=None):
-            batches = batches or cpu_batches[:1]
-            reset_weights()
-            cap = _GradCapture(lora_parameters(model))
-            recs, _ = self.run_arm_steps(model, batches, spec, cmp, steps=1, warmup=0, optimizer=cap,
-                                         count_syncs=False)
+        # equivalence: one forward+backward from the same weights on the first timed batch, every arm vs the baseline
+        def one_step(spec, batch):
+            cap = equivalence.GradCapture(lora_parameters(model))
+            recs = self.run_arm_steps(model, [batch], spec, cmp, steps=1, warmup=0, optimizer=cap,
+                                      reset=reset_weights)
             return {"loss": recs[0].loss, "grads": cap.grads}
 
-        ref, equiv, ref_cache = None, {}, {}
+        equiv, ref, ref32 = {}, None, None
         base_spec = next((s for s in runnable if s.label == cmp.baseline), None)
         for spec in runnable:
             try:
-                res = one_step(spec)
-            except Exception as e:  # noqa: BLE001 - one arm's failure must not stop the others
-                self._arm_failed(cmp, spec, e, arm_status, out)
+                res = one_step(spec, cpu_batches[0])
+                if spec.label == cmp.baseline:
+                    ref = res
+                    e = {"equivalent": True, "bitwise": True, "loss_abs_diff": 0.0, "grad_max_abs_diff": 0.0,
+                         "grad_max_rel_l2": 0.0}
+                elif ref is None:
+                    e = None
+                else:
+                    e = equivalence.compare(res, ref, dtype)
+                    if not e["equivalent"] and dtype in equivalence.LOW_PRECISION:
+                        if ref32 is None:
+                            self._progress(f"{tag} {spec.label} differs from {cmp.baseline} beyond the {dtype} "
+                                           f"criterion: judging both against an fp32 run of {cmp.baseline}")
+                            ref32 = equivalence.reference_fp32(model, lambda b: one_step(base_spec, b),
+                                                               cpu_batches[0], self._progress, self.device)
+                        e.update(equivalence.judge_by_reference(res, ref, ref32, dtype))
+                        e["ref_chunks"] = ref32["chunks"]
+            except Exception as ex:  # noqa: BLE001 - one arm's failure must not stop the others
+                self._arm_failed(cmp, spec, ex, arm_status, out)
                 continue
-            if spec.label == cmp.baseline:
-                ref = res
-                equiv[spec.label] = {"equivalent": True, "bitwise": True, "loss_abs_diff": 0.0,
-                                     "grad_max_abs_diff": 0.0, "grad_max_rel_l2": 0.0}
-            elif ref is not None:
-                equiv[spec.label] = _compare(res, ref, dtype)
-                if not equiv[spec.label]["equivalent"] and dtype in (torch.bfloat16, torch.float16):
-                    self._progress(f"{tag} {spec.label} differs from {cmp.baseline} beyond the {dtype} "
-                                   f"tolerance: judging both against an fp32 run of {cmp.baseline}")
-                    verdict = self._reference_verdict(model, cmp, base_spec, spec, res, ref, one_step, ref_cache,
-                                                      dtype)
-                    if verdict:
-                        equiv[spec.label].update(verdict)
             arm_status[spec.label]["loss"] = res["loss"]
-            e = equiv.get(spec.label)
-            if e is not None:
-                self.writer.add(cmp.opt, spec.label, "equiv_loss_abs_diff", e["loss_abs_diff"], "nats", **env)
-                self.writer.add(cmp.opt, spec.label, "equiv_grad_max_abs_diff", e["grad_max_abs_diff"], "grad", **env)
-                self.writer.add(cmp.opt, spec.label, "equivalent", int(e["equivalent"]), "bool", **env)
-                via = (f"; against fp32 ({e['ref_tokens']} tokens): grad rel L2 {e['ref_grad_max_rel_l2']:.3g} "
-                       f"vs the baseline's "
-                       f"{e['ref_grad_max_rel_l2_baseline']:.3g}, worst ratio {e['ref_worst_ratio']:.2f} "
-                       f"({e['ref_worst_grad']})") if "judged_by" in e else ""
-                self._progress(f"{tag} equivalence {spec.label}: {'ok' if e['equivalent'] else 'DIFFERS'} "
-                               f"(bitwise {e['bitwise']}, loss diff {e['loss_abs_diff']:.3g}, "
-                               f"grad max diff {e['grad_max_abs_diff']:.3g}{via})")
-                self.writer.flush()
+            if e is None:
+                continue
+            equiv[spec.label] = e
+            self.writer.add(cmp.name, spec.label, "equiv_loss_abs_diff", e["loss_abs_diff"], "nats", **env)
+            self.writer.add(cmp.name, spec.label, "equiv_grad_max_rel_l2", e["grad_max_rel_l2"], "ratio", **env)
+            self.writer.add(cmp.name, spec.label, "equivalent", int(e["equivalent"]), "bool", **env)
+            via = (f"; against fp32 ({e['ref_chunks']} chunk(s) of the batch): grad rel L2 "
+                   f"{e['ref_grad_max_rel_l2']:.3g} vs the baseline's {e['ref_grad_max_rel_l2_baseline']:.3g}, "
+                   f"worst ratio {e['ref_worst_ratio']:.2f} ({e['ref_worst_grad']})") if "judged_by" in e else ""
+            self._progress(f"{tag} equivalence {spec.label}: {'ok' if e['equivalent'] else 'DIFFERS'} "
+                           f"(bitwise {e['bitwise']}, loss diff {e['loss_abs_diff']:.3g}, "
+                           f"grad max rel L2 {e['grad_max_rel_l2']:.3g}{via})")
+        ref32 = None
         self.writer.flush()
 
-        # timing: A B A B ..., each arm applied, run, reverted; warmup dropped
-        records: dict[str, list] = {s.label: [] for s in runnable}
+        # timing: the engine (rotated order, settled warmup, uninstrumented steps, paired CI)
+        live = [s for s in runnable if arm_status[s.label]["status"] == "ok"]
+        specs = {s.label: s for s in live}
         infos: dict[str, dict] = {}
-        for rep in range(a.reps):
-            for spec in runnable:
-                if arm_status[spec.label]["status"] != "ok":
-                    continue
-                reset_weights()
 
-                def on_step(r, _lbl=spec.label, _rep=rep):
-                    self._progress(f"{tag} rep {_rep + 1}/{a.reps} {_lbl}: step {r.step + 1}/{a.steps} "
-                                   f"{r.step_ms:.1f} ms, syncs {r.syncs}, loss {r.loss:.4f}")
-                try:
-                    recs, info = self.run_arm_steps(model, cpu_batches, spec, cmp, steps=a.steps, warmup=a.warmup,
-                                                    on_step=on_step)
-                except Exception as e:  # noqa: BLE001
-                    self._arm_failed(cmp, spec, e, arm_status, out)
-                    continue
-                finally:
-                    _free(self.device)
-                records[spec.label].extend(recs)
-                infos[spec.label] = info
-                self.writer.add_steps(cmp.opt, spec.label, rep, recs, **env)
-                self.writer.flush()
+        def open_session(label):
+            return self.session(model, cpu_batches, specs[label], cmp, reset=reset_weights, infos=infos)
+
+        def on_sample(s):
+            self.writer.add_sample(cmp.name, s, **env)
+            self._progress(f"{tag} rep {s['rep'] + 1} {s['arm']}: step {s['step'] + 1}/{a.steps} "
+                           f"(batch {s['batch']}) {s['step_ms']:.1f} ms")
+
+        def on_warmup(w):
+            for i, ms in enumerate(w.step_ms):
+                self.writer.add(cmp.name, w.arm, "warmup_step_ms", ms, "ms", rep=w.rep, step=i,
+                                batch=i % a.batches, **env)
+            self.writer.add(cmp.name, w.arm, "warmup_steps", w.steps, "count", rep=w.rep, **env)
+            self.writer.add(cmp.name, w.arm, "warmup_settled", int(w.settled), "bool", rep=w.rep, **env)
+            self._progress(f"{tag} rep {w.rep + 1} {w.arm}: warmup {w.steps} steps, "
+                           f"{'settled' if w.settled else 'not settled (cap reached)'}")
+
+        def on_rep(rep, c):
+            self.writer.flush()
+            if c is not None and c.get("ci95"):
+                self._progress(f"{tag} after rep {rep}: speedup {c['speedup']:.4f} "
+                               f"[{c['ci95'][0]:.4f}, {c['ci95'][1]:.4f}] (n={c['n_pairs']}) {c['verdict']}")
+
+        m = None
+        if base_spec is not None and arm_status[cmp.baseline]["status"] == "ok" and len(live) >= 1:
+            m = engine.measure([s.label for s in live], open_session, a.batches, self.protocol(),
+                               baseline=cmp.baseline,
+                               optimized=cmp.optimized if cmp.optimized in specs else None,
+                               on_sample=on_sample, on_warmup=on_warmup, on_rep=on_rep)
+            for label, e in m.failed.items():
+                self._arm_failed(cmp, specs[label], e, arm_status, out)
+            out["protocol"] = {"reps": m.reps, "stopped_by": m.stopped_by, "steps": a.steps, "batches": a.batches}
+            self.writer.add(cmp.name, None, "reps", m.reps, "count", **env)
+        self.writer.flush()
+
+        # the counted pass: the sync counter on, one step per batch, separate from the timings
+        counted: dict[str, list] = {}
+        for spec in live:
+            if arm_status[spec.label]["status"] != "ok":
+                continue
+            try:
+                from workbench.instrument import SyncCounter
+                with self.session(model, cpu_batches, spec, cmp, reset=reset_weights) as s:
+                    recs = []
+                    for i in range(a.batches):
+                        counter = SyncCounter(cross_check=a.cross_check, device_type=self.device.type)
+                        r = s.step(i, i, counter=counter)
+                        recs.append(r)
+                        self.writer.add_sample(cmp.name, {**r.as_row(), "arm": spec.label, "batch": i},
+                                               prefix="instrumented_", **env)
+                counted[spec.label] = recs
+                self._progress(f"{tag} counted pass {spec.label}: "
+                               f"{sum(r.syncs for r in recs) / len(recs):.1f} syncs/step")
+            except Exception as e:  # noqa: BLE001
+                self._arm_failed(cmp, spec, e, arm_status, out)
+        self.writer.flush()
 
         # traces: separate passes
         events = {}
         if a.trace == "torch":
-            events = self.torch_traces(model, cpu_batches, cmp, runnable, arm_status, reset_weights, env)
+            events = self.torch_traces(model, cpu_batches, cmp, live, arm_status, reset_weights, env)
         elif a.trace == "nsys":
             with _Parked(model, self.device):  # each capture is a child process that builds its own model
-                events = self.nsys_traces(cmp, runnable, arm_status)
+                events = self.nsys_traces(cmp, live, arm_status)
 
         # summary
+        samples = m.samples if m is not None else []
         arm_dicts = {}
         for spec in cmp.arms:
-            arm_dicts[spec.label] = self._arm_summary(spec.label, records.get(spec.label, []), arm_status,
-                                                      infos.get(spec.label, {}), equiv.get(spec.label), events)
+            arm_dicts[spec.label] = self._arm_summary(spec.label, samples, m, counted.get(spec.label, []),
+                                                      arm_status, infos.get(spec.label, {}), equiv.get(spec.label),
+                                                      events)
+            if spec.label != cmp.baseline and m is not None and arm_status[spec.label]["status"] == "ok":
+                c = engine.paired_comparison(samples, cmp.baseline, spec.label)
+                arm_dicts[spec.label]["vs_baseline"] = c
+                self._rows_for_comparison(cmp, spec.label, c, env)
         out["baseline"] = arm_dicts[cmp.baseline]
         out["optimized"] = arm_dicts[cmp.optimized] if cmp.optimized else None
         out["others"] = [arm_dicts[s.label] for s in cmp.arms if s.label not in (cmp.baseline, cmp.optimized)]
         out["equivalence"] = equiv
-        b, o = out["baseline"], out["optimized"]
-        if o is not None and b["step_ms"] and o["step_ms"]:
-            out["speedup"] = b["step_ms"] / o["step_ms"]
-            out["savings_model"]["measured_ms"] = b["step_ms"] - o["step_ms"]
+        o = out["optimized"]
+        if o is not None and o.get("vs_baseline"):
+            c = o["vs_baseline"]
+            out.update(speedup=c["speedup"], speedup_ci95=c["ci95"], verdict=c["verdict"], n_pairs=c["n_pairs"],
+                       outlier_pairs=c["outlier_pairs"])
+            b_ms, o_ms = engine.pairs(samples, cmp.baseline, cmp.optimized)
+            if b_ms:
+                out["savings_model"]["measured_ms"] = sum(x - y for x, y in zip(b_ms, o_ms)) / len(b_ms)
         measured_inputs = {}
         if cmp.opt == "offload" and events.get(cmp.baseline) is None \
-                and arm_status.get(cmp.baseline, {}).get("status") == "ok":
+                and arm_status.get(cmp.baseline, {}).get("status") == "ok" and not cmp.name.startswith("nvtx:"):
             try:
                 spec = next(s for s in cmp.arms if s.label == cmp.baseline)
                 mi = self.offload_measuring_pass(model, cpu_batches, cmp, spec, reset_weights)
@@ -573,64 +601,40 @@ class Runner:
         for s in cmp.arms:
             e = equiv.get(s.label)
             if e is not None and not e["equivalent"]:
-                msg = (f"{cmp.opt} arm {s.label} is not equivalent to {cmp.baseline}: loss diff "
-                       f"{e['loss_abs_diff']:.3g}, grad max diff {e['grad_max_abs_diff']:.3g}")
+                msg = (f"{cmp.name} arm {s.label} is not equivalent to {cmp.baseline}: loss diff "
+                       f"{e['loss_abs_diff']:.3g}, grad max rel L2 {e['grad_max_rel_l2']:.3g}"
+                       + (f" (against fp32: worst ratio {e['ref_worst_ratio']:.2f})" if "judged_by" in e else ""))
                 self.failures.append(msg)
                 out["errors"].append(msg)
-        if not ran_all or not out["equivalent"]:
+        if not ran_all or not out["equivalent"] or m is None:
             out["status"] = "failed"
-        if out["speedup"] is not None:
-            self.writer.add(cmp.opt, cmp.optimized, "speedup", out["speedup"], "x", **env)
         sm = out["savings_model"]
         for k in ("predicted_ms", "measured_ms"):
             if sm.get(k) is not None:
-                self.writer.add(cmp.opt, cmp.optimized, f"savings_{k}", sm[k], "ms", **env)
+                self.writer.add(cmp.name, cmp.optimized, f"savings_{k}", sm[k], "ms", **env)
         self.writer.flush()
         del model
         _free(self.device)
         return out
 
-    def _reference_verdict(self, model, cmp, base_spec, spec, res, ref, one_step, cache: dict, dtype) -> dict | None:
-        """`_judge_by_reference` of one arm. The fp32 pass of the baseline arm is made once per comparison; where
-        fp32 does not fit at the comparison's batch (fp32 eager attention holds T x T scores per head), the arm,
-        the baseline and the reference all run on a batch of half the tokens, halved again until it fits."""
-        from workbench.data import make_batches
-
-        a = self.args
-        tokens, res_arm, res_base = cache.get("fits", cmp.tokens), res, ref
-        while tokens >= 64:
-            try:
-                batches = None  # the comparison's own batch
-                if tokens != cmp.tokens:
-                    batches = make_batches(a.lengths, tokens, 1, model.config.vocab_size, seed=a.seed)
-                    res_base = cache.get(("base", tokens)) or one_step(base_spec, batches)
-                    cache[("base", tokens)] = res_base
-                    res_arm = one_step(spec, batches)
-                if tokens not in cache:
-                    with _Upcast(model):
-                        cache[tokens] = one_step(base_spec, batches)
-                cache["fits"] = tokens
-                v = _judge_by_reference(res_arm, res_base, cache[tokens], dtype)
-                v["ref_tokens"] = tokens
-                return v
-            except torch.OutOfMemoryError:
-                self._progress(f"[{cmp.opt}] fp32 reference at {tokens} tokens does not fit; halving the batch")
-                tokens //= 2
-            except Exception as e:  # noqa: BLE001 - no reference: the direct verdict stands
-                self._progress(f"[{cmp.opt}] fp32 reference failed: {type(e).__name__}: {e}")
-                return None
-            finally:
-                _free(self.device)
-        return None
+    def _rows_for_comparison(self, cmp, label, c, env):
+        self.writer.add(cmp.name, label, "speedup", c["speedup"], "x", **env)
+        if c.get("ci95"):
+            self.writer.add(cmp.name, label, "speedup_ci95_lo", c["ci95"][0], "x", **env)
+            self.writer.add(cmp.name, label, "speedup_ci95_hi", c["ci95"][1], "x", **env)
+        self.writer.add(cmp.name, label, "n_pairs", c["n_pairs"], "count", **env)
+        self.writer.add(cmp.name, label, "outlier_pairs", c["outlier_pairs"], "count", **env)
 
     def _arm_failed(self, cmp, spec, e, arm_status, out):
+        if arm_status.get(spec.label, {}).get("status") == "failed":
+            return
         oom = isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()
         first = (str(e).strip().splitlines() or [""])[0][:300]
         reason = f"out of memory: {first}" if oom else f"{type(e).__name__}: {first}"
         if isinstance(e, WorkbenchError):
             reason = str(e)
         arm_status[spec.label] = {"status": "failed", "error": reason}
-        msg = f"{cmp.opt} arm {spec.label} failed: {reason}"
+        msg = f"{cmp.name} arm {spec.label} failed: {reason}"
         self.failures.append(msg)
         out["errors"].append(msg)
         progress(f"error: {msg}")
@@ -638,32 +642,58 @@ class Runner:
             f.write(f"--- {msg}\n{''.join(traceback.format_exception(e))}\n")
         _free(self.device)
 
-    def _arm_summary(self, label, recs, arm_status, info, equiv, events) -> dict:
-        from workbench.results import step_stats
+    def _nvml_of(self, m, label) -> dict:
+        """Median SM clock and power over the arm's timed blocks (NVML samples inside their windows)."""
+        from workbench import stats
 
-        st = step_stats([r.step_ms for r in recs])
-        d = {"arm": label, "step_ms": st["median"], "step_ms_p20": st["p20"], "step_ms_p80": st["p80"], "n": st["n"],
-             "fwd_ms": step_stats([r.fwd_ms for r in recs])["median"],
-             "bwd_ms": step_stats([r.bwd_ms for r in recs])["median"],
-             "syncs_per_step": (sum(r.syncs for r in recs) / len(recs)) if recs and recs[0].syncs is not None
+        if self.nvml is None or m is None or not self.nvml.samples:
+            return {}
+        win = [(t0, t1) for arm, _, t0, t1 in m.windows if arm == label]
+        inside = [s for s in list(self.nvml.samples) if any(t0 <= s["t_s"] <= t1 for t0, t1 in win)]
+        if not inside:
+            return {}
+        return {"sm_clock_mhz_median": stats.quantile([s["sm_clock_mhz"] for s in inside], 0.5),
+                "power_w_median": stats.quantile([s["power_w"] for s in inside], 0.5),
+                "nvml_samples": len(inside)}
+
+    def _arm_summary(self, label, samples, m, counted, arm_status, info, equiv, events) -> dict:
+        from workbench import stats
+
+        mine = [s for s in samples if s["arm"] == label]
+        st = stats.summarize([s["step_ms"] for s in mine])
+        inst = stats.summarize([r.step_ms for r in counted])
+        d = {"arm": label, "step_ms": st["median"], "step_ms_p20": st["p20"], "step_ms_p80": st["p80"],
+             "step_ms_mean": st["mean"], "n": st["n"],
+             "fwd_ms": stats.summarize([s["fwd_ms"] for s in mine])["median"],
+             "bwd_ms": stats.summarize([s["bwd_ms"] for s in mine])["median"],
+             "syncs_per_step": (sum(r.syncs for r in counted) / len(counted)) if counted else None,
+             "instrumented_step_ms": inst["median"],
+             "instrument_cost_pct": (100 * (inst["median"] / st["median"] - 1))
+             if inst["median"] and st["median"] else None,
+             "peak_mem_mib": max((s["peak_mem_mib"] for s in mine), default=None),
+             "tokens_per_s": (sum(s["tokens"] for s in mine) / (sum(s["step_ms"] for s in mine) / 1e3)) if mine
              else None,
-             "peak_mem_mib": max((r.peak_mem_mib for r in recs), default=None) if recs else None,
-             "tokens_per_s": (sum(r.tokens for r in recs) / (sum(r.step_ms for r in recs) / 1e3)) if recs else None,
              "loss": arm_status.get(label, {}).get("loss"),
+             "outlier_steps": sum(bool(s.get("outlier")) for s in mine),
              "status": arm_status.get(label, {}).get("status", "ok")}
+        if m is not None:
+            ws = [w for w in m.warmups if w.arm == label]
+            d["warmup_steps"] = [w.steps for w in ws]
+            d["warmup_settled"] = sum(w.settled for w in ws)
+        d.update(self._nvml_of(m, label))
         if arm_status.get(label, {}).get("error"):
             d["error"] = arm_status[label]["error"]
-        if recs and recs[0].cuda_sync_warnings is not None:
-            d["cuda_sync_warnings_per_step"] = sum(r.cuda_sync_warnings for r in recs) / len(recs)
+        if counted and counted[0].cuda_sync_warnings is not None:
+            d["cuda_sync_warnings_per_step"] = sum(r.cuda_sync_warnings for r in counted) / len(counted)
         for key, field in (("sync_sources_per_step", "syncs_by_source"),
                            ("cuda_sync_warning_sources_per_step", "cuda_sync_warning_sources")):
-            per_source = _per_step_by_source(recs, field)
+            per_source = _per_step_by_source(counted, field)
             if per_source:
                 d[key] = per_source
         if equiv is not None:
             d["equivalent"] = equiv["equivalent"]
             d["bitwise"] = equiv["bitwise"]
-            d["grad_max_abs_diff"] = equiv["grad_max_abs_diff"]
+            d["grad_max_rel_l2"] = equiv["grad_max_rel_l2"]
         if info:
             d["info"] = info
         ev = events.get(label)
@@ -782,13 +812,13 @@ class Runner:
             if arm_status[spec.label]["status"] != "ok":
                 continue
             reset_weights()
-            stem = self.writer.path("traces", cmp.opt, _safe(spec.label))
+            stem = self.writer.path("traces", _safe(cmp.name), _safe(spec.label))
             path = stem + ".pt.trace.json.gz"
-            self._progress(f"[{cmp.opt}] torch.profiler pass of {spec.label} -> {path}")
+            self._progress(f"[{cmp.name}] torch.profiler pass of {spec.label} -> {path}")
 
             def run_steps(step_fn, _spec=spec):
                 self.run_arm_steps(model, cpu_batches, _spec, cmp, steps=a.warmup + a.steps, warmup=0,
-                                   on_step=lambda r: step_fn(), count_syncs=False)
+                                   on_step=lambda r: step_fn(), reset=reset_weights)
             try:
                 torch_profile(run_steps, path, device=self.device, warmup=a.warmup, steps=a.steps)
                 ev = from_torch_trace(path)
@@ -799,10 +829,10 @@ class Runner:
                     self._meta_stall[cmp.opt] = meta_stall_ms(path)
                 for r in layer_ranges(ev).to_dict("records"):
                     name = "/".join(x for x in (r["layer"], r["pass"], r["part"]) if x)
-                    self.writer.add(cmp.opt, spec.label, f"trace_range_median_ms/{name}", r["median_ms"], "ms", **env)
+                    self.writer.add(cmp.name, spec.label, f"trace_range_median_ms/{name}", r["median_ms"], "ms", **env)
                 events[spec.label] = ev
             except Exception as e:  # noqa: BLE001 - a trace failure is reported, the timings stand
-                msg = f"{cmp.opt} arm {spec.label}: torch trace failed: {type(e).__name__}: {e}"
+                msg = f"{cmp.name} arm {spec.label}: torch trace failed: {type(e).__name__}: {e}"
                 self.failures.append(msg)
                 progress(f"error: {msg}")
             finally:
@@ -820,9 +850,10 @@ class Runner:
         for spec in runnable:
             if arm_status[spec.label]["status"] != "ok":
                 continue
-            stem = self.writer.path("traces", cmp.opt, _safe(spec.label))
+            stem = self.writer.path("traces", _safe(cmp.name), _safe(spec.label))
             child = ["--opt", cmp.opt, "--model", cmp.model,
                      "--tokens", str(cmp.tokens), "--steps", str(a.steps), "--warmup", str(a.warmup),
+                     "--batches", str(a.batches),
                      "--device", "cuda", "--seed", str(a.seed), "--lengths", a.lengths,
                      "--lora-rank", str(a.lora_rank), "--trace", "none", "--out", stem + ".child",
                      "--_capture", ",".join(f"{o}={arm}" for o, arm in spec.arms.items())]
@@ -836,14 +867,14 @@ class Runner:
                 child += ["--no-checkpointing"]
             if a.dtype != "auto":
                 child += ["--dtype", a.dtype]
-            self._progress(f"[{cmp.opt}] nsys capture of {spec.label} -> {stem}.nsys-rep")
+            self._progress(f"[{cmp.name}] nsys capture of {spec.label} -> {stem}.nsys-rep")
             try:
                 sqlite = run_nsys(nsys, stem, child, stem + ".nsys.log")
                 ev = from_nsys_sqlite(sqlite)
                 save_events(ev, stem)
                 events[spec.label] = ev
             except Exception as e:  # noqa: BLE001
-                msg = f"{cmp.opt} arm {spec.label}: nsys capture failed: {e}"
+                msg = f"{cmp.name} arm {spec.label}: nsys capture failed: {e}"
                 self.failures.append(msg)
                 progress(f"error: {msg}")
         return events
@@ -928,8 +959,7 @@ def capture_child(args, device) -> int:
     why = unsupported_reason(model, arms, device, r.options(cmp))
     if why:
         raise UnsupportedArm(why)
-    cpu_batches = make_batches(args.lengths, args.tokens, max(1, min(args.steps + args.warmup, 4)),
-                               model.config.vocab_size, seed=args.seed)
+    cpu_batches = make_batches(args.lengths, args.tokens, args.batches, model.config.vocab_size, seed=args.seed)
     handle = apply_arms(model, arms, r.options(cmp))
     try:
         batches = to_device(_fresh(cpu_batches), device, prepare=handle.prepare_batch)
@@ -952,65 +982,150 @@ def capture_child(args, device) -> int:
 
 # --- CLI ----------------------------------------------------------------------------------------------------
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown on every option; the module docstring kept as written."""
+
+
+def _epilog() -> str:
+    from workbench.models import PRESETS
+
+    arms = "\n".join(f"  {o:8s} {h}" for o, h in ARMS_HELP.items())
+    cpu, gpu = CPU_DEFAULTS, GPU_DEFAULTS
+    shapes = "\n".join(f"  {o:8s} CPU {cpu[o]['model']}; GPU {gpu[o]['model']}"
+                       + (f" {gpu[o]['layers']} layers" if gpu[o].get("layers") else "")
+                       + f", {gpu[o].get('tokens', gpu['_run']['tokens'])} tokens" for o in OPT_CHOICES)
+    return (f"arms (baseline first):\n{arms}\n\ndefault shapes per --opt:\n{shapes}\n\n"
+            f"run defaults (None above = per device): CPU {cpu['_run']}; GPU {gpu['_run']}\n\n"
+            f"presets: {', '.join(PRESETS)}; or --model DIR, a local Hugging Face checkpoint\n\n"
+            "--lengths: fixed:N | uniform:LO:HI | lognormal:MU:SIGMA[:MIN] (natural-log parameters) | json:PATH "
+            "(a JSON list of lengths) | jsonl:PATH:TOKENIZER_DIR")
+
+
+def _lengths(spec: str) -> str:
+    from workbench.data import LengthSource
+
+    try:
+        LengthSource(spec)
+    except WorkbenchError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return spec
+
+
+def _positive(kind):
+    def conv(s):
+        try:
+            v = kind(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from None
+        if not v > 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {s}")
+        return v
+    return conv
+
+
+def _non_negative(s):
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {s}")
+    return v
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, no usage block
+        raise WorkbenchError(f"{message} (see --help)")
+
+
 def parse_args(argv=None):
     from workbench.config import RunConfig
 
     d = RunConfig()
-    p = argparse.ArgumentParser(prog="python -m workbench.ab", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--opt", default="all", help="packing | offload | moe | all (default: all)")
-    p.add_argument("--model", default=None, help="preset or local HF checkpoint dir (default: per opt and device)")
-    p.add_argument("--layers", type=int, default=None, help="override the layer count")
-    p.add_argument("--tokens", type=int, default=None, help="packed tokens per batch (default: per device)")
-    p.add_argument("--attn", default=None, help="attention backend (sdpa, eager, flex_attention, varlen, ...)")
-    p.add_argument("--experts", default=None, help="HF experts implementation for MoE models (default: HF's)")
-    p.add_argument("--lengths", default=d.lengths, help="document lengths (default %(default)s)")
-    p.add_argument("--steps", type=int, default=None, help="timed steps per arm and repetition")
-    p.add_argument("--warmup", type=int, default=None, help="dropped warmup steps per arm and repetition")
-    p.add_argument("--reps", type=int, default=None, help="repetitions; arms alternate A B A B")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    p.add_argument("--trace", default="none", help="none | torch | nsys (separate profiled passes)")
-    p.add_argument("--out", default=None, help="output folder (default profiles/<run_id>)")
+    p = _Parser(prog="python -m workbench.ab", description=__doc__, formatter_class=_HelpFormatter,
+                epilog=_epilog())
+    p.add_argument("--opt", default="all", choices=OPT_CHOICES, help="the optimization to compare (all: each, then "
+                   "all three together)")
+    p.add_argument("--model", default=None, help="preset or local HF checkpoint dir (None: per --opt and device)")
+    p.add_argument("--layers", type=_positive(int), default=None, help="override the layer count (None: per --opt)")
+    p.add_argument("--tokens", type=_positive(int), default=None, help="packed tokens per batch (None: per device)")
+    p.add_argument("--attn", default=None, help="attention: HF's (sdpa, eager, flex_attention, flash_attention_2) or "
+                   "a workbench packing backend (varlen, sdpa, eager, flex); None: the family's default")
+    p.add_argument("--experts", default=None, help="HF experts implementation of MoE models (eager, grouped_mm, "
+                   "batched_mm); None: transformers' default")
+    p.add_argument("--lengths", type=_lengths, default=d.lengths, help="document lengths (format below)")
+    p.add_argument("--batches", type=_positive(int), default=None, help="distinct packed batches every arm cycles "
+                   "through (None: per device)")
+    p.add_argument("--steps", type=_positive(int), default=None, help="timed steps per arm per rep (None: per device)")
+    p.add_argument("--warmup", type=_non_negative, default=None, help="warmup steps per arm per rep, at least "
+                   "(also at least one pass over the batches + 1); None: per device")
+    p.add_argument("--warmup-max", type=_non_negative, default=None, help="warmup steps at most (None: per device)")
+    p.add_argument("--settle-pct", type=_positive(float), default=2.0, help="warmup ends when a step is within this "
+                   "%% of the previous step on the same batch")
+    p.add_argument("--reps", type=_positive(int), default=None, help="repetitions, at least; each runs every arm, "
+                   "order rotated (None: per device)")
+    p.add_argument("--target-ci", type=_positive(float), default=None, metavar="PCT", help="add reps until the "
+                   "speedup's 95%% CI half-width is under PCT %%")
+    p.add_argument("--budget-s", type=_positive(float), default=None, metavar="S", help="stop adding reps once a "
+                   "comparison has run S seconds")
+    p.add_argument("--max-reps", type=_positive(int), default=30, help="reps at most under --target-ci/--budget-s")
+    p.add_argument("--sweep", default=None, metavar="KEY=N,N,...", help="one comparison per value: layers=4,8,16,28 "
+                   "or tokens=8192,16384")
+    p.add_argument("--nvtx-cost", action="store_true", help="per comparison, also the baseline arm with NVTX ranges "
+                   "off against on (the one instrument left in timed steps)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--trace", default="none", choices=("none", "torch", "nsys"),
+                   help="separate profiled passes per arm (never inside the timed steps)")
+    p.add_argument("--out", default=None, help="output folder, new or empty (None: runs/<run_id>)")
+    p.add_argument("--force", action="store_true", help="let --out name a folder that holds an earlier run: its run "
+                   "files are replaced")
     p.add_argument("--arms", default=None, help="comma-separated arms of one --opt, baseline first "
                    "(repeat one for an A/A: --arms rebuild,rebuild)")
-    p.add_argument("--aa", action="store_true", help="A/A: run the baseline against itself (noise floor)")
-    p.add_argument("--dtype", default="auto", help="auto | fp32 | bf16 | fp16 (auto: bf16 on CUDA, fp32 on a CPU; "
-                   "bf16 on a CPU reproduces the GPU's rounding)")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--lora-rank", type=int, default=d.lora_rank)
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--no-checkpointing", action="store_true")
-    p.add_argument("--cross-check", action="store_true", help="on CUDA, also count sync-debug-mode warnings")
+    p.add_argument("--aa", action="store_true", help="A/A: the baseline against itself (the noise floor; its CI "
+                   "should contain 1)")
+    p.add_argument("--dtype", default="auto", choices=tuple(DTYPES), help="auto: bf16 on CUDA, fp32 on a CPU; bf16 "
+                   "on a CPU reproduces the GPU's rounding")
+    p.add_argument("--seed", type=int, default=d.seed, help="seeds weights, LoRA and data")
+    p.add_argument("--lora-rank", type=_positive(int), default=d.lora_rank)
+    p.add_argument("--lr", type=_positive(float), default=d.lr)
+    p.add_argument("--no-checkpointing", action="store_true", help="keep all activations (no recompute)")
+    p.add_argument("--cross-check", action="store_true", help="on CUDA, the counted pass also counts sync-debug-mode "
+                   "warnings (the second witness)")
     p.add_argument("--_capture", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
-    if a.trace not in ("none", "torch", "nsys"):
-        raise WorkbenchError(f"unknown --trace {a.trace!r}; choose none, torch or nsys")
-    if a.dtype not in DTYPES:
-        raise WorkbenchError(f"unknown --dtype {a.dtype!r}; choose {', '.join(DTYPES)}")
-    if a.device not in ("auto", "cpu", "cuda"):
-        raise WorkbenchError(f"unknown --device {a.device!r}; choose auto, cpu or cuda")
-    if a.opt not in OPT_CHOICES:
-        raise WorkbenchError(f"unknown optimization {a.opt!r}; choose from {', '.join(OPT_CHOICES)}")
-    for name in ("steps", "reps", "tokens", "layers", "lora_rank"):
-        v = getattr(a, name)
-        if v is not None and v <= 0:
-            raise WorkbenchError(f"--{name.replace('_', '-')} must be positive, got {v}")
-    if a.warmup is not None and a.warmup < 0:
-        raise WorkbenchError(f"--warmup must be >= 0, got {a.warmup}")
+    if a.sweep:
+        parse_sweep(a.sweep)
+        key = a.sweep.partition("=")[0]
+        if getattr(a, key) is not None:
+            raise WorkbenchError(f"--sweep {key}=... and --{key} both set; keep one")
+    if a.aa and a.arms:
+        raise WorkbenchError("--aa and --arms both set; for an A/A of one arm use --arms ARM,ARM")
+    if a.target_ci is None and a.budget_s is None and a.max_reps != 30:
+        raise WorkbenchError("--max-reps applies with --target-ci or --budget-s")
     return a
+
+
+def _install_sigterm():
+    def handler(signum, frame):
+        raise Terminated()
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (tests calling main() from a worker)
+        return None
 
 
 def main(argv=None) -> int:
     from workbench import report
+    from workbench.equivalence import describe
     from workbench.instrument import NvmlSampler
-    from workbench.models import resolve_device
-    from workbench.results import RunWriter, device_info, new_run_id
+    from workbench.models import default_dtype, resolve_device
+    from workbench.results import RunWriter, check_out_dir, clear_run_files, device_info, new_run_id
 
     argv = list(sys.argv[1:] if argv is None else argv)
     a = parse_args(argv)
     device = resolve_device(a.device)
     run_defaults = (GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS)["_run"]
-    for k in ("steps", "warmup", "reps"):
+    for k in ("steps", "warmup", "warmup_max", "reps", "batches"):
         if getattr(a, k) is None:
             setattr(a, k, run_defaults[k])
     if a._capture:
@@ -1022,20 +1137,28 @@ def main(argv=None) -> int:
             raise WorkbenchError("--trace nsys needs a CUDA device (use --trace torch on a CPU)")
         from workbench.traces.capture import require_nsys
         require_nsys()
+    run_id = new_run_id(f"{a.opt}-{device.type}")
+    out_dir = a.out or os.path.join("runs", run_id)
+    check_out_dir(out_dir, force=a.force)
     comps = plan(a, device)  # every bad name fails here, before anything is written
 
-    run_id = new_run_id(f"{a.opt}-{device.type}")
-    out_dir = a.out or os.path.join("profiles", run_id)
+    if a.force and os.path.isdir(out_dir):
+        clear_run_files(out_dir)
     dinfo = device_info(device)
+    dtype = DTYPES[a.dtype] or default_dtype(device)
+    protocol = Runner(a, device, None).protocol()
     writer = RunWriter(out_dir, run_id, argv=["python", "-m", "workbench.ab", *argv],
                        env=dict(device=device.type, gpu_name=dinfo.get("name") if device.type == "cuda" else None),
-                       extra_meta={"device": dinfo, "args": {k: v for k, v in vars(a).items() if k != "_capture"}})
+                       extra_meta={"device": dinfo, "args": {k: v for k, v in vars(a).items() if k != "_capture"},
+                                   "protocol": protocol.describe(), "equivalence_criterion": describe(dtype),
+                                   "comparisons": [c.name for c in comps]})
     progress(f"run {run_id} on {device} -> {out_dir}")
-    runner = Runner(a, device, writer)
+    sampler = NvmlSampler(device_index=(device.index or 0), period_s=0.25) if device.type == "cuda" else None
+    runner = Runner(a, device, writer, nvml=sampler)
     summary = {"run_id": run_id, "device": str(device), "comparisons": []}
     t0 = time.perf_counter()
-    sampler = NvmlSampler(device_index=(device.index or 0), period_s=0.5) if device.type == "cuda" else None
-    status = "incomplete"
+    status, reason, rc = "incomplete", None, 1
+    old_term = _install_sigterm()
     try:
         if sampler is not None:
             sampler.__enter__()
@@ -1043,35 +1166,55 @@ def main(argv=None) -> int:
             try:
                 res = runner.run(cmp, i, len(comps))
             except torch.OutOfMemoryError as e:
-                msg = f"{cmp.opt}: out of memory while building or checking: {str(e).splitlines()[0][:200]}"
+                msg = f"{cmp.name}: out of memory while building or checking: {str(e).splitlines()[0][:200]}"
                 runner.failures.append(msg)
                 progress(f"error: {msg}")
-                res = {"opt": cmp.opt, "model": cmp.model, "status": "failed", "errors": [msg], "equivalent": False}
+                res = {"name": cmp.name, "opt": cmp.opt, "model": cmp.model, "status": "failed", "errors": [msg],
+                       "equivalent": False}
                 _free(device)
             except WorkbenchError as e:
-                msg = f"{cmp.opt}: {e}"
+                msg = f"{cmp.name}: {e}"
                 runner.failures.append(msg)
                 progress(f"error: {msg}")
-                res = {"opt": cmp.opt, "model": cmp.model, "status": "failed", "errors": [msg], "equivalent": False}
+                res = {"name": cmp.name, "opt": cmp.opt, "model": cmp.model, "status": "failed", "errors": [msg],
+                       "equivalent": False}
             summary["comparisons"].append(res)
-            writer.write_summary({**summary, "complete": False})
+            writer.write_summary({**summary, "complete": False, "status": "running"})
             if res.get("baseline") is not None:
                 print(report.comparison_table(res), flush=True)
                 print(flush=True)
         status = "complete" if not runner.failures else "failed"
+        rc = 0 if status == "complete" else 1
+    except KeyboardInterrupt:
+        reason, rc = "interrupted (Ctrl-C)", 130
+    except Terminated:
+        reason, rc = "terminated (SIGTERM)", 143
+    except Exception as e:  # noqa: BLE001 - a crash: one line here, the traceback in errors.log
+        status, reason, rc = "failed", f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}", 1
+        runner.failures.append(f"crashed: {reason}")
+        with open(writer.path("errors.log"), "a") as f:
+            f.write(f"--- crashed\n{''.join(traceback.format_exception(e))}\n")
     finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
         if sampler is not None:
             sampler.__exit__(None, None, None)
         nvml = {"summary": sampler.summary(), "samples": sampler.samples[-2000:]} if sampler is not None else {}
         summary["out"] = out_dir
         summary["wall_s"] = time.perf_counter() - t0
         summary["failures"] = runner.failures
-        summary["complete"] = status != "incomplete"
+        summary["complete"] = status == "complete"
+        summary["status"] = status
         writer.write_summary(summary)
-        writer.finish(status, nvml=nvml, failures=runner.failures)
-        if status == "incomplete":
-            progress(f"interrupted: results so far are in {out_dir} (meta.json status incomplete)")
+        writer.finish(status, nvml=nvml, failures=runner.failures, **({"reason": reason} if reason else {}))
     emit_json(summary)
+    if status == "incomplete":
+        progress(f"{reason}: results so far are in {out_dir} (meta.json status incomplete)")
+        return rc
+    if reason:
+        progress(f"failed: {reason} (traceback in {os.path.join(out_dir, 'errors.log')}); results so far are in "
+                 f"{out_dir}")
+        return rc
     if runner.failures:
         for f in runner.failures:
             progress(f"FAILED: {f}")

@@ -63,50 +63,61 @@ def make_optimizer(model, lr: float = 1e-4) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=lr, fused=fused or None)
 
 
+def train_step(model, batch, optimizer, *, step: int = 0, ranges: Ranges | None = None,
+               counter: SyncCounter | None = None, inputs_fn: Callable = model_inputs) -> StepRecord:
+    """One training step (forward, backward, AdamW) on `batch`, timed; the StepRecord of it.
+
+    With `counter` None and `ranges` NVTX-only this is an uninstrumented step (what the engine times); the loss is
+    read back after the timer has synchronized, outside the measured region.
+    """
+    device = next(model.parameters()).device
+    ranges = ranges or Ranges(nvtx=False, profiler=False)
+    timer = StepTimer(device)
+    reset_peak_mem(device)
+    with ranges.activate(), (counter if counter is not None else contextlib.nullcontext()):
+        timer.mark("start")
+        with span("wb/step"):
+            with state.phase(state.FORWARD), span("wb/fwd"):
+                loss = model(**inputs_fn(model, batch)).loss
+            timer.mark("fwd")
+            with state.phase(state.BACKWARD), span("wb/bwd"):
+                loss.backward()
+            timer.mark("bwd")
+            with state.phase(state.OPTIMIZER), span("wb/opt"), host_only("AdamW step counters live on the host"):
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            timer.mark("opt")
+    ms = timer.split_ms()  # synchronizes once, after the step, outside the counter
+    c = counter
+    return StepRecord(
+        step=step, step_ms=ms["fwd"] + ms["bwd"] + ms["opt"], fwd_ms=ms["fwd"], bwd_ms=ms["bwd"], opt_ms=ms["opt"],
+        syncs=c.total if c else None, syncs_declared=c.declared if c else None,
+        syncs_by_layer=c.by("layer") if c else {}, syncs_by_pass=c.by("pass_") if c else {},
+        syncs_by_layer_pass=c.by("layer", "pass_") if c else {}, syncs_by_source=c.by("source") if c else {},
+        cuda_sync_warnings=c.cuda_warnings if (c and c.cross_check) else None,
+        cuda_sync_warning_sources=dict(c.cuda_warning_sources) if c else {},
+        peak_mem_mib=peak_mem_mib(device), tokens=batch.tokens, loss=float(loss.detach().float().item()))
+
+
 def train_steps(model, batches, *, steps: int, warmup: int = 0, optimizer: torch.optim.Optimizer | None = None,
                 lr: float = 1e-4, ranges: Ranges | None = None, count_syncs: bool = True, cross_check: bool = False,
                 inputs_fn: Callable = model_inputs, on_step: Callable[[StepRecord], None] | None = None
                 ) -> list[StepRecord]:
     """Run `warmup + steps` training steps over `batches` (cycled; already on the model's device).
 
-    Returns the timed steps' records. `on_step` is called after every timed step (progress display).
+    Returns the timed steps' records. `on_step` is called after every timed step (progress display). A fixed
+    warmup count, for `workbench.run` and the trace passes; the A/B timings come from `workbench.engine`, which
+    warms up until the step time settles.
     """
     device = next(model.parameters()).device
     optimizer = optimizer or make_optimizer(model, lr)
-    ranges = ranges or Ranges(nvtx=False, profiler=False)
     records: list[StepRecord] = []
     for i in range(warmup + steps):
-        batch = batches[i % len(batches)]
-        timer = StepTimer(device)
         counter = SyncCounter(cross_check=cross_check, device_type=device.type) if count_syncs else None
-        reset_peak_mem(device)
-        with ranges.activate(), (counter if counter is not None else contextlib.nullcontext()):
-            timer.mark("start")
-            with span("wb/step"):
-                with state.phase(state.FORWARD), span("wb/fwd"):
-                    loss = model(**inputs_fn(model, batch)).loss
-                timer.mark("fwd")
-                with state.phase(state.BACKWARD), span("wb/bwd"):
-                    loss.backward()
-                timer.mark("bwd")
-                with state.phase(state.OPTIMIZER), span("wb/opt"), host_only("AdamW step counters live on the host"):
-                    optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
-                timer.mark("opt")
-        ms = timer.split_ms()  # synchronizes once, after the step, outside the counter
+        rec = train_step(model, batches[i % len(batches)], optimizer, step=i - warmup, ranges=ranges,
+                         counter=counter, inputs_fn=inputs_fn)
         if i < warmup:
             continue
-        rec = StepRecord(
-            step=i - warmup, step_ms=ms["fwd"] + ms["bwd"] + ms["opt"], fwd_ms=ms["fwd"], bwd_ms=ms["bwd"],
-            opt_ms=ms["opt"],
-            syncs=counter.total if counter else None, syncs_declared=counter.declared if counter else None,
-            syncs_by_layer=counter.by("layer") if counter else {},
-            syncs_by_pass=counter.by("pass_") if counter else {},
-            syncs_by_layer_pass=counter.by("layer", "pass_") if counter else {},
-            syncs_by_source=counter.by("source") if counter else {},
-            cuda_sync_warnings=counter.cuda_warnings if (counter and counter.cross_check) else None,
-            cuda_sync_warning_sources=dict(counter.cuda_warning_sources) if counter else {},
-            peak_mem_mib=peak_mem_mib(device), tokens=batch.tokens, loss=float(loss.detach().float().item()))
         records.append(rec)
         if on_step is not None:
             on_step(rec)

@@ -11,10 +11,11 @@ from __future__ import annotations
 import pandas as pd
 
 ARM_COLUMNS = [("arm", "arm", "{}"), ("step_ms", "step_ms", "{:.2f}"), ("p20-p80", None, None), ("n", "n", "{}"),
-               ("fwd_ms", "fwd_ms", "{:.2f}"), ("bwd_ms", "bwd_ms", "{:.2f}"),
-               ("syncs/step", "syncs_per_step", "{:.1f}"), ("peak_mib", "peak_mem_mib", "{:.0f}"),
-               ("tok/s", "tokens_per_s", "{:.0f}"), ("loss", "loss", "{:.5f}"), ("equiv", None, None),
-               ("status", "status", "{}")]
+               ("speedup [95% CI]", None, None), ("fwd_ms", "fwd_ms", "{:.2f}"), ("bwd_ms", "bwd_ms", "{:.2f}"),
+               ("syncs/step", "syncs_per_step", "{:.1f}"), ("counted_ms", "instrumented_step_ms", "{:.2f}"),
+               ("peak_mib", "peak_mem_mib", "{:.0f}"), ("tok/s", "tokens_per_s", "{:.0f}"),
+               ("loss", "loss", "{:.5f}"), ("equiv", None, None), ("status", "status", "{}")]
+"""counted_ms: the step time of the counted pass (sync counter on): the counter's cost, never a timing."""
 
 
 def _fmt(v, f) -> str:
@@ -44,7 +45,7 @@ def arms_frame(comparison: dict) -> pd.DataFrame:
 def comparison_table(comparison: dict) -> str:
     """Title line, one row per arm, then speedup and the savings model against the measured saving."""
     c = comparison
-    head = (f"{c['opt']}: {c.get('model')}  layers {c.get('layers')}  tokens {c.get('tokens')}  "
+    head = (f"{c.get('name') or c['opt']}: {c.get('model')}  layers {c.get('layers')}  tokens {c.get('tokens')}  "
             f"attn {c.get('attn')}")
     if c.get("excluded"):
         head += "  (left out: " + ", ".join(c["excluded"]) + ")"
@@ -52,7 +53,12 @@ def comparison_table(comparison: dict) -> str:
     for a in arms_frame(c).to_dict("records"):
         row = []
         for title, key, f in ARM_COLUMNS:
-            if title == "p20-p80":
+            if title == "speedup [95% CI]":
+                v = a.get("vs_baseline") if isinstance(a.get("vs_baseline"), dict) else {}
+                ci = v.get("ci95")
+                row.append("-" if not v else f"{_fmt(v.get('speedup'), '{:.3f}')}x" + (
+                    f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""))
+            elif title == "p20-p80":
                 row.append(f"{_fmt(a.get('step_ms_p20'), '{:.2f}')}-{_fmt(a.get('step_ms_p80'), '{:.2f}')}")
             elif title == "equiv":
                 e = a.get("equivalent")
@@ -63,8 +69,15 @@ def comparison_table(comparison: dict) -> str:
         rows.append(row)
     lines = [head, table(rows, [t for t, _, _ in ARM_COLUMNS])]
     sm = c.get("savings_model") or {}
-    sp = c.get("speedup")
+    sp, ci = c.get("speedup"), c.get("speedup_ci95")
     tail = f"speedup {_fmt(sp, '{:.3f}')}x" if sp is not None else "speedup -"
+    if ci:
+        tail += f" [95% CI {ci[0]:.3f}-{ci[1]:.3f}, n={c.get('n_pairs')} pairs]"
+    if c.get("verdict"):
+        tail += f": {c['verdict']}"
+    proto = c.get("protocol") or {}
+    if proto:
+        tail += f" ({proto.get('reps')} reps, stopped by {proto.get('stopped_by')})"
     tail += (f"   saving: measured {_fmt(sm.get('measured_ms'), '{:.2f}')} ms, predicted "
              f"{_fmt(sm.get('predicted_ms'), '{:.2f}')} ms by {sm.get('formula')}")
     if sm.get("predicted_ms") is None and sm.get("reason"):

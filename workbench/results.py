@@ -1,9 +1,14 @@
-"""Run results on disk: `profiles/<run_id>/` (or `--out`) holding results.csv, summary.json and meta.json.
+"""Run results on disk: `runs/<run_id>/` (or `--out`) holding results.csv, summary.json and meta.json.
 
-- `results.csv`: long format, one row per number: run_id, opt, arm, rep, step, metric, value, unit, plus the
-  environment columns (`ENV_COLUMNS`), so runs concatenate and compare.
-- `summary.json`: the A/B JSON object (DESIGN "CLI contract").
-- `meta.json`: command, git sha, package versions, device, driver, NVML readings, status
+The one schema every result of the project uses (A/B comparisons, sweeps, instrument costs):
+- `results.csv`: long format, one row per number: run_id, comparison, arm, rep, batch, step, metric, value, unit,
+  plus the environment columns (`ENV_COLUMNS`: opt, device, gpu_name, model, layers, tokens, attn, versions, sha),
+  so runs concatenate and compare. Timed steps are `step_ms` (and fwd/bwd/opt); warmup steps `warmup_step_ms`;
+  the counted pass `instrumented_step_ms` and `syncs`; per comparison `speedup`, `speedup_ci95_lo/hi`.
+- `summary.json`: the A/B JSON object (the CLI contract in the README: per comparison the arms, the speedup with
+  `speedup_ci95` and `verdict`, equivalence, savings model).
+- `meta.json`: command, the project's git sha, package versions, device, driver, NVML clocks and power per arm,
+  the protocol and the equivalence criterion (fixed before the run), status
   ("running" | "complete" | "incomplete" | "failed").
 
 Every write is atomic (temp file + os.replace): a Ctrl-C leaves the earlier files intact and the run marked
@@ -24,8 +29,8 @@ import sys
 
 import pandas as pd
 
-RESULT_COLUMNS = ["run_id", "opt", "arm", "rep", "step", "metric", "value", "unit"]
-ENV_COLUMNS = ["device", "gpu_name", "model", "layers", "tokens", "attn", "torch", "transformers", "git_sha"]
+RESULT_COLUMNS = ["run_id", "comparison", "arm", "rep", "batch", "step", "metric", "value", "unit"]
+ENV_COLUMNS = ["opt", "device", "gpu_name", "model", "layers", "tokens", "attn", "torch", "transformers", "git_sha"]
 
 STEP_METRICS = {"step_ms": "ms", "fwd_ms": "ms", "bwd_ms": "ms", "opt_ms": "ms", "syncs": "count",
                 "syncs_declared": "count", "cuda_sync_warnings": "count", "peak_mem_mib": "MiB", "tokens": "tokens",
@@ -67,10 +72,19 @@ def _jsonable(o):
     return o
 
 
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def git_sha(cwd: str | None = None) -> str | None:
-    """HEAD's sha (with "-dirty" when tracked files changed), or None outside a git checkout."""
-    cwd = cwd or os.path.dirname(os.path.abspath(__file__))
+    """The project's HEAD sha (with "-dirty" when tracked files changed); None when the package is not inside its
+    own checkout (installed elsewhere, or inside another repository: that repository's sha is not ours)."""
+    cwd = cwd or PROJECT_ROOT
     try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=cwd, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        if not top or os.path.realpath(top) != os.path.realpath(cwd) \
+                or not os.path.isdir(os.path.join(top, "workbench")):
+            return None
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
                              timeout=10).stdout.strip()
         if not sha:
@@ -113,6 +127,43 @@ def device_info(device) -> dict:
     return info
 
 
+RUN_FILES = ("results.csv", "summary.json", "meta.json", "errors.log", "traces")
+"""What a run writes into its folder: `--force` removes exactly these before a new run."""
+
+
+def check_out_dir(path: str, force: bool = False) -> None:
+    """Refuse an output folder that would lose or mix results: an existing file, a folder that is not empty (unless
+    `force`), or a place that cannot be written. Raises WorkbenchError (one line); creates nothing."""
+    from workbench.errors import WorkbenchError
+
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise WorkbenchError(f"--out {path} is an existing file; name a new folder")
+    if os.path.isdir(path):
+        if os.listdir(path) and not force:
+            raise WorkbenchError(f"--out {path} is not empty (an earlier run's results?); name a new folder, "
+                                 "or add --force to replace its run files")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise WorkbenchError(f"--out {path} cannot be written (permissions); name another folder")
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        raise WorkbenchError(f"--out {path} cannot be created ({parent} is not a writable folder); name another")
+
+
+def clear_run_files(path: str) -> None:
+    """Remove an earlier run's files (RUN_FILES) from `path` (for --force); anything else stays."""
+    import shutil
+
+    for name in RUN_FILES:
+        p = os.path.join(path, name)
+        if os.path.isdir(p):
+            shutil.rmtree(p)
+        elif os.path.exists(p):
+            os.remove(p)
+
+
 class RunWriter:
     """Collects rows and writes the run folder; every `flush()` rewrites results.csv atomically."""
 
@@ -146,22 +197,25 @@ class RunWriter:
         return p
 
     # -- rows ----------------------------------------------------------------------------------------------
-    def add(self, opt: str, arm: str | None, metric: str, value, unit: str, rep=None, step=None, **env) -> None:
-        row = {"run_id": self.run_id, "opt": opt, "arm": arm, "rep": rep, "step": step, "metric": metric,
-               "value": value, "unit": unit}
+    def add(self, comparison: str, arm: str | None, metric: str, value, unit: str, rep=None, step=None, batch=None,
+            **env) -> None:
+        row = {"run_id": self.run_id, "comparison": comparison, "arm": arm, "rep": rep, "batch": batch, "step": step,
+               "metric": metric, "value": value, "unit": unit}
         e = dict(self.env)
         e.update(env)
         row.update({c: e.get(c) for c in ENV_COLUMNS})
         self.rows.append(row)
 
-    def add_steps(self, opt: str, arm: str, rep: int, records, **env) -> None:
-        """One row per StepRecord field in `STEP_METRICS` (None values skipped)."""
-        for r in records:
-            for metric, unit in STEP_METRICS.items():
-                v = getattr(r, metric, None)
-                if v is None:
-                    continue
-                self.add(opt, arm, metric, v, unit, rep=rep, step=r.step, **env)
+    def add_sample(self, comparison: str, sample: dict, prefix: str = "", **env) -> None:
+        """One row per step metric of an engine sample (or a StepRecord as a dict); `prefix` names the pass
+        (`instrumented_` for the counted pass)."""
+        for metric, unit in STEP_METRICS.items():
+            v = sample.get(metric)
+            if v is None:
+                continue
+            name = metric if metric in ("syncs", "syncs_declared", "cuda_sync_warnings") else prefix + metric
+            self.add(comparison, sample["arm"], name, v, unit, rep=sample.get("rep"), step=sample.get("step"),
+                     batch=sample.get("batch"), **env)
 
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame(self.rows, columns=RESULT_COLUMNS + ENV_COLUMNS)
@@ -204,13 +258,3 @@ def load_run(run_dir: str) -> tuple[pd.DataFrame, dict, dict]:
         with open(p) as f:
             return json.load(f)
     return df, j("summary.json"), j("meta.json")
-
-
-def step_stats(values) -> dict:
-    """median, p20, p80 and n of a list of numbers (NaN-free)."""
-    import numpy as np
-    v = np.asarray([x for x in values if x is not None and x == x], dtype=float)
-    if v.size == 0:
-        return {"median": None, "p20": None, "p80": None, "n": 0}
-    return {"median": float(np.median(v)), "p20": float(np.percentile(v, 20)), "p80": float(np.percentile(v, 80)),
-            "n": int(v.size)}
