@@ -1,36 +1,38 @@
-"""Run the benchmark suites and the A/B runs as one campaign, each in its own bounded subprocess.
+"""Run the A/B campaign: every measurement the README reports, each a configuration of the one engine
+(`python -m workbench.ab`), each in its own bounded subprocess.
 
-    python -m workbench.campaign --out DIR                      # every suite (on a GPU; --suite to pick)
-    python -m workbench.campaign --out DIR --suite packing      # packing | offload | moe | ab | ab_all | nsys |
-                                                                # witness | all (or a job's name), or a comma list
+    python -m workbench.campaign --out DIR                      # every job (on a GPU; --suite to pick)
+    python -m workbench.campaign --out DIR --suite ab           # ab | sweeps | nsys | witness | all, a job's name,
+                                                                # or a comma list
     python -m workbench.campaign --out DIR --dry-run            # print the commands, run nothing
     python -m workbench.campaign --out DIR --smoke --suite ab   # tiny CPU versions (checks the plumbing)
 
 Jobs (each writes into its own folder of DIR):
 
-    packing          python -m workbench.bench.packing --out DIR/packing
-    offload          python -m workbench.bench.offload --out DIR/offload
-    moe              python -m workbench.bench.moe --out DIR/moe
-    ab_all           python -m workbench.ab --opt all --trace torch --steps 3 --warmup 2 --reps 3 --out DIR/ab_all
-                     (four comparisons with a profiled pass per arm: about 11 minutes on an H100, so its limit is
-                     AB_ALL_TIMEOUT_S; on a device whose commands stop at 10 minutes, run the campaign detached and
-                     poll it: profiles/README.md, "Adding a run")
-    ab_packing_nsys  python -m workbench.ab --opt packing --trace nsys --steps 2 --warmup 1 --reps 1 --out DIR/...
-    ab_offload_nsys  python -m workbench.ab --opt offload --trace nsys --steps 2 --warmup 1 --reps 1 --out DIR/...
-    ab_moe_nsys      python -m workbench.ab --opt moe --trace nsys --steps 2 --warmup 1 --reps 1 --out DIR/...
+    ab_all           python -m workbench.ab --opt all --nvtx-cost --out DIR/ab_all
+                     (the four comparisons at their GPU defaults, each with its NVTX ranges off/on comparison)
+    ab_aa            python -m workbench.ab --opt packing --aa --reps 6 --out DIR/ab_aa      (the noise floor)
+    packing_sweep    python -m workbench.ab --opt packing --sweep layers=4,8,16,28 --out DIR/packing_sweep
+    offload_tokens   python -m workbench.ab --opt offload --arms sync_reload,double_buffer,no_offload
+                         --sweep tokens=16384,32768 --out DIR/offload_tokens   (offload at 8 layers, 16k and 32k)
+    ab_torch         python -m workbench.ab --opt all --trace torch --reps 1 --out DIR/ab_torch
+                     (torch.profiler passes of every arm: the savings models' inputs; its timings are a smaller
+                     sample of the same engine)
+    ab_packing_nsys  python -m workbench.ab --opt packing --trace nsys --reps 1 --out DIR/...
+    ab_offload_nsys  python -m workbench.ab --opt offload --trace nsys --reps 1 --out DIR/...
+    ab_moe_nsys      python -m workbench.ab --opt moe --trace nsys --reps 1 --out DIR/...
                      (one Nsight Systems capture per arm of each optimization, real shapes; suite `nsys`)
-    ab_witness       python -m workbench.ab --opt all --cross-check --steps 2 --reps 1 --out DIR/ab_witness
-                     (the three sync witnesses: CUDA's sync debug mode needs --cross-check, which is kept out of
-                     the timed A/B runs above; suite `witness`)
+    ab_witness       python -m workbench.ab --opt all --cross-check --reps 1 --out DIR/ab_witness
+                     (the three sync witnesses: CUDA's sync debug mode runs in the counted pass only; suite
+                     `witness`)
     witness_ops      python -m workbench.bench.witness  (its last stdout line -> DIR/witness_ops/witness.json)
 
-Each job runs with a wall-clock limit (`--timeout-s`, default 570 s: under the 10 minutes a GPU command may take;
-ab_all's is the larger of that and AB_ALL_TIMEOUT_S);
+Each job runs with a wall-clock limit (`--timeout-s`, default 570 s; ab_all's is AB_ALL_TIMEOUT_S: on a device
+whose commands stop at 10 minutes, run the campaign detached and poll it: profiles/README.md, "Adding a run");
 its stdout + stderr go to DIR/logs/<job>.log. DIR/commands.json records, rewritten after every job, the exact
-command, folder, status (ok / failed / timeout / skipped), exit code, wall time and the reason of a skip: a bench
-module that does not exist yet, or an nsys job without CUDA or nsys. `--smoke` passes `--smoke` to the bench
-modules and tiny flags to the A/B runs. Exit status 0 when every job that ran succeeded; the last stdout line is the
-commands.json object.
+command, folder, status (ok / failed / timeout / skipped), exit code, wall time and the reason of a skip (an nsys
+job without CUDA or nsys). `--smoke` passes tiny CPU flags to the A/B runs. Exit status 0 when every job that ran
+succeeded; the last stdout line is the commands.json object.
 """
 from __future__ import annotations
 
@@ -46,19 +48,25 @@ import sys
 import time
 
 DEFAULT_TIMEOUT_S = 570
-AB_ALL_TIMEOUT_S = 1200
-"""ab_all's limit: its four comparisons and their trace passes took about 11 minutes on an H100."""
+AB_ALL_TIMEOUT_S = 1500
+"""ab_all's limit: four comparisons and their four NVTX-cost comparisons."""
 NSYS_JOBS = ["ab_packing_nsys", "ab_offload_nsys", "ab_moe_nsys"]
-JOBS = ["packing", "offload", "moe", "ab_all", *NSYS_JOBS, "ab_witness", "witness_ops"]
-SUITES = {"packing": ["packing"], "offload": ["offload"], "moe": ["moe"], "ab": ["ab_all", *NSYS_JOBS],
-          "nsys": NSYS_JOBS, "witness": ["ab_witness", "witness_ops"], "all": JOBS, **{j: [j] for j in JOBS}}
+SWEEP_JOBS = ["packing_sweep", "offload_tokens"]
+JOBS = ["ab_all", "ab_aa", *SWEEP_JOBS, "ab_torch", *NSYS_JOBS, "ab_witness", "witness_ops"]
+SUITES = {"ab": ["ab_all", "ab_aa"], "sweeps": SWEEP_JOBS, "nsys": NSYS_JOBS, "witness": ["ab_witness", "witness_ops"],
+          "all": JOBS, **{j: [j] for j in JOBS}}
 """--suite name -> jobs, in run order (every job's own name is a suite too)."""
-AB_ALL_GPU = ["--steps", "3", "--warmup", "2", "--reps", "3"]
-"""ab_all's run flags on a GPU: 3 timed steps after 2 dropped, 3 interleaved repetitions per arm."""
-NSYS_GPU = ["--steps", "2", "--warmup", "1", "--reps", "1"]
-"""The nsys jobs' flags on a GPU: one repetition; each arm is captured in its own child under nsys."""
+AB_ARGS = {"ab_all": ["--opt", "all", "--nvtx-cost"],
+           "ab_aa": ["--opt", "packing", "--aa", "--reps", "6"],
+           "packing_sweep": ["--opt", "packing", "--sweep", "layers=4,8,16,28"],
+           "offload_tokens": ["--opt", "offload", "--arms", "sync_reload,double_buffer,no_offload",
+                              "--sweep", "tokens=16384,32768"],
+           "ab_torch": ["--opt", "all", "--trace", "torch", "--reps", "1"],
+           **{n: ["--opt", n[len("ab_"):-len("_nsys")], "--trace", "nsys", "--reps", "1"] for n in NSYS_JOBS},
+           "ab_witness": ["--opt", "all", "--cross-check", "--reps", "1"]}
+"""Each A/B job's flags (the engine's GPU defaults otherwise: 4 batches, 4 timed steps, settled warmup, 3 reps)."""
 
-AB_SMOKE = ["--device", "cpu", "--tokens", "128", "--steps", "1", "--warmup", "0", "--reps", "1"]
+AB_SMOKE = ["--device", "cpu", "--tokens", "128", "--steps", "1", "--warmup", "0", "--warmup-max", "0"]
 """Tiny flags of the A/B jobs under --smoke (tiny presets are the CPU default)."""
 
 
@@ -99,20 +107,25 @@ def plan(out: str, suite: str = "all", smoke: bool = False) -> list[Job]:
     jobs = []
     for n in names:
         d = os.path.join(out, n)
-        if n in ("packing", "offload", "moe"):
-            jobs.append(Job(n, f"workbench.bench.{n}", ["--out", d] + (["--smoke"] if smoke else []), d))
-        elif n == "ab_all":
-            jobs.append(Job(n, "workbench.ab", ["--opt", "all", "--trace", "torch"]
-                            + (AB_SMOKE if smoke else AB_ALL_GPU) + ["--out", d], d, min_timeout_s=AB_ALL_TIMEOUT_S))
-        elif n in NSYS_JOBS:
-            opt = n[len("ab_"):-len("_nsys")]
-            jobs.append(Job(n, "workbench.ab", ["--opt", opt, "--trace", "nsys"]
-                            + (AB_SMOKE if smoke else NSYS_GPU) + ["--out", d], d, needs="cuda+nsys"))
-        elif n == "ab_witness":
-            jobs.append(Job(n, "workbench.ab", ["--opt", "all", "--cross-check", "--out", d]
-                            + (AB_SMOKE if smoke else ["--steps", "2", "--reps", "1"]), d))
-        elif n == "witness_ops":
+        if n == "witness_ops":
             jobs.append(Job(n, "workbench.bench.witness", [], d, needs="cuda", stdout_json="witness.json"))
+            continue
+        args = list(AB_ARGS[n])
+        if smoke:
+            args = [x for x in args if x != "--nvtx-cost"] + AB_SMOKE
+            if "--reps" in args:
+                args[args.index("--reps") + 1] = "1"
+            else:
+                args += ["--reps", "1"]
+            if "--sweep" in args:
+                k = args.index("--sweep")
+                args[k + 1] = {"layers": "layers=1,2", "tokens": "tokens=64,128"}[args[k + 1].split("=")[0]]
+                if args[k + 1].startswith("tokens"):
+                    args = [x for i_, x in enumerate(args) if not (x == "--tokens" or (i_ > 0 and args[i_ - 1]
+                                                                                       == "--tokens"))]
+        jobs.append(Job(n, "workbench.ab", args + ["--out", d], d,
+                        needs="cuda+nsys" if n in NSYS_JOBS else None,
+                        min_timeout_s=AB_ALL_TIMEOUT_S if n == "ab_all" else 0.0))
     return jobs
 
 

@@ -78,6 +78,8 @@ PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def git_sha(cwd: str | None = None) -> str | None:
     """The project's HEAD sha (with "-dirty" when tracked files changed); None when the package is not inside its
     own checkout (installed elsewhere, or inside another repository: that repository's sha is not ours)."""
+    if cwd is None and os.environ.get("WORKBENCH_GIT_SHA"):  # a copy of the tree without .git (the GPU machine)
+        return os.environ["WORKBENCH_GIT_SHA"]
     cwd = cwd or PROJECT_ROOT
     try:
         top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=cwd, capture_output=True, text=True,
