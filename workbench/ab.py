@@ -363,13 +363,21 @@ class Runner:
             del handle
             _free(self.device)
 
+    def reference_options(self, cmp, ran_attn) -> dict:
+        """Options of the fp32 reference pass: the varlen packing backend's kernels take only fp16 / bf16 on a GPU,
+        so there the reference computes the same block-diagonal attention with the sdpa backend (dense mask)."""
+        o = self.options(cmp)
+        if ran_attn == "varlen" and self.device.type == "cuda" and any("packing" in s.arms for s in cmp.arms):
+            o["packing"] = {**o.get("packing", {}), "backend": "sdpa"}
+        return o
+
     def run_arm_steps(self, model, cpu_batches, spec: ArmSpec, cmp, *, steps, warmup, reset, on_step=None,
-                      count_syncs=False, optimizer=None):
+                      count_syncs=False, optimizer=None, options=None):
         """A fixed number of steps of one arm (trace passes, equivalence): `harness.train_steps`."""
         from workbench.harness import train_steps
         from workbench.instrument import Ranges
 
-        with self.session(model, cpu_batches, spec, cmp, reset=reset) as s:
+        with self.session(model, cpu_batches, spec, cmp, reset=reset, options=options) as s:
             return train_steps(model, s.batches, steps=steps, warmup=warmup, optimizer=optimizer or s.optimizer,
                                ranges=Ranges(nvtx=True, profiler=True), count_syncs=count_syncs,
                                cross_check=self.args.cross_check, inputs_fn=s.handle.inputs_fn, on_step=on_step)
@@ -392,8 +400,9 @@ class Runner:
         L = model.config.num_hidden_layers
         out["layers"] = L
         ran_attn = model.config._attn_implementation
-        if cmp.attn is not None and cmp.attn in _packing_backends():
-            ran_attn = cmp.attn  # a workbench packing backend, registered through AttentionInterface
+        if any("packing" in s.arms for s in cmp.arms):  # a workbench packing backend, through AttentionInterface
+            ran_attn = self.options(cmp).get("packing", {}).get("backend") or \
+                opts_registry.module("packing").default_backend(model, self.device)
         env = dict(opt=cmp.opt, model=cmp.model, layers=L, tokens=cmp.tokens, attn=ran_attn)
         out["attn"] = ran_attn
         dtype = next(model.parameters()).dtype
@@ -442,10 +451,10 @@ class Runner:
         out["batches"] = [{"tokens": b.tokens, "documents": len(b.doc_lens)} for b in cpu_batches]
 
         # equivalence: one forward+backward from the same weights on the first timed batch, every arm vs the baseline
-        def one_step(spec, batch):
+        def one_step(spec, batch, options=None):
             cap = equivalence.GradCapture(lora_parameters(model))
             recs = self.run_arm_steps(model, [batch], spec, cmp, steps=1, warmup=0, optimizer=cap,
-                                      reset=reset_weights)
+                                      reset=reset_weights, options=options)
             return {"loss": recs[0].loss, "grads": cap.grads}
 
         equiv, ref, ref32 = {}, None, None
@@ -465,10 +474,14 @@ class Runner:
                         if ref32 is None:
                             self._progress(f"{tag} {spec.label} differs from {cmp.baseline} beyond the {dtype} "
                                            f"criterion: judging both against an fp32 run of {cmp.baseline}")
-                            ref32 = equivalence.reference_fp32(model, lambda b: one_step(base_spec, b),
-                                                               cpu_batches[0], self._progress, self.device)
+                            ref_opts = self.reference_options(cmp, ran_attn)
+                            ref32 = equivalence.reference_fp32(
+                                model, lambda b: one_step(base_spec, b, ref_opts), cpu_batches[0], self._progress,
+                                self.device)
+                            ref32["attn"] = ref_opts.get("packing", {}).get("backend", ran_attn)
                         e.update(equivalence.judge_by_reference(res, ref, ref32, dtype))
                         e["ref_chunks"] = ref32["chunks"]
+                        e["ref_attn"] = ref32["attn"]
             except Exception as ex:  # noqa: BLE001 - one arm's failure must not stop the others
                 self._arm_failed(cmp, spec, ex, arm_status, out)
                 continue

@@ -15,17 +15,20 @@ class RunConfig:
     tokens: int = 1024
     """Token budget of each packed batch (T)."""
     lengths: str = "lognormal:5.5:0.8:16"
-    """Document-length source: fixed:N, uniform:LO:HI, lognormal:MU:SIGMA[:MIN], json:PATH, jsonl:PATH:TOKDIR."""
+    """Document-length source: fixed:N, uniform:LO:HI, lognormal:MU:SIGMA[:MIN], json:PATH, jsonl:PATH:TOKDIR
+    (see `workbench.data.check_lengths`)."""
     steps: int = 5
     """Timed steps (after warmup)."""
     warmup: int = 2
     """Steps dropped before timing (allocator warm-up, cuBLAS heuristics, Triton compiles)."""
     attn: str | None = None
-    """HF attention implementation (sdpa, eager, flex_attention, flash_attention_2, or a registered name);
-    None picks the family's default (sdpa; eager for GPT-OSS)."""
+    """HF attention implementation (sdpa, eager, flex_attention, flash_attention_2, flash_attention_3, or a name
+    registered in transformers' AttentionInterface; see `workbench.models.check_attn`); None picks the family's
+    default (sdpa; eager for GPT-OSS)."""
     experts: str | None = None
-    """HF experts implementation for MoE models (eager, grouped_mm, batched_mm, or a registered name);
-    None keeps transformers' default (grouped_mm)."""
+    """HF experts implementation for MoE models (eager, grouped_mm, batched_mm, a name registered in transformers'
+    ExpertsInterface, or the workbench's wb_*; see `workbench.models.check_experts`); None keeps transformers'
+    default (grouped_mm)."""
     device: str = "auto"
     """auto (cuda when available), cpu or cuda."""
     seed: int = 0

@@ -10,6 +10,7 @@ the document lengths. Everything is deterministic for a seed; no token is lost o
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import math
@@ -21,6 +22,14 @@ import torch
 from workbench.errors import WorkbenchError
 
 IGNORE_INDEX = -100
+
+LENGTH_FORMS = {"fixed": "fixed:N", "uniform": "uniform:LO:HI", "lognormal": "lognormal:MU:SIGMA[:MIN]",
+                "json": "json:PATH", "jsonl": "jsonl:PATH:TOKENIZER_DIR"}
+"""The `--lengths` forms, by kind."""
+LENGTHS_HELP = ("document lengths: fixed:N (every document N tokens), uniform:LO:HI (integers, LO <= HI), "
+                "lognormal:MU:SIGMA[:MIN] (natural-log mean and spread, lengths at least MIN), json:PATH (a JSON list "
+                "of lengths), jsonl:PATH:TOKENIZER_DIR (JSONL of {\"text\": ...}, tokenized with a local tokenizer)")
+"""One-paragraph description of the forms, for CLI help."""
 
 
 @dataclasses.dataclass
@@ -70,9 +79,12 @@ def _positive_int(s: str, what: str) -> int:
 
 def _float(s: str, what: str) -> float:
     try:
-        return float(s)
+        v = float(s)
     except ValueError:
         raise WorkbenchError(f"{what} must be a number, got {s!r}") from None
+    if not math.isfinite(v):
+        raise WorkbenchError(f"{what} must be a finite number, got {s!r}")
+    return v
 
 
 class LengthSource:
@@ -84,6 +96,20 @@ class LengthSource:
         parts = rest.split(":") if rest else []
         self.kind = kind
         self._docs: list[Document] | None = None
+        try:
+            known = self._parse(kind, parts)
+        except WorkbenchError as e:
+            if kind in ("fixed", "uniform", "lognormal"):  # name the spec and its form with the problem
+                raise WorkbenchError(f"bad length source {spec!r}: {e}; use {LENGTH_FORMS[kind]}") from None
+            raise
+        if not known:
+            raise WorkbenchError(f"bad length source {spec!r}: use {', '.join(list(LENGTH_FORMS.values())[:-1])} "
+                                 f"or {LENGTH_FORMS['jsonl']}")
+        if self._docs is not None and not self._docs:
+            raise WorkbenchError(f"length source {spec!r} holds no documents")
+
+    def _parse(self, kind: str, parts: list[str]) -> bool:
+        """Set the source's parameters (or read its documents); False when `spec` matches no form."""
         if kind == "fixed" and len(parts) == 1:
             self.n = _positive_int(parts[0], "fixed length")
         elif kind == "uniform" and len(parts) == 2:
@@ -95,16 +121,13 @@ class LengthSource:
             if self.sigma < 0:
                 raise WorkbenchError(f"lognormal sigma must be >= 0, got {self.sigma}")
             self.min_len = _positive_int(parts[2], "lognormal min") if len(parts) == 3 else 1
-        elif kind == "json" and len(parts) >= 1:
-            path = ":".join(parts)
-            self._docs = [Document(None, n) for n in _read_json_lengths(path)]
+        elif kind == "json" and len(parts) >= 1 and ":".join(parts):
+            self._docs = [Document(None, n) for n in _read_json_lengths(":".join(parts))]
         elif kind == "jsonl" and len(parts) >= 2:
             self._docs = _read_jsonl_texts(parts[0], ":".join(parts[1:]))
         else:
-            raise WorkbenchError(f"bad length source {spec!r}: use fixed:N, uniform:LO:HI, lognormal:MU:SIGMA[:MIN], "
-                                 "json:PATH or jsonl:PATH:TOKENIZER_DIR")
-        if self._docs is not None and not self._docs:
-            raise WorkbenchError(f"length source {spec!r} holds no documents")
+            return False
+        return True
 
     @property
     def finite(self) -> bool:
@@ -127,46 +150,85 @@ class LengthSource:
             return self.n
         if self.kind == "uniform":
             return rng.randint(self.lo, self.hi)
-        n = int(round(math.exp(rng.gauss(self.mu, self.sigma))))
+        x = rng.gauss(self.mu, self.sigma)
+        # clamp in log space: exp of a large draw overflows (an int of inf), and anything >= max_len is max_len anyway
+        n = max_len if x >= math.log(max_len) else int(round(math.exp(x)))
         return max(self.min_len, min(n, max_len))
 
 
 def _read_json_lengths(path: str) -> list[int]:
     if not os.path.isfile(path):
-        raise WorkbenchError(f"length file not found: {path}")
+        raise WorkbenchError(f"length file not found: {path}; json:PATH needs an existing file holding a JSON list "
+                             "of document lengths")
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             raw = json.load(f)
     except json.JSONDecodeError as e:
-        raise WorkbenchError(f"length file {path} is not JSON: {e.msg} (line {e.lineno})") from None
+        raise WorkbenchError(f"length file {path} is not JSON: {e.msg} (line {e.lineno}); json:PATH needs a JSON "
+                             "list of positive integers") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise WorkbenchError(f"cannot read length file {path}: {e.strerror if isinstance(e, OSError) else e.reason}; "
+                             "json:PATH needs a readable JSON list of positive integers") from None
     if not isinstance(raw, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in raw):
-        raise WorkbenchError(f"length file {path} must hold a JSON list of integers")
+        raise WorkbenchError(f"length file {path} must hold a JSON list of integers, e.g. [512, 37, 2048]")
     bad = [x for x in raw if x <= 0]
     if bad:
-        raise WorkbenchError(f"length file {path} holds non-positive lengths, e.g. {bad[0]}")
+        raise WorkbenchError(f"length file {path} holds non-positive lengths, e.g. {bad[0]}; every length must be > 0")
     return raw
 
 
 def _read_jsonl_texts(path: str, tokenizer_dir: str) -> list[Document]:
     if not os.path.isfile(path):
-        raise WorkbenchError(f"text file not found: {path}")
+        raise WorkbenchError(f"text file not found: {path}; jsonl:PATH:TOKENIZER_DIR needs an existing JSONL file of "
+                             "{\"text\": ...} objects")
     if not os.path.isdir(tokenizer_dir):
-        raise WorkbenchError(f"tokenizer directory not found: {tokenizer_dir}")
+        raise WorkbenchError(f"tokenizer directory not found: {tokenizer_dir}; jsonl:PATH:TOKENIZER_DIR needs a local "
+                             "directory with tokenizer files")
     from transformers import AutoTokenizer
-    tok = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
+    try:
+        tok = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+        raise WorkbenchError(f"cannot load a tokenizer from {tokenizer_dir} ({first}); jsonl:PATH:TOKENIZER_DIR needs "
+                             "a local directory with tokenizer files (tokenizer.json / tokenizer_config.json)") from None
     docs = []
-    with open(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                text = json.loads(line)["text"]
-            except (json.JSONDecodeError, KeyError, TypeError):
-                raise WorkbenchError(f"{path}:{lineno}: expected a JSON object with a \"text\" field") from None
-            ids = tok(text, add_special_tokens=True)["input_ids"]
-            if ids:
-                docs.append(Document(list(ids), len(ids)))
+    try:
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    text = json.loads(line)["text"]
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    raise WorkbenchError(f"{path}:{lineno}: expected a JSON object with a \"text\" field") from None
+                if not isinstance(text, str):
+                    raise WorkbenchError(f"{path}:{lineno}: \"text\" must be a string, got {type(text).__name__}")
+                ids = tok(text, add_special_tokens=True)["input_ids"]
+                if ids:
+                    docs.append(Document(list(ids), len(ids)))
+    except (OSError, UnicodeDecodeError) as e:
+        raise WorkbenchError(f"cannot read text file {path}: {e.strerror if isinstance(e, OSError) else e.reason}; "
+                             "jsonl:PATH:TOKENIZER_DIR needs a readable UTF-8 JSONL file") from None
     return docs
+
+
+def check_lengths(spec: str) -> str:
+    """Validate a `--lengths` spec without building a model (json / jsonl sources read their file); returns it.
+
+    Raises WorkbenchError with a one-line message naming the problem and the form to use.
+    """
+    if not isinstance(spec, str):
+        raise WorkbenchError(f"--lengths must be a string, got {type(spec).__name__}")
+    LengthSource(spec)
+    return spec
+
+
+def lengths_arg(spec: str) -> str:
+    """`check_lengths` as an argparse `type=`: a WorkbenchError becomes argparse.ArgumentTypeError."""
+    try:
+        return check_lengths(spec)
+    except WorkbenchError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def pack_best_fit_decreasing(lengths: list[int], budget: int) -> list[list[int]]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import glob
+import json
 import os
 
 import torch
@@ -91,6 +93,13 @@ LORA_TARGET_EXPERT_PARAMETERS = ["mlp.experts.gate_up_proj", "mlp.experts.down_p
 
 _MODEL_TYPES = {"llama": "llama", "qwen3": "qwen3", "qwen3_moe": "qwen3_moe", "gpt_oss": "gpt_oss"}
 
+ATTN_CHOICES = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3")
+"""HF attention implementations always accepted; `attn_choices()` adds the names registered in AttentionInterface."""
+EXPERTS_CHOICES = ("eager", "grouped_mm", "batched_mm")
+"""HF experts implementations always accepted; `experts_choices()` adds ExpertsInterface's and the workbench's."""
+WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
+"""Weight files of a checkpoint directory (sharded ones included)."""
+
 
 def _config_class(family: str):
     import transformers
@@ -100,6 +109,124 @@ def _config_class(family: str):
 
 def is_checkpoint_path(model: str) -> bool:
     return model not in PRESETS and (os.sep in model or model.startswith(".") or os.path.exists(model))
+
+
+def _one_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0].rstrip(" .") if lines else type(e).__name__
+
+
+def check_checkpoint(path: str) -> dict:
+    """Cheap checks of a local checkpoint directory, before transformers reads it or a model is built.
+
+    Returns the parsed config.json. Raises WorkbenchError (one line: the problem and the fix) for a missing or empty
+    directory, a config.json that is not JSON or not an object, a missing or unsupported `model_type`, and a directory
+    without weight files (`*.safetensors`, `pytorch_model*.bin`).
+    """
+    supported = ", ".join(_MODEL_TYPES.values())
+    if not os.path.exists(path):
+        raise WorkbenchError(f"checkpoint directory not found: {path} does not exist; pass a local Hugging Face "
+                             "checkpoint directory (config.json and weights; hub ids are not downloaded) or a preset "
+                             "name (see --help)")
+    if not os.path.isdir(path):
+        raise WorkbenchError(f"checkpoint directory not found: {path} is a file, not a directory; pass the directory "
+                             "that holds config.json and the weights")
+    cfg_path = os.path.join(path, "config.json")
+    if not os.path.isfile(cfg_path):
+        raise WorkbenchError(f"checkpoint directory not found: {path} has no config.json (empty, or not a Hugging "
+                             "Face checkpoint); pass the directory that holds config.json and the weights, or a "
+                             "preset name (see --help)")
+    try:
+        with open(cfg_path, encoding="utf-8") as f:
+            raw = json.load(f)
+    except json.JSONDecodeError as e:
+        raise WorkbenchError(f"{cfg_path} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}): the "
+                             "file is corrupted; re-download or re-save the checkpoint") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise WorkbenchError(f"cannot read {cfg_path} ({_one_line(e)}); check the file, or re-download or re-save "
+                             "the checkpoint") from None
+    if not isinstance(raw, dict):
+        raise WorkbenchError(f"{cfg_path} must hold a JSON object, got a {type(raw).__name__}; re-download or re-save "
+                             "the checkpoint")
+    model_type = raw.get("model_type")
+    if not model_type:
+        raise WorkbenchError(f"{cfg_path} has no model_type; add \"model_type\" (one of {supported}) or re-save the "
+                             "checkpoint with transformers")
+    if not isinstance(model_type, str) or model_type not in _MODEL_TYPES.values():
+        raise WorkbenchError(f"unsupported model_type {model_type!r} in {cfg_path}; the workbench supports {supported} "
+                             "(or pass a preset name, see --help)")
+    if not any(glob.glob(os.path.join(glob.escape(path), pat)) for pat in WEIGHT_PATTERNS):
+        raise WorkbenchError(f"checkpoint directory {path} has a config.json but no weights ("
+                             f"{' or '.join(WEIGHT_PATTERNS)}); put the weights there, or pass a preset name (e.g. "
+                             "tiny-llama) to build a model with random weights from a config")
+    return raw
+
+
+def _interface_names(get_interface) -> list[str]:
+    """Keys of a transformers GeneralInterface (empty when this transformers lacks it)."""
+    try:
+        return [str(k) for k in get_interface()()]
+    except Exception:  # ImportError on an older transformers, or an interface whose API changed
+        return []
+
+
+def _workbench_experts() -> dict[str, tuple[str, str]]:
+    """The workbench's own experts implementations (registered by workbench.opts.moe): name -> (arm, gemm)."""
+    try:
+        from workbench.opts import moe
+    except Exception:
+        return {}
+    out = {}
+    for arm in moe.ARMS:
+        for gemm in (moe.GEMMS if arm == "grouped" else ("auto",)):
+            name = moe.implementation_name(arm, gemm)
+            if name not in EXPERTS_CHOICES:
+                out[name] = (arm, gemm)
+    return out
+
+
+def _attention_interface():
+    from transformers import AttentionInterface
+    return AttentionInterface
+
+
+def _experts_interface():
+    from transformers.integrations.moe import ExpertsInterface
+    return ExpertsInterface
+
+
+def attn_choices() -> tuple[str, ...]:
+    """Accepted `attn` names: ATTN_CHOICES plus those registered in transformers' AttentionInterface."""
+    return tuple(dict.fromkeys([*ATTN_CHOICES, *_interface_names(_attention_interface)]))
+
+
+def experts_choices() -> tuple[str, ...]:
+    """Accepted `experts_implementation` names: EXPERTS_CHOICES, transformers' ExpertsInterface, the workbench's."""
+    return tuple(dict.fromkeys([*EXPERTS_CHOICES, *_interface_names(_experts_interface), *_workbench_experts()]))
+
+
+def check_attn(name: str) -> None:
+    """Raise WorkbenchError unless `name` is an HF attention implementation this transformers knows."""
+    choices = attn_choices()
+    if name not in choices:
+        raise WorkbenchError(f"unknown attention implementation {name!r}; choose from {', '.join(choices)}")
+
+
+def check_experts(name: str) -> None:
+    """Raise WorkbenchError unless `name` is an experts implementation (HF's, registered, or the workbench's)."""
+    choices = experts_choices()
+    if name not in choices:
+        raise WorkbenchError(f"unknown experts implementation {name!r}; choose from {', '.join(choices)}")
+
+
+def _ensure_experts_registered(name: str) -> None:
+    """A workbench experts name (wb_*) is registered in ExpertsInterface on first use, so HF can dispatch to it."""
+    if name in _interface_names(_experts_interface):
+        return
+    wb = _workbench_experts()
+    if name in wb:
+        from workbench.opts import moe
+        moe.register(*wb[name])
 
 
 def resolve_device(device: str) -> torch.device:
@@ -117,15 +244,27 @@ def default_dtype(device: torch.device) -> torch.dtype:
 
 def load_config(model: str, layers: int | None = None, attn: str | None = None,
                 experts_implementation: str | None = None):
-    """The HF config of a preset or a local checkpoint directory, with the layer count overridden."""
+    """The HF config of a preset or a local checkpoint directory, with the layer count overridden.
+
+    Cheap (no model is built), so CLIs call it to validate their arguments: an unknown preset, a bad checkpoint
+    directory (`check_checkpoint`), an unknown `attn` (`check_attn`) or `experts_implementation` (`check_experts`)
+    raise WorkbenchError with a one-line message.
+    """
+    if attn is not None:
+        check_attn(attn)
+    if experts_implementation is not None:
+        check_experts(experts_implementation)
     if model in PRESETS:
         p = PRESETS[model]
         config = _config_class(p.family)(**copy.deepcopy(p.config))
     elif is_checkpoint_path(model):
-        if not os.path.isdir(model) or not os.path.isfile(os.path.join(model, "config.json")):
-            raise WorkbenchError(f"checkpoint directory not found (no config.json): {model}")
+        check_checkpoint(model)
         from transformers import AutoConfig
-        config = AutoConfig.from_pretrained(model, local_files_only=True)
+        try:
+            config = AutoConfig.from_pretrained(model, local_files_only=True)
+        except (OSError, ValueError, TypeError, KeyError) as e:
+            raise WorkbenchError(f"cannot load the config of checkpoint {model}: {_one_line(e)}; fix or re-save its "
+                                 "config.json") from None
     else:
         raise WorkbenchError(f"unknown model preset {model!r}; presets: {', '.join(PRESETS)} (or a checkpoint dir)")
     fam = family_of(config)
@@ -140,6 +279,7 @@ def load_config(model: str, layers: int | None = None, attn: str | None = None,
     config.use_cache = False
     config._attn_implementation = attn or FAMILY_DEFAULT_ATTN[fam]
     if fam in MOE_FAMILIES and experts_implementation is not None:
+        _ensure_experts_registered(experts_implementation)
         config._experts_implementation = experts_implementation
     return config
 
@@ -164,16 +304,36 @@ def build_model(model: str, *, layers: int | None = None, attn: str | None = Non
     dtype = dtype or default_dtype(device)
     config = load_config(model, layers, attn, experts_implementation)
     torch.manual_seed(seed)
-    if model in PRESETS:
-        with torch.device(device):
-            m = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    else:
-        m = AutoModelForCausalLM.from_pretrained(model, config=config, dtype=dtype, local_files_only=True).to(device)
+    try:
+        if model in PRESETS:
+            with torch.device(device):
+                m = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        else:
+            try:
+                m = AutoModelForCausalLM.from_pretrained(model, config=config, dtype=dtype, local_files_only=True)
+            except _weight_errors() as e:
+                raise WorkbenchError(f"cannot load the weights of checkpoint {model}: {_one_line(e)}; re-download or "
+                                     "re-save the checkpoint") from None
+            m = m.to(device)
+    except ImportError as e:  # e.g. flash_attention_2 asked for without the flash-attn package
+        raise WorkbenchError(f"{_one_line(e)}; install it, or choose another attention implementation "
+                             f"({', '.join(ATTN_CHOICES[:3])})") from None
     m.config.use_cache = False
     if lora:
         m = add_lora(m, rank=lora_rank, seed=seed)
     m.train()
     return m
+
+
+def _weight_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions of reading a damaged or mismatched checkpoint (truncated safetensors, wrong shapes, bad pickle)."""
+    errs: list[type[BaseException]] = [OSError, ValueError, RuntimeError, EOFError]
+    try:
+        from safetensors import SafetensorError
+        errs.append(SafetensorError)
+    except ImportError:
+        pass
+    return tuple(errs)
 
 
 def add_lora(model, rank: int = 16, seed: int = 0):

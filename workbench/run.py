@@ -14,34 +14,86 @@ import sys
 
 from workbench.cli import emit_json, progress, run_main
 from workbench.config import RunConfig
+from workbench.data import LENGTHS_HELP, lengths_arg
+from workbench.errors import WorkbenchError
 
 
-def parse_args(argv=None) -> RunConfig:
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """--help keeps the description's and epilog's layout and shows every option's default (flags, and options
+    whose default None means "decided later", say so in their help text instead)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or isinstance(action.default, bool):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage errors raise WorkbenchError: `run_main` prints them as one `error: ...` line, exit 2
+    (instead of argparse's usage block followed by the error)."""
+
+    def error(self, message):
+        raise WorkbenchError(f"{message} (see {self.prog} --help)")
+
+
+def _epilog() -> str:
+    from workbench.models import ATTN_CHOICES, EXPERTS_CHOICES, PRESETS
+    presets = "\n".join(f"  {name:<16} {p.family}" for name, p in PRESETS.items())
+    return (f"presets (--model; or a local Hugging Face checkpoint directory with config.json and weights):\n"
+            f"{presets}\n\n"
+            f"--lengths forms:\n  " + LENGTHS_HELP.removeprefix("document lengths: ").replace("), ", ")\n  ") + "\n\n"
+            f"--attn: {', '.join(ATTN_CHOICES)} (or a name registered in transformers' AttentionInterface)\n"
+            f"--experts: {', '.join(EXPERTS_CHOICES)} (or a name registered in transformers' ExpertsInterface, "
+            "or the workbench's wb_*)")
+
+
+def build_parser() -> argparse.ArgumentParser:
     d = RunConfig()
-    p = argparse.ArgumentParser(prog="python -m workbench.run", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default=d.model, help="preset name or local HF checkpoint dir (default %(default)s)")
-    p.add_argument("--layers", type=int, default=None, help="override the layer count (fit a big shape)")
-    p.add_argument("--tokens", type=int, default=d.tokens, help="packed tokens per batch (default %(default)s)")
-    p.add_argument("--lengths", default=d.lengths, help="document lengths: fixed:N, uniform:LO:HI, "
-                   "lognormal:MU:SIGMA[:MIN], json:PATH, jsonl:PATH:TOKDIR (default %(default)s)")
-    p.add_argument("--steps", type=int, default=d.steps, help="timed steps (default %(default)s)")
-    p.add_argument("--warmup", type=int, default=d.warmup, help="dropped warmup steps (default %(default)s)")
-    p.add_argument("--attn", default=None, help="HF attention implementation (default: sdpa; eager for GPT-OSS)")
-    p.add_argument("--experts", default=None, help="HF experts implementation for MoE (eager, grouped_mm, ...)")
-    p.add_argument("--device", default=d.device, choices=["auto", "cpu", "cuda"])
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--lora-rank", type=int, default=d.lora_rank)
+    p = ArgumentParser(prog="python -m workbench.run", description=__doc__, epilog=_epilog(),
+                       formatter_class=HelpFormatter)
+    p.add_argument("--model", default=d.model, help="preset name (listed below) or local HF checkpoint directory")
+    p.add_argument("--layers", type=int, default=None,
+                   help="override the decoder layer count (fit a big shape); default: the published count")
+    p.add_argument("--tokens", type=int, default=d.tokens, help="packed tokens per batch")
+    p.add_argument("--lengths", type=lengths_arg, default=d.lengths,
+                   help="document lengths: fixed:N, uniform:LO:HI, lognormal:MU:SIGMA[:MIN], json:PATH or "
+                        "jsonl:PATH:TOKENIZER_DIR (forms below); checked before any model is built")
+    p.add_argument("--steps", type=int, default=d.steps, help="timed steps")
+    p.add_argument("--warmup", type=int, default=d.warmup, help="dropped warmup steps")
+    p.add_argument("--attn", default=None,
+                   help="HF attention implementation (sdpa, eager, flex_attention, flash_attention_2, ...); "
+                        "default: sdpa, eager for GPT-OSS")
+    p.add_argument("--experts", default=None,
+                   help="HF experts implementation for MoE models (eager, grouped_mm, batched_mm, ...); "
+                        "default: transformers' (grouped_mm)")
+    p.add_argument("--device", default=d.device, choices=["auto", "cpu", "cuda"],
+                   help="auto: cuda when available, else cpu")
+    p.add_argument("--seed", type=int, default=d.seed, help="seeds weights, LoRA init and data")
+    p.add_argument("--lora-rank", type=int, default=d.lora_rank, help="LoRA rank r (alpha 2r)")
     p.add_argument("--no-checkpointing", action="store_true", help="keep all activations (no recompute)")
     p.add_argument("--no-ranges", action="store_true", help="emit no NVTX / record_function ranges")
     p.add_argument("--no-sync-count", action="store_true", help="do not run the dispatch-level sync counter")
     p.add_argument("--cross-check", action="store_true",
                    help="on CUDA, also count torch.cuda sync-debug-mode warnings (second witness)")
-    a = p.parse_args(argv)
-    return RunConfig(model=a.model, layers=a.layers, tokens=a.tokens, lengths=a.lengths, steps=a.steps,
-                     warmup=a.warmup, attn=a.attn, experts=a.experts, device=a.device, seed=a.seed,
-                     lora_rank=a.lora_rank, checkpointing=not a.no_checkpointing, ranges=not a.no_ranges,
-                     count_syncs=not a.no_sync_count, cross_check_syncs=a.cross_check)
+    return p
+
+
+def parse_args(argv=None) -> RunConfig:
+    """Parse and validate the command line; every bad argument raises WorkbenchError before any model is built
+    (--lengths is read by argparse, --attn / --experts / --model / --layers checked on the model's config)."""
+    from workbench.models import check_attn, check_experts, load_config
+
+    a = build_parser().parse_args(argv)
+    cfg = RunConfig(model=a.model, layers=a.layers, tokens=a.tokens, lengths=a.lengths, steps=a.steps,
+                    warmup=a.warmup, attn=a.attn, experts=a.experts, device=a.device, seed=a.seed,
+                    lora_rank=a.lora_rank, checkpointing=not a.no_checkpointing, ranges=not a.no_ranges,
+                    count_syncs=not a.no_sync_count, cross_check_syncs=a.cross_check)
+    if cfg.attn is not None:
+        check_attn(cfg.attn)
+    if cfg.experts is not None:
+        check_experts(cfg.experts)
+    load_config(cfg.model, cfg.layers, cfg.attn, cfg.experts)  # unknown preset, bad checkpoint directory
+    return cfg
 
 
 def execute(cfg: RunConfig, on_step=None):

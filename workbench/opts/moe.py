@@ -31,6 +31,7 @@ model's previous experts implementation.
 from __future__ import annotations
 
 import functools
+import importlib.util
 
 import torch
 
@@ -45,6 +46,9 @@ ARMS = ("eager", "sort_bincount", "grouped")
 BASELINE = "eager"
 OPTIMIZED = "sort_bincount"
 GEMMS = ("auto", "torch", "triton", "dense")
+
+_NO_TRITON = ("gemm='triton' needs the triton package, which is not installed: pip install 'workbench[triton]' "
+              "(Linux), or use gemm='auto', 'torch' or 'dense'")
 
 IMPL_NAMES = {"eager": "eager", "sort_bincount": "wb_sort_bincount", "grouped": "wb_grouped"}
 """Names in transformers' ExpertsInterface (grouped with a forced gemm: `wb_grouped_<gemm>`)."""
@@ -197,7 +201,12 @@ def grouped_gemm(kind: str, x_SK, w_EKN, offs_E, ids_S):
     if kind == "torch":
         return _torch_grouped_mm_fn()(x_SK, w_EKN, offs=offs_E)
     if kind == "triton":
-        from workbench.kernels.grouped_gemm import grouped_mm
+        try:
+            from workbench.kernels.grouped_gemm import grouped_mm
+        except ModuleNotFoundError as e:  # triton is an optional extra (CUDA builds of torch bring it)
+            if (e.name or "").split(".")[0] != "triton":
+                raise
+            raise UnsupportedArm(_NO_TRITON) from None
         return grouped_mm(x_SK, w_EKN, offs_E)
     if kind == "dense":
         return _dense_grouped_mm(x_SK, w_EKN, ids_S)
@@ -292,6 +301,8 @@ def apply(model, arm: str, gemm: str = "auto", check_routing: bool = True) -> Ha
         raise WorkbenchError(f"unknown gemm {gemm!r}; choose from {', '.join(GEMMS)}")
     if arm != "grouped" and gemm != "auto":
         raise WorkbenchError(f"gemm={gemm!r} applies to the grouped arm only, not {arm!r}")
+    if gemm == "triton" and importlib.util.find_spec("triton") is None:
+        raise UnsupportedArm(_NO_TRITON)
     base = base_model_of(model)
     prev = base.config._experts_implementation
     info: dict = {"gemm": gemm} if arm == "grouped" else {}

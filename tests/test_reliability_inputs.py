@@ -1,0 +1,187 @@
+"""Bad user input ends as one `WorkbenchError` line naming the problem and the fix, never a traceback.
+
+Library checks are called directly (`load_config`, `check_checkpoint`, `check_attn`, `check_experts`,
+`check_lengths`); the CLI ones run `python -m workbench.run` in a subprocess and assert exit status 2, exactly one
+non-empty stderr line, no traceback, and no "building" progress line (the argument is refused before a model is built).
+"""
+import argparse
+import json
+import subprocess
+import sys
+
+import pytest
+
+from workbench.data import check_lengths, lengths_arg, make_batches
+from workbench.errors import WorkbenchError
+from workbench.models import (EXPERTS_CHOICES, build_model, check_attn, check_checkpoint, check_experts,
+                              load_config)
+
+SUPPORTED = "llama, qwen3, qwen3_moe, gpt_oss"
+
+
+def _raises(fn, *args, match, **kwargs) -> str:
+    with pytest.raises(WorkbenchError, match=match) as e:
+        fn(*args, **kwargs)
+    msg = str(e.value)
+    assert "\n" not in msg, msg
+    return msg
+
+
+def _llama_config_dir(path):
+    from transformers import LlamaConfig
+    LlamaConfig(num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                num_key_value_heads=1, vocab_size=64).save_pretrained(path)
+    return path
+
+
+# --- checkpoint directories (direct calls) ----------------------------------------------------------------------
+
+def test_nonexistent_checkpoint_dir(tmp_path):
+    msg = _raises(load_config, str(tmp_path / "missing"), match="not found")
+    assert "does not exist" in msg and "preset" in msg
+
+
+def test_empty_checkpoint_dir_is_not_found(tmp_path):
+    msg = _raises(load_config, str(tmp_path), match="not found")
+    assert "no config.json" in msg
+
+
+def test_corrupted_config_json(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "llama", "hidden_size": ')
+    msg = _raises(load_config, str(tmp_path), match="not valid JSON")
+    assert "corrupted" in msg and "re-download" in msg
+
+
+def test_config_json_without_model_type(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    msg = _raises(load_config, str(tmp_path), match="no model_type")
+    assert SUPPORTED in msg
+
+
+def test_unknown_model_type(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    msg = _raises(load_config, str(tmp_path), match="unsupported model_type 'bert'")
+    assert SUPPORTED in msg
+
+
+def test_config_without_weights(tmp_path):
+    d = str(_llama_config_dir(tmp_path / "ckpt"))
+    msg = _raises(check_checkpoint, d, match="no weights")
+    assert "safetensors" in msg and "preset" in msg and "random weights" in msg
+    _raises(load_config, d, match="no weights")
+    _raises(build_model, d, match="no weights")  # refused by load_config: no model is built
+
+
+def test_checkpoint_check_accepts_a_directory_with_weights(tmp_path):
+    d = _llama_config_dir(tmp_path / "ckpt")
+    (d / "model-00001-of-00002.safetensors").write_bytes(b"")  # only the file name is checked here
+    assert check_checkpoint(str(d))["model_type"] == "llama"
+
+
+def test_presets_are_unchanged_by_the_checks():
+    cfg = load_config("tiny-qwen3-moe", layers=1, attn="eager", experts_implementation="eager")
+    assert cfg.model_type == "qwen3_moe" and cfg.num_hidden_layers == 1
+    assert cfg._attn_implementation == "eager" and cfg._experts_implementation == "eager"
+
+
+# --- attention and experts implementations ----------------------------------------------------------------------
+
+def test_unknown_experts_implementation():
+    msg = _raises(check_experts, "bogus", match="unknown experts implementation 'bogus'; choose from")
+    assert all(n in msg for n in EXPERTS_CHOICES)
+    _raises(load_config, "tiny-qwen3-moe", experts_implementation="bogus", match="unknown experts implementation")
+
+
+def test_known_and_registered_experts_implementations():
+    from transformers.integrations.moe import ExpertsInterface
+    for name in EXPERTS_CHOICES + ("wb_sort_bincount", "wb_grouped_dense"):
+        check_experts(name)
+    ExpertsInterface.register("test_reliability_experts", lambda *a, **k: None)
+    try:
+        check_experts("test_reliability_experts")
+    finally:
+        ExpertsInterface._global_mapping.pop("test_reliability_experts", None)
+
+
+def test_workbench_experts_name_is_registered_on_use():
+    from transformers.integrations.moe import ExpertsInterface
+    cfg = load_config("tiny-qwen3-moe", experts_implementation="wb_sort_bincount")
+    assert cfg._experts_implementation == "wb_sort_bincount"
+    assert "wb_sort_bincount" in list(ExpertsInterface())
+
+
+def test_unknown_attention_implementation():
+    msg = _raises(check_attn, "bogus", match="unknown attention implementation 'bogus'; choose from")
+    assert "sdpa" in msg and "flash_attention_2" in msg
+    _raises(load_config, "tiny-llama", attn="bogus", match="unknown attention implementation")
+    for name in ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3"):
+        check_attn(name)
+
+
+# --- --lengths (direct calls) ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec, match", [
+    ("lognormal:x:1", "lognormal mu must be a number"),
+    ("lognormal:1:nan", "finite"),
+    ("fixed:0", "fixed length must be positive"),
+    ("uniform:5:2", "LO <= HI"),
+    ("bogus", "bad length source 'bogus'"),
+    ("fixed:", "bad length source"),
+    ("json:/nonexistent", "length file not found"),
+])
+def test_malformed_lengths(spec, match):
+    msg = _raises(check_lengths, spec, match=match)
+    assert "use " in msg or "needs" in msg  # the fix: the form to use
+    with pytest.raises(argparse.ArgumentTypeError, match=match):
+        lengths_arg(spec)
+
+
+def test_valid_lengths_are_returned():
+    assert check_lengths("lognormal:5.5:0.8:16") == "lognormal:5.5:0.8:16"
+    assert lengths_arg("uniform:2:9") == "uniform:2:9"
+
+
+def test_lognormal_with_a_huge_mu_is_clamped_not_an_overflow():
+    batches = make_batches("lognormal:1000:0", 64, 2, 100)
+    assert all(b.tokens == 64 for b in batches)
+
+
+# --- the CLI (subprocesses) --------------------------------------------------------------------------------------
+
+def _run(*args):
+    return subprocess.run([sys.executable, "-m", "workbench.run", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def _one_error_line(r) -> str:
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, r.stderr  # in particular no "building ..." line: refused at parse time
+    assert lines[0].startswith("error: ")
+    assert r.stdout == ""
+    return lines[0]
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--attn", "bogus"], "unknown attention implementation 'bogus'; choose from"),
+    (["--experts", "bogus"], "unknown experts implementation 'bogus'; choose from"),
+    (["--lengths", "uniform:5:2"], "argument --lengths: bad length source 'uniform:5:2'"),
+    (["--lengths", "json:/nonexistent"], "argument --lengths: length file not found"),
+])
+def test_cli_bad_argument_is_one_line(args, match):
+    assert match in _one_error_line(_run(*args))
+
+
+def test_cli_checkpoint_without_weights_is_one_line(tmp_path):
+    d = _llama_config_dir(tmp_path / "ckpt")
+    assert "no weights" in _one_error_line(_run("--model", str(d)))
+
+
+def test_cli_help_lists_presets_and_lengths_forms():
+    from workbench.models import PRESETS
+    r = _run("--help")
+    assert r.returncode == 0, r.stderr
+    assert all(name in r.stdout for name in PRESETS)
+    assert "lognormal:MU:SIGMA[:MIN]" in r.stdout and "jsonl:PATH:TOKENIZER_DIR" in r.stdout
+    assert "(default: 1024)" in r.stdout  # ArgumentDefaultsHelpFormatter
