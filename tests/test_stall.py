@@ -105,30 +105,3 @@ def test_covered_clips_both_ends():
     assert _covered(m, 8, 35) == pytest.approx(12 + 5)
     assert _covered(m, 21, 29) == 0.0
     assert _covered(m, 40, 50) == 0.0
-
-
-def test_bench_prediction_with_s_stall(tmp_path):
-    from types import SimpleNamespace as NS
-
-    from workbench.bench.packing import _bundle_traces, _table, summarize
-
-    def arm(ms):
-        return {"recs": [NS(step_ms=ms, fwd_ms=ms / 3, bwd_ms=2 * ms / 3, peak_mem_mib=1.0, loss=1.0)],
-                "counted": NS(syncs=0), "losses": {0: [1.0]}}
-
-    res = {"rebuild": arm(100.0), "cached": arm(100.0 - 5.5)}
-    _, sav = summarize("m", 2, 64, "varlen", res, 0.5, s_stall_ms=1.5)
-    (c,) = sav
-    assert c["predicted_ms"] == pytest.approx(3 * 0.5) and c["pred_stall_ms"] == pytest.approx(3 * 1.5)
-    assert c["err_stall_pct"] == pytest.approx(100 * (4.5 - 5.5) / 5.5)
-    _, (n,) = summarize("m", 2, 64, "varlen", res, 0.5)  # no trace (CPU): NaN, no crash
-    assert math.isnan(n["pred_stall_ms"]) and math.isnan(n["s_stall_ms"])
-    assert "nan" in _table({"arms": [], "savings": [n], "skipped": [], "stall": []})
-    big, small = tmp_path / "a.json.gz", tmp_path / "b.json.gz"
-    big.write_bytes(b"x" * 100)
-    small.write_bytes(b"y" * 10)
-    out = tmp_path / "out"
-    out.mkdir()
-    assert _bundle_traces([{"trace": str(big)}, {"trace": str(small)}, {"trace": None}], str(out)) == {
-        "a.json.gz", "b.json.gz"}
-    assert sorted(p.name for p in out.iterdir()) == ["traces.tar"]

@@ -61,7 +61,7 @@ CPU_DEFAULTS = {"packing": dict(model="tiny-qwen3"), "offload": dict(model="tiny
 GPU_DEFAULTS = {"packing": dict(model="qwen3-0.6b", tokens=16384), "offload": dict(model="llama-3.1-8b", layers=8),
                 "moe": dict(model="gpt-oss-20b", layers=4, tokens=8192),
                 "all": dict(model="qwen3-30b-a3b", layers=8, tokens=8192),
-                "_run": dict(tokens=16384, batches=4, steps=4, warmup=2, warmup_max=12, reps=3)}
+                "_run": dict(tokens=16384, batches=4, steps=4, warmup=2, warmup_max=8, reps=3)}
 
 DTYPES = {"auto": None, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 """--dtype: auto = bf16 on CUDA, fp32 on the CPU (workbench.models.default_dtype)."""
@@ -189,8 +189,9 @@ def plan(args, device: torch.device) -> list[Comparison]:
             variants = [dataclasses.replace(base, arms=[dataclasses.replace(s) for s in base.arms],
                                             excluded={}, name=f"{opt}@{key}={v}", **{key: v}) for v in values]
         for c in variants:
-            comps.append(c)
-            if args.nvtx_cost:
+            if args.nvtx_cost != "only":
+                comps.append(c)
+            if args.nvtx_cost in ("add", "only"):
                 b = c.arms[0]
                 comps.append(dataclasses.replace(
                     c, name=f"nvtx:{c.name}", arms=[ArmSpec(f"{b.label}-nvtx", dict(b.arms), ranges=False),
@@ -1084,8 +1085,10 @@ def parse_args(argv=None):
     p.add_argument("--max-reps", type=_positive(int), default=30, help="reps at most under --target-ci/--budget-s")
     p.add_argument("--sweep", default=None, metavar="KEY=N,N,...", help="one comparison per value: layers=4,8,16,28 "
                    "or tokens=8192,16384")
-    p.add_argument("--nvtx-cost", action="store_true", help="per comparison, also the baseline arm with NVTX ranges "
-                   "off against on (the one instrument left in timed steps)")
+    p.add_argument("--nvtx-cost", nargs="?", const="add", default="off", choices=("off", "add", "only"),
+                   help="the cost of NVTX ranges, the one instrument left on in timed steps: per comparison, its "
+                   "baseline arm with ranges off against on; `add` (the flag alone) runs it after each comparison, "
+                   "`only` runs it instead")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--trace", default="none", choices=("none", "torch", "nsys"),
                    help="separate profiled passes per arm (never inside the timed steps)")

@@ -9,9 +9,11 @@
 
 Jobs (each writes into its own folder of DIR):
 
-    ab_all           python -m workbench.ab --opt all --nvtx-cost --out DIR/ab_all
-                     (the four comparisons at their GPU defaults, each with its NVTX ranges off/on comparison)
+    ab_all           python -m workbench.ab --opt all --out DIR/ab_all
+                     (the four comparisons at their GPU defaults)
     ab_aa            python -m workbench.ab --opt packing --aa --reps 6 --out DIR/ab_aa      (the noise floor)
+    nvtx_cost        python -m workbench.ab --opt all --nvtx-cost only --out DIR/nvtx_cost
+                     (the one instrument left on in timed steps: each comparison's baseline, NVTX ranges off / on)
     packing_sweep    python -m workbench.ab --opt packing --sweep layers=4,8,16,28 --out DIR/packing_sweep
     offload_tokens   python -m workbench.ab --opt offload --arms sync_reload,double_buffer,no_offload
                          --sweep tokens=16384,32768 --out DIR/offload_tokens   (offload at 8 layers, 16k and 32k)
@@ -52,11 +54,12 @@ AB_ALL_TIMEOUT_S = 1500
 """ab_all's limit: four comparisons and their four NVTX-cost comparisons."""
 NSYS_JOBS = ["ab_packing_nsys", "ab_offload_nsys", "ab_moe_nsys"]
 SWEEP_JOBS = ["packing_sweep", "offload_tokens"]
-JOBS = ["ab_all", "ab_aa", *SWEEP_JOBS, "ab_torch", *NSYS_JOBS, "ab_witness", "witness_ops"]
-SUITES = {"ab": ["ab_all", "ab_aa"], "sweeps": SWEEP_JOBS, "nsys": NSYS_JOBS, "witness": ["ab_witness", "witness_ops"],
+JOBS = ["ab_all", "ab_aa", "nvtx_cost", *SWEEP_JOBS, "ab_torch", *NSYS_JOBS, "ab_witness", "witness_ops"]
+SUITES = {"ab": ["ab_all", "ab_aa"], "sweeps": ["nvtx_cost", *SWEEP_JOBS], "nsys": NSYS_JOBS, "witness": ["ab_witness", "witness_ops"],
           "all": JOBS, **{j: [j] for j in JOBS}}
 """--suite name -> jobs, in run order (every job's own name is a suite too)."""
-AB_ARGS = {"ab_all": ["--opt", "all", "--nvtx-cost"],
+AB_ARGS = {"ab_all": ["--opt", "all"],
+           "nvtx_cost": ["--opt", "all", "--nvtx-cost", "only"],
            "ab_aa": ["--opt", "packing", "--aa", "--reps", "6"],
            "packing_sweep": ["--opt", "packing", "--sweep", "layers=4,8,16,28"],
            "offload_tokens": ["--opt", "offload", "--arms", "sync_reload,double_buffer,no_offload",
@@ -112,7 +115,7 @@ def plan(out: str, suite: str = "all", smoke: bool = False) -> list[Job]:
             continue
         args = list(AB_ARGS[n])
         if smoke:
-            args = [x for x in args if x != "--nvtx-cost"] + AB_SMOKE
+            args = args + AB_SMOKE
             if "--reps" in args:
                 args[args.index("--reps") + 1] = "1"
             else:
