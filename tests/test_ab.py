@@ -1,5 +1,7 @@
 """`python -m workbench.ab`: the CLI contract end to end on tiny presets (real opt modules), and the runner's
-behaviour on failures, interrupts, A/A and bad input (fake opt modules from tests/fixtures/fake_opts.py)."""
+behaviour on failures, interrupts, A/A and bad input (fake opt modules from tests/fixtures/fake_opts.py).
+The equivalence criterion itself (`workbench.equivalence`) is unit-tested at the end of this file and in
+tests/test_engine.py."""
 import csv
 import json
 import os
@@ -9,15 +11,15 @@ import sys
 import pytest
 import torch
 
-from workbench import ab
+from workbench import ab, equivalence
 from workbench.cli import run_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FAST = ["--tokens", "128", "--steps", "1", "--warmup", "0", "--device", "cpu"]
+FAST = ["--tokens", "128", "--steps", "1", "--warmup", "0", "--warmup-max", "0", "--device", "cpu"]
 ARM_KEYS = {"arm", "step_ms", "step_ms_p20", "step_ms_p80", "fwd_ms", "bwd_ms", "syncs_per_step", "peak_mem_mib",
             "tokens_per_s", "loss"}
-CMP_KEYS = {"opt", "model", "layers", "tokens", "baseline", "optimized", "others", "speedup", "equivalent",
-            "savings_model"}
+CMP_KEYS = {"name", "opt", "model", "layers", "tokens", "baseline", "optimized", "others", "speedup", "speedup_ci95",
+            "verdict", "n_pairs", "equivalent", "savings_model"}
 
 
 def _have_all():
@@ -41,6 +43,11 @@ def _last_json(lines):
     return json.loads(lines[-1])
 
 
+def _rows(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
 @pytest.fixture
 def fakes(monkeypatch):
     from fixtures import fake_opts
@@ -56,8 +63,8 @@ def test_cli_all_end_to_end(capsys, tmp_path):
     rc, lines, err = _run(capsys, ["--opt", "all", *FAST, "--reps", "2", "--out", str(out)])
     assert rc == 0, err[-3000:]
     summary = _last_json(lines)
-    assert set(summary) >= {"run_id", "device", "comparisons"}
-    assert summary["device"] == "cpu"
+    assert set(summary) >= {"run_id", "device", "comparisons", "complete", "status"}
+    assert summary["device"] == "cpu" and summary["complete"] is True and summary["status"] == "complete"
     cmps = {c["opt"]: c for c in summary["comparisons"]}
     assert list(cmps) == ["packing", "offload", "moe", "all"]
     for c in cmps.values():
@@ -67,7 +74,7 @@ def test_cli_all_end_to_end(capsys, tmp_path):
             assert set(arm) >= ARM_KEYS
             assert arm["status"] == "ok" and arm["n"] == 2  # 1 step x 2 repetitions
         assert set(c["savings_model"]) >= {"formula", "predicted_ms", "measured_ms", "inputs"}
-        assert c["speedup"] > 0
+        assert c["speedup"] > 0 and c["n_pairs"] == 2 and c["verdict"]
     # the optimized arms remove syncs
     for opt in ("packing", "moe", "all"):
         assert cmps[opt]["optimized"]["syncs_per_step"] < cmps[opt]["baseline"]["syncs_per_step"], opt
@@ -82,17 +89,21 @@ def test_cli_all_end_to_end(capsys, tmp_path):
     assert json.loads((out / "summary.json").read_text())["run_id"] == summary["run_id"]
     meta = json.loads((out / "meta.json").read_text())
     assert meta["status"] == "complete" and meta["command"].startswith("python -m workbench.ab")
-    assert meta["versions"]["torch"] == torch.__version__.split("+")[0] or meta["versions"]["torch"]
-    with open(out / "results.csv") as f:
-        rows = list(csv.DictReader(f))
-    assert rows and set(rows[0]) >= {"run_id", "opt", "arm", "rep", "step", "metric", "value", "unit", "device",
-                                     "model", "torch"}
+    assert meta["versions"]["torch"]
+    assert meta["protocol"]["reps"] == 2 and "rule" in meta["protocol"]
+    assert meta["equivalence_criterion"]["rtol"] == equivalence.RTOL[torch.float32]
+    rows = _rows(out / "results.csv")
+    assert rows and set(rows[0]) >= {"run_id", "comparison", "opt", "arm", "rep", "batch", "step", "metric", "value",
+                                     "unit", "device", "model", "torch"}
     steps = [r for r in rows if r["metric"] == "step_ms"]
     assert {r["rep"] for r in steps} == {"0", "1"}
-    # arms alternate A B A B: within the packing comparison, rep 0 of every arm precedes rep 1 of any
-    pk = [(r["rep"], r["arm"]) for r in steps if r["opt"] == "packing"]
+    # the arm order rotates by one per repetition: A B C, then B C A
+    pk = [(r["rep"], r["arm"]) for r in steps if r["comparison"] == "packing"]
     assert pk == [("0", "rebuild"), ("0", "cached"), ("0", "precomputed"),
-                  ("1", "rebuild"), ("1", "cached"), ("1", "precomputed")]
+                  ("1", "cached"), ("1", "precomputed"), ("1", "rebuild")]
+    # the counted pass is recorded apart from the timings
+    assert {r["arm"] for r in rows if r["metric"] == "instrumented_step_ms" and r["comparison"] == "packing"} == \
+        {"rebuild", "cached", "precomputed"}
 
 
 @pytest.mark.skipif(not _have_all(), reason="the opt modules are not all in place")
@@ -111,17 +122,42 @@ def test_torch_trace_feeds_the_packing_model(capsys, tmp_path):
     assert sm["predicted_ms"] is not None or sm.get("reason")
 
 
+@pytest.mark.skipif(not _have_all(), reason="the packing module is not in place")
+def test_sync_sources_per_step_add_up_to_the_count(capsys, tmp_path):
+    """summary.json names the source lines of each arm's syncs (per step), so a gap between witnesses can be
+    traced to a line; they add up to syncs_per_step."""
+    rc, lines, err = _run(capsys, ["--opt", "packing", *FAST, "--reps", "1", "--out", str(tmp_path)])
+    assert rc == 0, err
+    b = _last_json(lines)["comparisons"][0]["baseline"]
+    assert b["syncs_per_step"] > 0
+    assert sum(b["sync_sources_per_step"].values()) == pytest.approx(b["syncs_per_step"])
+    assert all(":" in k for k in b["sync_sources_per_step"])
+
+
 # --- runner behaviour with fake optimizations --------------------------------------------------------------------
 
 def test_fake_comparison_and_files(capsys, tmp_path, fakes):
     rc, lines, err = _run(capsys, ["--opt", "packing", *FAST, "--reps", "2", "--out", str(tmp_path)])
     assert rc == 0, err
-    c = _last_json(lines)["comparisons"][0]
+    summary = _last_json(lines)
+    c = summary["comparisons"][0]
     assert [c["baseline"]["arm"], c["optimized"]["arm"]] == ["rebuild", "cached"]
+    # the fake baseline reads back once per step more than the others (the counted pass sees it)
     assert c["baseline"]["syncs_per_step"] == c["optimized"]["syncs_per_step"] + 1
     assert c["equivalence"]["cached"]["bitwise"] is True
-    # the model is built once; each arm applied once for the equivalence check and once per repetition
-    assert fakes.APPLIED == [("packing", a) for a in ["rebuild", "cached", "precomputed"] * 3]
+    # the model is built once; each arm applied once for the equivalence check, once per repetition (order
+    # rotated), once for the counted pass
+    A, B, C = (("packing", a) for a in ["rebuild", "cached", "precomputed"])
+    assert fakes.APPLIED == [A, B, C] + [A, B, C] + [B, C, A] + [A, B, C]
+    for name in ("results.csv", "summary.json", "meta.json"):
+        assert (tmp_path / name).exists(), name
+    assert not (tmp_path / "errors.log").exists()
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["status"] == "complete" and meta["comparisons"] == ["packing"]
+    rows = _rows(tmp_path / "results.csv")
+    assert {r["run_id"] for r in rows} == {summary["run_id"]} and {r["comparison"] for r in rows} == {"packing"}
+    assert len([r for r in rows if r["metric"] == "step_ms"]) == 3 * 2  # arms x reps x 1 step
+    assert {r["metric"] for r in rows} >= {"step_ms", "instrumented_step_ms", "syncs", "equivalent", "speedup", "reps"}
 
 
 def test_not_equivalent_fails(capsys, tmp_path, fakes):
@@ -130,7 +166,9 @@ def test_not_equivalent_fails(capsys, tmp_path, fakes):
     assert rc == 1
     c = _last_json(lines)["comparisons"][0]
     assert c["equivalent"] is False and c["equivalence"]["cached"]["loss_abs_diff"] > 0
+    assert c["equivalence"]["precomputed"]["equivalent"] is True  # only the wrong arm is blamed
     assert "not equivalent" in err and "Traceback" not in err
+    assert json.loads((tmp_path / "meta.json").read_text())["status"] == "failed"
 
 
 def test_oom_in_one_arm(capsys, tmp_path, fakes):
@@ -142,7 +180,7 @@ def test_oom_in_one_arm(capsys, tmp_path, fakes):
     assert c["others"][0]["status"] == "ok" and c["others"][0]["n"] == 1  # the other arms went on
     assert c["baseline"]["n"] == 1
     assert "out of memory" in err and "Traceback" not in err
-    assert (tmp_path / "errors.log").exists()
+    assert "OutOfMemoryError" in (tmp_path / "errors.log").read_text()  # the traceback is kept there
     assert json.loads((tmp_path / "meta.json").read_text())["status"] == "failed"
 
 
@@ -153,6 +191,7 @@ def test_unsupported_arms(capsys, tmp_path, fakes):
     assert rc == 0, err
     c = _last_json(lines)["comparisons"][0]
     assert c["others"][0]["status"] == "skipped" and "needs a GPU" in c["others"][0]["error"]
+    assert ("packing", "precomputed") not in fakes.APPLIED
     # asked for explicitly, it is an error
     rc, lines, err = _run(capsys, ["--opt", "packing", *FAST, "--arms", "rebuild,precomputed", "--out",
                                    str(tmp_path / "b")])
@@ -163,14 +202,14 @@ def test_ctrl_c_keeps_results(capsys, tmp_path, fakes):
     keep = tmp_path / "notes.txt"
     keep.write_text("earlier work")
     fakes.INTERRUPT_AT.append(6)  # 3 equivalence applies, then rep 0: rebuild, cached, Ctrl-C at precomputed
-    rc, lines, err = _run(capsys, ["--opt", "packing", *FAST, "--reps", "2", "--out", str(tmp_path)])
+    # (--force: the folder holds a file of ours; the run must leave it alone)
+    rc, lines, err = _run(capsys, ["--opt", "packing", *FAST, "--reps", "2", "--out", str(tmp_path), "--force"])
     assert rc == 130
     assert "interrupted" in err and "Traceback" not in err
     assert keep.read_text() == "earlier work"
     meta = json.loads((tmp_path / "meta.json").read_text())
     assert meta["status"] == "incomplete"
-    with open(tmp_path / "results.csv") as f:
-        rows = list(csv.DictReader(f))
+    rows = _rows(tmp_path / "results.csv")
     assert {r["arm"] for r in rows if r["metric"] == "step_ms"} == {"rebuild", "cached"}
     assert json.loads((tmp_path / "summary.json").read_text())["complete"] is False
     assert not [p for p in os.listdir(tmp_path) if ".tmp" in p]
@@ -182,8 +221,10 @@ def test_aa_mode(capsys, tmp_path, fakes, how):
     assert rc == 0, err
     c = _last_json(lines)["comparisons"][0]
     assert [c["baseline"]["arm"], c["optimized"]["arm"]] == ["rebuild", "rebuild#2"]
+    assert c["others"] == []
     assert c["equivalence"]["rebuild#2"]["bitwise"] is True
     assert c["baseline"]["n"] == c["optimized"]["n"] == 2
+    assert set(fakes.APPLIED) == {("packing", "rebuild")}
 
 
 def test_aa_all(capsys, tmp_path, fakes):
@@ -193,16 +234,23 @@ def test_aa_all(capsys, tmp_path, fakes):
     cmps = _last_json(lines)["comparisons"]
     assert [c["opt"] for c in cmps] == ["packing", "offload", "moe", "all"]
     assert all(c["baseline"]["arm"] + "#2" == c["optimized"]["arm"] for c in cmps)
+    assert cmps[-1]["baseline"]["arm"] == "rebuild+sync_reload+eager"
 
 
 @pytest.mark.parametrize("argv,msg", [
-    (["--opt", "speed"], "unknown optimization"),
+    (["--opt", "speed"], "invalid choice: 'speed'"),
     (["--opt", "packing", "--model", "gpt-5"], "unknown model preset"),
     (["--opt", "packing", "--attn", "warp"], "unknown attention backend"),
     (["--opt", "packing", "--arms", "rebuild,fastest"], "unknown arm 'fastest'"),
+    (["--opt", "packing", "--arms", "rebuild"], "at least two arms"),
     (["--opt", "all", "--arms", "rebuild,cached"], "--arms needs a single --opt"),
-    (["--trace", "perfetto"], "unknown --trace"),
-    (["--opt", "packing", "--steps", "0"], "--steps must be positive"),
+    (["--opt", "packing", "--aa", "--arms", "rebuild,cached"], "--aa and --arms both set"),
+    (["--trace", "perfetto"], "invalid choice: 'perfetto'"),
+    (["--opt", "packing", "--steps", "0"], "must be positive"),
+    (["--opt", "packing", "--sweep", "heads=1,2"], "bad --sweep"),
+    (["--opt", "packing", "--sweep", "layers=2,4", "--layers", "2"], "both set"),
+    (["--opt", "packing", "--max-reps", "5"], "--max-reps applies with --target-ci"),
+    (["--opt", "packing", "--dtype", "fp8"], "invalid choice: 'fp8'"),
     (["--opt", "packing", "--device", "cpu", "--trace", "nsys"], "needs a CUDA device"),
 ])
 def test_bad_input_one_line(capsys, tmp_path, fakes, argv, msg):
@@ -212,6 +260,7 @@ def test_bad_input_one_line(capsys, tmp_path, fakes, argv, msg):
     assert len(err_lines) == 1 and err_lines[0].startswith("error:") and msg in err_lines[0], err
     assert not (tmp_path / "x").exists()  # nothing started, nothing written
     assert lines == []
+    assert fakes.APPLIED == []
 
 
 def test_nsys_missing(monkeypatch):
@@ -230,103 +279,13 @@ def test_nsys_missing(monkeypatch):
     assert cmd[-5:] == [sys.executable, "-m", "workbench.ab", "--opt", "packing"]
 
 
-def test_subprocess_bad_opt_no_traceback():
-    p = subprocess.run([sys.executable, "-m", "workbench.ab", "--opt", "nope"], cwd=ROOT, capture_output=True,
+def test_subprocess_bad_opt_no_traceback(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "workbench.ab", "--opt", "nope"], cwd=tmp_path, capture_output=True,
                        text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
     assert p.returncode == 2
-    assert p.stderr.strip().startswith("error: unknown optimization 'nope'")
+    assert p.stderr.strip().startswith("error: argument --opt: invalid choice: 'nope'")
     assert "Traceback" not in p.stderr and p.stdout == ""
-
-
-def test_compare_tolerance():
-    g = {"w": torch.ones(4)}
-    ref = {"loss": 1.0, "grads": g}
-    assert ab._compare({"loss": 1.0, "grads": {"w": torch.ones(4)}}, ref, torch.float32)["bitwise"]
-    near = ab._compare({"loss": 1.0 + 1e-7, "grads": {"w": torch.ones(4) + 1e-7}}, ref, torch.float32)
-    assert near["equivalent"] and not near["bitwise"]
-    far = ab._compare({"loss": 1.1, "grads": {"w": torch.ones(4)}}, ref, torch.float32)
-    assert not far["equivalent"]
-    bad = ab._compare({"loss": 1.0, "grads": {"w": torch.ones(4) * 2}}, ref, torch.float32)
-    assert not bad["equivalent"] and bad["grad_max_abs_diff"] == 1.0
-
-
-# --- low precision: judged against an fp32 reference ------------------------------------------------------------
-
-def test_judge_by_reference_accepts_equal_noise_and_rejects_a_wrong_arm():
-    g = torch.Generator().manual_seed(0)
-    ref32 = {"loss": 2.0, "grads": {"a": torch.randn(64, generator=g), "b": torch.randn(64, generator=g) * 1e-4}}
-    noisy = lambda: {k: v + 0.2 * v.abs().mean() * torch.randn(v.shape, generator=g)  # noqa: E731
-                     for k, v in ref32["grads"].items()}
-    base = {"loss": 2.001, "grads": noisy()}
-    arm = {"loss": 2.0005, "grads": noisy()}  # as far from fp32 as the baseline: bf16 summing in another order
-    ok = ab._judge_by_reference(arm, base, ref32, torch.bfloat16)
-    assert ok["equivalent"] and ok["ref_worst_ratio"] < ab.REF_FACTOR
-    assert ok["ref_grad_max_rel_l2_baseline"] > 0.1  # the noise is large: the elementwise check would fail
-    assert not ab._compare(arm, base, torch.bfloat16)["equivalent"]
-    # negative control: one expert's gradient dropped (zeros) is far outside the baseline's own error
-    wrong = {"loss": 2.0005, "grads": dict(arm["grads"], b=torch.zeros(64))}
-    bad = ab._judge_by_reference(wrong, base, ref32, torch.bfloat16)
-    assert not bad["equivalent"] and bad["ref_worst_grad"] == "b"
-    # and a loss off by far more than the baseline's error
-    assert not ab._judge_by_reference({**arm, "loss": 2.5}, base, ref32, torch.bfloat16)["equivalent"]
-
-
-def test_upcast_round_trip_is_exact_and_leaves_buffers():
-    from workbench.models import build_model
-    m = build_model("tiny-qwen3", dtype=torch.bfloat16, seed=0)
-    params = {n: p.detach().clone() for n, p in m.named_parameters()}
-    bufs = {n: (b.dtype, b.clone()) for n, b in m.named_buffers()}
-    with ab._Upcast(m):
-        assert all(p.dtype == torch.float32 for p in m.parameters())
-        assert {n: b.dtype for n, b in m.named_buffers()} == {n: d for n, (d, _) in bufs.items()}
-    assert any(p.dtype == torch.bfloat16 for p in params.values())  # the base (peft keeps adapters in fp32)
-    for n, p in m.named_parameters():
-        assert p.dtype == params[n].dtype and torch.equal(p, params[n]), n
-    for n, b in m.named_buffers():
-        assert torch.equal(b, bufs[n][1]), n
-
-
-@pytest.mark.skipif(not _have_all(), reason="the moe module is not in place")
-def test_bf16_arms_beyond_tolerance_are_judged_against_fp32(capsys, tmp_path, monkeypatch):
-    """Forced down the GPU's path on the CPU: a zero elementwise tolerance makes the MoE arms 'differ'; the fp32
-    run of the baseline then judges them equivalent (same function, bf16 noise) - and, where fp32 does not fit,
-    on a halved batch."""
-    monkeypatch.setitem(ab.TOL, torch.bfloat16, dict(rtol=0.0, atol=0.0))
-    enter = ab._Upcast.__enter__
-    calls = []
-
-    def oom_once(self):
-        calls.append(1)
-        if len(calls) == 1:
-            raise torch.OutOfMemoryError("CUDA out of memory (fake)")
-        return enter(self)
-    monkeypatch.setattr(ab._Upcast, "__enter__", oom_once)
-    rc, lines, err = _run(capsys, ["--opt", "moe", "--dtype", "bf16", *FAST, "--tokens", "256", "--reps", "1",
-                                   "--out", str(tmp_path)])
-    assert rc == 0, err
-    c = _last_json(lines)["comparisons"][0]
-    for arm in ("sort_bincount", "grouped"):
-        e = c["equivalence"][arm]
-        assert e["equivalent"] and e["judged_by"].startswith("fp32") and e["ref_tokens"] == 128, e
-    assert "halving the batch" in err and len(calls) == 2  # one reference per comparison, cached
-
-
-def test_bf16_wrong_arm_fails_against_fp32_too(capsys, tmp_path, fakes, monkeypatch):
-    """Negative control: an arm computing another function (half the labels dropped) still fails after the
-    fp32 reference is consulted."""
-    monkeypatch.setitem(ab.TOL, torch.bfloat16, dict(rtol=0.0, atol=0.0))
-    fakes.DIFFER_ARMS.add(("packing", "cached"))
-    rc, lines, err = _run(capsys, ["--opt", "packing", "--dtype", "bf16", "--model", "tiny-qwen3", *FAST,
-                                   "--reps", "1", "--out", str(tmp_path)])
-    assert rc == 1
-    e = _last_json(lines)["comparisons"][0]["equivalence"]["cached"]
-    assert e["judged_by"].startswith("fp32") and not e["equivalent"]
-
-
-def test_bad_dtype_is_one_line(capsys, tmp_path):
-    rc, lines, err = _run(capsys, ["--opt", "packing", "--dtype", "fp8", *FAST, "--out", str(tmp_path)])
-    assert rc == 2 and "unknown --dtype 'fp8'" in err and "Traceback" not in err
-    assert not os.path.exists(tmp_path / "summary.json")
+    assert os.listdir(tmp_path) == []
 
 
 def test_parked_moves_the_model_off_cuda_and_back(monkeypatch):
@@ -346,13 +305,92 @@ def test_parked_moves_the_model_off_cuda_and_back(monkeypatch):
     assert moves == []
 
 
-@pytest.mark.skipif(not _have_all(), reason="the packing module is not in place")
-def test_sync_sources_per_step_add_up_to_the_count(capsys, tmp_path):
-    """summary.json names the source lines of each arm's syncs (per step), so a gap between witnesses can be
-    traced to a line; they add up to syncs_per_step."""
-    rc, lines, err = _run(capsys, ["--opt", "packing", *FAST, "--reps", "1", "--out", str(tmp_path)])
+# --- the equivalence criterion (workbench.equivalence) -----------------------------------------------------------
+
+def test_compare_tolerance():
+    g = {"w": torch.ones(4)}
+    ref = {"loss": 1.0, "grads": g}
+    assert equivalence.compare({"loss": 1.0, "grads": {"w": torch.ones(4)}}, ref, torch.float32)["bitwise"]
+    near = equivalence.compare({"loss": 1.0 + 1e-7, "grads": {"w": torch.ones(4) + 1e-7}}, ref, torch.float32)
+    assert near["equivalent"] and not near["bitwise"]
+    far = equivalence.compare({"loss": 1.1, "grads": {"w": torch.ones(4)}}, ref, torch.float32)
+    assert not far["equivalent"]
+    bad = equivalence.compare({"loss": 1.0, "grads": {"w": torch.ones(4) * 2}}, ref, torch.float32)
+    assert not bad["equivalent"] and bad["grad_max_abs_diff"] == 1.0 and bad["grad_max_rel_l2"] == pytest.approx(1.0)
+    # a gradient that is missing, or of another shape, is never equivalent
+    assert not equivalence.compare({"loss": 1.0, "grads": {"w": None}}, ref, torch.float32)["equivalent"]
+    assert not equivalence.compare({"loss": 1.0, "grads": {"w": torch.ones(5)}}, ref, torch.float32)["equivalent"]
+
+
+def test_judge_by_reference_accepts_equal_noise_and_rejects_a_wrong_arm():
+    g = torch.Generator().manual_seed(0)
+    ref32 = {"loss": 2.0, "grads": {"a": torch.randn(64, generator=g), "b": torch.randn(64, generator=g) * 1e-4}}
+    noisy = lambda: {k: v + 0.2 * v.abs().mean() * torch.randn(v.shape, generator=g)  # noqa: E731
+                     for k, v in ref32["grads"].items()}
+    base = {"loss": 2.001, "grads": noisy()}
+    arm = {"loss": 2.0005, "grads": noisy()}  # as far from fp32 as the baseline: bf16 summing in another order
+    ok = equivalence.judge_by_reference(arm, base, ref32, torch.bfloat16)
+    assert ok["equivalent"] and ok["ref_worst_ratio"] < equivalence.REF_FACTOR
+    assert ok["ref_grad_max_rel_l2_baseline"] > 0.1  # the noise is large: the direct check fails
+    assert not equivalence.compare(arm, base, torch.bfloat16)["equivalent"]
+    # negative control: one expert's gradient dropped (zeros) is far outside the baseline's own error
+    wrong = {"loss": 2.0005, "grads": dict(arm["grads"], b=torch.zeros(64))}
+    bad = equivalence.judge_by_reference(wrong, base, ref32, torch.bfloat16)
+    assert not bad["equivalent"] and bad["ref_worst_grad"] == "b"
+    # and a loss off by far more than the baseline's error
+    assert not equivalence.judge_by_reference({**arm, "loss": 2.5}, base, ref32, torch.bfloat16)["equivalent"]
+
+
+def test_upcast_round_trip_is_exact_and_leaves_buffers():
+    from workbench.models import build_model
+    m = build_model("tiny-qwen3", dtype=torch.bfloat16, seed=0)
+    params = {n: p.detach().clone() for n, p in m.named_parameters()}
+    bufs = {n: (b.dtype, b.clone()) for n, b in m.named_buffers()}
+    with equivalence.Upcast(m):
+        assert all(p.dtype == torch.float32 for p in m.parameters())
+        assert {n: b.dtype for n, b in m.named_buffers()} == {n: d for n, (d, _) in bufs.items()}
+    assert any(p.dtype == torch.bfloat16 for p in params.values())  # the base (peft keeps adapters in fp32)
+    for n, p in m.named_parameters():
+        assert p.dtype == params[n].dtype and torch.equal(p, params[n]), n
+    for n, b in m.named_buffers():
+        assert torch.equal(b, bufs[n][1]), n
+
+
+# --- low precision: judged against an fp32 reference ------------------------------------------------------------
+
+@pytest.mark.skipif(not _have_all(), reason="the moe module is not in place")
+def test_bf16_arms_beyond_tolerance_are_judged_against_fp32(capsys, tmp_path, monkeypatch):
+    """Forced down the GPU's path on the CPU: a zero direct tolerance makes the MoE arms 'differ'; the fp32 run of
+    the baseline then judges them equivalent (same function, bf16 noise) - and, where fp32 does not fit at once,
+    over the batch's documents in chunks."""
+    monkeypatch.setitem(equivalence.RTOL, torch.bfloat16, 0.0)
+    enter = equivalence.Upcast.__enter__
+    calls = []
+
+    def oom_once(self):
+        calls.append(1)
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory (fake)")
+        return enter(self)
+    monkeypatch.setattr(equivalence.Upcast, "__enter__", oom_once)
+    rc, lines, err = _run(capsys, ["--opt", "moe", "--dtype", "bf16", *FAST, "--tokens", "256",
+                                   "--lengths", "uniform:16:64", "--reps", "1", "--out", str(tmp_path)])
     assert rc == 0, err
-    b = _last_json(lines)["comparisons"][0]["baseline"]
-    assert b["syncs_per_step"] > 0
-    assert sum(b["sync_sources_per_step"].values()) == pytest.approx(b["syncs_per_step"])
-    assert all(":" in k for k in b["sync_sources_per_step"])
+    c = _last_json(lines)["comparisons"][0]
+    for arm in ("sort_bincount", "grouped"):
+        e = c["equivalence"][arm]
+        assert e["equivalent"] and e["judged_by"].startswith("fp32") and e["ref_chunks"] == 2, e
+    assert "in 2 chunks" in err and len(calls) == 2  # one reference per comparison, reused for every arm
+
+
+def test_bf16_wrong_arm_fails_against_fp32_too(capsys, tmp_path, fakes, monkeypatch):
+    """Negative control: an arm computing another function (half the labels dropped) still fails after the
+    fp32 reference is consulted."""
+    monkeypatch.setitem(equivalence.RTOL, torch.bfloat16, 0.0)
+    fakes.DIFFER_ARMS.add(("packing", "cached"))
+    rc, lines, err = _run(capsys, ["--opt", "packing", "--dtype", "bf16", "--model", "tiny-qwen3", *FAST,
+                                   "--reps", "1", "--out", str(tmp_path)])
+    assert rc == 1
+    e = _last_json(lines)["comparisons"][0]["equivalence"]["cached"]
+    assert e["judged_by"].startswith("fp32") and not e["equivalent"]
+    assert "against fp32" in err and "not equivalent" in err

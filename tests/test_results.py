@@ -1,15 +1,19 @@
-"""workbench.results (run folder, atomic writes, long-format CSV) and workbench.report (tables, figures)."""
+"""workbench.results (run folder, schema, atomic writes, output-folder checks, git sha) and workbench.report
+(tables, figures)."""
 import csv
 import dataclasses
 import json
 import os
+import shutil
+import subprocess
 
 import pytest
 
-from workbench import report
+from workbench import report, results
+from workbench.errors import WorkbenchError
 from workbench.harness import StepRecord
-from workbench.results import (ENV_COLUMNS, RESULT_COLUMNS, RunWriter, atomic_write_json, load_run, new_run_id,
-                               step_stats)
+from workbench.results import (ENV_COLUMNS, RESULT_COLUMNS, RUN_FILES, RunWriter, atomic_write_json, check_out_dir,
+                               clear_run_files, load_run, new_run_id)
 
 
 def _rec(step, ms):
@@ -19,22 +23,47 @@ def _rec(step, ms):
     return StepRecord(**{f.name: known.get(f.name, {}) for f in dataclasses.fields(StepRecord)})
 
 
-def test_run_writer_files(tmp_path):
+def _sample(arm, rep, step, batch, ms):
+    """An engine sample (workbench.engine.measure)."""
+    return {"arm": arm, "rep": rep, "batch": batch, "step": step, "step_ms": ms, "fwd_ms": ms / 3, "bwd_ms": ms / 2,
+            "opt_ms": ms / 6, "peak_mem_mib": float("nan"), "loss": 5.5, "tokens": 128, "t_start_s": 0.0,
+            "t_end_s": 1.0}
+
+
+def test_schema_columns():
+    assert RESULT_COLUMNS == ["run_id", "comparison", "arm", "rep", "batch", "step", "metric", "value", "unit"]
+    assert {"opt", "device", "gpu_name", "model", "layers", "tokens", "attn", "torch", "git_sha"} <= set(ENV_COLUMNS)
+    assert not set(RESULT_COLUMNS) & set(ENV_COLUMNS)
+
+
+def test_run_writer_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_GIT_SHA", "abc123")
     w = RunWriter(str(tmp_path), "rid", argv=["python", "-m", "workbench.ab", "--opt", "packing"],
-                  env={"device": "cpu", "model": "tiny-qwen3"}, extra_meta={"device": {"type": "cpu"}})
+                  env={"device": "cpu", "model": "tiny-qwen3", "opt": "packing"},
+                  extra_meta={"device": {"type": "cpu"}})
     meta = json.loads((tmp_path / "meta.json").read_text())
     assert meta["status"] == "running" and meta["command"] == "python -m workbench.ab --opt packing"
-    assert meta["versions"]["torch"] and "python" in meta["versions"]
-    w.add_steps("packing", "rebuild", 0, [_rec(0, 10.0), _rec(1, 12.0)], layers=2)
-    w.add("packing", "cached", "speedup", 1.5, "x")
+    assert meta["versions"]["torch"] and "python" in meta["versions"] and meta["git_sha"] == "abc123"
+    w.add_sample("packing@layers=2", _sample("rebuild", 0, 0, 0, 10.0), layers=2)
+    w.add_sample("packing@layers=2", _sample("rebuild", 0, 1, 1, 12.0), layers=2)
+    w.add_sample("packing@layers=2", {**_rec(0, 30.0).as_row(), "arm": "rebuild", "batch": 1},
+                 prefix="instrumented_", layers=2)
+    w.add("packing@layers=2", "cached", "speedup", 1.5, "x")
     w.finish("complete", nvml={})
     df, summary, meta = load_run(str(tmp_path))
     assert list(df.columns) == RESULT_COLUMNS + ENV_COLUMNS
     assert meta["status"] == "complete" and meta["ended"]
     assert summary == {}
+    assert set(df["comparison"]) == {"packing@layers=2"} and set(df["opt"]) == {"packing"}
+    assert set(df["run_id"]) == {"rid"} and set(df["git_sha"]) == {"abc123"}
     steps = df[df["metric"] == "step_ms"]
     assert steps["value"].tolist() == [10.0, 12.0] and set(steps["unit"]) == {"ms"}
-    assert set(df["model"]) == {"tiny-qwen3"} and set(df[df["metric"] == "step_ms"]["layers"]) == {2}
+    assert steps["batch"].tolist() == [0, 1] and steps["step"].tolist() == [0, 1] and steps["rep"].tolist() == [0, 0]
+    assert set(df["model"]) == {"tiny-qwen3"} and set(steps["layers"]) == {2}
+    # the counted pass: its step time under its own name, its syncs as they are; its batch kept
+    inst = df[df["metric"] == "instrumented_step_ms"]
+    assert inst["value"].tolist() == [30.0] and inst["batch"].tolist() == [1]
+    assert df[df["metric"] == "syncs"]["value"].tolist() == [2] and "instrumented_syncs" not in set(df["metric"])
     # None values (cuda_sync_warnings on CPU) are not written; NaN (peak memory on CPU) is an empty cell
     assert "cuda_sync_warnings" not in set(df["metric"])
     assert df[df["metric"] == "peak_mem_mib"]["value"].isna().all()
@@ -56,30 +85,154 @@ def test_interrupted_flush_keeps_previous_file(tmp_path, monkeypatch):
     assert (tmp_path / "results.csv").read_text() == before  # the half-written temp file never replaced it
 
 
+def test_interrupted_json_write_keeps_previous_file(tmp_path, monkeypatch):
+    p = str(tmp_path / "meta.json")
+    atomic_write_json(p, {"status": "running"})
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(results.os, "fsync", boom)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write_json(p, {"status": "complete"})
+    assert json.loads(open(p).read()) == {"status": "running"}
+
+
 def test_atomic_json_strict(tmp_path):
     p = str(tmp_path / "s.json")
     atomic_write_json(p, {"a": float("nan"), "b": [1.0, float("inf")], "c": {1: 2}})
     assert json.loads(open(p).read()) == {"a": None, "b": [1.0, None], "c": {"1": 2}}
 
 
-def test_step_stats_and_run_id():
-    s = step_stats([1.0, 2.0, 3.0, 4.0, 5.0, None, float("nan")])
-    assert s == {"median": 3.0, "p20": 1.8, "p80": 4.2, "n": 5}
-    assert step_stats([])["n"] == 0
+def test_run_id_is_unique():
     assert new_run_id("packing-cpu") != new_run_id("packing-cpu")
+    assert "-packing-cpu-" in new_run_id("packing-cpu")
 
+
+# --- output folders -----------------------------------------------------------------------------------------
+
+def test_check_out_dir_accepts_new_and_empty_folders_and_creates_nothing(tmp_path):
+    check_out_dir(str(tmp_path / "new"))
+    check_out_dir(str(tmp_path / "a" / "b" / "c"))  # parents to be made later
+    (tmp_path / "empty").mkdir()
+    check_out_dir(str(tmp_path / "empty"))
+    assert sorted(os.listdir(tmp_path)) == ["empty"]
+
+
+def test_check_out_dir_refuses_what_would_lose_or_mix_results(tmp_path):
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(WorkbenchError, match="existing file"):
+        check_out_dir(str(tmp_path / "file.txt"))
+    with pytest.raises(WorkbenchError, match="existing file"):
+        check_out_dir(str(tmp_path / "file.txt"), force=True)  # --force never replaces a file
+    with pytest.raises(WorkbenchError, match="cannot be created"):
+        check_out_dir(str(tmp_path / "file.txt" / "run"))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.csv").write_text("old")
+    with pytest.raises(WorkbenchError, match="not empty.*--force"):
+        check_out_dir(str(run))
+    check_out_dir(str(run), force=True)
+    assert (run / "results.csv").read_text() == "old"  # checking changes nothing
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_check_out_dir_refuses_an_unwritable_parent(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        with pytest.raises(WorkbenchError, match="cannot be created"):
+            check_out_dir(str(ro / "run"))
+    finally:
+        ro.chmod(0o700)
+
+
+def test_clear_run_files_leaves_foreign_files(tmp_path):
+    for name in ("results.csv", "summary.json", "meta.json", "errors.log", "notes.txt", "results.csv.bak"):
+        (tmp_path / name).write_text(name)
+    (tmp_path / "traces" / "packing").mkdir(parents=True)
+    (tmp_path / "traces" / "packing" / "rebuild.pt.trace.json.gz").write_text("t")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "results.csv").write_text("keep")
+    clear_run_files(str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == ["mine", "notes.txt", "results.csv.bak"]
+    assert (tmp_path / "mine" / "results.csv").read_text() == "keep"
+    assert set(RUN_FILES) == {"results.csv", "summary.json", "meta.json", "errors.log", "traces"}
+    clear_run_files(str(tmp_path))  # nothing to remove: no error
+
+
+# --- git sha ------------------------------------------------------------------------------------------------
+
+def _git(cwd, *args):
+    return subprocess.run(["git", "-c", "user.email=t@example.com", "-c", "user.name=t", *args], cwd=cwd,
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path):
+    if shutil.which("git") is None:
+        pytest.skip("git not installed")
+    r = tmp_path / "outer"
+    (r / "workbench").mkdir(parents=True)
+    (r / "workbench" / "__init__.py").write_text("")
+    (r / "inner" / "workbench").mkdir(parents=True)
+    (r / "inner" / "workbench" / "__init__.py").write_text("")
+    _git(r, "init", "-q")
+    _git(r, "add", ".")
+    _git(r, "commit", "-q", "-m", "x")
+    return r
+
+
+def test_git_sha_of_the_projects_own_checkout(repo, monkeypatch):
+    monkeypatch.delenv("WORKBENCH_GIT_SHA", raising=False)
+    monkeypatch.setattr(results, "PROJECT_ROOT", str(repo))
+    head = _git(repo, "rev-parse", "HEAD")
+    assert results.git_sha() == head
+    (repo / "workbench" / "__init__.py").write_text("changed = 1\n")
+    assert results.git_sha() == head + "-dirty"
+
+
+def test_git_sha_is_none_inside_another_repository(repo, monkeypatch, tmp_path):
+    """The package inside some other repository (vendored, or a copy in a repo of notebooks): that repository's
+    HEAD is not this code's version. Catches a sha recorded from the wrong repository."""
+    monkeypatch.delenv("WORKBENCH_GIT_SHA", raising=False)
+    monkeypatch.setattr(results, "PROJECT_ROOT", str(repo / "inner"))
+    assert results.git_sha() is None
+    # and outside any repository
+    (tmp_path / "plain" / "workbench").mkdir(parents=True)
+    monkeypatch.setattr(results, "PROJECT_ROOT", str(tmp_path / "plain"))
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    assert results.git_sha() is None
+
+
+def test_git_sha_honours_workbench_git_sha(monkeypatch, tmp_path):
+    """A copy of the tree without .git (the GPU machine) is told its sha by the environment."""
+    monkeypatch.setattr(results, "PROJECT_ROOT", str(tmp_path))
+    monkeypatch.setenv("WORKBENCH_GIT_SHA", "0123abcd-dirty")
+    assert results.git_sha() == "0123abcd-dirty"
+    monkeypatch.delenv("WORKBENCH_GIT_SHA")
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    assert results.git_sha() is None
+
+
+# --- report -------------------------------------------------------------------------------------------------
 
 def _summary():
     arm = dict(step_ms=10.0, step_ms_p20=9.0, step_ms_p80=11.0, n=4, fwd_ms=3.0, bwd_ms=6.0, syncs_per_step=8.0,
                peak_mem_mib=None, tokens_per_s=1000.0, loss=5.5, status="ok")
-    return {"opt": "packing", "model": "tiny-qwen3", "layers": 2, "tokens": 128, "attn": "sdpa",
+    return {"name": "packing", "opt": "packing", "model": "tiny-qwen3", "layers": 2, "tokens": 128, "attn": "sdpa",
             "baseline": {**arm, "arm": "rebuild", "equivalent": True, "bitwise": True},
             "optimized": {**arm, "arm": "cached", "step_ms": 8.0, "syncs_per_step": 2.0, "equivalent": True,
-                          "bitwise": False},
+                          "bitwise": False, "vs_baseline": {"speedup": 1.25, "ci95": [1.2, 1.3]}},
             "others": [{**arm, "arm": "precomputed", "status": "failed", "error": "out of memory"}],
-            "speedup": 1.25, "equivalent": True,
+            "speedup": 1.25, "speedup_ci95": [1.2, 1.3], "n_pairs": 8, "verdict": "faster",
+            "protocol": {"reps": 2, "stopped_by": "reps"}, "equivalent": True,
             "savings_model": {"formula": "(L-1)*s", "predicted_ms": None, "measured_ms": 2.0, "inputs": {},
                               "reason": "no trace"}}
+
+
+def test_table_right_aligns():
+    assert report.table([[1, "ab"], [22, "c"]], ["x", "yyy"]).splitlines() == [" x  yyy", " 1   ab", "22    c"]
 
 
 def test_comparison_table():
@@ -87,16 +240,17 @@ def test_comparison_table():
     lines = t.splitlines()
     assert lines[0].startswith("packing: tiny-qwen3")
     assert "rebuild" in lines[2] and "ref" in lines[2]
-    assert "cached" in lines[3] and "yes" in lines[3] and "8.00" in lines[3]
+    assert "cached" in lines[3] and "yes" in lines[3] and "8.00" in lines[3] and "1.250x [1.200, 1.300]" in lines[3]
     assert "failed" in lines[4]
-    assert "speedup 1.250x" in t and "measured 2.00 ms" in t and "(no trace)" in t
+    assert "speedup 1.250x [95% CI 1.200-1.300, n=8 pairs]: faster (2 reps, stopped by reps)" in t
+    assert "measured 2.00 ms" in t and "(no trace)" in t
 
 
 def test_figures_from_results(tmp_path):
-    w = RunWriter(str(tmp_path), "rid")
+    w = RunWriter(str(tmp_path), "rid", env={"opt": "packing"})
     for rep in range(2):
-        w.add_steps("packing", "rebuild", rep, [_rec(0, 10.0 + rep)])
-        w.add_steps("packing", "cached", rep, [_rec(0, 8.0 + rep)])
+        w.add_sample("packing", _sample("rebuild", rep, 0, 0, 10.0 + rep))
+        w.add_sample("packing", _sample("cached", rep, 0, 0, 8.0 + rep))
     w.finish("complete")
     df, _, _ = load_run(str(tmp_path))
     st = report.step_times(df).set_index("arm")

@@ -118,13 +118,9 @@ def execute(cfg: RunConfig, on_step=None):
     return model, records
 
 
-def _table(rows: list[list], header: list[str]) -> str:
-    cols = [header] + [[str(c) for c in r] for r in rows]
-    w = [max(len(r[i]) for r in cols) for i in range(len(header))]
-    return "\n".join("  ".join(c.rjust(w[i]) for i, c in enumerate(r)) for r in cols)
-
-
 def main(argv=None) -> int:
+    from workbench.report import table  # the project's one table renderer
+
     cfg = parse_args(argv)
     progress(f"building {cfg.model} ...")
     total = cfg.steps
@@ -136,7 +132,7 @@ def main(argv=None) -> int:
     device = str(next(model.parameters()).device)
     layers = model.config.num_hidden_layers
     print(f"model {cfg.model}  layers {layers}  tokens {cfg.tokens}  device {device}")
-    print(_table([[r.step, f"{r.step_ms:.2f}", f"{r.fwd_ms:.2f}", f"{r.bwd_ms:.2f}", f"{r.opt_ms:.2f}",
+    print(table([[r.step, f"{r.step_ms:.2f}", f"{r.fwd_ms:.2f}", f"{r.bwd_ms:.2f}", f"{r.opt_ms:.2f}",
                    r.syncs, r.cuda_sync_warnings if r.cuda_sync_warnings is not None else "-",
                    f"{r.peak_mem_mib:.0f}", r.tokens, f"{r.loss:.4f}"] for r in records],
                  ["step", "step_ms", "fwd_ms", "bwd_ms", "opt_ms", "syncs", "cuda_warn", "peak_mib", "tokens",
@@ -147,16 +143,16 @@ def main(argv=None) -> int:
         by_lp[layer][pass_] = n
     passes = ["forward", "recompute", "backward", "optimizer"]
     print("\nsyncs per layer and pass (last step)")
-    print(_table([[layer] + [by_lp[layer].get(p, 0) for p in passes] + [sum(by_lp[layer].values())]
+    print(table([[layer] + [by_lp[layer].get(p, 0) for p in passes] + [sum(by_lp[layer].values())]
                   for layer in sorted(by_lp)], ["layer"] + passes + ["total"]))
     if last.syncs_by_source:
         print("\nsource lines that sync (last step)")
         top = sorted(last.syncs_by_source.items(), key=lambda kv: -kv[1])[:10]
-        print(_table([[n, src] for src, n in top], ["syncs", "source"]))
+        print(table([[n, src] for src, n in top], ["syncs", "source"]))
     if last.cuda_sync_warnings is not None and last.cuda_sync_warnings != last.syncs:
         print(f"\nwitnesses differ: counter {last.syncs}, CUDA sync debug mode {last.cuda_sync_warnings}; "
               "debug-mode warnings by source line:")
-        print(_table([[n, src] for src, n in sorted(last.cuda_sync_warning_sources.items(), key=lambda kv: -kv[1])],
+        print(table([[n, src] for src, n in sorted(last.cuda_sync_warning_sources.items(), key=lambda kv: -kv[1])],
                      ["warnings", "source"]))
     emit_json({
         "model": cfg.model, "layers": layers, "tokens": cfg.tokens, "device": device,

@@ -1,0 +1,426 @@
+"""workbench.engine (the one measurement loop) and the equivalence criterion's chunked fp32 reference.
+
+End-to-end probes run `python -m workbench.ab` in-process with the fake opt modules (tests/fixtures/fake_opts.py),
+whose packing arms call `fake_opts.PROBES` inside every step; `measure()` itself is driven by scripted sessions
+(no model) with known step times."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import random
+import time
+import types
+
+import pytest
+import torch
+
+from workbench import ab, engine, equivalence
+from workbench.cli import run_main
+from workbench.engine import Protocol
+
+FAST = ["--tokens", "64", "--warmup", "0", "--warmup-max", "0", "--device", "cpu"]
+
+
+@pytest.fixture
+def fakes(monkeypatch):
+    from fixtures import fake_opts
+    fake_opts.install(monkeypatch)
+    return fake_opts
+
+
+def _digest(batch) -> str:
+    return hashlib.sha1(batch.input_ids.cpu().numpy().tobytes()).hexdigest()[:12]
+
+
+class _Phases:
+    """Which pass of `workbench.ab` is running: `measure` (timed steps; `warmup` inside it) or outside it (the
+    equivalence steps before, the counted pass after). Wraps `engine.measure` and `engine._warmup`, and counts
+    each arm's sessions during timing (its rep)."""
+
+    def __init__(self, monkeypatch, fakes):
+        self.phase = "equivalence"
+        self.arm_rep: dict = {}
+        self.current = None
+        self.applied_in_measure: list = []
+        real_measure, real_warmup = engine.measure, engine._warmup
+
+        def measure(arms, open_session, *a, **kw):
+            self.phase = "timed"
+            n0 = len(fakes.APPLIED)
+
+            @contextlib.contextmanager
+            def counting(label):
+                self.arm_rep[label] = self.arm_rep.get(label, -1) + 1
+                self.current = (label, self.arm_rep[label])
+                with open_session(label) as s:
+                    yield s
+            try:
+                return real_measure(arms, counting, *a, **kw)
+            finally:
+                self.applied_in_measure = list(fakes.APPLIED[n0:])
+                self.phase = "counted"
+
+        def warmup(*a, **kw):
+            before, self.phase = self.phase, "warmup"
+            try:
+                return real_warmup(*a, **kw)
+            finally:
+                self.phase = before
+
+        monkeypatch.setattr(engine, "measure", measure)
+        monkeypatch.setattr(engine, "_warmup", warmup)
+
+
+def _ab(capsys, argv):
+    rc = run_main(ab.main, argv)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+# --- end to end: what a timed step sees ---------------------------------------------------------------------
+
+def test_timed_steps_run_with_no_instrument_and_the_counted_pass_with_one(capsys, tmp_path, monkeypatch, fakes):
+    """Every timed step (inside the forward pass, where a dispatch mode would act) sees no instrument; the counted
+    pass's steps see the sync counter's dispatch mode. Catches an instrument (the counter, a profiler, a
+    sync-debug mode) left on during timing; the counted half proves the probe can see one."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    ph = _Phases(monkeypatch, fakes)
+    seen = []
+    fakes.PROBES.append(lambda opt, arm, batch: seen.append(
+        (ph.phase, arm, engine.active_instruments(), len(_get_current_dispatch_mode_stack()))))
+    rc, out, err = _ab(capsys, ["--opt", "packing", *FAST, "--steps", "2", "--batches", "2", "--reps", "2",
+                                "--warmup", "1", "--warmup-max", "3", "--out", str(tmp_path)])
+    assert rc == 0, err
+    timed = [s for s in seen if s[0] == "timed"]
+    counted = [s for s in seen if s[0] == "counted"]
+    assert len(timed) == 3 * 2 * 2  # arms x reps x steps
+    assert len(counted) == 3 * 2  # arms x one step per batch
+    assert any(s[0] == "warmup" for s in seen) and any(s[0] == "equivalence" for s in seen)
+    for phase, arm, instruments, modes in timed:
+        assert instruments == [] and modes == 0, (arm, instruments)
+    for phase, arm, instruments, modes in counted:
+        assert modes >= 1 and any(i.startswith("dispatch mode") for i in instruments), (arm, instruments)
+
+
+def test_counted_and_timed_passes_use_the_same_batches(capsys, tmp_path, monkeypatch, fakes):
+    """The sync counts describe the batches that were timed, and every arm is timed on the same batch sequence
+    in every rep (what pairs by (rep, step) assume). Catches a counted pass on other (e.g. re-drawn) batches, an
+    arm given other batches, or a sequence that differs between reps or arms."""
+    ph = _Phases(monkeypatch, fakes)
+    calls = []
+    fakes.PROBES.append(lambda opt, arm, batch: calls.append((ph.phase, ph.current, arm, _digest(batch))))
+    rc, out, err = _ab(capsys, ["--opt", "packing", *FAST, "--steps", "3", "--batches", "2", "--reps", "2",
+                                "--lengths", "uniform:4:24", "--out", str(tmp_path)])
+    assert rc == 0, err
+    timed = [c for c in calls if c[0] == "timed"]
+    counted = [c for c in calls if c[0] == "counted"]
+    assert len({d for *_, d in counted}) == 2  # two distinct batches, told apart by the digest
+    assert {d for *_, d in timed} == {d for *_, d in counted}
+    per_session: dict = {}
+    for _, (label, rep), arm, d in timed:
+        assert label == arm
+        per_session.setdefault((arm, rep), []).append(d)
+    seqs = set(map(tuple, per_session.values()))
+    assert len(per_session) == 3 * 2 and len(seqs) == 1, per_session  # every arm, every rep: one sequence
+    (seq,) = seqs
+    assert len(seq) == 3 and seq[0] == seq[2] != seq[1]  # batch = step mod nb: b0 b1 b0
+    per_arm_counted: dict = {}
+    for _, _, arm, d in counted:
+        per_arm_counted.setdefault(arm, []).append(d)
+    assert all(v == list(seq[:2]) for v in per_arm_counted.values())  # one step per batch, in order
+    # and the equivalence steps ran on the first timed batch
+    assert {d for p, *_, d in calls if p == "equivalence"} == {seq[0]}
+
+
+# --- arm order ----------------------------------------------------------------------------------------------
+
+def test_arm_order_rotates():
+    assert [engine.arm_order(["A", "B", "C"], r) for r in range(4)] == \
+        [["A", "B", "C"], ["B", "C", "A"], ["C", "A", "B"], ["A", "B", "C"]]
+    assert [engine.arm_order(["A", "B"], r) for r in range(3)] == [["A", "B"], ["B", "A"], ["A", "B"]]
+
+
+def test_arm_order_rotates_end_to_end(capsys, tmp_path, monkeypatch, fakes):
+    """The applies during timing (equivalence and counted applies excluded) follow A B C, B C A, C A B. Catches a
+    fixed order (drift and first-arm costs would then fall on one arm)."""
+    ph = _Phases(monkeypatch, fakes)
+    rc, out, err = _ab(capsys, ["--opt", "packing", *FAST, "--steps", "1", "--batches", "1", "--reps", "3",
+                                "--out", str(tmp_path)])
+    assert rc == 0, err
+    A, B, C = (("packing", a) for a in ("rebuild", "cached", "precomputed"))
+    assert ph.applied_in_measure == [A, B, C, B, C, A, C, A, B]
+    assert fakes.APPLIED == [A, B, C] + ph.applied_in_measure + [A, B, C]  # equivalence, timing, counted pass
+
+
+# --- measure() with scripted sessions ---------------------------------------------------------------------------
+
+class Script:
+    """Sessions whose step times come from `times(arm, rep, k, index)` (k: the step's number within the session:
+    warmup steps first). Records every session and step; `clock` (if given) advances by each step's time."""
+
+    def __init__(self, times, clock=None, fail=None):
+        self.times, self.clock, self.fail = times, clock, fail or {}
+        self.sessions: list = []
+        self.steps: list = []
+        self.rep: dict = {}
+
+    def open(self, arm):
+        rep = self.rep[arm] = self.rep.get(arm, -1) + 1
+        self.sessions.append((arm, rep))
+        script = self
+
+        class S:
+            k = 0
+
+            def step(self, index, step):
+                if (arm, rep) in script.fail and self.k == script.fail[(arm, rep)]:
+                    raise RuntimeError(f"{arm} broke")
+                ms = script.times(arm, rep, self.k, index)
+                script.steps.append((arm, rep, self.k, index, step, ms))
+                self.k += 1
+                if script.clock is not None:
+                    script.clock.t += ms / 1e3
+                return types.SimpleNamespace(step_ms=ms, fwd_ms=ms / 3, bwd_ms=ms / 2, opt_ms=ms / 6,
+                                             peak_mem_mib=float("nan"), loss=1.0, tokens=64)
+        return contextlib.nullcontext(S())
+
+
+def _measure(script, arms, nb, p, **kw):
+    warmups = []
+    m = engine.measure(arms, script.open, nb, p, on_warmup=warmups.append, **kw)
+    assert m.warmups == warmups
+    return m
+
+
+def test_warmup_stops_when_a_step_is_within_settle_pct_of_the_previous_on_its_batch():
+    # batches 0 and 1 alternate (100, 90, 50, 49, 50.4, ...): step 4 (batch 0) is 0.8% from step 2 (batch 0)
+    w_times = [100.0, 90.0, 50.0, 49.0, 50.4, 49.1, 50.0, 49.0]
+    s = Script(lambda arm, rep, k, i: w_times[k] if k < len(w_times) else 10.0)
+    m = _measure(s, ["A"], 2, Protocol(reps=1, steps=2, warmup_min=0, warmup_max=8, settle_pct=2.0))
+    (w,) = m.warmups
+    assert (w.steps, w.settled) == (5, True) and w.step_ms == w_times[:5]
+    # the timed steps come after the warmup, batch = step mod nb, from step 0
+    assert [(k, i, st) for arm, rep, k, i, st, ms in s.steps][5:] == [(5, 0, 0), (6, 1, 1)]
+    assert [x["step_ms"] for x in m.samples] == [w_times[5], w_times[6]]
+
+
+@pytest.mark.parametrize("nb", [1, 2, 3])
+def test_warmup_runs_at_least_one_pass_over_every_batch_plus_one(nb):
+    """Constant step times settle at once, yet warmup takes nb + 1 steps (every batch once, then one compared with
+    its batch's previous step). Catches a warmup that stops before it has seen every batch."""
+    s = Script(lambda arm, rep, k, i: 10.0)
+    m = _measure(s, ["A"], nb, Protocol(reps=1, steps=1, warmup_min=0, warmup_max=10))
+    (w,) = m.warmups
+    assert (w.steps, w.settled) == (nb + 1, True)
+    # warmup_min above that wins
+    m = _measure(Script(lambda arm, rep, k, i: 10.0), ["A"], nb, Protocol(reps=1, steps=1, warmup_min=6,
+                                                                          warmup_max=10))
+    assert (m.warmups[0].steps, m.warmups[0].settled) == (6, True)
+
+
+def test_warmup_stops_at_warmup_max_when_it_never_settles():
+    s = Script(lambda arm, rep, k, i: 100.0 * 1.1 ** k)  # every step 10% slower than the last
+    m = _measure(s, ["A", "B"], 2, Protocol(reps=2, steps=1, warmup_min=0, warmup_max=7))
+    assert len(m.warmups) == 4
+    assert all(w.steps == 7 and w.settled is False for w in m.warmups)
+    assert [(w.arm, w.rep) for w in m.warmups] == [("A", 0), ("B", 0), ("B", 1), ("A", 1)]
+    # no warmup at all when warmup_max is 0
+    m = _measure(Script(lambda *a: 10.0), ["A"], 2, Protocol(reps=1, steps=1, warmup_min=0, warmup_max=0))
+    assert (m.warmups[0].steps, m.warmups[0].settled) == (0, False)
+
+
+def test_an_outlier_step_is_flagged_and_its_pair_left_out_of_the_estimate():
+    """One 5x step of the optimized arm: reported (sample["outlier"]), its pair dropped from the estimate, and the
+    estimate with it reported beside it. Catches a 5x step that silently moves the speedup."""
+    rng = random.Random(1)
+    noise = {(a, r, k): 1 + rng.uniform(-0.005, 0.005) for a in "AB" for r in range(3) for k in range(4)}
+
+    def times(arm, rep, k, i):
+        base = 10.0 if arm == "A" else 8.0
+        return base * noise[(arm, rep, k)] * (5.0 if (arm, rep, k) == ("B", 1, 2) else 1.0)
+    s = Script(times)
+    m = _measure(s, ["A", "B"], 1, Protocol(reps=3, steps=4, warmup_min=0, warmup_max=0))
+    c = engine.paired_comparison(m.samples, "A", "B")
+    flagged = [(x["arm"], x["rep"], x["step"]) for x in m.samples if x["outlier"]]
+    assert flagged == [("B", 1, 2)]
+    assert c["n_pairs"] == 11 and c["n_pairs_with_outliers"] == 12 and c["outlier_pairs"] == 1
+    assert c["speedup"] == pytest.approx(1.25, rel=0.01)  # without the outlier: 10 / 8
+    assert c["with_outliers"]["speedup"] < 1.0  # the 5x step alone would have turned it into a slowdown
+    assert c["verdict"] == "faster"
+    # engine.pairs without dropping keeps it
+    b, o = engine.pairs(m.samples, "A", "B", drop_outliers=False)
+    assert len(b) == 12 and max(o) > 30
+
+
+def test_target_ci_stops_when_the_noise_is_small_and_max_reps_when_unreachable():
+    rng = random.Random(0)
+    quiet = Script(lambda arm, rep, k, i: (10.0 if arm == "A" else 9.0) * (1 + rng.uniform(-0.001, 0.001)))
+    m = _measure(quiet, ["A", "B"], 2, Protocol(reps=2, steps=4, warmup_min=0, warmup_max=0, target_ci_pct=2.0))
+    assert (m.stopped_by, m.reps) == ("target_ci", 2)
+    rng2 = random.Random(0)
+    loud = Script(lambda arm, rep, k, i: 10.0 * (1 + rng2.uniform(-0.5, 0.5)))
+    m = _measure(loud, ["A", "B"], 2, Protocol(reps=2, steps=2, warmup_min=0, warmup_max=0, target_ci_pct=0.01,
+                                               max_reps=5))
+    assert (m.stopped_by, m.reps) == ("max_reps", 5)
+    assert len(m.step_ms("A")) == len(m.step_ms("B")) == 5 * 2
+    # without a target (nor a budget), exactly `reps`
+    m = _measure(Script(lambda *a: 10.0), ["A", "B"], 1, Protocol(reps=3, steps=1, warmup_min=0, warmup_max=0))
+    assert (m.stopped_by, m.reps) == ("reps", 3)
+
+
+def test_budget_stops_adding_reps(monkeypatch):
+    """A fake clock advanced by the scripted step times: 2 arms x 2 steps x 10 ms = 40 ms per rep against a
+    budget of 100 ms. Catches a budget that is ignored (max_reps) or overrun by a rep it could foresee."""
+    clock = types.SimpleNamespace(t=1000.0)
+    monkeypatch.setattr(engine, "time", types.SimpleNamespace(perf_counter=lambda: clock.t, time=time.time))
+    rng = random.Random(0)
+    s = Script(lambda arm, rep, k, i: 10.0 * (1 + rng.uniform(-0.3, 0.3) * 0.01), clock=clock)
+    p = Protocol(reps=1, steps=2, warmup_min=0, warmup_max=0, target_ci_pct=1e-6, budget_s=0.1, max_reps=30)
+    t0 = clock.t
+    m = _measure(s, ["A", "B"], 2, p)
+    assert m.stopped_by == "budget"
+    assert 1 <= m.reps < 30
+    assert clock.t - t0 <= 0.1 + 1e-9  # the next rep would have run past it
+    assert clock.t - t0 + 0.04 > 0.1  # and stopping earlier would have left a whole rep of budget unused
+
+
+def test_a_failing_arm_is_recorded_and_skipped_in_later_reps():
+    s = Script(lambda arm, rep, k, i: 10.0, fail={("C", 0): 1})  # C fails at its second step of rep 0
+    m = _measure(s, ["A", "B", "C"], 1, Protocol(reps=3, steps=2, warmup_min=0, warmup_max=0))
+    assert list(m.failed) == ["C"] and "C broke" in str(m.failed["C"])
+    assert [x for x in s.sessions if x[0] == "C"] == [("C", 0)]  # never opened again
+    assert m.stopped_by == "reps" and m.reps == 3
+    assert len(m.step_ms("A")) == len(m.step_ms("B")) == 6 and len(m.step_ms("C")) == 1
+    # the optimized arm failing stops the comparison
+    s = Script(lambda arm, rep, k, i: 10.0, fail={("B", 0): 0})
+    m = _measure(s, ["A", "B"], 1, Protocol(reps=3, steps=2, warmup_min=0, warmup_max=0))
+    assert m.stopped_by == "failed" and m.reps == 1 and list(m.failed) == ["B"]
+
+
+def test_keyboard_interrupt_and_an_instrument_propagate():
+    def ctrl_c(arm, rep, k, i):
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        _measure(Script(ctrl_c), ["A", "B"], 1, Protocol(reps=1, steps=1, warmup_min=0, warmup_max=0))
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+    with Mode(), pytest.raises(engine.InstrumentActive, match="dispatch mode: Mode"):
+        _measure(Script(lambda *a: 10.0), ["A", "B"], 1, Protocol(reps=1, steps=1, warmup_min=0, warmup_max=0))
+    assert engine.active_instruments() == []
+
+
+def test_aa_sessions_ci_contains_one_and_a_real_difference_is_detected():
+    """Scripted A/A sessions (one distribution): the 95% CI contains 1 in about 95% of runs (over 40 seeded runs
+    of 16 pairs; BCa covers a little less at this n, so at least 80% are asked for). Catches a CI that is too
+    narrow (e.g. unpaired, or over-counting samples) or an estimate biased between arms; the 10% case proves
+    the same setup detects a real difference."""
+    contains = 0
+    for seed in range(40):
+        rng = random.Random(seed)
+        m = _measure(Script(lambda arm, rep, k, i: rng.gauss(10.0, 0.2)), ["A", "A#2"], 2,
+                     Protocol(reps=4, steps=4, warmup_min=0, warmup_max=0))
+        c = engine.paired_comparison(m.samples, "A", "A#2")
+        assert c["n_pairs_with_outliers"] == 16  # (a 2.5-sigma step is an outlier under the 1% MAD floor)
+        contains += c["ci95"][0] < 1 < c["ci95"][1]
+        if c["ci95"][0] < 1 < c["ci95"][1]:
+            assert c["verdict"].startswith("no detectable difference")
+    assert contains >= 32, contains
+    # negative control: 10% slower from the same noise is "slower"
+    rng = random.Random(3)
+    ab_ = Script(lambda arm, rep, k, i: rng.gauss(10.0, 0.2) * (1.1 if arm == "B" else 1.0))
+    m = _measure(ab_, ["A", "B"], 2, Protocol(reps=4, steps=4, warmup_min=0, warmup_max=0))
+    c = engine.paired_comparison(m.samples, "A", "B")
+    assert c["ci95"][1] < 1 and c["verdict"] == "slower"
+
+
+def test_samples_pair_by_rep_and_step():
+    s = Script(lambda arm, rep, k, i: 10.0 + rep + (0.5 if arm == "B" else 0.0) + k / 10)
+    m = _measure(s, ["A", "B"], 2, Protocol(reps=2, steps=3, warmup_min=0, warmup_max=0))
+    assert [(x["rep"], x["step"], x["batch"]) for x in m.samples if x["arm"] == "A"] == \
+        [(0, 0, 0), (0, 1, 1), (0, 2, 0), (1, 0, 0), (1, 1, 1), (1, 2, 0)]
+    b, o = engine.pairs(m.samples, "A", "B")
+    assert [y - x for x, y in zip(b, o)] == pytest.approx([0.5] * 6)
+
+
+# --- equivalence: the chunked fp32 reference is the same function ----------------------------------------------
+
+def _multi_doc_batch(vocab, tokens=96, seed=0):
+    from workbench.data import make_batches
+    (b,) = make_batches("uniform:5:30", tokens, 1, vocab, seed=seed)
+    assert len(b.doc_lens) >= 4
+    return b
+
+
+def test_split_by_documents_keeps_every_token_in_order():
+    from workbench.data import batch_from_lengths
+    b = batch_from_lengths([7, 3, 12, 1, 9, 5], 100, seed=1)
+    for parts in range(1, 8):
+        chunks = equivalence.split_by_documents(b, parts)
+        assert 1 <= len(chunks) <= min(parts, 6)
+        for field in ("input_ids", "position_ids", "labels"):
+            assert torch.equal(torch.cat([getattr(c, field) for c in chunks], dim=1), getattr(b, field)), field
+        assert [n for c in chunks for n in c.doc_lens] == b.doc_lens
+        assert sum(equivalence.targets(c) for c in chunks) == equivalence.targets(b)
+        assert all(c.position_ids[0, 0] == 0 for c in chunks)  # cuts fall on document boundaries
+
+
+def test_combined_chunks_equal_the_whole_batch_and_a_wrong_weight_fails():
+    """The chunked fp32 reference (`reference_fp32` after an out-of-memory error) is the same function as the
+    whole batch: loss and every LoRA gradient within the fp32 criterion. Catches token weights that are wrong
+    (here: equal weights) or chunks that are not isolated documents."""
+    from workbench.harness import train_step
+    from workbench.models import build_model, lora_parameters
+
+    torch.manual_seed(0)
+    model = build_model("tiny-llama", dtype=torch.float32, seed=0)
+    batch = _multi_doc_batch(model.config.vocab_size)
+
+    def run_one(b):
+        cap = equivalence.GradCapture(lora_parameters(model))
+        rec = train_step(model, b, cap)
+        return {"loss": rec.loss, "grads": cap.grads}
+
+    whole = run_one(batch)
+    chunks = equivalence.split_by_documents(batch, 3)
+    assert len(chunks) == 3 and len({equivalence.targets(c) for c in chunks}) > 1
+    res = [run_one(c) for c in chunks]
+    n = [equivalence.targets(c) for c in chunks]
+    combined = equivalence.combine(res, [k / sum(n) for k in n])
+    e = equivalence.compare(combined, whole, torch.float32)
+    assert e["equivalent"], e
+    assert e["grad_max_rel_l2"] < 1e-5
+    wrong = equivalence.combine(res, [1 / len(res)] * len(res))
+    assert not equivalence.compare(wrong, whole, torch.float32)["equivalent"]
+
+    # reference_fp32 does exactly this after an out-of-memory error on the whole batch
+    calls = []
+
+    def oom_on_whole(b):
+        calls.append(b.tokens)
+        if b.tokens == batch.tokens:
+            raise torch.OutOfMemoryError("fake")
+        return run_one(b)
+    ref = equivalence.reference_fp32(model, oom_on_whole, batch)
+    assert ref["chunks"] == 2 and calls[0] == batch.tokens and sum(calls[1:]) == batch.tokens
+    assert equivalence.compare(ref, whole, torch.float32)["equivalent"]
+
+
+def test_compare_is_relative_l2_per_tensor():
+    """A small gradient 10.7% off in relative L2 fails in bf16 (rtol 2e-2), although every elementwise difference
+    is tiny in absolute terms (an absolute tolerance would hide it); 1% off passes."""
+    g = torch.Generator().manual_seed(0)
+    big = torch.randn(256, generator=g)
+    small = 1e-3 * torch.randn(256, generator=g)
+    ref = {"loss": 3.0, "grads": {"big": big, "small": small}}
+    off = {"loss": 3.0, "grads": {"big": big.clone(), "small": small * 1.107}}
+    e = equivalence.compare(off, ref, torch.bfloat16)
+    assert e["rtol"] == equivalence.RTOL[torch.bfloat16] == 2e-2
+    assert e["grad_max_rel_l2"] == pytest.approx(0.107, rel=1e-3)
+    assert e["grad_max_abs_diff"] < 1e-3  # small in absolute terms
+    assert not e["equivalent"] and e["worst_grad"] == "small"
+    ok = equivalence.compare({"loss": 3.0, "grads": {"big": big.clone(), "small": small * 1.01}}, ref, torch.bfloat16)
+    assert ok["equivalent"]
