@@ -197,6 +197,13 @@ def plan(args, device: torch.device) -> list[Comparison]:
                     c, name=f"nvtx:{c.name}", arms=[ArmSpec(f"{b.label}-nvtx", dict(b.arms), ranges=False),
                                                     ArmSpec(f"{b.label}+nvtx", dict(b.arms), ranges=True)],
                     baseline=f"{b.label}-nvtx", optimized=f"{b.label}+nvtx", excluded={}))
+    if args.only:
+        names = [n.strip() for n in args.only.split(",") if n.strip()]
+        bad = [n for n in names if n not in [c.name for c in comps]]
+        if bad:
+            raise WorkbenchError(f"--only {bad[0]!r} names no comparison of this run; its comparisons: "
+                                 f"{', '.join(c.name for c in comps)}")
+        comps = [c for c in comps if c.name in names]
     return comps
 
 
@@ -1089,6 +1096,8 @@ def parse_args(argv=None):
                    help="the cost of NVTX ranges, the one instrument left on in timed steps: per comparison, its "
                    "baseline arm with ranges off against on; `add` (the flag alone) runs it after each comparison, "
                    "`only` runs it instead")
+    p.add_argument("--only", default=None, metavar="NAME,...", help="run only these comparisons of the plan (e.g. "
+                   "--opt all --only all: the three together; --nvtx-cost only --only nvtx:all)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--trace", default="none", choices=("none", "torch", "nsys"),
                    help="separate profiled passes per arm (never inside the timed steps)")
