@@ -813,13 +813,13 @@ class Runner:
             handle.revert()
         if not rows:
             return None
-        import statistics
+        from workbench import stats
         by_layer: dict = {}
         for r in rows:
             by_layer.setdefault(r["layer"], []).append(r)
         layers = sorted(by_layer)
-        c = [statistics.median(r["reload_ms"] for r in by_layer[i]) for i in layers]
-        g = [statistics.median(r["compute_ms"] for r in by_layer[i]) for i in layers]
+        c = [stats.quantile([r["reload_ms"] for r in by_layer[i]], 0.5) for i in layers]
+        g = [stats.quantile([r["compute_ms"] for r in by_layer[i]], 0.5) for i in layers]
         return {"c_ms": c, "g_ms": g, "layers": len(layers), "source": f"offload timers of {spec.label} ({steps} steps)"}
 
     # -- traces ----------------------------------------------------------------------------------------------
@@ -1225,6 +1225,12 @@ def main(argv=None) -> int:
         if sampler is not None:
             sampler.__exit__(None, None, None)
         nvml = {"summary": sampler.summary(), "samples": sampler.samples[-2000:]} if sampler is not None else {}
+        if sampler is not None:  # clocks and power over each arm's timed steps (drift, throttling, a noisy neighbour)
+            nvml["per_arm"] = {
+                c.get("name"): {a["arm"]: {k: a.get(k) for k in ("sm_clock_mhz_median", "power_w_median",
+                                                                 "nvml_samples")}
+                                for a in [c.get("baseline"), c.get("optimized"), *(c.get("others") or [])] if a}
+                for c in summary["comparisons"]}
         summary["out"] = out_dir
         summary["wall_s"] = time.perf_counter() - t0
         summary["failures"] = runner.failures
