@@ -100,16 +100,6 @@ def test_dry_run_smoke_lists_the_tiny_commands(tmp_path, capsys):
     assert not d.exists()  # a dry run writes nothing
 
 
-def _have_packing():
-    try:
-        from workbench import opts
-        opts.module("packing")
-        return True
-    except Exception:
-        return False
-
-
-@pytest.mark.skipif(not _have_packing(), reason="the packing module is not in place")
 def test_a_smoke_job_runs_end_to_end_on_the_cpu(tmp_path, capsys):
     """One short A/B job through the campaign runner (its own process, its log, commands.json, the job's run
     folder), on the CPU."""

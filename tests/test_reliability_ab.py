@@ -189,16 +189,6 @@ def test_default_output_is_runs_run_id_under_the_cwd(capsys, tmp_path, monkeypat
 
 # --- interrupted, failed, crashed ---------------------------------------------------------------------------------
 
-def _have_packing():
-    try:
-        from workbench import opts
-        opts.module("packing")
-        return True
-    except Exception:
-        return False
-
-
-@pytest.mark.skipif(not _have_packing(), reason="the packing module is not in place")
 def test_sigterm_keeps_the_results_and_marks_the_run_incomplete(tmp_path):
     """SIGTERM after the first timed step (a job limit, a `kill`): exit 143, meta.json status incomplete,
     summary.json complete false, the rows so far kept. Catches a SIGTERM that kills the process without its

@@ -135,6 +135,15 @@ def _bootstrap_ci(b: np.ndarray, o: np.ndarray, method: str, confidence: float, 
     return lo, hi
 
 
+def _paired_arrays(a, b, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """Two equal-length 1-D float arrays with every pair holding a NaN/None dropped (ValueError otherwise)."""
+    aa, ba = _to_float_array(a), _to_float_array(b)
+    if aa.shape != ba.shape or aa.ndim != 1:
+        raise ValueError(f"{what} need two 1-D sequences of equal length, got {aa.shape} and {ba.shape}")
+    keep = ~(np.isnan(aa) | np.isnan(ba))
+    return aa[keep], ba[keep]
+
+
 def paired_speedup(baseline_ms: Sequence, optimized_ms: Sequence, *, confidence: float = CONFIDENCE,
                    n_resamples: int = 4999, seed: int = 0) -> dict:
     """Speedup mean(baseline_ms) / mean(optimized_ms) of paired samples, with a paired-bootstrap CI.
@@ -147,11 +156,7 @@ def paired_speedup(baseline_ms: Sequence, optimized_ms: Sequence, *, confidence:
     Returns {"speedup": float, "ci95": [lo, hi] or None, "n_pairs": int, "method": str,
     "half_width_pct": float or None, "verdict": str}.
     """
-    b_all, o_all = _to_float_array(baseline_ms), _to_float_array(optimized_ms)
-    if b_all.shape != o_all.shape or b_all.ndim != 1:
-        raise ValueError(f"paired samples need two 1-D sequences of equal length, got {b_all.shape} and {o_all.shape}")
-    keep = ~(np.isnan(b_all) | np.isnan(o_all))
-    b, o = b_all[keep], o_all[keep]
+    b, o = _paired_arrays(baseline_ms, optimized_ms, "paired samples")
     n = int(b.size)
     with np.errstate(divide="ignore", invalid="ignore"):
         speedup = float(_ratio_of_means(b, o)) if n else math.nan
@@ -203,11 +208,7 @@ def linear_fit(x: Sequence, y: Sequence, *, confidence: float = CONFIDENCE) -> d
     None when n < 3. Returns {"slope", "intercept", "slope_ci95": [lo, hi] or None, "r2", "n"}; slope, intercept
     and r2 are None when no line can be fitted (n < 2, or all x identical).
     """
-    xa, ya = _to_float_array(x), _to_float_array(y)
-    if xa.shape != ya.shape or xa.ndim != 1:
-        raise ValueError(f"x and y need equal lengths, got {xa.shape} and {ya.shape}")
-    keep = ~(np.isnan(xa) | np.isnan(ya))
-    xa, ya = xa[keep], ya[keep]
+    xa, ya = _paired_arrays(x, y, "x and y")
     n = int(xa.size)
     if n < 2 or np.all(xa == xa[0]):
         return {"slope": None, "intercept": None, "slope_ci95": None, "r2": None, "n": n}
