@@ -263,3 +263,22 @@ def test_routing_savings_model_is_syncs_times_stall_plus_launches_times_cost():
         == pytest.approx(-0.1)
     with pytest.raises(ValueError):
         moe_routing(syncs_removed=1, stall_ms=-1.0, launches_removed=0, launch_ms=0.0)
+
+
+def test_hf_batched_mm_bytes_match_the_allocation_seen_on_the_h100():
+    """transformers' batched_mm gathers a (H x 2I) bf16 weight per routed row: gpt-oss-20b at 8192 tokens, top-4,
+    H = I = 2880 -> 8192*4*2880*5760*2 bytes = 1012 GiB, the allocation it asked for on the H100."""
+    from workbench.models import load_config
+    from workbench.opts.moe import batched_mm_bytes
+
+    cfg = load_config("gpt-oss-20b", 4)
+    cfg.dtype = "bfloat16"
+    assert batched_mm_bytes(cfg, 8192) == 8192 * 4 * 2880 * 5760 * 2
+    assert round(batched_mm_bytes(cfg, 8192) / 2**30) == 1012
+
+
+def test_hf_grouped_mm_is_an_arm_and_batched_mm_is_opt_in():
+    from workbench.opts import moe
+
+    assert "hf_grouped_mm" in moe.ARMS and moe.IMPL_NAMES["hf_grouped_mm"] == "grouped_mm"
+    assert "hf_batched_mm" in moe.OPT_IN_ARMS

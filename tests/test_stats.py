@@ -207,3 +207,13 @@ def test_linear_fit_small_n():
     assert f["slope_ci95"] is None and f["n"] == 2
     assert stats.linear_fit([1, None, 3], [2, 4, math.nan])["n"] == 1
     assert stats.linear_fit([1], [2])["slope"] is None
+
+
+def test_fewer_than_min_pairs_get_a_ci_but_no_verdict():
+    """A clear 10% effect over 4 pairs: the CI is reported, the verdict withheld (a bootstrap over so few pairs
+    understates its uncertainty); 6 pairs of the same effect get "faster"."""
+    b4, o4 = [110.0, 111.0, 109.0, 110.5], [100.0, 100.5, 99.5, 100.2]
+    r = stats.paired_speedup(b4, o4)
+    assert r["ci95"] is not None and r["verdict"].startswith("no verdict (n=4")
+    r6 = stats.paired_speedup(b4 + [110.2, 109.6], o4 + [100.1, 99.8])
+    assert r6["verdict"] == "faster"

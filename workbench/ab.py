@@ -51,13 +51,15 @@ OPT_CHOICES = ("packing", "offload", "moe", "all")
 HF_ATTN = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3")
 ARMS_HELP = {"packing": "rebuild (baseline), cached (optimized), precomputed (floor)",
              "offload": "sync_reload (baseline), double_buffer (optimized), no_offload (limit), none (memory ref.)",
-             "moe": "eager (baseline), sort_bincount (optimized), grouped (sync-free: torch._grouped_mm, or a Triton kernel where that is missing)"}
+             "moe": "eager (baseline), sort_bincount (optimized), grouped (sync-free: torch._grouped_mm, or a Triton "
+                    "kernel where that is missing), hf_grouped_mm (transformers' own grouped_mm: the anchor), "
+                    "hf_batched_mm (opt-in: --arms only)"}
 SWEEPABLE = ("layers", "tokens")
 
 # default shapes: tiny presets on a CPU-only machine, real shapes (fewer layers where needed) on a GPU
 CPU_DEFAULTS = {"packing": dict(model="tiny-qwen3"), "offload": dict(model="tiny-qwen3"),
                 "moe": dict(model="tiny-gpt-oss"), "all": dict(model="tiny-qwen3-moe"),
-                "_run": dict(tokens=256, batches=2, steps=2, warmup=1, warmup_max=4, reps=2)}
+                "_run": dict(tokens=256, batches=2, steps=2, warmup=1, warmup_max=4, reps=3)}
 GPU_DEFAULTS = {"packing": dict(model="qwen3-0.6b", tokens=16384), "offload": dict(model="llama-3.1-8b", layers=8),
                 "moe": dict(model="gpt-oss-20b", layers=4, tokens=8192),
                 "all": dict(model="qwen3-30b-a3b", layers=8, tokens=8192),
@@ -162,6 +164,9 @@ def plan(args, device: torch.device) -> list[Comparison]:
             names = ["baseline", "optimized"] if not args.aa else ["baseline", "baseline"]
             specs = [{o: (m.BASELINE if which == "baseline" else m.OPTIMIZED) for o, m in mods.items()}
                      for which in names]
+            if not args.aa and "hf_grouped_mm" in getattr(mods.get("moe"), "ARMS", ()):
+                # the anchor: the optimized arms with transformers' own grouped_mm experts instead of ours
+                specs.append({**specs[1], "moe": "hf_grouped_mm"})
             labels = _unique_labels(["+".join(a.values()) for a in specs])
             arms = [ArmSpec(lbl, a) for lbl, a in zip(labels, specs)]
         else:
@@ -349,6 +354,7 @@ class Runner:
             if getattr(cmp, "_host_pool", None) is None:
                 cmp._host_pool = pool_cls(pin=self.device.type == "cuda")
             o["offload"] = {"host_pool": cmp._host_pool}
+        o["moe"] = {"tokens": cmp.tokens}  # hf_batched_mm's memory check
         return o
 
     @contextlib.contextmanager

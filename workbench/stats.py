@@ -178,16 +178,23 @@ def paired_speedup(baseline_ms: Sequence, optimized_ms: Sequence, *, confidence:
 
     hw = half_width_pct(ci, speedup) if ci is not None and math.isfinite(speedup) and speedup != 0 else None
     return {"speedup": speedup, "ci95": list(ci) if ci is not None else None, "n_pairs": n, "method": method,
-            "half_width_pct": hw, "verdict": verdict(ci)}
+            "half_width_pct": hw, "verdict": verdict(ci, n)}
 
 
-def verdict(ci95: tuple[float, float] | None) -> str:
+MIN_PAIRS = 6
+"""Fewer pairs give a CI (reported) but no verdict: a bootstrap over 2-5 pairs understates its own uncertainty."""
+
+
+def verdict(ci95: tuple[float, float] | None, n_pairs: int | None = None) -> str:
     """Verdict on a speedup CI: "faster" (lo > 1), "slower" (hi < 1), else "no detectable difference (±x%)".
 
-    x = 100 * max(1 - lo, hi - 1) is the largest effect, in percent, the CI still allows. None -> NO_VERDICT.
+    x = 100 * max(1 - lo, hi - 1) is the largest effect, in percent, the CI still allows. None -> NO_VERDICT; fewer
+    than MIN_PAIRS pairs (when `n_pairs` is given) -> "no verdict (n < 6 pairs)".
     """
     if ci95 is None:
         return NO_VERDICT
+    if n_pairs is not None and n_pairs < MIN_PAIRS:
+        return f"no verdict (n={n_pairs} < {MIN_PAIRS} pairs)"
     lo, hi = float(ci95[0]), float(ci95[1])
     if lo > 1:
         return "faster"

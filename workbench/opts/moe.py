@@ -16,6 +16,10 @@ flags `is_transposed`, `has_bias`, `has_gate`, `has_post_expert_norm` say how it
   projection: `torch._grouped_mm` / `F.grouped_mm` where it is sync-free (bf16 on sm90/sm100 CUDA; on CPU for
   fp32/bf16/fp16 with 16-byte-aligned strides), else the Triton kernel (`workbench.kernels.grouped_gemm`), else (CPU,
   other dtypes) a dense masked loop over experts. Option `gemm="auto"|"torch"|"triton"|"dense"`. 0 syncs.
+- `hf_grouped_mm` (the anchor): transformers' own `experts_implementation="grouped_mm"`, its default for these
+  models, as shipped: what a user would pick instead of our arms. Sync-free too.
+- `hf_batched_mm` (opt-in, never in the defaults): transformers' `batched_mm`, which gathers one weight matrix per
+  routed row: S x H x 2I elements for gate_up alone. Refused by `unsupported` when that would not fit the device.
 
 All arms compute the same function as `eager` (same weights, gate and bias handling; the per-token sum over k runs
 in a different order, so bf16 agrees within dtype tolerance). LoRA on the fused expert parameters (peft
@@ -42,15 +46,18 @@ from workbench.instrument.syncs import host_only
 from workbench.models import MOE_FAMILIES, base_model_of, family_of
 from workbench.opts import Handle
 
-ARMS = ("eager", "sort_bincount", "grouped")
+ARMS = ("eager", "sort_bincount", "grouped", "hf_grouped_mm", "hf_batched_mm")
 BASELINE = "eager"
 OPTIMIZED = "sort_bincount"
+OPT_IN_ARMS = ("hf_batched_mm",)
+"""Arms run only when named (--arms): hf_batched_mm would need ~1 TiB at the GPU default shapes."""
 GEMMS = ("auto", "torch", "triton", "dense")
 
 _NO_TRITON = ("gemm='triton' needs the triton package, which is not installed: pip install 'workbench[triton]' "
               "(Linux), or use gemm='auto', 'torch' or 'dense'")
 
-IMPL_NAMES = {"eager": "eager", "sort_bincount": "wb_sort_bincount", "grouped": "wb_grouped"}
+IMPL_NAMES = {"eager": "eager", "sort_bincount": "wb_sort_bincount", "grouped": "wb_grouped",
+              "hf_grouped_mm": "grouped_mm", "hf_batched_mm": "batched_mm"}
 """Names in transformers' ExpertsInterface (grouped with a forced gemm: `wb_grouped_<gemm>`)."""
 
 
@@ -252,8 +259,18 @@ def grouped_experts_forward(self, hidden_states, top_k_index, top_k_weights, *, 
 
 # --- the opt-module contract ----------------------------------------------------------------------------------
 
-def unsupported(arm: str, model, device) -> str | None:
-    """Why this model/device cannot run `arm` (None: it can). Every arm runs on any device for MoE models."""
+def batched_mm_bytes(config, tokens: int) -> int:
+    """What transformers' batched_mm gathers for gate_up in one MoE layer: a (H x 2I) weight per routed row."""
+    dtype_bytes = 2 if str(getattr(config, "dtype", getattr(config, "torch_dtype", "bfloat16"))).endswith(
+        ("bfloat16", "float16")) else 4
+    k = config.num_experts_per_tok
+    inter = getattr(config, "moe_intermediate_size", None) or config.intermediate_size
+    return tokens * k * config.hidden_size * 2 * inter * dtype_bytes
+
+
+def unsupported(arm: str, model, device, tokens: int | None = None) -> str | None:
+    """Why this model/device cannot run `arm` (None: it can). Every arm runs on any device for MoE models, except
+    hf_batched_mm where its gathered weights would not fit the device's memory (`tokens`: the batch's)."""
     if arm not in ARMS:
         return f"unknown arm {arm!r}; arms: {', '.join(ARMS)}"
     try:
@@ -266,6 +283,12 @@ def unsupported(arm: str, model, device) -> str | None:
         from transformers.integrations.moe import ExpertsInterface  # noqa: F401
     except ImportError:
         return "this transformers has no ExpertsInterface (transformers >= 5 needed)"
+    if arm == "hf_batched_mm" and tokens and device is not None and torch.device(device).type == "cuda":
+        need = batched_mm_bytes(base_model_of(model).config, tokens)
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        if need > free:
+            return (f"hf_batched_mm would gather {need / 2**30:.0f} GiB of expert weights per layer at {tokens} tokens "
+                    f"({free / 2**30:.0f} GiB free): use hf_grouped_mm, or fewer --tokens")
     return None
 
 
