@@ -1,321 +1,293 @@
-"""workbench.analysis against small synthetic folders and frames (and the committed H100 harness run), the campaign
-runner's plan / skip / timeout bookkeeping, and the README results generator."""
+"""workbench.analysis against small run folders of the one results schema (written here), one real tiny CPU A/B run,
+the committed H100 profiles, and synthetic trace events."""
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from workbench import analysis as an
-from workbench import campaign, readme_results
+from workbench import stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROFILES = os.path.join(ROOT, "profiles")
-HARNESS = os.path.join(PROFILES, "2026-11-22_h100_harness")
+ENGINE = os.path.join(PROFILES, "2026-11-23_h100_engine")
 
 
-# --- synthetic folders ----------------------------------------------------------------------------------------------
+# --- run folders of the schema (workbench/results.py) ---------------------------------------------------------------
 
-def _arm(arm, step_ms, fwd_ms, bwd_ms, syncs, **kw):
-    return {"arm": arm, "step_ms": step_ms, "step_ms_p20": step_ms * 0.99, "step_ms_p80": step_ms * 1.01, "n": 10,
-            "fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "syncs_per_step": syncs, "peak_mem_mib": kw.pop("mem", 1000.0),
-            "tokens_per_s": 1.0, "loss": 5.0, "status": "ok", "equivalent": True, "bitwise": True, **kw}
+def vs(speedup, lo, hi, n=8):
+    return {"speedup": speedup, "ci95": [lo, hi], "n_pairs": n, "verdict": stats.verdict([lo, hi]), "outlier_pairs": 1}
 
 
-def write_ab_run(d, device="cuda:0", gpu="NVIDIA H100 80GB HBM3"):
+def arm(name, ms, syncs=0.0, v=None, sources=None, counted=None, mean=None):
+    a = {"arm": name, "step_ms": ms, "step_ms_p20": ms * 0.99, "step_ms_p80": ms * 1.01,
+         "step_ms_mean": ms if mean is None else mean, "n": 8, "fwd_ms": ms * 0.3, "bwd_ms": ms * 0.6,
+         "syncs_per_step": syncs, "instrumented_step_ms": counted or ms * 1.1, "instrument_cost_pct": 10.0,
+         "sync_sources_per_step": sources or {}, "equivalent": True, "bitwise": False, "status": "ok"}
+    if v:
+        a["vs_baseline"] = v
+    return a
+
+
+def comparison(name, base, opt_arm, others=(), layers=8, status="ok"):
+    v = opt_arm.get("vs_baseline") or {}
+    return {"name": name, "opt": name.split("@")[0].removeprefix("nvtx:"), "model": "qwen3-0.6b", "layers": layers,
+            "tokens": 16384, "attn": "varlen", "baseline": base, "optimized": opt_arm, "others": list(others),
+            "speedup": v.get("speedup"), "speedup_ci95": v.get("ci95"), "verdict": v.get("verdict"),
+            "n_pairs": v.get("n_pairs"), "equivalent": True, "status": status,
+            "savings_model": {"formula": "(L-1)*s", "predicted_ms": 12.0, "measured_ms": 15.0, "inputs": {"L": layers}},
+            "protocol": {"reps": 2, "stopped_by": "reps", "steps": 2, "batches": 2}}
+
+
+def packing(name="packing", layers=8, base_ms=110.0, cached_ms=100.0, status="ok"):
+    return comparison(name, arm("rebuild", base_ms, 16.0, sources={"packing.py:99 (build_meta)": 8.0,
+                                                                   "packing.py:101 (build_meta)": 8.0}),
+                      arm("cached", cached_ms, 1.0, vs(base_ms / cached_ms, base_ms / cached_ms - 0.02,
+                                                       base_ms / cached_ms + 0.03)),
+                      [arm("precomputed", cached_ms - 1, 0.0, vs(1.11, 1.09, 1.13))], layers=layers, status=status)
+
+
+def write_run(d, comps, device="cuda", status="complete", planned=None, command="python -m workbench.ab --out X"):
     os.makedirs(d, exist_ok=True)
-    summary = {"run_id": "r1", "device": device, "comparisons": [
-        {"opt": "packing", "model": "qwen3-14b", "layers": 8, "tokens": 16384, "attn": "sdpa",
-         "baseline": _arm("rebuild", 114.3, 143.3, 105.8, 16.0, cuda_sync_warnings_per_step=16.0,
-                          trace_syncs_per_step=16.0),
-         "optimized": _arm("cached", 100.0, 100.0, 100.0, 1.0, cuda_sync_warnings_per_step=2.0,
-                           trace_syncs_per_step=4.0, mem=1100.0),
-         "others": [_arm("precomputed", 99.0, 99.0, 99.0, 0.0)], "speedup": 1.143, "equivalent": True,
-         "status": "ok", "savings_model": {"formula": "(L-1)*s", "predicted_ms": 12.0, "measured_ms": 14.3,
-                                           "inputs": {"L": 8}}},
-    ]}
     with open(os.path.join(d, "summary.json"), "w") as f:
-        json.dump(summary, f)
-    meta = {"command": "python -m workbench.ab --opt packing --out X", "device": {"type": "cuda", "name": gpu},
-            "versions": {"torch": "2.11.0+cu130", "transformers": "5.17.0"}}
+        json.dump({"run_id": os.path.basename(d), "device": device, "comparisons": comps,
+                   "complete": status == "complete", "status": status}, f)
+    gpu = "NVIDIA H100 80GB HBM3" if device == "cuda" else None
     with open(os.path.join(d, "meta.json"), "w") as f:
-        json.dump(meta, f)
+        json.dump({"status": status, "command": command, "versions": {"torch": "2.11.0", "transformers": "5.17.0"},
+                   "device": {"type": device, "name": gpu or "x86_64", "gpu_name": gpu},
+                   "comparisons": planned or [c["name"] for c in comps]}, f)
     rows = []
-    for arm, per_layer in (("rebuild", 2), ("cached", 0)):
-        for step in (0, 1):
-            rows.append(dict(run_id="r1", opt="packing", arm=arm, rep=0, step=step, metric="step_ms",
-                             value=100.0 + step, unit="ms"))
-            for layer in ("L00", "L01"):
-                rows.append(dict(run_id="r1", opt="packing", arm=arm, rep=0, step=step,
-                                 metric=f"syncs_by_layer_pass/{layer}/forward", value=per_layer, unit="count"))
-            rows.append(dict(run_id="r1", opt="packing", arm=arm, rep=0, step=step,
-                             metric="syncs_by_source/packing.py:99 (build_meta)", value=2 * per_layer or 1,
-                             unit="count"))
+    for c in comps:
+        for a in [c["baseline"], c["optimized"], *c["others"]]:
+            for rep in (0, 1):
+                for step in (0, 1):
+                    base = dict(run_id="r", comparison=c["name"], arm=a["arm"], rep=rep, batch=step, step=step,
+                                opt=c["opt"], model=c["model"], layers=c["layers"], tokens=c["tokens"])
+                    rows.append({**base, "metric": "step_ms", "value": a["step_ms"] + step, "unit": "ms"})
+                    rows.append({**base, "metric": "warmup_step_ms", "value": 2 * a["step_ms"], "unit": "ms"})
+                rows.append(dict(base, batch=None, step=None, metric="warmup_steps", value=3, unit="count"))
+                rows.append(dict(base, batch=None, step=None, metric="warmup_settled", value=1, unit="bool"))
     pd.DataFrame(rows).to_csv(os.path.join(d, "results.csv"), index=False)
 
 
-def write_offload_bench(d):
-    os.makedirs(d, exist_ok=True)
-    rows = []
-    for L, c, g in ((4, 1.0, 3.0), (8, 1.0, 3.0)):
-        for arm, ms in (("sync_reload", 100.0 + 1.0 * (L - 1)), ("double_buffer", 100.0), ("no_offload", 99.0)):
-            rows.append({"config": f"llama-3.1-8b:L{L}:T16384", "model": "llama-3.1-8b", "layers": L,
-                         "tokens": 16384, "arm": arm, "status": "ok", "step_ms": ms, "fwd_ms": 10.0, "bwd_ms": ms - 10,
-                         "peak_mem_mib": 2000.0 + (300 if arm == "double_buffer" else 0), "check_syncs": 0,
-                         "check_cuda_sync_warnings": 0, "c_ms": c, "g_ms": g, "predicted_saving_ms": (L - 1) * c,
-                         "measured_saving_ms": 1.0 * (L - 1), "overlap_efficiency": 1.0,
-                         "device_name": "NVIDIA H100 80GB HBM3"})
-    pd.DataFrame(rows).to_csv(os.path.join(d, "summary.csv"), index=False)
-    pd.DataFrame([{"config": "llama-3.1-8b:L4:T16384", "layer": i, "reload_ms": 1.0, "compute_ms": 3.0}
-                  for i in range(4)]).to_csv(os.path.join(d, "layers.csv"), index=False)
-    with open(os.path.join(d, "summary.json"), "w") as f:
-        json.dump({"bench": "offload", "command": "python -m workbench.bench.offload --out X",
-                   "env": {"torch": "2.11.0+cu130", "transformers": "5.17.0", "device_name": "H100"}}, f)
-
-
-def write_moe_bench(d):
-    os.makedirs(d, exist_ok=True)
-    rows = [{"model": "gpt-oss-20b", "layers": 4, "tokens": 8192, "arm": "eager", "step_ms": 130.0,
-             "fwd_ms": 50.0, "bwd_ms": 80.0, "syncs_per_step": 900, "cuda_sync_warnings": 900,
-             "syncs_L00_forward": 100, "peak_mem_mib": 1.0, "equivalent": True},
-            {"model": "gpt-oss-20b", "layers": 4, "tokens": 8192, "arm": "sort_bincount", "step_ms": 115.0,
-             "fwd_ms": 40.0, "bwd_ms": 75.0, "syncs_per_step": 24, "cuda_sync_warnings": 24, "syncs_L00_forward": 3,
-             "peak_mem_mib": 1.0, "equivalent": True, "predicted_saving_ms": 12.0, "measured_saving_ms": 15.0,
-             "savings_formula": "syncs_removed*stall_ms + launches_removed*launch_ms"},
-            {"model": "gpt-oss-20b", "layers": 4, "tokens": 8192, "arm": "grouped", "step_ms": 110.0,
-             "fwd_ms": 38.0, "bwd_ms": 72.0, "syncs_per_step": 0, "cuda_sync_warnings": 0, "syncs_L00_forward": 0,
-             "peak_mem_mib": 1.0, "equivalent": True, "predicted_saving_ms": 14.0, "measured_saving_ms": 20.0}]
-    pd.DataFrame(rows).to_csv(os.path.join(d, "moe_arms.csv"), index=False)
-    with open(os.path.join(d, "moe_summary.json"), "w") as f:
-        json.dump({"command": "python -m workbench.bench.moe --out X", "env": {"device": {"name": "H100"}}}, f)
-
-
-def write_packing_bench(d):
-    """The shape of workbench.bench.packing's summary.json: records in the JSON, no summary CSV."""
-    os.makedirs(d, exist_ok=True)
-    arms = [{"model": "qwen3-0.6b", "layers": 28, "tokens": 16384, "backend": be, "arm": arm, "step_ms": ms,
-             "fwd_ms": ms / 3, "bwd_ms": 2 * ms / 3, "syncs_per_step": syncs, "peak_mem_mib": 100.0,
-             "equivalent": True}
-            for be in ("varlen", "sdpa") for arm, ms, syncs in (("rebuild", 110.0, 168), ("cached", 100.0, 3),
-                                                               ("precomputed", 99.0, 0))]
-    savings = [{"model": "qwen3-0.6b", "layers": 28, "tokens": 16384, "backend": be, "arm": arm, "s_ms": 0.2,
-                "predicted_ms": pred, "measured_ms": meas, "formula": "(L*p - b)*s"}
-               for be in ("varlen", "sdpa")
-               for arm, pred, meas in (("cached", 11.0, 10.0), ("precomputed", 11.2, 11.0))]
-    sweep = [{"model": "qwen3-0.6b", "backend": "varlen", "layers": L, "rebuild_ms": 10.0 * L + 0.4 * L,
-              "cached_ms": 10.0 * L + 0.4, "saving_ms": 0.4 * (L - 1)} for L in (4, 8, 16, 28)]
-    fits = [{"model": "qwen3-0.6b", "backend": "varlen", "layers": [4, 8, 16, 28], "slope_ms_per_layer": 0.4,
-             "predicted_slope_ms_per_layer": 0.5}]
-    with open(os.path.join(d, "summary.json"), "w") as f:
-        json.dump({"run_id": "p", "env": {"device_name": "NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu130"},
-                   "command": "python -m workbench.bench.packing --out X", "arms": arms, "savings": savings,
-                   "skipped": [], "sweep": sweep, "sweep_fits": fits}, f)
-    pd.DataFrame([{"run_id": "p", "section": "arms", "model": "qwen3-0.6b", "metric": "step_ms", "value": 1.0}]
-                 ).to_csv(os.path.join(d, "results.csv"), index=False)
-    child = os.path.join(d, "flex-qwen3-0.6b")  # the flex child's own output, merged into the parent's
-    os.makedirs(child)
-    with open(os.path.join(child, "summary.json"), "w") as f:
-        json.dump({"command": "python -m workbench.bench.packing --flex-only", "arms": arms[:2]}, f)
-
-
-@pytest.fixture()
+@pytest.fixture
 def folder(tmp_path):
-    write_ab_run(str(tmp_path / "ab_all"))
-    write_offload_bench(str(tmp_path / "offload"))
-    write_moe_bench(str(tmp_path / "moe"))
-    write_packing_bench(str(tmp_path / "run7"))  # folder name is not the suite's: found by its command
-    return str(tmp_path)
+    """A campaign folder: a complete GPU run (packing + an A/A + NVTX cost), a CPU run, a run cut off after one of
+    two comparisons, a failed one, and a COMMAND.txt / commands.json naming their commands."""
+    camp = tmp_path / "profiles" / "camp"
+    aa = comparison("packing", arm("rebuild", 100.0, 16.0), arm("rebuild#2", 100.5, 16.0, vs(0.995, 0.98, 1.01)))
+    nv = comparison("nvtx:packing", arm("rebuild-nvtx", 100.0, 16.0), arm("rebuild+nvtx", 101.0, 16.0,
+                                                                         vs(0.99, 0.97, 1.005)))
+    write_run(str(camp / "gpu"), [packing(), nv])
+    write_run(str(camp / "aa"), [aa])
+    write_run(str(camp / "cpu"), [packing(base_ms=30.0, cached_ms=25.0)], device="cpu")
+    write_run(str(camp / "cut"), [packing("packing@layers=4", 4)], status="running",
+              planned=["packing@layers=4", "packing@layers=8"])
+    write_run(str(camp / "bad"), [packing(status="failed")], status="failed")
+    (camp / "COMMAND.txt").write_text("device: NVIDIA H100 80GB HBM3, driver 1\ncommand: python -m workbench.campaign"
+                                      " --out DIR\ngpu: python -m workbench.ab --opt packing --nvtx-cost\n"
+                                      "aa: python -m workbench.ab --opt packing --aa\n"
+                                      "note: cut was killed when the machine was given back\n")
+    (camp / "commands.json").write_text(json.dumps({"jobs": [{"name": "cut", "command": "x", "status": "cut off"}]}))
+    return str(tmp_path / "profiles")
 
 
-# --- discovery and comparisons ----------------------------------------------------------------------------------
-
-def test_discover_kinds_and_commands(folder):
-    runs = an.discover(folder).set_index("rel_path")
-    assert runs.loc["ab_all", "kind"] == "ab" and runs.loc["ab_all", "suite"] == "packing"
-    assert runs.loc["ab_all", "command"].startswith("python -m workbench.ab")
-    assert runs.loc["offload", "kind"] == "bench" and runs.loc["offload", "suite"] == "offload"
-    assert runs.loc["moe", "kind"] == "bench" and runs.loc["moe", "suite"] == "moe"
-    assert runs.loc["moe", "command"] == "python -m workbench.bench.moe --out X"
-    assert runs.loc["run7", "kind"] == "bench" and runs.loc["run7", "suite"] == "packing"
-    assert runs.loc["run7", "torch"] == "2.11.0+cu130"
-    assert not runs.index.str.contains("flex").any()
-    assert an.discover(os.path.join(folder, "missing")).empty
-
-
-def test_pct_gain_is_the_articles_throughput_gain():
-    assert an.pct_gain(114.3, 100.0) == pytest.approx(14.3)
-    assert np.isnan(an.pct_gain(None, 100.0)) and np.isnan(an.pct_gain(1.0, 0.0))
-
-
-def test_ab_comparisons_and_arms(folder):
-    c = an.ab_comparisons(folder)
-    assert len(c) == 1
-    r = c.iloc[0]
-    assert (r["baseline"], r["optimized"]) == ("rebuild", "cached")
-    assert r["step_gain_pct"] == pytest.approx(14.3)
-    assert r["fwd_gain_pct"] == pytest.approx(43.3)
-    assert r["bwd_gain_pct"] == pytest.approx(5.8)
-    assert r["extra_mem_mib"] == pytest.approx(100.0)
-    assert r["gpu_name"] == "NVIDIA H100 80GB HBM3"
-    assert r["source"] == os.path.join(os.path.basename(folder), "ab_all", "summary.json")
-    arms = an.ab_arms(folder)
-    assert list(arms["arm"]) == ["rebuild", "cached", "precomputed"]
-    assert list(arms["role"]) == ["baseline", "optimized", "other"]
+def test_discover_keeps_complete_gpu_runs_and_says_what_it_left_out(folder):
+    runs = an.discover(folder)
+    assert sorted(runs["job"]) == ["aa", "gpu"] and list(runs.columns) == an.RUN_COLUMNS
+    assert runs.set_index("job").loc["gpu", "command"] == "python -m workbench.ab --opt packing --nvtx-cost"
+    assert runs.set_index("job").loc["gpu", "folder"] == os.path.join("profiles", "camp", "gpu")
+    out = an.left_out(folder).set_index("job")
+    assert sorted(out.index) == ["bad", "cpu", "cut"] and runs.attrs["left_out"]["job"].tolist() == out.index.tolist()
+    assert out.loc["cpu", "reason"].startswith("CPU run")
+    assert "meta.json status 'running'" in out.loc["cut", "reason"] and "campaign status 'cut off'" in out.loc["cut",
+                                                                                                           "reason"]
+    assert "killed when the machine was given back" in out.loc["cut", "reason"]
+    assert out.loc["cut", "complete_comparisons"] == "packing@layers=4"
+    assert out.loc["cut", "missing_comparisons"] == "packing@layers=8"
+    assert "status 'failed'" in out.loc["bad", "reason"]
+    assert "complete in summary.json: none" in out.loc["bad", "reason"]
+    assert sorted(an.discover(folder, include_cpu=True)["job"]) == ["aa", "cpu", "gpu"]
+    assert sorted(an.discover(folder, include_incomplete=True)["job"]) == ["aa", "bad", "cut", "gpu"]
+    assert an.left_out(folder, include_cpu=True, include_incomplete=True).empty
+    one = an.discover(os.path.join(folder, "camp", "gpu"))  # a root may be one run folder
+    assert one["job"].tolist() == ["gpu"] and one["folder"].tolist() == ["gpu"]
 
 
-def test_bench_comparisons_pick_baseline_and_optimized(folder):
-    b = an.bench_comparisons(folder)
-    off = b[b["opt"] == "offload"].sort_values("layers")
-    assert list(off["layers"]) == [4, 8]
-    assert list(off["baseline"].unique()) == ["sync_reload"] and list(off["optimized"].unique()) == ["double_buffer"]
-    assert off.iloc[1]["step_gain_pct"] == pytest.approx(7.0)
-    assert off.iloc[0]["extra_mem_mib"] == pytest.approx(300.0)
-    moe = b[b["opt"] == "moe"].iloc[0]
-    assert (moe["baseline"], moe["optimized"]) == ("eager", "sort_bincount")
-    assert moe["predicted_ms"] == 12.0 and moe["measured_ms"] == 15.0  # from the optimized arm's row
-    frames = an.bench_frames(folder, "moe")
-    assert "summary" in frames and "formula" in frames["summary"]  # moe_arms.csv read as summary, aliases applied
+def test_wb_profiles_env_is_the_default_root(folder, monkeypatch):
+    monkeypatch.setenv("WB_PROFILES", folder)
+    assert sorted(an.discover()["job"]) == ["aa", "gpu"]
 
 
-def test_packing_bench_json_records(folder):
-    frames = an.bench_frames(folder, "packing")
-    assert {"summary", "savings", "sweep", "sweep_fits", "results_long"} <= set(frames)
-    c = an.bench_comparisons(folder, "packing").set_index("attn")
-    assert set(c.index) == {"varlen", "sdpa"} and (c["optimized"] == "cached").all()
-    assert c.loc["varlen", "step_gain_pct"] == pytest.approx(10.0)
-    assert c.loc["varlen", "predicted_ms"] == 11.0 and c.loc["varlen", "measured_ms"] == 10.0  # from "savings"
-    sv = an.savings_table(folder)
-    assert set(sv[(sv["opt"] == "packing") & (sv["from"] == "bench")]["arm"]) == {
-        "cached (varlen)", "precomputed (varlen)", "cached (sdpa)", "precomputed (sdpa)"}
-    sweep, fit = an.bench_sweep(folder, "packing")
-    assert sweep["layers"].tolist() == [4, 8, 16, 28] and set(sweep["group"]) == {"packing qwen3-0.6b varlen"}
-    f = fit.iloc[0]
-    assert f["slope_ms_per_layer"] == pytest.approx(0.4) and f["implied_zero_layer"] == pytest.approx(1.0)
-    assert f["predicted_slope_ms_per_layer"] == 0.5 and f["slope_error_pct"] == pytest.approx(-20.0)
-    w = an.three_witnesses(folder)
-    assert set(w[(w["opt"] == "packing") & (w["run"] == "run7")]["model"]) == {"qwen3-0.6b (varlen)",
-                                                                                "qwen3-0.6b (sdpa)"}
+def test_comparisons_read_speedups_and_cis_back(folder):
+    c = an.comparisons(folder)
+    assert list(c.columns) == an.COMP_COLUMNS
+    assert c.groupby("role").size().to_dict() == {"aa": 1, "nvtx": 1, "optimized": 1, "other": 1}
+    r = c[c["arm"] == "cached"].iloc[0]
+    assert (r["baseline"], r["baseline_ms"], r["arm_ms"]) == ("rebuild", 110.0, 100.0)
+    assert r["speedup"] == pytest.approx(1.1) and (r["ci95_lo"], r["ci95_hi"]) == pytest.approx((1.08, 1.13))
+    assert r["verdict"] == "faster" and r["n_pairs"] == 8 and r["ci_contains_1"] == False  # noqa: E712
+    assert (r["syncs_baseline"], r["syncs_arm"]) == (16.0, 1.0) and r["file"].endswith("camp/gpu/summary.json")
+    aa = c[c["role"] == "aa"].iloc[0]
+    assert aa["arm"] == "rebuild#2" and aa["ci_contains_1"] == True  # noqa: E712
+    assert c[c["role"] == "nvtx"]["name"].tolist() == ["nvtx:packing"]
+    # comparisons whose own status is ok, out of incomplete runs: only when asked (all, or by job name)
+    assert set(an.comparisons(folder, include_incomplete_comparisons=True)["job"]) == {"aa", "gpu", "cut"}
+    assert set(an.comparisons(folder, include_incomplete_comparisons=["cut"])["job"]) == {"aa", "gpu", "cut"}
+    assert "cpu" in set(an.comparisons(folder, include_cpu=True)["job"])
+
+
+def test_steps_and_warmups(folder):
+    st = an.steps(folder)
+    assert list(st.columns) == an.STEP_COLUMNS
+    assert len(st) == 4 * (3 + 2 + 2)  # 2 reps x 2 steps x the arms of packing, A/A and nvtx:packing
+    assert st[st["arm"] == "cached"]["step_ms"].tolist() == [100.0, 101.0, 100.0, 101.0]
+    w = an.warmups(folder)
+    assert len(w) == len(st) and (w["warmup_steps"] == 3).all() and (w["warmup_settled"] == 1).all()
+    cut = an.steps(folder, include_incomplete_comparisons=True)
+    assert set(cut["comparison"]) == {"packing", "nvtx:packing", "packing@layers=4"}
+
+
+def test_sweep_recovers_the_slope_per_layer(tmp_path):
+    noise = {4: 0.2, 8: -0.1, 16: 0.1, 28: -0.2}
+    comps = [packing(f"packing@layers={L}", L, base_ms=50 + 3.5 * L + noise[L], cached_ms=50.5) for L in noise]
+    write_run(str(tmp_path / "sweep"), comps)
+    points, fit = an.sweep(an.comparisons(str(tmp_path)))
+    assert points[points["arm"] == "cached"]["x"].tolist() == [4, 8, 16, 28]
+    f = fit.set_index("arm").loc["cached"]
+    assert f["key"] == "layers" and f["n_points"] == 4 and f["xs"] == "4,8,16,28"
+    assert f["slope_ms_per_x"] == pytest.approx(3.5, abs=0.02) and f["intercept_ms"] == pytest.approx(-0.5, abs=0.3)
+    assert f["slope_ci95_lo"] < 3.5 < f["slope_ci95_hi"] and f["slope_ci95_hi"] - f["slope_ci95_lo"] < 0.2
+    assert f["r2"] > 0.999
+    ref = stats.linear_fit([4, 8, 16, 28], [3.5 * L + noise[L] - 0.5 for L in noise])
+    assert f["slope_ms_per_x"] == pytest.approx(ref["slope"])
+    assert f["slope_ci95_lo"] == pytest.approx(ref["slope_ci95"][0])
+    assert an.sweep(an.comparisons(str(tmp_path)), stat="mean")[0]["stat"].eq("mean").all()
+    assert an.sweep(an.comparisons(str(tmp_path / "none")))[1].empty
+
+
+def test_instrument_cost_counter_per_arm_and_nvtx(folder):
+    cost = an.instrument_cost(folder)
+    counter = cost[(cost["instrument"] == "sync counter") & cost["folder"].str.endswith("gpu")].set_index("arm")
+    assert counter.loc["cached", "cost_pct"] == pytest.approx(10.0) and counter.loc["rebuild", "role"] == "baseline"
+    nv = cost[cost["instrument"] == "nvtx ranges"].iloc[0]
+    assert nv["arm"] == "rebuild" and (nv["off_ms"], nv["on_ms"]) == (100.0, 101.0)
+    assert nv["cost_pct"] == pytest.approx(100 * (1 / 0.99 - 1)) and nv["verdict"].startswith("no detectable")
+    assert not (cost["comparison"].str.startswith("nvtx:") & (cost["instrument"] == "sync counter")).any()
+
+
+def test_syncs_with_top_sources(folder):
+    s = an.syncs(folder, top=1)
+    r = s[(s["comparison"] == "packing") & (s["arm"] == "rebuild") & s["folder"].str.endswith("gpu")]
+    assert len(r) == 1 and r.iloc[0]["syncs_per_step"] == 16.0 and r.iloc[0]["source"] == "packing.py:101 (build_meta)"
+    assert s[s["arm"] == "cached"]["source"].isna().all()  # an arm without sources keeps one row
+
+
+def test_savings_minimal(folder):
+    sv = an.savings(folder)
+    assert sv["comparison"].tolist() == ["packing"] and sv.iloc[0]["measured_over_predicted"] == pytest.approx(1.25)
 
 
 def test_claims_table_holds_reference_numbers():
-    t = an.claims_table()
-    got = {(r.opt, r.scope, r.model): r.claimed_low_pct for r in t.itertuples()}
-    assert got[("packing", "step", "qwen3-14b")] == 14.3
-    assert got[("packing", "fwd", "qwen3-14b")] == 43.3
-    assert got[("packing", "bwd", "qwen3-14b")] == 5.8
-    assert got[("offload", "step", "8B")] == 8.40
-    assert got[("offload", "step", "32B")] == 4.61
-    assert got[("moe", "hotspot_fwd", "gpt-oss-20b")] == 23.0
-    moe = t[(t["opt"] == "moe") & (t["scope"] == "step")].iloc[0]
-    assert (moe["claimed_low_pct"], moe["claimed_high_pct"]) == (10.0, 15.0)
+    c = an.claims_table()
+    assert list(c.columns) == an.CLAIM_COLUMNS
+    step = c[c["scope"] == "step"].set_index(["opt", "model"])
+    assert step.loc[("packing", "qwen3-14b"), "claimed_low_pct"] == 14.3
+    assert step.loc[("offload", "8B"), "claimed_low_pct"] == 8.40
+    assert (step.loc[("moe", "gpt-oss-20b"), "claimed_low_pct"], step.loc[("moe", "gpt-oss-20b"),
+                                                                          "claimed_high_pct"]) == (10.0, 15.0)
+    assert c[c["opt"] == "all"]["claimed_low_pct"].tolist() == [25.0]
+    assert an.same_model("8B", "llama-3.1-8b") and not an.same_model("14B", "llama-3.1-8b")
 
 
-def test_claims_vs_ours_matches_same_model_and_says_no_data(folder):
-    cvo = an.claims_vs_ours(folder)
-    step = cvo[(cvo["opt"] == "packing") & (cvo["scope"] == "step")]
-    assert len(step) == 1 and step.iloc[0]["same_model"] and step.iloc[0]["ours_pct"] == pytest.approx(14.3)
-    off8 = cvo[(cvo["opt"] == "offload") & (cvo["model"] == "8B")]
-    assert off8["same_model"].all() and set(off8["ours_model"]) == {"llama-3.1-8b"}
-    off32 = cvo[(cvo["opt"] == "offload") & (cvo["model"] == "32B")]
-    assert not off32["same_model"].any() and off32["ours_pct"].notna().all()  # other sizes shown, marked
-    allrow = cvo[cvo["opt"] == "all"]
-    assert allrow["note"].tolist() == ["no data"] and allrow["ours_pct"].isna().all()
-    assert an.same_model("8B", "qwen3-8b") and not an.same_model("qwen3-14b", "qwen3-8b")
+def test_claims_vs_ours_gain_with_ci(folder):
+    cvo = an.claims_vs_ours(an.comparisons(folder))
+    step = cvo[(cvo["opt"] == "packing") & (cvo["scope"] == "step")].iloc[0]
+    assert step["ours_pct"] == pytest.approx(10.0) and step["arm"] == "rebuild -> cached"
+    assert (step["ours_ci95_lo_pct"], step["ours_ci95_hi_pct"]) == pytest.approx((8.0, 13.0))
+    assert step["verdict"] == "faster" and step["n_pairs"] == 8
+    assert cvo[(cvo["opt"] == "moe")]["note"].eq("no data").all()
+    assert cvo[(cvo["opt"] == "packing") & (cvo["scope"] == "fwd")]["note"].iloc[0] == "not measured (scope fwd)"
+    assert len(an.claims_figure(cvo).data) == 2
 
 
-def test_savings_table_predicted_vs_measured(folder):
-    sv = an.savings_table(folder)
-    ab = sv[sv["from"] == "ab"].iloc[0]
-    assert ab["error_ms"] == pytest.approx(2.3) and ab["measured_over_predicted"] == pytest.approx(14.3 / 12.0)
-    off = sv[sv["opt"] == "offload"]
-    assert len(off) == 2 and set(off["arm"]) == {"double_buffer"}  # config-level numbers kept once per config
-    assert (off["measured_over_predicted"] == 1.0).all()
-    moe = sv[sv["opt"] == "moe"].set_index("arm")
-    assert set(moe.index) == {"sort_bincount", "grouped"} and moe.loc["grouped", "predicted_ms"] == 14.0
-    fig = an.savings_figure(sv)
-    assert len(fig.data) >= 2
+def test_figures_carry_cis(folder):
+    c = an.comparisons(folder)
+    fig = an.speedup_figure(c)
+    assert all(t.error_x.array is not None for t in fig.data) and "95% CI" in fig.layout.title.text
+    assert any("n=8 pairs" in h for t in fig.data for h in t.hovertext)
+    assert len(an.steps_figure(an.steps(folder)).data) >= 3
+    assert len(an.cost_figure(an.instrument_cost(folder)).data) == 2
 
 
-# --- L sweep ---------------------------------------------------------------------------------------------------------
-
-def test_linear_fit_exact_and_degenerate():
-    f = an.linear_fit([1, 2, 4, 8], [0, 2, 6, 14])
-    assert f["slope"] == pytest.approx(2.0) and f["intercept"] == pytest.approx(-2.0)
-    assert f["r2"] == pytest.approx(1.0) and f["rmse"] == pytest.approx(0.0, abs=1e-9) and f["n"] == 4
-    assert np.isnan(an.linear_fit([3, 3], [1, 2])["slope"]) and np.isnan(an.linear_fit([1], [1])["slope"])
-
-
-def test_l_sweep_fit_recovers_s_and_the_minus_one():
-    s_ms, rows = 0.5, []
-    for L in (4, 8, 16, 28):
-        base = 10.0 * L + 2 * s_ms * L  # rebuild: one build per layer, forward + recompute
-        rows += [{"bench": "packing", "model": "qwen3-0.6b", "tokens": 16384, "layers": L, "arm": "rebuild",
-                  "step_ms": base, "s_ms": s_ms},
-                 {"bench": "packing", "model": "qwen3-0.6b", "tokens": 16384, "layers": L, "arm": "cached",
-                  "step_ms": base - 2 * s_ms * (L - 1), "s_ms": s_ms}]
-    summary = pd.DataFrame(rows)
-    sweep = an.l_sweep(summary)
-    assert list(sweep["layers"]) == [4, 8, 16, 28]
-    assert sweep["saving_ms"].tolist() == pytest.approx([2 * s_ms * (L - 1) for L in (4, 8, 16, 28)])
-    pred = an.predicted_slopes(summary)
-    assert pred == {"packing qwen3-0.6b 16384": pytest.approx(1.0)}
-    fits = an.l_sweep_fit(sweep, predicted_slope_ms=pred)
-    fit = fits.iloc[0]
-    assert fit["slope_ms_per_layer"] == pytest.approx(1.0) and fit["intercept_ms"] == pytest.approx(-1.0)
-    assert fit["r2"] == pytest.approx(1.0) and fit["implied_zero_layer"] == pytest.approx(1.0)
-    assert fit["slope_error_pct"] == pytest.approx(0.0, abs=1e-9)
-    assert len(an.l_sweep_figure(sweep, fits).data) == 2
-    assert an.l_sweep(pd.DataFrame()).empty and an.l_sweep_fit(an.l_sweep(pd.DataFrame())).empty
+def test_empty_root_gives_empty_frames_with_columns(tmp_path):
+    assert an.discover(str(tmp_path)).empty and an.left_out(str(tmp_path)).empty
+    assert list(an.comparisons(str(tmp_path)).columns) == an.COMP_COLUMNS
+    for f in (an.steps, an.warmups, an.instrument_cost, an.syncs, an.savings):
+        assert f(str(tmp_path)).empty
+    assert an.arm_events(str(tmp_path)) == {} and an.discover(str(tmp_path / "missing")).empty
 
 
-def test_l_sweep_from_ab_comparisons():
-    comps = pd.DataFrame([{"opt": "packing", "model": "qwen3-0.6b", "tokens": 16384, "baseline": "rebuild",
-                           "optimized": "cached", "layers": L, "baseline_step_ms": 100.0 + 3 * L + dx,
-                           "optimized_step_ms": 100.0 + 3 + dx} for L, dx in ((2, 0), (4, 0), (4, 2), (8, 0))])
-    sweep = an.l_sweep_comparisons(comps)
-    assert sweep["layers"].tolist() == [2, 4, 8] and sweep["saving_ms"].tolist() == pytest.approx([3.0, 9.0, 21.0])
-    fit = an.l_sweep_fit(sweep).iloc[0]
-    assert fit["slope_ms_per_layer"] == pytest.approx(3.0) and fit["implied_zero_layer"] == pytest.approx(1.0)
-    assert an.l_sweep_comparisons(pd.DataFrame()).empty
+# --- one real tiny CPU run of the engine ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cpu") / "ab_packing"
+    cmd = [sys.executable, "-m", "workbench.ab", "--opt", "packing", "--device", "cpu", "--tokens", "128", "--steps",
+           "1", "--reps", "2", "--warmup", "0", "--warmup-max", "0", "--out", str(out)]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1"))
+    assert r.returncode == 0 and os.path.exists(out / "summary.json"), r.stderr[-2000:]
+    return str(out)
 
 
-def test_l_sweep_from_a_bench_folder(folder):
-    sweep = an.l_sweep(an.bench_frames(folder, "offload")["summary"])
-    assert list(sweep["saving_ms"]) == pytest.approx([3.0, 7.0])
-    fit = an.l_sweep_fit(sweep).iloc[0]
-    assert fit["slope_ms_per_layer"] == pytest.approx(1.0) and fit["implied_zero_layer"] == pytest.approx(1.0)
+def test_a_real_cpu_run_is_left_out_by_default_and_read_when_asked(cpu_run):
+    assert an.discover(cpu_run).empty
+    assert an.left_out(cpu_run)["reason"].iloc[0].startswith("CPU run (device cpu)")
+    c = an.comparisons(cpu_run, include_cpu=True).set_index("arm")
+    with open(os.path.join(cpu_run, "summary.json")) as f:
+        s = json.load(f)["comparisons"][0]
+    assert list(c.index) == ["cached", "precomputed"] and c.loc["cached", "role"] == "optimized"
+    assert c.loc["cached", "speedup"] == s["speedup"] and [c.loc["cached", "ci95_lo"], c.loc["cached", "ci95_hi"]] \
+        == s["speedup_ci95"] and c.loc["cached", "n_pairs"] == 2
+    assert c.loc["cached", "baseline_ms"] == s["baseline"]["step_ms"]
+    st = an.steps(cpu_run, include_cpu=True)
+    assert len(st) == 3 * 2 and set(st["arm"]) == {"rebuild", "cached", "precomputed"}
+    sy = an.syncs(cpu_run, include_cpu=True).drop_duplicates("arm").set_index("arm")["syncs_per_step"]
+    assert sy["rebuild"] > sy["cached"] >= sy["precomputed"]
+    cost = an.instrument_cost(cpu_run, include_cpu=True)
+    assert cost["on_ms"].notna().all() and (cost["instrument"] == "sync counter").all()
 
 
-# --- syncs -----------------------------------------------------------------------------------------------------------
+# --- the committed H100 profiles -----------------------------------------------------------------------------------
 
-def test_sync_attribution_by_layer_and_source(folder):
-    attr = an.syncs_attribution(folder)
-    by_layer = an.syncs_by_layer(attr)
-    ab = by_layer[by_layer["run"] == "ab_all"].set_index(["arm", "layer"])
-    assert ab.loc[("rebuild", "L00"), "forward"] == 2 and ab.loc[("rebuild", "L01"), "total"] == 2
-    assert ab.loc[("cached", "L00"), "total"] == 0
-    moe = by_layer[by_layer["opt"] == "moe"].set_index("arm")
-    assert moe.loc["eager", "forward"] == 100 and moe.loc["sort_bincount", "forward"] == 3
-    src = an.syncs_by_source(attr)
-    assert src[(src["arm"] == "rebuild")]["syncs_per_step"].tolist() == [4.0]
-    assert len(an.syncs_figure(by_layer).data) >= 2
-
-
-def test_three_witnesses_agree_or_explain(folder):
-    w = an.three_witnesses(folder)
-    ab = w[w["run"] == "ab_all"].set_index("arm")
-    assert ab.loc["rebuild", "agree"] is True or ab.loc["rebuild", "agree"] == True  # noqa: E712
-    assert ab.loc["cached", "agree"] == False  # noqa: E712
-    assert "debug mode - counter = +1.0" in ab.loc["cached", "note"]
-    assert "trace - counter = +3.0" in ab.loc["cached", "note"]
-    assert ab.loc["precomputed", "agree"] is None and "one witness only" in ab.loc["precomputed", "note"]
-    off = w[w["opt"] == "offload"]
-    assert set(off["scope"]) == {"check"} and off["agree"].all()
-    moe = w[w["opt"] == "moe"].set_index("arm")
-    assert moe.loc["eager", "scope"] == "step" and moe.loc["eager", "cuda_debug_syncs_per_step"] == 900
+def test_committed_profiles_runs_and_what_is_left_out():
+    runs = an.discover(PROFILES)
+    assert {"ab_all", "ab_aa", "packing_sweep", "nvtx_cost_all"} <= set(runs["job"])
+    assert runs.set_index("job").loc["ab_all", "command"] == "python -m workbench.ab --opt all"  # from COMMAND.txt
+    assert (runs["gpu_name"] == "NVIDIA H100 80GB HBM3").all()
+    out = an.left_out(PROFILES).set_index("job")
+    assert {"nvtx_cost", "offload_tokens"} <= set(out.index)
+    assert "'running'" in out.loc["nvtx_cost", "reason"] and out.loc["nvtx_cost", "missing_comparisons"] == "nvtx:all"
+    assert "'incomplete'" in out.loc["offload_tokens", "reason"]
+    c = an.comparisons(PROFILES, include_incomplete_comparisons=an.KEEP_FROM_INCOMPLETE)
+    assert set(c[c["job"] == "nvtx_cost"]["name"]) == {"nvtx:packing", "nvtx:offload", "nvtx:moe"}
+    assert "offload_tokens" not in set(c["job"])
+    with open(os.path.join(ENGINE, "ab_all", "summary.json")) as f:
+        s = {x["name"]: x for x in json.load(f)["comparisons"]}
+    for name in ("packing", "offload", "moe", "all"):
+        r = c[(c["job"] == "ab_all") & (c["name"] == name) & (c["role"] == "optimized")].iloc[0]
+        assert r["speedup"] == s[name]["speedup"] and [r["ci95_lo"], r["ci95_hi"]] == s[name]["speedup_ci95"]
+    aa = c[c["role"] == "aa"].iloc[0]
+    assert aa["ci_contains_1"] == True  # noqa: E712
+    points, fit = an.sweep(c)
+    assert set(fit["arm"]) == {"cached", "precomputed"} and (fit["n_points"] == 4).all()
 
 
 # --- traces ----------------------------------------------------------------------------------------------------------
@@ -359,14 +331,12 @@ def test_layer_timeline_lanes_and_categories():
     tl = an.layer_timeline(_events())
     assert set(tl["lane"]) == {"host", "host meta / reload", "host syncs", "stream 7 (compute)", "stream 13 (copy)"}
     assert set(tl.loc[tl["lane"] == "host meta / reload", "category"]) == {"metadata build", "reload"}
-    assert (tl["category"] == "metadata build").sum() == 2 and (tl["category"] == "reload").sum() == 1
     assert tl["end_ms"].max() <= 100.0  # one step only
     meta = tl[tl["category"] == "metadata build"]
     assert meta["dur_ms"].tolist() == pytest.approx([1.0, 2.0]) and meta["start_ms"].tolist() == pytest.approx([2, 21])
     only0 = an.layer_timeline(_events(), layers=["L00"])
     assert set(only0.loc[only0["lane"].str.startswith("host"), "layer"]) == {"L00"}
-    fig = an.timeline_figure(tl)
-    assert {t.name for t in fig.data} >= {"metadata build", "reload", "sync"}
+    assert {t.name for t in an.timeline_figure(tl).data} >= {"metadata build", "reload", "sync"}
     assert an.layer_timeline(pd.DataFrame()).empty
 
 
@@ -377,10 +347,8 @@ def test_layer_timeline_merges_back_to_back_kernels():
     extra["start_ns"] = [15 * ms, 15 * ms + 10_000, 18 * ms]  # 0 and 0.01 ms gaps merge; 2.99 ms does not
     extra["end_ns"] = [15 * ms + 10_000, 16 * ms, 19 * ms]
     ev = pd.concat([ev, extra], ignore_index=True)
-    tl = an.layer_timeline(ev)
-    s7 = tl[(tl["lane"] == "stream 7 (compute)") & (tl["layer"] == "L00")]
-    assert s7["name"].tolist() == ["3 kernels", "gemm"]
-    assert s7["dur_ms"].tolist() == pytest.approx([11.0, 1.0])
+    s7 = an.layer_timeline(ev).query("lane == 'stream 7 (compute)' and layer == 'L00'")
+    assert s7["name"].tolist() == ["3 kernels", "gemm"] and s7["dur_ms"].tolist() == pytest.approx([11.0, 1.0])
     assert len(an.layer_timeline(ev, merge_gap_ms=None).query("lane == 'stream 7 (compute)'")) == 5
 
 
@@ -389,258 +357,23 @@ def test_meta_builds_per_layer():
     assert mb.loc["L00", "builds_per_step"] == 1 and mb.loc["L01", "median_ms"] == pytest.approx(2.0)
 
 
-def test_trace_files_and_load(tmp_path):
+def test_arm_events_and_trace_diffs(folder):
     from workbench.traces import save_events
-    d = tmp_path / "run" / "traces" / "packing"
-    d.mkdir(parents=True)
-    save_events(_events(), str(d / "rebuild"))
-    (d / "rebuild.nsys-rep").write_bytes(b"x")
-    tf = an.trace_files(str(tmp_path))
-    assert set(tf["format"]) == {"events", "nsys"} and set(tf["run"]) == {"run"} and set(tf["opt"]) == {"packing"}
-    assert tf["has_events"].all()
-    ev = an.load_trace(str(d / "rebuild.nsys-rep"))  # the saved events next to it
-    assert len(ev) == len(_events())
-    evs = an.arm_events(str(tmp_path))
-    assert list(evs) == [("run", "packing", "rebuild")]
+    d = os.path.join(folder, "camp", "gpu", "traces", "packing")
+    os.makedirs(d)
+    save_events(_events(), os.path.join(d, "rebuild"))
+    save_events(_events().iloc[:3], os.path.join(d, "cached"))
+    ev = an.arm_events(folder)
+    gpu = os.path.join("profiles", "camp", "gpu")
+    assert sorted(ev) == [(gpu, "packing", "cached"), (gpu, "packing", "rebuild")]
+    assert len(an.load_trace(os.path.join(d, "rebuild.events.parquet"))) == len(_events())
+    diffs = an.trace_diffs(ev, an.comparisons(folder))
+    assert set(zip(diffs["baseline"], diffs["arm"])) == {("rebuild", "cached")} and "delta_ms" in diffs
 
 
-# --- committed H100 harness run ----------------------------------------------------------------------------------
-
-def test_committed_harness_run_is_discovered_with_its_command():
-    runs = an.discover(PROFILES)
-    h = runs[runs["rel_path"] == "2026-11-22_h100_harness"].iloc[0]
-    assert h["kind"] == "overhead"
-    assert h["command"].startswith("python -m workbench.bench.overhead --model qwen3-0.6b --tokens 16384")
-    assert h["device_name"] == "NVIDIA H100 80GB HBM3"
-    assert (h["torch"], h["transformers"]) == ("2.11.0+cu130", "5.17.0")
-    assert an.parse_probe(os.path.join(HARNESS, "probe.txt"))["driver"] == "580.159.04"
-
-
-def test_committed_overhead_table_matches_the_json():
-    with open(os.path.join(HARNESS, "overhead.json")) as f:
-        raw = json.load(f)
-    ov = an.overhead_table(HARNESS).set_index("variant")
-    assert list(ov.index) == [r["variant"] for r in raw["rows"]]
-    for r in raw["rows"]:
-        assert ov.loc[r["variant"], "overhead_pct"] == r["overhead_pct"]
-        assert ov.loc[r["variant"], "n"] == r["n"]
-    samples = an.overhead_samples(HARNESS)
-    assert len(samples) == sum(len(v) for v in raw["samples_ms"].values())
-    assert samples[samples["variant"] == "off"]["step_ms"].median() == pytest.approx(ov.loc["off", "step_ms"])
-
-
-def test_empty_folder_gives_empty_frames_with_columns(tmp_path):
-    for fn, cols in ((an.ab_comparisons, an.AB_COMPARISON_COLUMNS), (an.savings_table, an.SAVINGS_COLUMNS),
-                     (an.three_witnesses, an.WITNESS_COLUMNS), (an.overhead_table, an.OVERHEAD_COLUMNS),
-                     (an.syncs_attribution, an.SYNC_COLUMNS), (an.trace_files, an.TRACE_COLUMNS)):
-        df = fn(str(tmp_path))
-        assert df.empty and list(df.columns) == cols, fn.__name__
-    assert an.claims_vs_ours(str(tmp_path))["note"].eq("no data").all()
-
-
-# --- campaign ----------------------------------------------------------------------------------------------------
-
-def test_campaign_plan_and_dry_run(tmp_path, capsys):
-    jobs = campaign.plan(str(tmp_path), "all")
-    assert [j.name for j in jobs] == ["packing", "offload", "moe", "ab_all", "ab_packing_nsys", "ab_offload_nsys",
-                                      "ab_moe_nsys", "ab_witness", "witness_ops"]
-    cmds = {j.name: j.command for j in jobs}
-    assert cmds["packing"] == f"python -m workbench.bench.packing --out {tmp_path}/packing"
-    assert cmds["ab_all"] == ("python -m workbench.ab --opt all --trace torch --steps 3 --warmup 2 --reps 3 "
-                              f"--out {tmp_path}/ab_all")
-    for opt in ("packing", "offload", "moe"):
-        assert cmds[f"ab_{opt}_nsys"] == (f"python -m workbench.ab --opt {opt} --trace nsys --steps 2 --warmup 1 "
-                                          f"--reps 1 --out {tmp_path}/ab_{opt}_nsys")
-    limits = {j.name: j.min_timeout_s for j in jobs}
-    assert limits["ab_all"] == campaign.AB_ALL_TIMEOUT_S and limits["packing"] == 0
-    smoke = {j.name: j for j in campaign.plan(str(tmp_path), "ab,offload", smoke=True)}
-    assert "--smoke" in smoke["offload"].args and "--tokens" in smoke["ab_all"].args
-    assert "needs a CUDA device" in campaign.skip_reason(smoke["ab_packing_nsys"])
-    with pytest.raises(SystemExit):
-        campaign.plan(str(tmp_path), "nope")
-    assert campaign.main(["--out", str(tmp_path), "--suite", "ab", "--dry-run"]) == 0
-    out = capsys.readouterr().out
-    assert "python -m workbench.ab --opt all --trace torch" in out
-    assert not os.path.exists(tmp_path / "commands.json")
-
-
-def test_campaign_records_skips_failures_and_timeouts(tmp_path):
-    jobs = [campaign.Job("missing", "workbench.bench.does_not_exist", ["--out", str(tmp_path / "missing")],
-                         str(tmp_path / "missing")),
-            campaign.Job("fine", "platform", [], str(tmp_path / "fine")),
-            campaign.Job("slow", "timeit", ["-n", "1", "import time; time.sleep(30)"], str(tmp_path / "slow"))]
-    doc = campaign.run(jobs, str(tmp_path), timeout_s=3, argv=["--out", str(tmp_path)])
-    st = {j["name"]: j for j in doc["jobs"]}
-    assert st["missing"]["status"] == "skipped" and "does not exist yet" in st["missing"]["reason"]
-    assert st["fine"]["status"] == "ok" and st["fine"]["rc"] == 0
-    assert st["slow"]["status"] == "timeout" and st["slow"]["wall_s"] < 30
-    with open(tmp_path / "commands.json") as f:
-        disk = json.load(f)
-    assert [j["status"] for j in disk["jobs"]] == ["skipped", "ok", "timeout"]
-    assert disk["jobs"][1]["command"] == "python -m platform" and disk["jobs"][1]["out"] == "fine"
-    assert os.path.exists(tmp_path / "logs" / "fine.log")
-    assert open(tmp_path / "logs" / "fine.log").read().startswith("$ python -m platform")
-
-
-def test_campaign_saves_a_jobs_json_stdout(tmp_path):
-    log = tmp_path / "w.log"
-    log.write_text('noise\n[{"op": "item", "counter": 1, "cpu_only": 0, "cuda_debug_warnings": 1}]\n')
-    campaign._save_last_json(str(log), str(tmp_path / "witness_ops" / "witness.json"))
+def test_witness_ops_reads_the_campaign_json(tmp_path):
+    (tmp_path / "witness_ops").mkdir()
+    (tmp_path / "witness_ops" / "witness.json").write_text(json.dumps(
+        [{"op": "item", "counter": 1, "cpu_only": 0, "cuda_debug_warnings": 1}]))
     ops = an.witness_ops(str(tmp_path))
     assert ops["op"].tolist() == ["item"] and ops["agree"].all()
-
-
-# --- README results ----------------------------------------------------------------------------------------------
-
-def test_readme_results_from_committed_profiles():
-    md = readme_results.results_markdown(PROFILES)
-    assert "profiles/2026-11-22_h100_harness/overhead.json" in md
-    assert "python -m workbench.bench.overhead --model qwen3-0.6b --tokens 16384 --reps 5 --steps 4" in md
-    assert "+0.26%" in md and "NVIDIA H100 80GB HBM3" in md and "torch 2.11.0+cu130" in md
-
-
-def test_readme_results_gpu_rows_only_and_named_files(tmp_path):
-    prof = tmp_path / "profiles"
-    write_ab_run(str(prof / "gpu_run"))
-    write_ab_run(str(prof / "cpu_run"), device="cpu", gpu="x86_64")
-    write_packing_bench(str(prof / "packing_gpu"))
-    md = readme_results.results_markdown(str(prof), repo=str(tmp_path))
-    assert "profiles/gpu_run/summary.json" in md and "profiles/cpu_run/summary.json" not in md
-    assert "| packing | qwen3-0.6b L28 T16384 varlen | NVIDIA H100 80GB HBM3 | rebuild -> cached |" in md
-    assert "cached (sdpa)" in md and "profiles/packing_gpu/summary.json" in md  # savings rows of the bench
-    assert "`profiles/packing_gpu/`: `python -m workbench.bench.packing --out X`" in md
-    assert "+14.3%" in md and "+43.3%" in md
-    assert "No GPU overhead run" in md
-    assert "profiles/cpu_run/summary.json" in readme_results.results_markdown(str(prof), include_cpu=True,
-                                                                              repo=str(tmp_path))
-
-
-def test_readme_render_replaces_only_the_blocks(tmp_path):
-    text = "# t\n\nbefore\n<!-- results -->\nold\n<!-- /results -->\nafter\n<!-- viewing -->\nx\n<!-- /viewing -->\n"
-    out = readme_results.render(text, PROFILES)
-    assert out.startswith("# t\n\nbefore\n<!-- results -->\n") and "\nold\n" not in out and "\nafter\n" in out
-    assert "Perfetto" in out and "Nsight Systems" in out and "HolisticTraceAnalysis" in out and "jupyter lab" in out
-    assert readme_results.render(out, PROFILES) == out  # idempotent
-    with pytest.raises(ValueError):
-        readme_results.replace_block("no markers", readme_results.RESULTS_MARKERS, "x")
-    p = tmp_path / "README.md"
-    p.write_text(text)
-    assert readme_results.main(["--readme", str(p), "--profiles", PROFILES, "--check"]) == 1
-    assert readme_results.main(["--readme", str(p), "--profiles", PROFILES]) == 0
-    assert readme_results.main(["--readme", str(p), "--profiles", PROFILES, "--check"]) == 0
-    (tmp_path / "R2.md").write_text("nothing")
-    assert readme_results.main(["--readme", str(tmp_path / "R2.md"), "--profiles", PROFILES]) == 2
-
-
-def test_count_syncs_live_attributes_packing_rebuilds_to_every_layer_and_pass():
-    attr = an.count_syncs_live("packing", tokens=128)
-    by_layer = an.syncs_by_layer(attr).set_index(["arm", "layer"])
-    total = by_layer.groupby("arm")["total"].sum()
-    assert total["rebuild"] > total["cached"] > total["precomputed"] == 0
-    L = attr.loc[attr["arm"] == "rebuild", "layer"].dropna().nunique()
-    assert L >= 2
-    for layer in ("L00", "L01"):  # rebuild: a build in the forward and again in the recompute of every layer
-        assert by_layer.loc[("rebuild", layer), "forward"] > 0 and by_layer.loc[("rebuild", layer), "recompute"] > 0
-    src = an.syncs_by_source(attr)
-    assert src[src["arm"] == "rebuild"]["syncs_per_step"].sum() == total["rebuild"]
-
-
-# --- folders as the GPU runs come back: COMMAND.txt, logs of workbench.run, long results only ------------------------
-
-def test_command_txt_parsing(tmp_path):
-    p = tmp_path / "COMMAND.txt"
-    p.write_text("device: NVIDIA H100 80GB HBM3, driver 580.159.04; torch 2.11.0+cu130, transformers 5.17.0, "
-                 "peft 0.21.0\n"
-                 "command: source .gpu/env.sh; python -m workbench.bench.moe --out $OUT/moe --budget-s 300\n"
-                 "note: the 300 s budget allowed 1 rep.\n"
-                 "a.log / b.json:   python -m workbench.run --model x\n"
-                 "free text continues the note.\n")
-    c = an.parse_command_txt(str(p))
-    assert c["command"] == "source .gpu/env.sh; python -m workbench.bench.moe --out $OUT/moe --budget-s 300"
-    assert (c["device_name"], c["driver"], c["torch"], c["transformers"]) == (
-        "NVIDIA H100 80GB HBM3", "580.159.04", "2.11.0+cu130", "5.17.0")
-    assert c["files"] == {"a.log": "python -m workbench.run --model x", "b.json": "python -m workbench.run --model x"}
-    assert c["note"] == "the 300 s budget allowed 1 rep. free text continues the note."
-
-
-def test_committed_harness_logs_witnesses():
-    logs = an.run_logs(HARNESS).set_index("log")
-    assert logs.loc["run_qwen3.log", "counter_syncs_per_step"] == logs.loc["run_qwen3.log", "cuda_debug_syncs_per_step"]
-    g = logs.loc["run_gptoss_eager.log"]
-    assert (g["model"], g["layers"], g["counter_syncs_per_step"], g["cuda_debug_syncs_per_step"]) == (
-        "gpt-oss-20b", 4, 1802.0, 1804.0)
-    assert g["command"].startswith("python -m workbench.run --model gpt-oss-20b")
-    ops = an.witness_ops(HARNESS)
-    assert len(ops) >= 16 and ops["agree"].all() and ops.set_index("op").loc["bincount", "counter"] == 2
-    attr = an.run_log_attribution(HARNESS)
-    eager = an.syncs_by_layer(attr[attr["arm"] == "run_gptoss_eager"]).set_index("layer")
-    assert eager.loc["L00", "forward"] == 225 and eager.loc["L00", "recompute"] == 225
-    assert eager.loc["L00", "total"] == 450
-    w = an.three_witnesses(HARNESS).set_index("arm")
-    assert w.loc["run_qwen3", "agree"] == True and w.loc["run_gptoss_eager", "agree"] == False  # noqa: E712
-
-
-def test_run_log_with_debug_mode_sources_side_by_side(tmp_path):
-    (tmp_path / "COMMAND.txt").write_text("r.log: python -m workbench.run --cross-check\n"
-                                          "The 2 extra warnings are a host-to-device copy.\n")
-    (tmp_path / "r.log").write_text(
-        "syncs per layer and pass (last step)\nlayer  forward  recompute  backward  optimizer  total\n"
-        "  L00        3          3         0          0      6\n"
-        "model        1          0         0          0      1\n\n"
-        "source lines that sync (last step)\nsyncs  source\n    6  m.py:10 (forward)\n    1  k.py:5 (f)\n\n"
-        "witnesses differ: counter 7, CUDA sync debug mode 9; debug-mode warnings by source line:\n"
-        "warnings  source\n     6  m.py:10\n     1  k.py:5\n     2  k.py:9\n"
-        '{"model": "m", "layers": 1, "tokens": 8, "device": "cuda:0", "steps": [{"step_ms": 1.0, "syncs": 7, '
-        '"cuda_sync_warnings": 9}], "syncs_by_layer": {"L00": 6, "": 1}}\n')
-    attr = an.run_log_attribution(str(tmp_path))
-    side = an.sources_side_by_side(attr).set_index("source")
-    assert side.loc["m.py:10", "counter"] == 6 and not side.loc["m.py:10", "differs"]
-    assert side.loc["k.py:9", "cuda debug mode"] == 2 and side.loc["k.py:9", "differs"]
-    w = an.three_witnesses(str(tmp_path)).iloc[0]
-    assert w["agree"] == False and "host-to-device" in w["note"] and "recorded: The 2 extra" in w["note"]  # noqa: E712
-
-
-def test_packing_folder_with_long_results_only(tmp_path):
-    d = tmp_path / "2026-11-22_h100_packing"
-    d.mkdir()
-    (d / "COMMAND.txt").write_text("device: NVIDIA H100 80GB HBM3, driver 1; torch 2.11.0+cu130, transformers 5.17.0\n"
-                                   "command: python -m workbench.bench.packing --out $OUT/packing\n")
-    env = dict(run_id="packing-1", torch="2.11.0+cu130", transformers="5.17.0", device_name="NVIDIA H100 80GB HBM3")
-    rows = []
-    for arm, ms, syncs in (("rebuild", 110.0, 168), ("cached", 100.0, 3), ("precomputed", 99.0, 0)):
-        for rep, dx in ((0, -1.0), (0, 0.0), (1, 1.0)):
-            for metric, v in (("step_ms", ms + dx), ("fwd_ms", ms / 3), ("bwd_ms", 2 * ms / 3), ("peak_mem_mib", 1.0),
-                              ("loss", 5.0)):
-                rows.append(dict(env, section="arms", model="qwen3-0.6b", layers=28, tokens=16384, backend="varlen",
-                                 arm=arm, rep=rep, step=0, metric=metric, value=v, unit="ms"))
-        rows.append(dict(env, section="arms", model="qwen3-0.6b", layers=28, tokens=16384, backend="varlen", arm=arm,
-                         rep=-1, step=-1, metric="syncs_per_step", value=syncs, unit="syncs"))
-    rows.append(dict(env, section="s", model="qwen3-0.6b", layers=28, tokens=16384, backend="varlen", arm="rebuild",
-                     rep=-1, step=-1, metric="s_ms", value=0.25, unit="ms"))
-    for L in (4, 8):
-        for arm, ms in (("rebuild", 10.0 * L + 0.5 * L), ("cached", 10.0 * L + 0.5)):
-            rows.append(dict(env, section="sweep", model="qwen3-0.6b", layers=L, tokens=16384, backend="varlen",
-                             arm=arm, rep=0, step=0, metric="step_ms", value=ms, unit="ms"))
-    pd.DataFrame(rows).to_csv(d / "results.csv", index=False)
-    runs = an.discover(str(tmp_path))
-    assert runs[["kind", "suite"]].values.tolist() == [["bench", "packing"]]
-    assert runs["command"].iloc[0] == "python -m workbench.bench.packing --out $OUT/packing"
-    s = an.bench_frames(str(tmp_path), "packing")["summary"].set_index("arm")
-    assert s.loc["rebuild", "step_ms"] == 110.0 and s.loc["rebuild", "syncs_per_step"] == 168
-    assert (s.loc["rebuild", "step_ms_p20"], s.loc["rebuild", "step_ms_p80"]) == (109.0, 111.0)
-    c = an.bench_comparisons(str(tmp_path)).iloc[0]
-    assert c["gpu_name"] == "NVIDIA H100 80GB HBM3" and c["measured_ms"] == pytest.approx(10.0)
-    from workbench.savings import packing_saving
-    assert c["predicted_ms"] == pytest.approx(packing_saving(28, 0.25, arm="cached")["predicted_ms"])
-    sweep, fit = an.bench_sweep(str(tmp_path), "packing")
-    assert sweep["saving_ms"].tolist() == pytest.approx([1.5, 3.5])
-    assert fit.iloc[0]["slope_ms_per_layer"] == pytest.approx(0.5)
-    assert fit.iloc[0]["predicted_slope_ms_per_layer"] == 0.5
-    md = readme_results.results_markdown(str(tmp_path), repo=str(tmp_path))
-    assert "2026-11-22_h100_packing/results.csv" in md and "L sweep" in md
-    assert "| packing | per batch +14.3% | qwen3-0.6b (varlen) L28 T16384: +10.0%" in md
-    ours = an.ours_table(str(tmp_path)).set_index("scope")
-    assert ours.loc["syncs", "ours_extra"] == "syncs/step 168 -> 3"
-    assert ours.loc["mask_ms", "ours_extra"].startswith("s = 0.250 ms")
-    pred = packing_saving(28, 0.25, arm="cached")["predicted_ms"]
-    assert ours.loc["model", "ours_pct"] == pytest.approx(100 * pred / (110.0 - pred))

@@ -1,5 +1,6 @@
 """Every notebook runs headless (nbclient, a python3 kernel of this interpreter) against (a) the committed profiles
-and (b) a fresh tiny CPU A/B run made here; and each one starts with the command that produced its data."""
+and (b) a fresh tiny CPU A/B run with a torch trace made here (WB_INCLUDE_CPU=1); each starts with the command that
+produced its data, and is committed without outputs."""
 from __future__ import annotations
 
 import glob
@@ -20,6 +21,13 @@ NAMES = [os.path.basename(p) for p in NOTEBOOKS]
 
 
 @pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
 def kernel_env(tmp_path_factory, monkeypatch_module):
     """A `python3` kernelspec that runs this interpreter, first on JUPYTER_PATH, and PYTHONPATH with the checkout."""
     d = tmp_path_factory.mktemp("jupyter")
@@ -31,30 +39,25 @@ def kernel_env(tmp_path_factory, monkeypatch_module):
     monkeypatch_module.setenv("JUPYTER_PATH", str(d))
     monkeypatch_module.setenv("PYTHONPATH", ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     monkeypatch_module.setenv("WB_PLOTLY_RENDERER", "json")  # small outputs; the HTML renderer is the default
-    monkeypatch_module.setenv("MPLBACKEND", "Agg")
     monkeypatch_module.setenv("TOKENIZERS_PARALLELISM", "false")
+    monkeypatch_module.setenv("OMP_NUM_THREADS", "1")
     return d
 
 
-@pytest.fixture(scope="module")
-def monkeypatch_module():
-    mp = pytest.MonkeyPatch()
-    yield mp
-    mp.undo()
-
-
 def _execute(path: str, env: dict) -> "nbformat.NotebookNode":
-    for k, v in env.items():
-        os.environ[k] = v
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
         nb = nbformat.read(path, as_version=4)
-        client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=300,
-                                         resources={"metadata": {"path": os.path.dirname(path)}})
-        client.execute()
+        nbclient.NotebookClient(nb, kernel_name="python3", timeout=300,
+                                resources={"metadata": {"path": os.path.dirname(path)}}).execute()
         return nb
     finally:
-        for k in env:
-            os.environ.pop(k, None)
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _text(nb) -> str:
@@ -63,7 +66,7 @@ def _text(nb) -> str:
         for o in c.get("outputs", []):
             if "text" in o:
                 out.append(o["text"])
-            out += [str(v) for k, v in (o.get("data") or {}).items() if k == "text/plain"]
+            out += [str(v) for k, v in (o.get("data") or {}).items() if k in ("text/plain", "text/markdown")]
     return "\n".join(out)
 
 
@@ -75,46 +78,55 @@ def test_notebooks_exist_and_first_cell_names_the_command():
         nbformat.validate(nb)
         first = nb.cells[0]
         assert first.cell_type == "markdown"
-        assert "**Data:**" in first.source and "python -m workbench." in first.source, p
+        assert "**Data:**" in first.source and "python -m workbench.ab" in first.source, p
+        assert "python -m workbench.campaign" in first.source, p
         params = nb.cells[1]
-        assert "WB_PROFILES" in params.source and "PROFILES =" in params.source
+        assert "WB_PROFILES" in params.source and "PROFILES =" in params.source and "WB_INCLUDE_CPU" in params.source
         assert "parameters" in params.metadata.get("tags", [])
         for c in nb.cells:  # committed without outputs
             assert not c.get("outputs") and c.get("execution_count") is None, p
+        for c in nb.cells:  # the old formats' loaders are gone
+            assert not any(x in c.source for x in ("bench_frames", "overhead_table", "three_witnesses",
+                                                   "workbench.bench.")), p
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_runs_on_committed_profiles(name, kernel_env):
     nb = _execute(os.path.join(ROOT, "notebooks", name), {"WB_PROFILES": os.path.join(ROOT, "profiles"),
-                                                          "WB_LIVE": "0"})
+                                                          "WB_INCLUDE_CPU": "0"})
     text = _text(nb)
-    assert "result folders in" in text
+    assert "result folders in" in text and "left out" in text
     if name.startswith("01"):
-        assert "overhead" in text and "qwen3-0.6b" in text  # the committed H100 harness run is read
+        assert "qwen3-0.6b" in text and "rebuild#2" in text  # ab_all and the A/A run
+    if name.startswith("02"):
+        assert "slope_ms_per_x" in text  # the packing L sweep fit
+    if name.startswith("03"):
+        assert "build_meta" in text and "nvtx ranges" in text
+    if name.startswith("04"):
+        assert "0 traced arms" in text and "no data for traces" in text
 
 
 @pytest.fixture(scope="module")
 def fresh_run(tmp_path_factory, kernel_env):
-    """A tiny CPU A/B run of packing with a torch trace, made with the campaign runner's A/B command."""
-    if not os.path.exists(os.path.join(ROOT, "workbench", "ab.py")):
-        pytest.skip("workbench/ab.py does not exist yet: no fresh run to read")
+    """A tiny CPU A/B run of packing with a torch trace (one timed step per arm and rep)."""
     out = tmp_path_factory.mktemp("fresh") / "ab_packing"
     cmd = [sys.executable, "-m", "workbench.ab", "--opt", "packing", "--trace", "torch", "--device", "cpu",
-           "--tokens", "128", "--steps", "1", "--warmup", "0", "--reps", "1", "--out", str(out)]
+           "--tokens", "128", "--steps", "1", "--reps", "2", "--warmup", "0", "--warmup-max", "0", "--out", str(out)]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ, PYTHONPATH=ROOT))
+                       env=dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1"))
     assert os.path.exists(out / "summary.json"), r.stderr[-2000:]
     return str(out.parent)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_runs_on_a_fresh_cpu_run(name, fresh_run):
-    nb = _execute(os.path.join(ROOT, "notebooks", name), {"WB_PROFILES": fresh_run})
+    nb = _execute(os.path.join(ROOT, "notebooks", name), {"WB_PROFILES": fresh_run, "WB_INCLUDE_CPU": "1"})
     text = _text(nb)
-    assert "result folders in" in text
+    assert "1 result folders in" in text
     if name.startswith("01"):
-        assert "rebuild" in text and "cached" in text
+        assert "rebuild" in text and "cached" in text and "no data for an A/A run" in text
     if name.startswith("03"):
-        assert "no debug mode" in text  # one witness on a CPU, and the notebook says so
+        assert "build_meta" in text
     if name.startswith("04"):
-        assert "traced arms" in text and "no data for a traced baseline" not in text
+        assert "3 traced arms" in text and "builds_per_step" in text
+        assert "no data for a traced baseline" not in text and "no data for trace events" not in text

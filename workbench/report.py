@@ -5,10 +5,19 @@
     df, summary, meta = load_run("profiles/<run_id>")
     print(report.comparison_table(summary["comparisons"][0]))
     report.step_time_figure(df).show()
+
+The figures of the frames of `workbench.analysis` (`speedup_figure(an.comparisons(...))`, ...) live here too and are
+re-exported by `workbench.analysis`: each takes a frame and returns a plotly figure (`visualize=True` shows it);
+every speedup drawn carries its 95% CI (error bars) and its number of pairs (hover).
 """
 from __future__ import annotations
 
+import os
+import re
+
 import pandas as pd
+
+from workbench import stats
 
 ARM_COLUMNS = [("arm", "arm", "{}"), ("step_ms", "step_ms", "{:.2f}"), ("p20-p80", None, None), ("n", "n", "{}"),
                ("speedup [95% CI]", None, None), ("fwd_ms", "fwd_ms", "{:.2f}"), ("bwd_ms", "bwd_ms", "{:.2f}"),
@@ -89,10 +98,12 @@ def comparison_table(comparison: dict) -> str:
 
 def step_times(df: pd.DataFrame) -> pd.DataFrame:
     """Per (opt, arm): median step_ms, p20, p80, n from a results.csv frame."""
-    s = df[df["metric"] == "step_ms"]
-    g = s.groupby(["opt", "arm"], sort=False)["value"]
-    return pd.DataFrame({"step_ms": g.median(), "step_ms_p20": g.quantile(0.2), "step_ms_p80": g.quantile(0.8),
-                         "n": g.count()}).reset_index()
+    rows = []
+    for (opt, arm), g in df[df["metric"] == "step_ms"].groupby(["opt", "arm"], sort=False):
+        sm = stats.summarize(g["value"])
+        rows.append({"opt": opt, "arm": arm, "step_ms": sm["median"], "step_ms_p20": sm["p20"],
+                     "step_ms_p80": sm["p80"], "n": sm["n"]})
+    return pd.DataFrame(rows, columns=["opt", "arm", "step_ms", "step_ms_p20", "step_ms_p80", "n"])
 
 
 def step_time_figure(df: pd.DataFrame, visualize: bool = False):
@@ -129,3 +140,148 @@ def savings_frame(summary: dict) -> pd.DataFrame:
                      "measured_ms": sm.get("measured_ms"), "speedup": c.get("speedup"),
                      "equivalent": c.get("equivalent")})
     return pd.DataFrame(rows)
+
+
+# --- figures of workbench.analysis frames ------------------------------------------------------------------------
+
+def _finish(fig, visualize):
+    if visualize:
+        fig.show()
+    return fig
+
+
+def _ci_errors(df, est, lo, hi):
+    return dict(type="data", symmetric=False, array=(df[hi] - df[est]).tolist(), arrayminus=(df[est] - df[lo]).tolist())
+
+
+def speedup_figure(comps: pd.DataFrame, title: str = "speedup over the baseline (95% CI, paired bootstrap)",
+                   visualize: bool = False):
+    """One point per comparison row with its 95% CI as error bars; n pairs, verdict and medians in the hover."""
+    import plotly.graph_objects as go
+
+    d = comps.iloc[::-1]
+    labels = d["job"].astype(str) + " · " + d["name"].astype(str) + " · " + d["baseline"].astype(str) + " -> " + \
+        d["arm"].astype(str)
+    hover = [f"{s:.3f}x [{lo:.3f}, {hi:.3f}], n={n} pairs<br>{v}<br>{b:.1f} -> {a:.1f} ms (medians)<br>{f}"
+             for s, lo, hi, n, v, b, a, f in zip(d["speedup"], d["ci95_lo"], d["ci95_hi"], d["n_pairs"], d["verdict"],
+                                                  d["baseline_ms"], d["arm_ms"], d["file"])]
+    fig = go.Figure()
+    for role, g in d.assign(label=labels.values, hover=hover).groupby("role", sort=False):
+        fig.add_trace(go.Scatter(x=g["speedup"], y=g["label"], mode="markers", name=str(role),
+                                 error_x=_ci_errors(g, "speedup", "ci95_lo", "ci95_hi"), hovertext=g["hover"],
+                                 hoverinfo="text"))
+    fig.add_vline(x=1.0, line_dash="dot")
+    fig.update_layout(title=title, xaxis_title="speedup (mean baseline / mean arm)", height=220 + 28 * len(d))
+    return _finish(fig, visualize)
+
+
+def steps_figure(st: pd.DataFrame, visualize: bool = False):
+    """Strip plot of the timed steps per arm, one panel per (folder, comparison); `st` = `steps(...)`."""
+    import plotly.express as px
+
+    d = st.assign(panel=st["folder"].map(os.path.basename) + " · " + st["comparison"].astype(str))
+    fig = px.strip(d, x="arm", y="step_ms", color="arm", facet_col="panel", facet_col_wrap=3,
+                   hover_data=["rep", "batch", "step"], title="timed steps per arm (every sample)")
+    fig.update_xaxes(matches=None, showticklabels=True)
+    fig.update_yaxes(matches=None, showticklabels=True)
+    fig.update_layout(height=300 * max(1, -(-d["panel"].nunique() // 3)), showlegend=False)
+    return _finish(fig, visualize)
+
+
+def sweep_figure(points: pd.DataFrame, fit: pd.DataFrame, visualize: bool = False):
+    """Saving per sweep value (points; speedup with CI and n in the hover) and the fitted line per arm."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for (folder, group, arm), g in points.groupby(["folder", "group", "arm"], sort=False):
+        fig.add_trace(go.Scatter(x=g["x"], y=g["saving_ms"], mode="markers", name=f"{group} {arm}",
+                                 hovertext=[f"speedup {s:.3f}x [{lo:.3f}, {hi:.3f}], n={n} pairs" for s, lo, hi, n in
+                                            zip(g["speedup"], g["ci95_lo"], g["ci95_hi"], g["n_pairs"])]))
+        f = fit[(fit["folder"] == folder) & (fit["group"] == group) & (fit["arm"] == arm)]
+        if len(f) and f["slope_ms_per_x"].notna().all():
+            f = f.iloc[0]
+            xs = [float(g["x"].min()), float(g["x"].max())]
+            ci = f"[{f['slope_ci95_lo']:.2f}, {f['slope_ci95_hi']:.2f}]" if pd.notna(f["slope_ci95_lo"]) else "(no CI)"
+            fig.add_trace(go.Scatter(x=xs, y=[f["slope_ms_per_x"] * x + f["intercept_ms"] for x in xs], mode="lines",
+                                     name=f"fit {arm}: {f['slope_ms_per_x']:.2f} ms/{f['key']} {ci}"))
+    key = points["key"].iloc[0] if len(points) else "x"
+    fig.update_layout(title="saving (baseline - arm, " + (points["stat"].iloc[0] if len(points) else "") +
+                      " step ms) against " + str(key) + ", least-squares fit with the slope's 95% CI",
+                      xaxis_title=str(key), yaxis_title="saving_ms")
+    return _finish(fig, visualize)
+
+
+def cost_figure(cost: pd.DataFrame, visualize: bool = False):
+    """The instruments' cost in percent of the step: the sync counter per arm (bars) and NVTX ranges per comparison
+    (points with the 95% CI of 1/speedup - 1)."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    c = cost[cost["instrument"] == "sync counter"]
+    fig.add_trace(go.Bar(x=c["folder"].map(os.path.basename) + " · " + c["comparison"] + " · " + c["arm"],
+                         y=c["cost_pct"], name="sync counter (counted pass vs timed medians)"))
+    n = cost[cost["instrument"] == "nvtx ranges"].copy()
+    if len(n):
+        n["lo"], n["hi"] = 100 * (1 / n["ci95_hi"] - 1), 100 * (1 / n["ci95_lo"] - 1)
+        fig.add_trace(go.Scatter(x=n["folder"].map(os.path.basename) + " · " + n["comparison"], y=n["cost_pct"],
+                                 mode="markers", name="NVTX ranges (95% CI)", error_y=_ci_errors(n, "cost_pct", "lo",
+                                                                                                   "hi"),
+                                 hovertext=[f"{v}, n={k} pairs" for v, k in zip(n["verdict"], n["n"])]))
+    fig.update_layout(title="instrument cost (% of the uninstrumented step)", yaxis_title="cost_pct")
+    return _finish(fig, visualize)
+
+
+def claims_figure(cvo: pd.DataFrame, visualize: bool = False):
+    """Claimed gain (bar, high end) beside ours (points with the 95% CI), per claim with a percent figure."""
+    import plotly.graph_objects as go
+
+    d = cvo[cvo["claimed_low_pct"].notna()].copy()
+    d["label"] = d["opt"] + " " + d["scope"] + " " + d["model"].fillna("").astype(str)
+    cl = d.drop_duplicates("label")
+    fig = go.Figure([go.Bar(x=cl["label"], y=cl["claimed_high_pct"], name="claimed", hovertext=cl["claim"],
+                            opacity=0.5)])
+    o = d[d["ours_pct"].notna()]
+    if len(o):
+        fig.add_trace(go.Scatter(x=o["label"], y=o["ours_pct"], mode="markers", name="ours (95% CI)",
+                                 error_y=_ci_errors(o, "ours_pct", "ours_ci95_lo_pct", "ours_ci95_hi_pct"),
+                                 hovertext=[f"{m} L{la} T{t}: {v}, n={n} pairs" for m, la, t, v, n in zip(
+                                     o["ours_model"], o["layers"], o["tokens"], o["verdict"], o["n_pairs"])]))
+    fig.update_layout(title="claimed vs measured gain (%; baseline/optimized - 1)", yaxis_title="gain_pct")
+    return _finish(fig, visualize)
+
+
+def timeline_figure(tl: pd.DataFrame, title: str = "one step, per layer", visualize: bool = False):
+    """Horizontal bars (start_ms .. end_ms) per lane of `layer_timeline(...)`, coloured by category."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for cat, g in tl.groupby("category", sort=False):
+        fig.add_trace(go.Bar(y=g["lane"], x=g["dur_ms"], base=g["start_ms"], orientation="h", name=str(cat),
+                             hovertext=[f"{n}<br>{la or ''} {p or ''} {pt or ''}<br>{d:.3f} ms" for n, la, p, pt, d in
+                                        zip(g["name"], g["layer"], g["pass"], g["part"], g["dur_ms"])],
+                             hoverinfo="text"))
+    fig.update_layout(barmode="overlay", title=title, xaxis_title="ms from step start",
+                      height=250 + 40 * max(1, tl["lane"].nunique() if len(tl) else 1))
+    return _finish(fig, visualize)
+
+
+def show(fig, png: str | None = None) -> None:
+    """Show a figure ($WB_PLOTLY_RENDERER, default "plotly_mimetype+notebook": plotly.js embedded once per notebook,
+    viewable offline); also write a PNG to `png` (or $WB_PNG_DIR/<title>.png) when kaleido is installed."""
+    import plotly.io as pio
+
+    wanted = os.environ.get("WB_PLOTLY_RENDERER", "plotly_mimetype+notebook")
+    if pio.renderers.default != wanted:  # set once: plotly.js is embedded at activation, not in every figure
+        pio.renderers.default = wanted
+    fig.show()
+    out = png
+    if out is None and os.environ.get("WB_PNG_DIR"):
+        title = (fig.layout.title.text or "figure") if fig.layout.title else "figure"
+        out = os.path.join(os.environ["WB_PNG_DIR"], re.sub(r"[^A-Za-z0-9_.-]+", "_", title)[:80] + ".png")
+    if out:
+        try:
+            import kaleido  # noqa: F401
+        except ImportError:
+            return
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        fig.write_image(out)
