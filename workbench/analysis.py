@@ -380,14 +380,14 @@ def witness_ops(profiles: str | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["folder", "op", "counter", "cpu_only", "cuda_debug_warnings", "agree"])
 
 
-# --- the seed articles' claims ---------------------------------------------------------------------------------------
+# --- the claims we check (README) ----------------------------------------------------------------------------------------
 
 CLAIM_COLUMNS = ["opt", "upstream", "model", "gpu", "scope", "claimed_low_pct", "claimed_high_pct", "claimed_extra",
                  "claim"]
 
 
 def claims_table() -> pd.DataFrame:
-    """The seed articles' claims (REFERENCE §1) as numbers. `scope`: step (per batch / steps/s), fwd, bwd,
+    """The Unsloth / NVIDIA articles' claims (README, "The claims we check") as numbers. `scope`: step (per batch / steps/s), fwd, bwd,
     hotspot_fwd / hotspot_bwd (the MoE routing block alone), model (a prediction of the (L-1)·m model), mask_ms
     (cost of one packed SDPA mask rebuild), syncs. Gains are throughput gains in percent (baseline/optimized - 1);
     `claimed_extra` carries non-percent figures (ms, GB of extra VRAM)."""
@@ -412,7 +412,7 @@ def claims_table() -> pd.DataFrame:
         ("moe", "unsloth-zoo #535", "gpt-oss-20b", None, "hotspot_fwd", 23.0, 23.0, None, "hotspot forward +23%"),
         ("moe", "unsloth-zoo #535", "gpt-oss-20b", None, "hotspot_bwd", 13.0, 13.0, None, "hotspot backward +13%"),
         ("moe", "unsloth-zoo #535", "gpt-oss-20b", None, "syncs", nan, nan, "num_experts -> 1 dynamic queries",
-         "dynamic queries num_experts -> 1 (each bincount reads back twice on CUDA: ~3 per layer, REFERENCE §1)"),
+         "dynamic queries num_experts -> 1 (each CUDA bincount reads back twice more: ~3 per layer)"),
         ("all", "all three", None, None, "step", 25.0, 25.0, None,
          "\"~25%\", not additive; varies with model, backend, GPU memory"),
     ]

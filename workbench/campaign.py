@@ -157,7 +157,7 @@ def skip_reason(job: Job) -> str | None:
     if job.needs == "cuda+nsys":
         from workbench.traces.capture import nsys_path
         if nsys_path() is None:
-            return "--trace nsys needs Nsight Systems (nsys on PATH or $NSYS; source .gpu/env.sh on the GPU image)"
+            return "--trace nsys needs Nsight Systems (nsys on PATH or in $NSYS)"
     return None
 
 

@@ -2,7 +2,7 @@
 
     # T = packed tokens, L = layers, E = experts, k = experts per token
 
-Presets carry the published configs (REFERENCE §6); weights are random and seeded, bf16 on a GPU and float32
+Presets carry the published configs (the models' Hugging Face config.json values); weights are random and seeded, bf16 on a GPU and float32
 on CPU. A local Hugging Face checkpoint directory works too (no hub access). LoRA goes on the attention and
 MLP linears, and on fused expert parameters through peft's `target_parameters`; the base is frozen and
 `use_cache=False` always.

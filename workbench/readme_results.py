@@ -164,7 +164,7 @@ at a fresh run with `WB_PROFILES=/path/to/run jupyter lab notebooks/` (a campaig
 CPU run, `WB_INCLUDE_INCOMPLETE=1` for the complete comparisons of cut-off runs). They run headless too:
 `jupyter nbconvert --to notebook --execute notebooks/01_speedup_tables.ipynb`.
 
-- `01_speedup_tables`: the seed articles' claims beside our speedups; every comparison with its 95% CI; the A/A
+- `01_speedup_tables`: the Unsloth / NVIDIA claims (README, "The claims we check") beside our speedups; every comparison with its 95% CI; the A/A
   runs; every timed step per arm.
 - `02_savings_models`: each savings model's formula, predicted vs measured where the run has both; the L sweep and
   its linear fit.

@@ -18,7 +18,7 @@ def packing_saving(layers: int, s_ms: float, *, checkpointing: bool = True, arm:
 
         builds removed   n = L·p - b,  b = 1 (cached) or 0 (precomputed)
         predicted_ms     = n·s
-                         = (L-1)·s·p + (p-1)·s      for cached: the (L-1)·s per pass of the seed article, plus
+                         = (L-1)·s·p + (p-1)·s      for cached: the (L-1)·s per pass of the Unsloth article, plus
                                                     the recompute's first layer, which also hits the cache
         implied_s_ms     = measured_ms / n
 

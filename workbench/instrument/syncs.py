@@ -1,7 +1,7 @@
 """Count every op that forces a device-to-host sync, attributed to layer, pass and source line.
 
 A `TorchDispatchMode` sees the aten ops that read device memory back to the host on CUDA, on any device
-(REFERENCE §3): `_local_scalar_dense` (`.item()`, `bool()`, `int()`, 0-d tensor indexing), `nonzero`
+(on any device: a dispatch mode sees the aten ops that would read back on CUDA): `_local_scalar_dense` (`.item()`, `bool()`, `int()`, 0-d tensor indexing), `nonzero`
 (one-argument `where`), `is_nonzero`, `unique*`, `masked_select`, `equal`, `bincount`, `repeat_interleave`
 without `output_size` (2 reads), boolean-mask `index` / `index_put_`, and blocking device-to-host copies. `.tolist()`
 issues no aten op on CPU, so the counter wraps `Tensor.tolist` (and the copy it makes on CUDA is not counted

@@ -16,7 +16,7 @@ from workbench.errors import WorkbenchError
 
 NSYS_PROFILE_ARGS = ["profile", "-t", "cuda,nvtx", "--sample=none", "--cpuctxsw=none", "--backtrace=none",
                      "-c", "cudaProfilerApi", "--capture-range-end=stop", "--force-overwrite", "true"]
-"""REFERENCE §4: CPU sampling off (a 2 GB capture of a toy run otherwise); capture only between
+"""CPU sampling off (a 2 GB capture of a toy run otherwise); capture only between
 torch.cuda.profiler.start() and stop()."""
 
 
@@ -55,8 +55,8 @@ def nsys_path() -> str | None:
 def require_nsys() -> str:
     p = nsys_path()
     if p is None:
-        raise WorkbenchError("--trace nsys: Nsight Systems (nsys) not found on PATH or in $NSYS; install it or "
-                             "`source .gpu/env.sh` on the GPU image (see shared/gpu/README.md)")
+        raise WorkbenchError("--trace nsys: Nsight Systems (nsys) not found on PATH or in $NSYS; install Nsight Systems "
+                             "(or the nsys that Nsight Compute carries) and put it on PATH or in $NSYS")
     return p
 
 
@@ -82,7 +82,7 @@ def run_nsys(nsys: str, out_stem: str, child_argv: list[str], log_path: str, tim
         imp = os.environ.get("QDSTRM_IMPORTER")
         if not imp or not os.path.exists(imp):
             raise WorkbenchError(f"nsys left only {out_stem}.qdstrm and $QDSTRM_IMPORTER is not set "
-                                 "(source .gpu/env.sh, or give libdw/libelf to nsys)")
+                                 "(point it at nsys's QdstrmImporter, or put libdw.so.1 and libelf.so.1 on LD_LIBRARY_PATH)")
         with open(log_path, "a") as log:
             subprocess.call([imp, "-i", out_stem + ".qdstrm"], stdout=log, stderr=subprocess.STDOUT)
     if not os.path.exists(rep):

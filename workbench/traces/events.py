@@ -37,7 +37,7 @@ _LAYER_RE = re.compile(r"^wb/(L\d+)/(.+)$")
 _LAYER_PASSES = {"fwd": "fwd", "recompute": "recompute", "bwd": "bwd"}
 _TOP_PASSES = {"wb/fwd": "fwd", "wb/bwd": "bwd", "wb/opt": "opt"}
 
-# CUPTI enums (REFERENCE §4)
+# CUPTI enums of the nsys SQLite export (copyKind: 1 HtoD, 2 DtoH, 8 DtoD; syncType 1-4)
 MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH",
                 10: "PtoP"}
 SYNC_TYPES = {0: "unknown", 1: "event_sync", 2: "stream_wait_event", 3: "stream_sync", 4: "context_sync"}
@@ -186,7 +186,7 @@ def _columns(con, table: str) -> set[str]:
 
 
 def from_nsys_sqlite(path: str) -> pd.DataFrame:
-    """Parse an `nsys export --type sqlite` file (REFERENCE §4 tables) into events.
+    """Parse an `nsys export --type sqlite` file (NVTX_EVENTS, CUPTI_ACTIVITY_KIND_KERNEL / MEMCPY / SYNCHRONIZATION / RUNTIME; times in ns) into events.
 
     NVTX push/pop and start/end ranges (eventType 59, 60; text from `text` or the registered string `textId`),
     CUPTI kernels (shortName), memcpy (copyKind -> HtoD/DtoH/..., bytes), synchronization (syncType) and runtime
