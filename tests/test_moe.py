@@ -190,7 +190,8 @@ def _expert_hits(model):
 
 @pytest.mark.parametrize("preset", ["tiny-gpt-oss", "tiny-qwen3-moe"])
 def test_syncs_per_moe_layer_and_pass(preset):
-    """eager 1 + c*E_hit (c = 7 GPT-OSS, 5 Qwen3-MoE), sort_bincount 1, grouped 0; in forward and in the recompute."""
+    """eager 1 + c*E_hit (c = 7 GPT-OSS, 5 Qwen3-MoE), sort_bincount 1, grouped and transformers' grouped_mm /
+    batched_mm 0; in forward and in the recompute."""
     from workbench.harness import enable_checkpointing
     from workbench.instrument import SyncCounter, instrument_layers, state
     from workbench.models import model_inputs
@@ -213,7 +214,9 @@ def test_syncs_per_moe_layer_and_pass(preset):
         by = c.by("layer", "pass_")
         assert len(fwd_hits) == 2
         for layer, e_hit in fwd_hits.items():
-            want = {"eager": 1 + per_expert * e_hit, "sort_bincount": 1, "grouped": 0}[arm]
+            # transformers' own grouped_mm / batched_mm are sync-free as well (sort + histc + cumsum on the device)
+            want = {"eager": 1 + per_expert * e_hit, "sort_bincount": 1, "grouped": 0, "hf_grouped_mm": 0,
+                    "hf_batched_mm": 0}[arm]
             assert by.get((layer, "forward"), 0) == want, (arm, layer, by)
             assert by.get((layer, "recompute"), 0) == want, (arm, layer, by)
             assert by.get((layer, "backward"), 0) == 0, (arm, layer, by)
