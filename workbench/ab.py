@@ -463,6 +463,16 @@ class Runner:
 
         cpu_batches = make_batches(a.lengths, cmp.tokens, a.batches, model.config.vocab_size, seed=a.seed)
         out["batches"] = [{"tokens": b.tokens, "documents": len(b.doc_lens)} for b in cpu_batches]
+        try:  # model FLOPs per batch (workbench.flops): achieved TFLOP/s and MFU per arm
+            from workbench import flops
+            from workbench.models import base_model_of
+            cfg = base_model_of(model).config
+            self._batch_flops = [flops.step_flops(cfg, b.doc_lens, lora_rank=a.lora_rank,
+                                                  attention=flops.attention_mode(ran_attn),
+                                                  checkpointing=not a.no_checkpointing) for b in cpu_batches]
+        except Exception as e:  # noqa: BLE001 - a count this model's config does not fit must not stop the timing
+            self._batch_flops = []
+            self._progress(f"{tag} no FLOP count: {type(e).__name__}: {e}")
 
         # equivalence: one forward+backward from the same weights on the first timed batch, every arm vs the baseline
         def one_step(spec, batch, options=None):
@@ -708,6 +718,9 @@ class Runner:
             d["warmup_steps"] = [w.steps for w in ws]
             d["warmup_settled"] = sum(w.settled for w in ws)
         d.update(self._nvml_of(m, label))
+        if getattr(self, "_batch_flops", None) and mine:
+            from workbench import flops
+            d.update(flops.arm_throughput(self._batch_flops, mine, getattr(self, "device_name", None)))
         if arm_status.get(label, {}).get("error"):
             d["error"] = arm_status[label]["error"]
         if counted and counted[0].cuda_sync_warnings is not None:
@@ -1186,6 +1199,7 @@ def main(argv=None) -> int:
     progress(f"run {run_id} on {device} -> {out_dir}")
     sampler = NvmlSampler(device_index=(device.index or 0), period_s=0.25) if device.type == "cuda" else None
     runner = Runner(a, device, writer, nvml=sampler)
+    runner.device_name = dinfo.get("name") if device.type == "cuda" else None
     summary = {"run_id": run_id, "device": str(device), "comparisons": []}
     t0 = time.perf_counter()
     status, reason, rc = "incomplete", None, 1

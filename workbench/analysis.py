@@ -623,3 +623,45 @@ def meta_builds(events: pd.DataFrame) -> pd.DataFrame:
     rows = [{"layer": la, "pass": p, "builds_per_step": len(g) / n, "total_ms_per_step": g["dur_ms"].sum() / n,
              "median_ms": stats.quantile(g["dur_ms"], 0.5)} for (la, p), g in r.groupby(["layer", "pass"])]
     return pd.DataFrame(rows, columns=cols)
+
+
+# --- model FLOPs and MFU --------------------------------------------------------------------------------------------
+
+MFU_COLUMNS = ["folder", "name", "model", "layers", "tokens", "attn", "attention_flops", "model_tflop_per_step",
+               "arm", "step_mean_ms", "achieved_tflops", "mfu", "peak_tflops", "file"]
+
+
+def mfu(profiles: str | None = None, **kw) -> pd.DataFrame:
+    """Per arm of every comparison (`MFU_COLUMNS`): the model FLOPs of a step (`workbench.flops`, counted from the
+    config and the run's own batches, rebuilt from meta.json's arguments; recompute left out), the achieved TFLOP/s
+    over the arm's mean step time, and MFU against the device's dense bf16 peak (`flops.PEAK_BF16_DENSE_TFLOPS`).
+    A run whose summary.json already holds `achieved_tflops` (runs since the FLOP count) is read as written."""
+    from workbench import flops
+
+    rows = []
+    for r, comps in _included(profiles, **kw):
+        args = (_json(os.path.join(r["path"], "meta.json")) or {}).get("args") or {}
+        for c in comps:
+            if _name(c).startswith("nvtx:"):
+                continue
+            try:
+                per_batch = flops.for_comparison(
+                    c["model"], c.get("layers"), c["tokens"], c.get("attn"), lengths=args["lengths"],
+                    batches=args.get("batches") or len(c.get("batches") or []) or 1, seed=args.get("seed", 0),
+                    lora_rank=args.get("lora_rank", 16), checkpointing=not args.get("no_checkpointing", False),
+                    experts=args.get("experts"))
+            except Exception:  # noqa: BLE001 - a run whose shape the count cannot rebuild is left out of this table
+                continue
+            model_flops = sum(f["model"] for f in per_batch) / len(per_batch)
+            peak = flops.peak_tflops(r["gpu_name"] or "")
+            for a, _ in _arms(c):
+                ms = a.get("step_ms_mean") or a.get("step_ms")
+                if not ms:
+                    continue
+                tf = a.get("achieved_tflops") or model_flops / (ms / 1e3) / 1e12
+                rows.append({"folder": r["folder"], "name": _name(c), **{k: c.get(k) for k in
+                             ("model", "layers", "tokens", "attn")}, "attention_flops": per_batch[0]["attention"],
+                             "model_tflop_per_step": model_flops / 1e12, "arm": a["arm"], "step_mean_ms": ms,
+                             "achieved_tflops": tf, "mfu": tf / peak if peak else None, "peak_tflops": peak,
+                             "file": os.path.join(r["folder"], "summary.json")})
+    return _frame(rows, MFU_COLUMNS, ("model_tflop_per_step", "step_mean_ms", "achieved_tflops", "mfu"))

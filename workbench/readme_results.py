@@ -141,6 +141,23 @@ def results_markdown(profiles: str | None = None, include_cpu: bool = False, inc
             lines.append(f"- {link(r['folder'])}: {r['reason']}.{took}")
         lines.append("")
 
+    mf = an.mfu(root, include_cpu=include_cpu, include_incomplete_comparisons=keep)
+    if len(mf):
+        lines += ["**Model FLOPs and MFU** (model FLOPs of a step counted from the config and the run's own batches "
+                  "by `workbench.flops`, recompute left out; achieved TFLOP/s over each arm's mean step time; MFU "
+                  "against the device's dense bf16 peak, "
+                  f"{_f(mf['peak_tflops'].dropna().iloc[0] if mf['peak_tflops'].notna().any() else None, '{:.0f}')}"
+                  " TFLOP/s. `block_diagonal` counts the causal pairs inside each document, what varlen kernels "
+                  "compute; `dense` counts T^2 per layer, what sdpa / eager with a packed mask compute)", ""]
+        rows = []
+        for (folder, name), g in mf.groupby(["folder", "name"], sort=False):
+            r0 = g.iloc[0]
+            rows.append([name, *_shape(r0), r0["attention_flops"], _f(r0["model_tflop_per_step"]),
+                         "; ".join(f"{a['arm']} {_f(a['achieved_tflops'])} TFLOP/s ({_f(a['mfu'], '{:.1%}')})"
+                                   for a in g.to_dict("records")), link(r0["file"])])
+        lines += _table(["comparison", "model", "layers", "tokens", "attn", "attention count", "TFLOP per step",
+                         "per arm: achieved TFLOP/s (MFU)", "file"], rows)
+
     lines += ["**Commands** (each folder's, from its campaign's `COMMAND.txt`, else its `meta.json`)", ""]
     runs = an.discover(root, include_cpu=True, include_incomplete=True)
     for camp in sorted({os.path.dirname(p) for p in runs["path"]}):
