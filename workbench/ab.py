@@ -1197,6 +1197,10 @@ def main(argv=None) -> int:
                                    "protocol": protocol.describe(), "equivalence_criterion": describe(dtype),
                                    "comparisons": [c.name for c in comps]})
     progress(f"run {run_id} on {device} -> {out_dir}")
+    if a.trace != "none" and device.type == "cuda":  # the offload model's second source of c (bytes / bandwidth)
+        from workbench.instrument.bandwidth import pinned_copy_gb_per_s
+        writer.meta["pinned_copy"] = pinned_copy_gb_per_s(device)
+        writer.write_meta()
     sampler = NvmlSampler(device_index=(device.index or 0), period_s=0.25) if device.type == "cuda" else None
     runner = Runner(a, device, writer, nvml=sampler)
     runner.device_name = dinfo.get("name") if device.type == "cuda" else None

@@ -28,6 +28,12 @@ Jobs (each writes into its own folder of DIR):
                      (the three sync witnesses: CUDA's sync debug mode runs in the counted pass only; suite
                      `witness`)
     witness_ops      python -m workbench.bench.witness  (its last stdout line -> DIR/witness_ops/witness.json)
+    suite `verdicts` (the savings models' checks; every job with --trace torch):
+    ab_traced        --opt all --only packing,offload,moe          (each optimization alone, every arm traced)
+    offload_sweep    --opt offload --arms sync_reload,double_buffer --sweep layers=1,2,3,4 --reps 2
+    packing_sweep_l1 --opt packing --sweep layers=1,2,4,8 --reps 2
+    packing_sweep_llama   the same on llama-3.2-1b;  offload_sweep_qwen3   the offload sweep on qwen3-8b
+    all_traced       --opt all --only all                          (the three together, traced)
 
 Each job runs with a wall-clock limit (`--timeout-s`, default 570 s; ab_all's is AB_ALL_TIMEOUT_S: on a device
 whose commands stop at 10 minutes, run the campaign detached and poll it: profiles/README.md, "Adding a run");
@@ -55,8 +61,14 @@ AB_ALL_TIMEOUT_S = 1500
 an H100; the 570 s default cut offload_tokens short in its 32k comparison."""
 NSYS_JOBS = ["ab_packing_nsys", "ab_offload_nsys", "ab_moe_nsys"]
 SWEEP_JOBS = ["packing_sweep", "offload_tokens"]
-JOBS = ["ab_all", "ab_aa", "nvtx_cost", *SWEEP_JOBS, "ab_torch", *NSYS_JOBS, "ab_witness", "witness_ops"]
+VERDICT_JOBS = ["ab_traced", "offload_sweep", "packing_sweep_l1", "packing_sweep_llama", "offload_sweep_qwen3",
+                "all_traced"]
+"""The savings-model verdicts: torch traces of every single-optimization comparison, and L sweeps from L=1 on two
+models per optimization, each traced (in the order they run: the most needed first)."""
+JOBS = ["ab_all", "ab_aa", "nvtx_cost", *SWEEP_JOBS, "ab_torch", *NSYS_JOBS, "ab_witness", "witness_ops",
+        *VERDICT_JOBS]
 SUITES = {"ab": ["ab_all", "ab_aa"], "sweeps": ["nvtx_cost", *SWEEP_JOBS], "nsys": NSYS_JOBS, "witness": ["ab_witness", "witness_ops"],
+          "verdicts": VERDICT_JOBS,
           "all": JOBS, **{j: [j] for j in JOBS}}
 """--suite name -> jobs, in run order (every job's own name is a suite too)."""
 AB_ARGS = {"ab_all": ["--opt", "all"],
@@ -67,7 +79,16 @@ AB_ARGS = {"ab_all": ["--opt", "all"],
                               "--sweep", "tokens=16384,32768"],
            "ab_torch": ["--opt", "all", "--trace", "torch", "--reps", "1"],
            **{n: ["--opt", n[len("ab_"):-len("_nsys")], "--trace", "nsys", "--reps", "1"] for n in NSYS_JOBS},
-           "ab_witness": ["--opt", "all", "--cross-check", "--reps", "1"]}
+           "ab_witness": ["--opt", "all", "--cross-check", "--reps", "1"],
+           "ab_traced": ["--opt", "all", "--trace", "torch", "--only", "packing,offload,moe"],
+           "offload_sweep": ["--opt", "offload", "--arms", "sync_reload,double_buffer", "--sweep", "layers=1,2,3,4",
+                             "--trace", "torch", "--reps", "2"],
+           "packing_sweep_l1": ["--opt", "packing", "--sweep", "layers=1,2,4,8", "--trace", "torch", "--reps", "2"],
+           "packing_sweep_llama": ["--opt", "packing", "--model", "llama-3.2-1b", "--sweep", "layers=1,2,4,8",
+                                   "--trace", "torch", "--reps", "2"],
+           "offload_sweep_qwen3": ["--opt", "offload", "--model", "qwen3-8b", "--arms", "sync_reload,double_buffer",
+                                   "--sweep", "layers=1,2,3,4", "--trace", "torch", "--reps", "2"],
+           "all_traced": ["--opt", "all", "--trace", "torch", "--only", "all"]}
 """Each A/B job's flags (the engine's GPU defaults otherwise: 4 batches, 4 timed steps, settled warmup, 3 reps)."""
 
 AB_SMOKE = ["--device", "cpu", "--tokens", "128", "--steps", "1", "--warmup", "0", "--warmup-max", "0"]
@@ -116,6 +137,9 @@ def plan(out: str, suite: str = "all", smoke: bool = False) -> list[Job]:
             continue
         args = list(AB_ARGS[n])
         if smoke:
+            if "--model" in args:  # the CPU defaults' tiny presets
+                k = args.index("--model")
+                args = args[:k] + args[k + 2:]
             args = args + AB_SMOKE
             if "--reps" in args:
                 args[args.index("--reps") + 1] = "1"
@@ -129,7 +153,8 @@ def plan(out: str, suite: str = "all", smoke: bool = False) -> list[Job]:
                                                                                        == "--tokens"))]
         jobs.append(Job(n, "workbench.ab", args + ["--out", d], d,
                         needs="cuda+nsys" if n in NSYS_JOBS else None,
-                        min_timeout_s=AB_ALL_TIMEOUT_S if n in ("ab_all", "nvtx_cost", *SWEEP_JOBS) else 0.0))
+                        min_timeout_s=AB_ALL_TIMEOUT_S if n in ("ab_all", "nvtx_cost", *SWEEP_JOBS, *VERDICT_JOBS)
+                        else 0.0))
     return jobs
 
 

@@ -40,6 +40,8 @@ _TOP_PASSES = {"wb/fwd": "fwd", "wb/bwd": "bwd", "wb/opt": "opt"}
 # CUPTI enums of the nsys SQLite export (copyKind: 1 HtoD, 2 DtoH, 8 DtoD; syncType 1-4)
 MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH",
                 10: "PtoP"}
+NVTX_DOMAIN = "workbench"
+"""The NVTX domain of the workbench's ranges (`workbench.instrument.ranges`); other domains are filtered out."""
 SYNC_TYPES = {0: "unknown", 1: "event_sync", 2: "stream_wait_event", 3: "stream_sync", 4: "context_sync"}
 
 
@@ -188,7 +190,8 @@ def _columns(con, table: str) -> set[str]:
 def from_nsys_sqlite(path: str) -> pd.DataFrame:
     """Parse an `nsys export --type sqlite` file (NVTX_EVENTS, CUPTI_ACTIVITY_KIND_KERNEL / MEMCPY / SYNCHRONIZATION / RUNTIME; times in ns) into events.
 
-    NVTX push/pop and start/end ranges (eventType 59, 60; text from `text` or the registered string `textId`),
+    NVTX push/pop and start/end ranges (eventType 59, 60; text from `text` or the registered string `textId`) of
+    the workbench's NVTX domain (and the default domain; other libraries' domains, e.g. CUB's, are dropped),
     CUPTI kernels (shortName), memcpy (copyKind -> HtoD/DtoH/..., bytes), synchronization (syncType) and runtime
     calls (nameId). Tables a capture lacks are skipped.
     """
@@ -206,10 +209,17 @@ def from_nsys_sqlite(path: str) -> pd.DataFrame:
         if "NVTX_EVENTS" in t:
             cols = _columns(con, "NVTX_EVENTS")
             text = "COALESCE(n.text, " + name_of("n.textId") + ")" if "textId" in cols else "n.text"
-            q = (f"SELECT n.start, n.end, {text}, n.globalTid FROM NVTX_EVENTS n "
+            dom = "n.domainId" if "domainId" in cols else "0"
+            # NVTX domains: keep the workbench's own ranges (its `workbench` domain, or the default domain 0 when
+            # the ranges came through torch.cuda.nvtx); drop other libraries' (CUB's `CCCL` ranges nest inside
+            # wb/Lxx/attn/meta and would otherwise count as builds)
+            domains = {d: t for d, t in con.execute(f"SELECT {dom}, n.text FROM NVTX_EVENTS n WHERE n.eventType = 75")}
+            keep = {0, None} | {d for d, t in domains.items() if t == NVTX_DOMAIN}
+            q = (f"SELECT n.start, n.end, {text}, n.globalTid, {dom} FROM NVTX_EVENTS n "
                  "WHERE n.eventType IN (59, 60) AND n.end IS NOT NULL")
-            for s, e, name, tid in con.execute(q):
-                rows.append(dict(kind="range", name=name or "", start_ns=s, end_ns=e, tid=tid))
+            for s, e, name, tid, d in con.execute(q):
+                if d in keep:
+                    rows.append(dict(kind="range", name=name or "", start_ns=s, end_ns=e, tid=tid))
         if "CUPTI_ACTIVITY_KIND_KERNEL" in t:
             q = (f"SELECT k.start, k.end, {name_of('k.shortName')}, k.streamId, k.correlationId "
                  "FROM CUPTI_ACTIVITY_KIND_KERNEL k")
