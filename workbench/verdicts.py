@@ -1,0 +1,473 @@
+"""Savings models confirmed or refuted: predicted ± uncertainty from in-situ trace inputs, against the engine's paired
+measured saving ± its 95% CI, with the step-time decomposition that says which term a refuted model lacks.
+
+    python -m workbench.verdicts RUN_DIR [RUN_DIR ...]     # fills each traced comparison of summary.json
+
+    # L = decoder layers, p = passes that build packed metadata (2 with checkpointing: forward + recompute)
+
+Per comparison of a run folder whose baseline and optimized arms were traced (`--trace torch|nsys`):
+
+- `decomposition`: `workbench.traces.decompose.compare` of the two arms' traces (components' ms per step, saving
+  per component, the traced step difference and the residual against the measured one);
+- `breakdown`: each traced arm's components and top kernels;
+- `savings_model`: the model, its inputs with their source, predicted ± CI, measured ± CI, measured / predicted, the
+  verdict, and for a refuted model the largest component it lacks and the corrected model (the model plus that
+  component's traced saving), judged on the same data.
+
+Models (inputs measured in situ, per traced step, so their spread across steps gives the uncertainty):
+
+    packing   (L·p - b)·s                   b = 1 (cached) / 0 (precomputed); s per build = the GPU idle the build
+                                            causes (from the build's start until the GPU gets the first kernel
+                                            launched after it, less the GPU work in that window) + the build's
+                                            own kernel time; builds per step must equal L·p (else the check fails)
+    offload   Σ_{i=1}^{L-1} min(c_{i-1}, g_i)   c_i = layer i's reload: its host-to-device copy in the trace (checked
+                                            against bytes / the pinned bandwidth measured in the same run: 20%);
+                                            g_i = layer i's recompute + backward kernel time (union)
+    moe       ΔS·d + ΔG_launch + ΔK_gemm    ΔS = syncs removed per step (the counter; checked against the traces'
+                                            readbacks: 20%), d = in-situ drain stall per sync (the baseline's
+                                            sync_stall / its syncs), ΔG_launch = launch-bound idle removed,
+                                            ΔK_gemm = GEMM kernel time removed (per-expert matmuls -> grouped)
+
+Uncertainty: the prediction is f(mean of the per-step inputs), its CI by the delta method (`stats.delta_method`,
+t with n-1 df over the traced steps). Measured: mean paired difference baseline - arm over the engine's (rep,
+step) pairs, outlier pairs left out as in the speedup, BCa bootstrap CI (`stats.paired_difference`).
+
+Verdict: `confirmed` when the two CIs overlap or measured / predicted is within 0.9-1.1, else `refuted`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+
+import numpy as np
+import pandas as pd
+
+from workbench import stats
+from workbench.traces import decompose
+
+AGREE_TOL = 0.20
+"""Two sources of the same input may differ by at most this fraction; more fails the check (loudly)."""
+RATIO_BAND = (0.9, 1.1)
+
+MODEL_TERMS = {"packing": ("glue", "sync_stall", "launch_gap"),
+               "offload": ("exposed_copy",),
+               "moe": ("sync_stall", "launch_gap", "gemm")}
+"""The decomposition components each model accounts for (the rest are candidates for the term it lacks)."""
+
+FORMULAS = {"packing": "(L*p - b) * s,  s = GPU idle per build + build kernel time",
+            "offload": "sum_{i=1}^{L-1} min(c_{i-1}, g_i)",
+            "moe": "syncs_removed * drain_stall_per_sync + launch_gap_removed + gemm_kernel_removed"}
+
+_META_RE = re.compile(r"^wb/(L\d+)/attn/meta$")
+
+
+class InputCheckFailed(Exception):
+    """Two sources of one model input disagree, or a count differs from what the model assumes."""
+
+
+# --- per-step helpers -----------------------------------------------------------------------------------------
+
+def _step_of(events: pd.DataFrame, windows: pd.DataFrame) -> np.ndarray:
+    """Step index of each event by its start (-1 outside every window)."""
+    out = np.full(len(events), -1, dtype=int)
+    st = events["start_ns"].to_numpy()
+    for w in windows.itertuples():
+        out[(st >= w.start_ns) & (st < w.end_ns)] = w.step
+    return out
+
+
+def _covered_ns(union: np.ndarray, prefix: np.ndarray, lo: int, hi: int) -> int:
+    """Length of a merged union inside [lo, hi], with `prefix` = cumulative lengths of its intervals."""
+    if hi <= lo or not len(union):
+        return 0
+    i = int(np.searchsorted(union[:, 1], lo, "right"))
+    j = int(np.searchsorted(union[:, 0], hi, "left"))
+    if j <= i:
+        return 0
+    tot = int(prefix[j] - prefix[i])
+    tot -= max(0, lo - int(union[i, 0]))
+    tot -= max(0, int(union[j - 1, 1]) - hi)
+    return max(tot, 0)
+
+
+def packing_builds(events: pd.DataFrame) -> pd.DataFrame:
+    """One row per `wb/Lxx/attn/meta` build: step, layer, idle_ms, kernel_ms, s_ms (= idle + kernel).
+
+    idle: from the build's start a until k, the GPU start of the first kernel launched after the build's end,
+    minus the GPU work (any stream) in [a, k]; kernel: the union of the build's own kernels (part attn/meta)."""
+    cols = ["step", "layer", "idle_ms", "kernel_ms", "s_ms"]
+    r = events[(events["kind"] == "range") & events["stream"].isna() & events["name"].astype(str).str.match(_META_RE)]
+    if r.empty:
+        return pd.DataFrame(columns=cols)
+    win = decompose.step_windows(events)
+    gpu = events[events["kind"].isin(("kernel", "memcpy"))]
+    u = decompose._union(gpu[["start_ns", "end_ns"]].to_numpy(dtype=np.int64))
+    prefix = np.concatenate([[0], np.cumsum(u[:, 1] - u[:, 0])])
+    first_gpu = gpu[gpu["correlation"].notna()].groupby("correlation")["start_ns"].min()
+    rt = events[(events["kind"] == "runtime") & events["name"].astype(str).str.contains("Launch", case=False)
+                & events["correlation"].isin(first_gpu.index)].sort_values("start_ns")
+    rt_start = rt["start_ns"].to_numpy()
+    rt_k = first_gpu.reindex(rt["correlation"]).to_numpy()
+    mk = gpu[(gpu["kind"] == "kernel") & (gpu["part"] == "attn/meta")].sort_values("start_ns")
+    mk_iv = mk[["start_ns", "end_ns"]].to_numpy(dtype=np.int64)
+    steps = _step_of(r, win) if len(win) else np.zeros(len(r), int)
+    rows = []
+    for (a, b, name), step in zip(r[["start_ns", "end_ns", "name"]].itertuples(index=False), steps):
+        j = int(np.searchsorted(rt_start, b, "left"))
+        if j >= len(rt_start):
+            continue
+        k = int(rt_k[j])
+        if k < a:  # the launch's kernel started before the build (cannot happen on one stream; skip)
+            continue
+        idle = (k - a) - _covered_ns(u, prefix, int(a), k)
+        lo, hi = np.searchsorted(mk_iv[:, 0], a, "left"), np.searchsorted(mk_iv[:, 0], k, "left")
+        kern = decompose._length(decompose._union(decompose._clip(mk_iv[lo:hi], int(a), k))) if hi > lo else 0
+        rows.append(dict(step=int(step), layer=_META_RE.match(name).group(1), idle_ms=idle / 1e6, kernel_ms=kern / 1e6,
+                         s_ms=(idle + kern) / 1e6))
+    return pd.DataFrame(rows, columns=cols)
+
+
+def offload_layers(events: pd.DataFrame) -> pd.DataFrame:
+    """Per step and layer: c_ms (the layer's reload: host-to-device copies launched in `wb/Lxx/reload`), bytes, and
+    g_ms (the union of the layer's recompute + backward kernels)."""
+    cols = ["step", "layer", "c_ms", "bytes", "g_ms"]
+    win = decompose.step_windows(events)
+    if win.empty:
+        return pd.DataFrame(columns=cols)
+    cp = events[(events["kind"] == "memcpy") & (events["name"] == "HtoD") & (events["part"] == "reload")
+                & events["layer"].notna()].copy()
+    cp["step"] = _step_of(cp, win)
+    cp["dur_ms"] = (cp["end_ns"] - cp["start_ns"]) / 1e6
+    c = cp[cp["step"] >= 0].groupby(["step", "layer"]).agg(c_ms=("dur_ms", "sum"), bytes=("bytes", "sum"))
+    k = events[(events["kind"] == "kernel") & events["layer"].notna() & events["pass"].isin(("recompute", "bwd"))].copy()
+    k["step"] = _step_of(k, win)
+    g = {}
+    for (step, layer), grp in k[k["step"] >= 0].groupby(["step", "layer"]):
+        g[(step, layer)] = decompose._length(decompose._union(grp[["start_ns", "end_ns"]].to_numpy(dtype=np.int64))) / 1e6
+    out = c.reset_index()
+    out["g_ms"] = [g.get((s, l), float("nan")) for s, l in zip(out["step"], out["layer"])]
+    return out[cols].sort_values(["step", "layer"]).reset_index(drop=True)
+
+
+# --- models ---------------------------------------------------------------------------------------------------
+
+def _pred(f, X) -> dict:
+    d = stats.delta_method(f, X)
+    return {"predicted_ms": d["estimate"], "predicted_se_ms": d["se"], "predicted_ci95": d["ci95"], "n_steps": d["n"]}
+
+
+def packing_model(base_events: pd.DataFrame, *, layers: int, checkpointing: bool, arm: str,
+                  batches: list | None = None, trace_batch_of_step=None) -> dict:
+    """The packing model from the baseline (rebuild) arm's trace; raises InputCheckFailed when builds per step
+    differ from L·p."""
+    passes = 2 if checkpointing else 1
+    b_after = 1 if arm == "cached" else 0
+    removed = layers * passes - b_after
+    builds = packing_builds(base_events)
+    if builds.empty:
+        raise InputCheckFailed("packing: no wb/Lxx/attn/meta builds in the baseline's trace")
+    per = builds.groupby("step").agg(builds=("s_ms", "size"), s_ms=("s_ms", "mean"), idle_ms=("idle_ms", "mean"),
+                                     kernel_ms=("kernel_ms", "mean")).reset_index()
+    bad = per[per["builds"] != layers * passes]
+    if len(bad):
+        raise InputCheckFailed(f"packing: {int(bad['builds'].iloc[0])} builds in traced step {int(bad['step'].iloc[0])}, "
+                               f"expected L*p = {layers}*{passes} = {layers * passes}")
+    X = per[["idle_ms", "kernel_ms"]].to_numpy()
+    out = _pred(lambda v: removed * (v[0] + v[1]), X)
+    per_batch = []
+    for r in per.itertuples():
+        bi = trace_batch_of_step(r.step) if trace_batch_of_step else None
+        docs = (batches[bi].get("documents") if batches and bi is not None and bi < len(batches) else None)
+        per_batch.append(dict(step=int(r.step), batch=bi, documents=docs, builds=int(r.builds), s_ms=r.s_ms,
+                              idle_ms=r.idle_ms, kernel_ms=r.kernel_ms))
+    idle, kern = float(X[:, 0].mean()), float(X[:, 1].mean())
+    out.update(formula=FORMULAS["packing"],
+               inputs={"L": {"value": layers, "source": "the comparison's layer count"},
+                       "p": {"value": passes, "source": "forward + recompute (checkpointing)" if checkpointing
+                             else "forward (no checkpointing)"},
+                       "b": {"value": b_after, "source": f"builds left in the {arm} arm"},
+                       "builds_per_step": {"value": float(per["builds"].mean()),
+                                           "source": "wb/Lxx/attn/meta ranges per traced step (= L*p, checked)"},
+                       "s_idle_ms": {"value": idle, "source": "GPU idle per build, baseline trace"},
+                       "s_kernel_ms": {"value": kern, "source": "build kernels per build, baseline trace"},
+                       "s_ms": {"value": idle + kern, "source": "s_idle_ms + s_kernel_ms"}},
+               terms={"builds removed x idle per build": removed * idle,
+                      "builds removed x build kernels": removed * kern},
+               per_batch=per_batch)
+    return out
+
+
+def offload_model(base_events: pd.DataFrame, *, h2d_gb_per_s: float | None = None) -> dict:
+    """The offload model from the baseline (sync_reload) arm's trace; raises InputCheckFailed when c and
+    bytes / bandwidth disagree by more than AGREE_TOL."""
+    lay = offload_layers(base_events)
+    if lay.empty:
+        raise InputCheckFailed("offload: no reload copies (HtoD memcpy in wb/Lxx/reload) in the baseline's trace")
+    layers = sorted(lay["layer"].unique())
+    L = len(layers)
+    c = lay.pivot(index="step", columns="layer", values="c_ms").reindex(columns=layers)
+    g = lay.pivot(index="step", columns="layer", values="g_ms").reindex(columns=layers)
+    full = c.notna().all(axis=1) & g.notna().all(axis=1)
+    c, g = c[full], g[full]
+    if c.empty:
+        raise InputCheckFailed("offload: no traced step has a reload and a backward for every layer")
+    X = np.concatenate([c.to_numpy(), g.to_numpy()], axis=1)
+
+    def f(v):
+        cc, gg = v[:L], v[L:]
+        return sum(min(cc[i - 1], gg[i]) for i in range(1, L))
+    out = _pred(f, X)
+    c_mean, g_mean = c.mean().to_numpy(), g.mean().to_numpy()
+    nbytes = float(lay["bytes"].median())
+    inputs = {"L": {"value": L, "source": "layers with a reload in the trace"},
+              "c_ms": {"value": [float(x) for x in c_mean], "source": "HtoD copy per layer (wb/Lxx/reload), trace"},
+              "g_ms": {"value": [float(x) for x in g_mean],
+                       "source": "recompute + backward kernels per layer (union), trace"},
+              "reload_bytes": {"value": nbytes, "source": "bytes of the HtoD copy per layer, trace"}}
+    if h2d_gb_per_s:
+        c_bw = nbytes / (h2d_gb_per_s * 1e9) * 1e3
+        c_med = float(np.median(c_mean))
+        inputs["c_from_bandwidth_ms"] = {"value": c_bw, "source": f"reload_bytes / pinned H2D {h2d_gb_per_s:.1f} GB/s "
+                                                                   "(measured in the same run)"}
+        inputs["h2d_gb_per_s"] = {"value": h2d_gb_per_s, "source": "meta.json pinned_copy"}
+        if abs(c_med - c_bw) > AGREE_TOL * c_bw:
+            raise InputCheckFailed(f"offload: c from the trace {c_med:.3f} ms vs bytes / bandwidth {c_bw:.3f} ms "
+                                   f"differ by more than {AGREE_TOL:.0%}")
+    out.update(formula=FORMULAS["offload"], inputs=inputs,
+               terms={"sum of min(c_(i-1), g_i)": out["predicted_ms"]},
+               bound="reload" if c_mean.sum() > g_mean.sum() else "compute")
+    return out
+
+
+def moe_model(base_events: pd.DataFrame, arm_events: pd.DataFrame, *, syncs_base: float, syncs_arm: float,
+              readbacks_removed: float | None = None) -> dict:
+    """The MoE routing model from both arms' traces (paired by traced step) and the counter's syncs; raises
+    InputCheckFailed when the counter's syncs removed and the traces' readbacks removed differ by > AGREE_TOL."""
+    removed = float(syncs_base) - float(syncs_arm)
+    if readbacks_removed is not None and removed > 0 and abs(readbacks_removed - removed) > AGREE_TOL * removed:
+        raise InputCheckFailed(f"moe: syncs removed {removed:.0f}/step (counter) vs {readbacks_removed:.0f}/step "
+                               f"(trace readbacks) differ by more than {AGREE_TOL:.0%}")
+    a, b = decompose.per_step(base_events), decompose.per_step(arm_events)
+    n = min(len(a), len(b))
+    if n == 0:
+        raise InputCheckFailed("moe: no wb/step windows in the traces")
+    a, b = a.iloc[:n], b.iloc[:n]
+    X = np.stack([a["sync_stall"].to_numpy(), a["launch_gap"].to_numpy(), b["launch_gap"].to_numpy(),
+                  a["gemm"].to_numpy(), b["gemm"].to_numpy()], axis=1)
+    share = removed / syncs_base if syncs_base else 0.0
+
+    def f(v):
+        return share * v[0] + (v[1] - v[2]) + (v[3] - v[4])
+    out = _pred(f, X)
+    m = X.mean(axis=0)
+    terms = {"syncs removed x drain stall per sync": share * m[0], "launch gaps removed": m[1] - m[2],
+             "GEMM kernel time removed": m[3] - m[4]}
+    tot = sum(abs(v) for v in terms.values()) or 1.0
+    out.update(formula=FORMULAS["moe"],
+               inputs={"syncs_removed": {"value": removed, "source": "sync counter (counted pass), baseline - arm"},
+                       "drain_stall_per_sync_ms": {"value": m[0] / syncs_base if syncs_base else float("nan"),
+                                                   "source": "baseline trace: sync_stall / syncs per step"},
+                       "launch_gap_baseline_ms": {"value": m[1], "source": "baseline trace"},
+                       "launch_gap_arm_ms": {"value": m[2], "source": "arm trace"},
+                       "gemm_baseline_ms": {"value": m[3], "source": "baseline trace"},
+                       "gemm_arm_ms": {"value": m[4], "source": "arm trace"},
+                       **({"readbacks_removed": {"value": readbacks_removed,
+                                                 "source": "traces: small DtoH copies per step, baseline - arm"}}
+                          if readbacks_removed is not None else {})},
+               terms=terms, term_shares={k: abs(v) / tot for k, v in terms.items()})
+    return out
+
+
+# --- verdict --------------------------------------------------------------------------------------------------
+
+def judge(predicted: float, predicted_ci, measured: float, measured_ci) -> tuple[str, float | None]:
+    """("confirmed" | "refuted", measured / predicted): confirmed when the CIs overlap or the ratio is in 0.9-1.1."""
+    ratio = measured / predicted if predicted else None
+    overlap = (predicted_ci is not None and measured_ci is not None
+               and predicted_ci[0] <= measured_ci[1] and measured_ci[0] <= predicted_ci[1])
+    ok = overlap or (ratio is not None and RATIO_BAND[0] <= ratio <= RATIO_BAND[1])
+    return ("confirmed" if ok else "refuted"), ratio
+
+
+def check(opt: str, model: dict, measured: dict, decomposition: pd.DataFrame | None) -> dict:
+    """Fill the verdict of `model` (a *_model dict) against `measured` (stats.paired_difference); for a refuted
+    model, the largest traced component it lacks and the corrected model (model + that component's saving)."""
+    v, ratio = judge(model["predicted_ms"], model.get("predicted_ci95"), measured["mean"], measured.get("ci95"))
+    out = {**model, "measured_ms": measured["mean"], "measured_ci95": measured.get("ci95"),
+           "measured_n_pairs": measured.get("n_pairs"), "ratio": ratio, "verdict": v}
+    if decomposition is not None and len(decomposition):
+        d = decomposition.set_index("component")["saved_ms"]
+        lacking = {c: float(d[c]) for c in decompose.COMPONENTS if c in d and c not in MODEL_TERMS.get(opt, ())}
+        if "residual_ms" in d:
+            lacking["residual (measured - traced)"] = float(d["residual_ms"])
+        if lacking:
+            name = max(lacking, key=lambda k: abs(lacking[k]))
+            out["largest_missing"] = {"component": name, "saved_ms": lacking[name]}
+            if v == "refuted" and not name.startswith("residual"):
+                se = model.get("predicted_se_ms")
+                p2 = model["predicted_ms"] + lacking[name]
+                ci2 = None
+                if model.get("predicted_ci95") is not None:
+                    h = (model["predicted_ci95"][1] - model["predicted_ci95"][0]) / 2
+                    ci2 = [p2 - h, p2 + h]
+                v2, r2 = judge(p2, ci2, measured["mean"], measured.get("ci95"))
+                out["corrected"] = {"formula": f"{model['formula']} + saved {name}", "predicted_ms": p2,
+                                    "predicted_ci95": ci2, "predicted_se_ms": se, "ratio": r2, "verdict": v2}
+    return out
+
+
+# --- a run folder ---------------------------------------------------------------------------------------------
+
+def _events(run_dir: str, cmp_name: str, arm: str) -> pd.DataFrame | None:
+    from workbench.traces.events import load_events
+    safe = lambda s: "".join(c if c.isalnum() or c in "-_.+" else "_" for c in s)  # noqa: E731 - ab._safe
+    stem = os.path.join(run_dir, "traces", safe(cmp_name), safe(arm))
+    for ext in (".events.parquet", ".events.csv.gz"):
+        if os.path.exists(stem + ext):
+            return load_events(stem + ext)
+    return None
+
+
+def measured_saving(results: pd.DataFrame, cmp_name: str, baseline: str, arm: str) -> dict:
+    """The engine's paired saving (baseline - arm step ms) of a comparison, outlier pairs left out."""
+    from workbench import engine
+    r = results[(results["comparison"] == cmp_name) & (results["metric"] == "step_ms") & results["rep"].notna()]
+    samples = [dict(arm=x.arm, rep=int(x.rep), step=int(x.step), batch=int(x.batch) if x.batch == x.batch else 0,
+                    step_ms=float(x.value)) for x in r.itertuples()]
+    b, o = engine.pairs(samples, baseline, arm)
+    return stats.paired_difference(b, o)
+
+
+def _arms(c: dict) -> dict:
+    return {a["arm"]: a for a in [c.get("baseline"), c.get("optimized"), *(c.get("others") or [])] if a}
+
+
+def comparison_verdict(run_dir: str, c: dict, results: pd.DataFrame, meta: dict) -> dict:
+    """decomposition, breakdown and savings_model of one comparison dict of summary.json (updated in place)."""
+    from workbench.traces.analysis import readbacks_per_step
+    base = (c.get("baseline") or {}).get("arm")
+    opt_arm = (c.get("optimized") or {}).get("arm")
+    name, opt = c.get("name"), c.get("opt")
+    sm = {"formula": FORMULAS.get(opt, "the sum of the three models")}
+    if not base or not opt_arm or str(name).startswith(("nvtx:", "aa:")) or opt_arm == base:
+        return c
+    measured = measured_saving(results, name, base, opt_arm)
+    sm.update(measured_ms=measured["mean"], measured_ci95=measured["ci95"], measured_n_pairs=measured["n_pairs"])
+    ev = {a: _events(run_dir, name, a) for a in _arms(c)}
+    traced = {a: e for a, e in ev.items() if e is not None and (e["kind"] == "kernel").any()}
+    if base in traced:
+        c["breakdown"] = {a: {"components": decompose.summary(e).to_dict("records"),
+                              "top_kernels": decompose.top_kernels(e, 8).to_dict("records")} for a, e in traced.items()}
+    decomp = None
+    if base in traced and opt_arm in traced:
+        decomp = decompose.compare(traced[base], traced[opt_arm], measured_ms=measured["mean"])
+        c["decomposition"] = decomp.to_dict("records")
+    if opt not in MODEL_TERMS:
+        sm.update(verdict="not modelled", reason="the three together are judged through each model on its own "
+                                                 "comparison")
+        c["savings_model"] = sm
+        return c
+    if base not in traced or (opt == "moe" and opt_arm not in traced):
+        why = ("the traces hold no GPU events (a CPU run): the model's inputs are GPU idle and kernel times"
+               if any(e is not None for e in ev.values()) else
+               "the model's inputs come from traces: run with --trace torch or nsys")
+        sm.update(verdict="no trace", reason=why)
+        c["savings_model"] = sm
+        return c
+    args = meta.get("args") or {}
+    nb = int((c.get("protocol") or {}).get("batches") or args.get("batches") or 1)
+    warm = int(args.get("warmup") or 0)
+    try:
+        if opt == "packing":
+            arm_name = opt_arm if opt_arm in ("cached", "precomputed") else "cached"
+            model = packing_model(traced[base], layers=int(c["layers"]), checkpointing=not args.get("no_checkpointing"),
+                                  arm=arm_name, batches=c.get("batches"),
+                                  trace_batch_of_step=lambda k: (warm + k) % nb)
+        elif opt == "offload":
+            bw = (meta.get("pinned_copy") or {}).get("h2d_gb_per_s")
+            model = offload_model(traced[base], h2d_gb_per_s=bw)
+        else:
+            arms = _arms(c)
+            rb = (readbacks_per_step(traced[base]) - readbacks_per_step(traced[opt_arm]))
+            model = moe_model(traced[base], traced[opt_arm], syncs_base=arms[base].get("syncs_per_step") or 0.0,
+                              syncs_arm=arms[opt_arm].get("syncs_per_step") or 0.0, readbacks_removed=rb)
+    except InputCheckFailed as e:
+        sm.update(verdict="input check failed", reason=str(e))
+        c["savings_model"] = sm
+        return c
+    sm.update(check(opt, model, measured, decomp))
+    c["savings_model"] = sm
+    return c
+
+
+def annotate(run_dir: str) -> list[dict]:
+    """Fill every comparison of `run_dir`/summary.json (decomposition, breakdown, savings_model with a verdict);
+    rewrite summary.json; return the verdict rows (`rows`)."""
+    from workbench.results import atomic_write_json, git_sha, load_run
+    results, summary, meta = load_run(run_dir)
+    if not summary:
+        raise FileNotFoundError(f"{run_dir}: no summary.json")
+    for c in summary.get("comparisons", []):
+        if c.get("baseline") is not None:
+            comparison_verdict(run_dir, c, results, meta)
+    summary["verdicts"] = {"by": "python -m workbench.verdicts", "git_sha": git_sha()}
+    atomic_write_json(os.path.join(run_dir, "summary.json"), summary)
+    return rows(summary, run_dir)
+
+
+def rows(summary: dict, folder: str = "") -> list[dict]:
+    """One verdict row per comparison with a savings model: comparison, model, layers, tokens, formula, predicted
+    [CI], measured [CI], ratio, verdict, largest missing component, corrected verdict."""
+    out = []
+    for c in summary.get("comparisons", []):
+        sm = c.get("savings_model") or {}
+        if "verdict" not in sm:
+            continue
+        corr = sm.get("corrected") or {}
+        miss = sm.get("largest_missing") or {}
+        out.append({"folder": folder, "comparison": c.get("name"), "opt": c.get("opt"), "model": c.get("model"),
+                    "layers": c.get("layers"), "tokens": c.get("tokens"), "formula": sm.get("formula"),
+                    "predicted_ms": sm.get("predicted_ms"), "predicted_ci95": sm.get("predicted_ci95"),
+                    "measured_ms": sm.get("measured_ms"), "measured_ci95": sm.get("measured_ci95"),
+                    "ratio": sm.get("ratio"), "verdict": sm.get("verdict"), "reason": sm.get("reason"),
+                    "largest_missing": miss.get("component"), "largest_missing_ms": miss.get("saved_ms"),
+                    "corrected_ms": corr.get("predicted_ms"), "corrected_verdict": corr.get("verdict")})
+    return out
+
+
+def _fmt_ci(ci) -> str:
+    return f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m workbench.verdicts", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders written by python -m workbench.ab")
+    a = p.parse_args(argv)
+    all_rows, failed = [], []
+    for d in a.runs:
+        if not os.path.isfile(os.path.join(d, "summary.json")):
+            print(f"error: {d}: no summary.json (not a run folder of python -m workbench.ab)", file=sys.stderr)
+            return 2
+        rs = annotate(d)
+        all_rows += rs
+        failed += [f"{d}: {r['comparison']}: {r['reason']}" for r in rs if r["verdict"] == "input check failed"]
+    if all_rows:
+        t = pd.DataFrame(all_rows)
+        t["predicted"] = [f"{p:.2f} {_fmt_ci(ci)}" if p is not None and p == p else "-"
+                          for p, ci in zip(t["predicted_ms"], t["predicted_ci95"])]
+        t["measured"] = [f"{m:.2f} {_fmt_ci(ci)}" if m is not None else "-"
+                         for m, ci in zip(t["measured_ms"], t["measured_ci95"])]
+        cols = ["comparison", "model", "predicted", "measured", "ratio", "verdict", "largest_missing"]
+        print(t[cols].to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+    for f in failed:
+        print(f"INPUT CHECK FAILED: {f}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
