@@ -11,7 +11,9 @@ import torch
 from workbench import ab, campaign
 
 EXPECTED_JOBS = ["ab_all", "ab_aa", "nvtx_cost", "packing_sweep", "offload_tokens", "ab_torch", "ab_packing_nsys",
-                 "ab_offload_nsys", "ab_moe_nsys", "ab_witness", "witness_ops"]
+                 "ab_offload_nsys", "ab_moe_nsys", "ab_witness", "witness_ops",
+                 "ab_traced", "offload_sweep", "packing_sweep_l1", "packing_sweep_llama", "offload_sweep_qwen3",
+                 "all_traced"]
 
 
 def test_campaign_plan_and_dry_run(tmp_path, capsys):
@@ -54,6 +56,10 @@ def test_suites_name_jobs_in_run_order():
     assert campaign.SUITES["sweeps"] == ["nvtx_cost", "packing_sweep", "offload_tokens"]
     assert campaign.SUITES["nsys"] == campaign.NSYS_JOBS
     assert campaign.SUITES["witness"] == ["ab_witness", "witness_ops"]
+    assert all("--trace" in campaign.AB_ARGS[j] for j in campaign.SUITES["verdicts"])
+    # the smoke versions run the CPU defaults' tiny presets, never an 8B preset on a CPU
+    smoke = campaign.plan("/tmp/x", "verdicts", smoke=True)
+    assert all("--model" not in j.argv for j in smoke)
     for name, jobs in campaign.SUITES.items():
         assert set(jobs) <= set(campaign.JOBS), name
     for j in campaign.JOBS:

@@ -254,18 +254,13 @@ def test_non_moe_model_is_unsupported():
 
 # --- the savings model -----------------------------------------------------------------------------------------
 
-def test_routing_savings_model_is_syncs_times_stall_plus_launches_times_cost():
-    from workbench.savings import moe_routing_saving as moe_routing
+def test_routing_savings_model_is_the_sum_of_its_parts():
+    from workbench.savings import moe_saving
 
-    r = moe_routing(syncs_removed=1000, stall_ms=0.02, launches_removed=3000, launch_ms=0.005)
-    assert r["predicted_ms"] == pytest.approx(1000 * 0.02 + 3000 * 0.005)
-    assert r["inputs"] == {"syncs_removed": 1000, "stall_ms": 0.02, "launches_removed": 3000, "launch_ms": 0.005}
-    assert "stall" in r["formula"]
-    # an arm that adds launches (negative removal) is charged for them
-    assert moe_routing(syncs_removed=0, stall_ms=0.02, launches_removed=-10, launch_ms=0.01)["predicted_ms"] \
-        == pytest.approx(-0.1)
-    with pytest.raises(ValueError):
-        moe_routing(syncs_removed=1, stall_ms=-1.0, launches_removed=0, launch_ms=0.0)
+    r = moe_saving(syncs_removed=1000, drain_stall_per_sync_ms=0.02, launch_gap_removed_ms=15.0, gemm_removed_ms=-3.0)
+    assert r["predicted_ms"] == pytest.approx(1000 * 0.02 + 15.0 - 3.0)
+    assert set(r["terms"]) == {"syncs removed x drain stall per sync", "launch gaps removed", "GEMM kernel time removed"}
+    assert "drain_stall" in r["formula"]
 
 
 def test_hf_batched_mm_bytes_match_the_allocation_seen_on_the_h100():

@@ -44,6 +44,7 @@ import traceback
 import torch
 
 from workbench import opts as opts_registry
+from workbench import verdicts
 from workbench.cli import emit_json, progress, run_main
 from workbench.errors import UnsupportedArm, WorkbenchError
 
@@ -68,8 +69,6 @@ GPU_DEFAULTS = {"packing": dict(model="qwen3-0.6b", tokens=16384), "offload": di
 DTYPES = {"auto": None, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 """--dtype: auto = bf16 on CUDA, fp32 on the CPU (workbench.models.default_dtype)."""
 
-FORMULAS = {"packing": "(L-1)*s", "offload": "(L-1)*min(c,g)", "moe": "syncs_removed*stall_ms + launches_removed*launch_ms",
-            "all": "sum of the packing, offload and moe predictions"}
 
 
 class Terminated(BaseException):
@@ -315,8 +314,6 @@ class Runner:
         self.writer = writer
         self.nvml = nvml
         self.failures: list[str] = []
-        self._meta_stall: dict = {}
-        """opt -> meta_stall_ms() of the baseline arm's torch trace (the packing model's in-situ s)."""
 
     def _progress(self, msg: str):
         progress(msg)
@@ -406,8 +403,9 @@ class Runner:
         out = {"name": cmp.name, "opt": cmp.opt, "model": cmp.model, "layers": None, "tokens": cmp.tokens,
                "attn": cmp.attn, "baseline": None, "optimized": None, "others": [], "speedup": None,
                "speedup_ci95": None, "verdict": None, "n_pairs": 0, "equivalent": False,
-               "savings_model": {"formula": FORMULAS[cmp.opt], "predicted_ms": None, "measured_ms": None,
-                                 "inputs": {}},
+               "savings_model": {"formula": verdicts.FORMULAS.get(cmp.opt, "not modelled (the three together)"),
+                                 "predicted_ms": None, "measured_ms": None,
+                                 "reason": "the model's inputs come from traces: run with --trace torch or nsys"},
                "status": "ok", "errors": []}
         self._progress(f"{tag} building {cmp.model}" + (f" ({cmp.layers} layers)" if cmp.layers else ""))
         model = self.build(cmp)
@@ -618,20 +616,6 @@ class Runner:
             b_ms, o_ms = engine.pairs(samples, cmp.baseline, cmp.optimized)
             if b_ms:
                 out["savings_model"]["measured_ms"] = sum(x - y for x, y in zip(b_ms, o_ms)) / len(b_ms)
-        measured_inputs = {}
-        if cmp.opt == "offload" and events.get(cmp.baseline) is None \
-                and arm_status.get(cmp.baseline, {}).get("status") == "ok" and not cmp.name.startswith("nvtx:"):
-            try:
-                spec = next(s for s in cmp.arms if s.label == cmp.baseline)
-                mi = self.offload_measuring_pass(model, cpu_batches, cmp, spec, reset_weights)
-                if mi:
-                    measured_inputs["offload"] = mi
-            except Exception as e:  # noqa: BLE001 - the model's inputs are optional; the timings stand
-                self._progress(f"{tag} offload measuring pass failed: {type(e).__name__}: {e}")
-            finally:
-                _free(self.device)
-        out["savings_model"] = self.savings(cmp, events.get(cmp.baseline), out["savings_model"], L, measured_inputs,
-                                            opt_events=events.get(cmp.optimized), arms=arm_dicts)
         ran_all = all(arm_status[s.label]["status"] in ("ok", "skipped") for s in cmp.arms)
         out["equivalent"] = bool(ran_all and equiv and all(
             equiv.get(s.label, {}).get("equivalent", False) for s in cmp.arms if arm_status[s.label]["status"] == "ok"))
@@ -749,98 +733,6 @@ class Runner:
                         "readbacks, and a trace's steps may include profiler warm-up")
         return d
 
-    # -- savings models --------------------------------------------------------------------------------------
-    def _paired_inputs(self, o, cmp, base_events, opt_events, arms) -> dict:
-        """Inputs that need both arms: packing's arm and checkpointing; MoE's syncs and launches removed."""
-        opt_spec = next((s for s in cmp.arms if s.label == cmp.optimized), None)
-        if o == "packing":
-            return {"arm": opt_spec.arms.get("packing") if opt_spec else None,
-                    "checkpointing": not self.args.no_checkpointing}
-        if o == "moe":
-            from workbench.traces.analysis import launches_per_step
-            b, p = arms.get(cmp.baseline) or {}, arms.get(cmp.optimized) or {}
-            out = {}
-            if b.get("syncs_per_step") is not None and p.get("syncs_per_step") is not None:
-                out["syncs_removed"] = b["syncs_per_step"] - p["syncs_per_step"]
-            if opt_events is not None:
-                out["launches_removed"] = launches_per_step(base_events) - launches_per_step(opt_events)
-            return out
-        return {}
-
-    def savings(self, cmp, base_events, sm: dict, L: int, measured_inputs: dict | None = None,
-                opt_events=None, arms: dict | None = None) -> dict:
-        """Fill the savings model: inputs from the baseline arm's trace (any opt), else from a measuring pass
-        (offload's per-layer reload / compute timers); predicted_ms stays null, with a reason, without inputs."""
-        from workbench.traces import INPUTS
-
-        opts_here = [cmp.opt] if cmp.opt != "all" else [o for o in opts_registry.OPTS if o not in cmp.excluded]
-        measured_inputs = measured_inputs or {}
-        parts = {}
-        for o in opts_here:
-            if base_events is not None:
-                inputs = INPUTS[o](base_events)
-                inputs.update(self._paired_inputs(o, cmp, base_events, opt_events, arms))
-                stall = self._meta_stall.get(cmp.opt) if o == "packing" else None
-                if stall and stall.get("s_stall_ms") == stall.get("s_stall_ms") and stall.get("n_measured"):
-                    # host range time misses the stall a build's syncs cause; the trace's GPU idle per build has it
-                    inputs["s_host_ms"] = inputs.get("s_ms")
-                    inputs["s_ms"] = stall["s_stall_ms"]
-                    inputs["source"] = "GPU idle per wb/Lxx/attn/meta build (workbench.traces.stall)"
-            elif o in measured_inputs:
-                inputs = measured_inputs[o]
-            else:
-                parts[o] = {"formula": FORMULAS[o], "predicted_ms": None, "inputs": {},
-                            "reason": "the savings inputs are measured from a trace: run with --trace torch or nsys"}
-                continue
-            parts[o] = call_savings(o, inputs, measured_ms=sm.get("measured_ms") if cmp.opt == o else None)
-        if cmp.opt == "all":
-            preds = [p.get("predicted_ms") for p in parts.values()]
-            sm["inputs"] = {o: p.get("inputs") for o, p in parts.items()}
-            sm["parts"] = {o: {k: v for k, v in p.items() if k != "inputs"} for o, p in parts.items()}
-            sm["predicted_ms"] = sum(preds) if preds and all(p is not None for p in preds) else None
-            if sm["predicted_ms"] is None:
-                sm["reason"] = "; ".join(f"{o}: {p['reason']}" for o, p in parts.items() if p.get("reason"))
-        else:
-            p = parts[cmp.opt]
-            for k, v in p.items():
-                if k != "measured_ms":
-                    sm[k] = v
-        return sm
-
-    def offload_measuring_pass(self, model, cpu_batches, cmp, spec, reset_weights) -> dict | None:
-        """Per-layer c (reload) and g (recompute + backward) of the blocking arm from offload's own timers
-        (`apply(..., timing=True)`, a separate pass): the offload model's inputs without a trace."""
-        mod = _module_or_none("offload")
-        if mod is None or not hasattr(mod, "layer_times_ms") or "timing" not in inspect.signature(mod.apply).parameters:
-            return None
-        from workbench.data import to_device
-        from workbench.harness import train_steps
-
-        reset_weights()
-        opts = self.options(cmp)
-        opts.setdefault("offload", {})["timing"] = True
-        handle = apply_arms(model, spec.arms, opts)
-        try:
-            h = next(x for x in handle.handles if x.opt == "offload")
-            batches = to_device(_fresh(cpu_batches), self.device, prepare=handle.prepare_batch)
-            steps = max(2, min(self.args.steps, 3))
-            train_steps(model, batches, steps=max(self.args.warmup, 1), count_syncs=False, inputs_fn=handle.inputs_fn)
-            mod.layer_times_ms(h)  # drop the warmup's rows
-            train_steps(model, batches, steps=steps, count_syncs=False, inputs_fn=handle.inputs_fn)
-            rows = mod.layer_times_ms(h)
-        finally:
-            handle.revert()
-        if not rows:
-            return None
-        from workbench import stats
-        by_layer: dict = {}
-        for r in rows:
-            by_layer.setdefault(r["layer"], []).append(r)
-        layers = sorted(by_layer)
-        c = [stats.quantile([r["reload_ms"] for r in by_layer[i]], 0.5) for i in layers]
-        g = [stats.quantile([r["compute_ms"] for r in by_layer[i]], 0.5) for i in layers]
-        return {"c_ms": c, "g_ms": g, "layers": len(layers), "source": f"offload timers of {spec.label} ({steps} steps)"}
-
     # -- traces ----------------------------------------------------------------------------------------------
     def torch_traces(self, model, cpu_batches, cmp, runnable, arm_status, reset_weights, env) -> dict:
         from workbench.traces import from_torch_trace, layer_ranges, save_events
@@ -863,10 +755,6 @@ class Runner:
                 torch_profile(run_steps, path, device=self.device, warmup=a.warmup, steps=a.steps)
                 ev = from_torch_trace(path)
                 save_events(ev, stem)
-                if spec is runnable[0] and cmp.opt in ("packing", "all"):
-                    # the packing model's s: the GPU idle each metadata build causes in this step (in situ)
-                    from workbench.traces.stall import meta_stall_ms
-                    self._meta_stall[cmp.opt] = meta_stall_ms(path)
                 for r in layer_ranges(ev).to_dict("records"):
                     name = "/".join(x for x in (r["layer"], r["pass"], r["part"]) if x)
                     self.writer.add(cmp.name, spec.label, f"trace_range_median_ms/{name}", r["median_ms"], "ms", **env)
@@ -950,36 +838,31 @@ def _free(device) -> None:
         torch.cuda.empty_cache()
 
 
-def call_savings(opt: str, inputs: dict, measured_ms: float | None = None) -> dict:
-    """The opt's savings model from `workbench.savings` (`<opt>_saving[s]`, `predict_<opt>`, `<opt>`, `<opt>_*_saving`),
-    called with the measured inputs it accepts; a dict with formula / predicted_ms / inputs (and `reason` when
-    the model or an input is missing)."""
-    from workbench import savings
-
-    fn = None
-    names = [f"{opt}_saving", f"{opt}_savings", f"predict_{opt}", opt]
-    names += sorted(n for n in dir(savings) if n.startswith(f"{opt}_") and n.endswith(("_saving", "_savings")))
-    for name in names:
-        cand = getattr(savings, name, None)
-        if callable(cand):
-            fn = cand
-            break
-    base = {"formula": FORMULAS[opt], "predicted_ms": None, "inputs": inputs}
-    if fn is None:
-        return {**base, "reason": f"no {opt} savings model in workbench.savings yet"}
-    kwargs = _filter_kwargs(fn, {**inputs, "measured_ms": measured_ms})
-    missing = [k for k, v in kwargs.items() if isinstance(v, float) and v != v]
-    if missing:
-        return {**base, "reason": f"inputs not found in the trace: {', '.join(missing)}"}
+def _verdicts(writer, summary: dict, failures: list) -> list:
+    """The savings models' verdicts from this run's traces (`workbench.verdicts`): printed, written into
+    summary.json; an input check that fails is a failure of the run (loud)."""
+    writer.flush()
+    writer.write_summary({**summary, "complete": False, "status": "running"})
     try:
-        res = fn(**kwargs)
-    except Exception as e:  # noqa: BLE001 - a model that cannot take these inputs is reported, not fatal
-        return {**base, "reason": f"{fn.__name__}({', '.join(kwargs)}) failed: {type(e).__name__}: {e}"}
-    if not isinstance(res, dict):
-        res = {"predicted_ms": float(res)}
-    out = {**base, **res}
-    out["inputs"] = {**inputs, **(res.get("inputs") or {})}
-    return out
+        rows = verdicts.annotate(writer.out_dir)
+    except Exception as e:  # noqa: BLE001 - the timings stand; the verdicts are reported as failed
+        failures.append(f"savings-model verdicts failed: {type(e).__name__}: {e}")
+        progress(f"error: {failures[-1]}")
+        return summary["comparisons"]
+    from workbench.results import load_run
+    on_disk = load_run(writer.out_dir)[1]
+    annotated = on_disk.get("comparisons", summary["comparisons"])
+    summary["verdicts"] = on_disk.get("verdicts")
+    for r in rows:
+        progress(f"[{r['comparison']}] savings model {r['formula']}: predicted {verdicts.fmt_ms(r['predicted_ms'], r['predicted_ci95'])}, "
+                 f"measured {verdicts.fmt_ms(r['measured_ms'], r['measured_ci95'])}: {r['verdict']}"
+                 + (f" ({r['reason']})" if r.get("reason") else "")
+                 + (f"; largest missing component {r['largest_missing']} {r['largest_missing_ms']:.2f} ms"
+                    if r.get("verdict") == "refuted" and r.get("largest_missing") else ""))
+        if r["verdict"] == "input check failed":
+            failures.append(f"INPUT CHECK FAILED: {r['comparison']}: {r['reason']}")
+            progress(f"error: {failures[-1]}")
+    return annotated
 
 
 # --- the nsys child -----------------------------------------------------------------------------------------
@@ -1232,6 +1115,8 @@ def main(argv=None) -> int:
             if res.get("baseline") is not None:
                 print(report.comparison_table(res), flush=True)
                 print(flush=True)
+        if a.trace != "none" and summary["comparisons"]:
+            summary["comparisons"] = _verdicts(writer, summary, runner.failures)
         status = "complete" if not runner.failures else "failed"
         rc = 0 if status == "complete" else 1
     except KeyboardInterrupt:

@@ -1,7 +1,8 @@
 """The analytic savings models, as pure functions; each docstring states its formula and inputs.
 
 Sections: packing ((L-1)*s), offload ((L-1)*min(c,g)), MoE routing. Each returns a dict with at least
-`formula`, `predicted_ms` and `inputs`; `measured_ms` is filled by the caller from the A/B runs.
+`formula`, `predicted_ms` and `inputs`. `workbench.verdicts` feeds them in-situ inputs from traces, propagates
+the inputs' spread, and judges them against the engine's measured saving.
 """
 from __future__ import annotations
 
@@ -110,32 +111,23 @@ def reload_ms_from_bandwidth(nbytes: float, gb_per_s: float) -> float:
 
 # --- moe ----------------------------------------------------------------------------------------------------
 
-def moe_routing_saving(*, syncs_removed: float, stall_ms: float, launches_removed: float, launch_ms: float,
-                       measured_ms: float | None = None) -> dict:
-    """MoE routing arm vs HF's eager per-expert loop: predicted step-time saving from syncs and launches removed.
+def moe_saving(*, syncs_removed: float, drain_stall_per_sync_ms: float, launch_gap_removed_ms: float,
+               gemm_removed_ms: float) -> dict:
+    """MoE routing arm vs HF's eager per-expert loop: the saving per step, from its parts (the articles give no
+    formula):
 
-    Between its syncs the eager loop is host-bound: each sync drains the GPU queue, then the GPU idles until the
-    host has issued the next kernel (the stall s), and the few small kernels issued before the next sync run at
-    the host's pace (c per launch). Removing them saves
+        predicted_ms = syncs_removed · drain_stall_per_sync_ms + launch_gap_removed_ms + gemm_removed_ms
 
-        predicted_ms = syncs_removed · stall_ms + launches_removed · launch_ms
-
-    Inputs, all measured per training step (forward + recompute + backward + optimizer) on the device that ran the
-    A/B: `syncs_removed` = syncs/step of the baseline minus the arm's (the sync counter); `stall_ms` = GPU idle per
-    sync, (time of n [tiny kernel + host read] - time of n queued tiny kernels) / n; `launches_removed` = kernel
-    launches/step of the baseline minus the arm's (aten ops on device tensors, counted in a separate untimed
-    step); `launch_ms` = host time per launch when host-bound, time of n queued tiny kernels / n. Either removal
-    may be negative (an arm that launches more is charged for it). Not modelled: GEMM efficiency (per-expert
-    matmuls vs one grouped GEMM) and memory traffic; they show up as `measured_ms - predicted_ms`.
-    `measured_ms` = baseline step time minus the arm's (medians over interleaved repetitions).
+    Inputs, per training step: `syncs_removed` = the baseline's syncs minus the arm's (the sync counter);
+    `drain_stall_per_sync_ms` = the GPU idle each sync causes in situ (the baseline trace's sync stalls / its
+    syncs: the queue drains while the host waits, then the GPU waits for the next launch); `launch_gap_removed_ms`
+    = launch-bound GPU idle of the baseline minus the arm's (the per-expert loop's small kernels issued at the
+    host's pace); `gemm_removed_ms` = GEMM kernel time of the baseline minus the arm's (per-expert matmuls vs one
+    grouped GEMM). What it leaves out (routing kernels, elementwise work, copies) shows in the decomposition.
     """
-    if stall_ms < 0 or launch_ms < 0:
-        raise ValueError("stall_ms and launch_ms must be non-negative")
-    predicted = float(syncs_removed) * float(stall_ms) + float(launches_removed) * float(launch_ms)
-    return {
-        "formula": "syncs_removed*stall_ms + launches_removed*launch_ms",
-        "predicted_ms": predicted,
-        "measured_ms": None if measured_ms is None else float(measured_ms),
-        "inputs": {"syncs_removed": syncs_removed, "stall_ms": stall_ms, "launches_removed": launches_removed,
-                   "launch_ms": launch_ms},
-    }
+    terms = {"syncs removed x drain stall per sync": float(syncs_removed) * float(drain_stall_per_sync_ms),
+             "launch gaps removed": float(launch_gap_removed_ms), "GEMM kernel time removed": float(gemm_removed_ms)}
+    return {"formula": "syncs_removed*drain_stall_per_sync + launch_gap_removed + gemm_kernel_removed",
+            "predicted_ms": sum(terms.values()), "terms": terms,
+            "inputs": {"syncs_removed": syncs_removed, "drain_stall_per_sync_ms": drain_stall_per_sync_ms,
+                       "launch_gap_removed_ms": launch_gap_removed_ms, "gemm_removed_ms": gemm_removed_ms}}

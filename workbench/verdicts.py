@@ -46,7 +46,7 @@ import sys
 import numpy as np
 import pandas as pd
 
-from workbench import stats
+from workbench import savings, stats
 from workbench.traces import decompose
 
 AGREE_TOL = 0.20
@@ -177,7 +177,8 @@ def packing_model(base_events: pd.DataFrame, *, layers: int, checkpointing: bool
         raise InputCheckFailed(f"packing: {int(bad['builds'].iloc[0])} builds in traced step {int(bad['step'].iloc[0])}, "
                                f"expected L*p = {layers}*{passes} = {layers * passes}")
     X = per[["idle_ms", "kernel_ms"]].to_numpy()
-    out = _pred(lambda v: removed * (v[0] + v[1]), X)
+    out = _pred(lambda v: savings.packing_saving(layers, max(v[0] + v[1], 0.0), checkpointing=checkpointing,
+                                                 arm=arm)["predicted_ms"], X)
     per_batch = []
     for r in per.itertuples():
         bi = trace_batch_of_step(r.step) if trace_batch_of_step else None
@@ -218,8 +219,7 @@ def offload_model(base_events: pd.DataFrame, *, h2d_gb_per_s: float | None = Non
     X = np.concatenate([c.to_numpy(), g.to_numpy()], axis=1)
 
     def f(v):
-        cc, gg = v[:L], v[L:]
-        return sum(min(cc[i - 1], gg[i]) for i in range(1, L))
+        return savings.offload_saving(np.maximum(v[:L], 0.0).tolist(), np.maximum(v[L:], 0.0).tolist())["predicted_ms"]
     out = _pred(f, X)
     c_mean, g_mean = c.mean().to_numpy(), g.mean().to_numpy()
     nbytes = float(lay["bytes"].median())
@@ -229,7 +229,7 @@ def offload_model(base_events: pd.DataFrame, *, h2d_gb_per_s: float | None = Non
                        "source": "recompute + backward kernels per layer (union), trace"},
               "reload_bytes": {"value": nbytes, "source": "bytes of the HtoD copy per layer, trace"}}
     if h2d_gb_per_s:
-        c_bw = nbytes / (h2d_gb_per_s * 1e9) * 1e3
+        c_bw = savings.reload_ms_from_bandwidth(nbytes, h2d_gb_per_s)
         c_med = float(np.median(c_mean))
         inputs["c_from_bandwidth_ms"] = {"value": c_bw, "source": f"reload_bytes / pinned H2D {h2d_gb_per_s:.1f} GB/s "
                                                                    "(measured in the same run)"}
@@ -261,7 +261,8 @@ def moe_model(base_events: pd.DataFrame, arm_events: pd.DataFrame, *, syncs_base
     share = removed / syncs_base if syncs_base else 0.0
 
     def f(v):
-        return share * v[0] + (v[1] - v[2]) + (v[3] - v[4])
+        return savings.moe_saving(syncs_removed=removed, drain_stall_per_sync_ms=v[0] / syncs_base if syncs_base else 0.0,
+                                  launch_gap_removed_ms=v[1] - v[2], gemm_removed_ms=v[3] - v[4])["predicted_ms"]
     out = _pred(f, X)
     m = X.mean(axis=0)
     terms = {"syncs removed x drain stall per sync": share * m[0], "launch gaps removed": m[1] - m[2],
@@ -441,6 +442,13 @@ def rows(summary: dict, folder: str = "") -> list[dict]:
 
 def _fmt_ci(ci) -> str:
     return f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
+
+
+def fmt_ms(v, ci=None) -> str:
+    """`12.34 [10.00, 14.00] ms`, or `-`."""
+    if v is None or v != v:
+        return "-"
+    return f"{v:.2f} {_fmt_ci(ci)} ms".replace("  ", " ")
 
 
 def main(argv=None) -> int:

@@ -5,9 +5,7 @@
 """
 from workbench.traces.events import (COLUMNS, attribute, from_nsys_sqlite, from_torch_trace, load_events,
                                      parse_range_name, save_events)
-from workbench.traces.analysis import (INPUTS, copy_compute_overlap, diff_arms, host_syncs_per_step, layer_ranges,
-                                       moe_inputs, offload_inputs, packing_inputs, sync_counts)
+from workbench.traces.analysis import copy_compute_overlap, diff_arms, host_syncs_per_step, layer_ranges, sync_counts
 
 __all__ = ["COLUMNS", "attribute", "from_nsys_sqlite", "from_torch_trace", "load_events", "parse_range_name",
-           "save_events", "INPUTS", "copy_compute_overlap", "diff_arms", "host_syncs_per_step", "layer_ranges",
-           "moe_inputs", "offload_inputs", "packing_inputs", "sync_counts"]
+           "save_events", "copy_compute_overlap", "diff_arms", "host_syncs_per_step", "layer_ranges", "sync_counts"]

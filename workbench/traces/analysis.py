@@ -6,7 +6,7 @@
 - `copy_compute_overlap`: per layer, how much of the copy time is hidden under compute on another stream
 - `sync_counts`: host-blocking syncs by kind (the third sync witness), per step when steps are marked
 - `diff_arms`: counts and durations per range / kernel name, arm A vs arm B
-- `packing_inputs`, `offload_inputs`, `moe_inputs`: the measured inputs of each savings model
+(The savings models' in-situ inputs are in `workbench.verdicts`; the step decomposition in `decompose`.)
 """
 from __future__ import annotations
 
@@ -186,77 +186,6 @@ def diff_arms(a: pd.DataFrame, b: pd.DataFrame, kinds=("range", "kernel", "memcp
     return m.reindex(m["delta_ms"].abs().sort_values(ascending=False).index).reset_index(drop=True)
 
 
-def _select(events: pd.DataFrame, mask_fn) -> pd.DataFrame:
-    """Ranges matching `mask_fn`: their GPU projections when the trace has any, else the host ranges."""
-    for track in ("gpu", "host"):
-        r = ranges(events, track)
-        r = r[mask_fn(r)]
-        if len(r):
-            return r
-    return r
-
-
-def _layer_count(events: pd.DataFrame) -> int:
-    r = ranges(events, "host")
-    own = r[r["name"].str.match(r"^wb/L\d+/fwd$")]
-    return int(own["layer"].nunique())
-
-
-def _per_layer_occurrence_ms(r: pd.DataFrame) -> float:
-    return float(_ms(r).median()) if len(r) else float("nan")
-
-
-def packing_inputs(events: pd.DataFrame) -> dict:
-    """Inputs of the packing model (L-1)·s: L from the `wb/Lxx/fwd` ranges, s = median duration of the per-layer
-    metadata builds (`wb/Lxx/attn/meta` ranges, GPU projection where present), and builds per step."""
-    meta = _select(events, lambda r: r["part"] == "attn/meta")
-    L = _layer_count(events)
-    return {"L": L, "layers": L, "s_ms": _per_layer_occurrence_ms(meta),
-            "builds_per_step": len(meta) / steps_in(events), "source": "wb/Lxx/attn/meta ranges"}
-
-
-def offload_inputs(events: pd.DataFrame) -> dict:
-    """Inputs of the offload model (L-1)·min(c,g): c = per-layer reload time (`wb/Lxx/reload` ranges, else the
-    HtoD copies attributed to each layer's backward), g = per-layer backward time (`wb/Lxx/bwd`) minus c."""
-    reload = _select(events, lambda r: r["part"] == "reload")
-    src = "wb/Lxx/reload ranges"
-    if len(reload):
-        c_ms = float(_ms(reload).median())
-    else:
-        h2d = events[(events["kind"] == "memcpy") & (events["name"] == "HtoD") & events["layer"].notna()]
-        src = "HtoD memcpy per layer"
-        c_ms = float(_ms(h2d).groupby([h2d["layer"]]).sum().median()) / steps_in(events) if len(h2d) else float("nan")
-    bwd = _select(events, lambda r: r["name"].str.match(r"^wb/L\d+/bwd$"))
-    b_ms = float(_ms(bwd).median()) if len(bwd) else float("nan")
-    L = _layer_count(events)
-    return {"L": L, "layers": L, "c_ms": c_ms, "g_ms": b_ms - c_ms if c_ms == c_ms else b_ms,
-            "bwd_ms": b_ms, "source": src}
-
-
 def launches_per_step(events: pd.DataFrame) -> float:
     """Kernel launches per step (GPU kernels in the trace / steps)."""
     return float((events["kind"] == "kernel").sum()) / steps_in(events)
-
-
-def moe_inputs(events: pd.DataFrame) -> dict:
-    """Inputs of the MoE routing model measured in the baseline's trace: L, per-layer MLP (experts) time in forward
-    and recompute, host-blocking syncs per layer per step, `stall_ms` (median duration of a host-blocking sync
-    event: a proxy for the GPU idle each sync causes), `launch_ms` (median host time of a kernel-launch runtime
-    call) and `launches_per_step`. `syncs_removed` / `launches_removed` need the optimized arm too (the caller)."""
-    mlp = _select(events, lambda r: r["part"] == "mlp")
-    blocking = events[(events["kind"] == "sync") & ~events["name"].str.contains("wait", case=False)]
-    syncs = blocking[blocking["layer"].notna()]
-    launches = events[(events["kind"] == "runtime") & events["name"].str.contains("LaunchKernel", case=False)]
-    n = steps_in(events)
-    L = _layer_count(events)
-    return {"L": L, "layers": L,
-            "mlp_fwd_ms": float(_ms(mlp[mlp["pass"] == "fwd"]).median()) if len(mlp) else float("nan"),
-            "mlp_recompute_ms": float(_ms(mlp[mlp["pass"] == "recompute"]).median()) if len(mlp) else float("nan"),
-            "syncs_per_layer": len(syncs) / n / L if L else float("nan"),
-            "stall_ms": float(_ms(blocking).median()) if len(blocking) else float("nan"),
-            "launch_ms": float(_ms(launches).median()) if len(launches) else float("nan"),
-            "launches_per_step": launches_per_step(events),
-            "source": "baseline trace: wb/Lxx/mlp ranges, sync events, launch runtime calls"}
-
-
-INPUTS = {"packing": packing_inputs, "offload": offload_inputs, "moe": moe_inputs}

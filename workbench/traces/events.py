@@ -214,11 +214,11 @@ def from_nsys_sqlite(path: str) -> pd.DataFrame:
             # the ranges came through torch.cuda.nvtx); drop other libraries' (CUB's `CCCL` ranges nest inside
             # wb/Lxx/attn/meta and would otherwise count as builds)
             domains = {d: t for d, t in con.execute(f"SELECT {dom}, n.text FROM NVTX_EVENTS n WHERE n.eventType = 75")}
-            keep = {0, None} | {d for d, t in domains.items() if t == NVTX_DOMAIN}
+            foreign = {d for d, t in domains.items() if t != NVTX_DOMAIN}
             q = (f"SELECT n.start, n.end, {text}, n.globalTid, {dom} FROM NVTX_EVENTS n "
                  "WHERE n.eventType IN (59, 60) AND n.end IS NOT NULL")
             for s, e, name, tid, d in con.execute(q):
-                if d in keep:
+                if d not in foreign:
                     rows.append(dict(kind="range", name=name or "", start_ns=s, end_ns=e, tid=tid))
         if "CUPTI_ACTIVITY_KIND_KERNEL" in t:
             q = (f"SELECT k.start, k.end, {name_of('k.shortName')}, k.streamId, k.correlationId "
