@@ -135,3 +135,14 @@ def test_linear_fit_value_at_one():
     f = stats.linear_fit(x, y, at=1)
     assert f["at"]["y"] == pytest.approx(0.0, abs=1e-9)
     assert f["slope"] == pytest.approx(2.0)
+
+
+def test_levers_rank_the_non_matrix_components():
+    from workbench.levers import levers
+    comps = [dict(component="gemm", ms=50.0, share=0.5), dict(component="launch_gap", ms=30.0, share=0.3),
+             dict(component="sync_stall", ms=2.0, share=0.02), dict(component="norm_elementwise", ms=18.0, share=0.18)]
+    lv = levers(comps)
+    assert [x["component"] for x in lv] == ["launch_gap", "norm_elementwise"]  # sync_stall < 5%: left out
+    assert "CUDA graphs" in lv[0]["lever"]
+    dense = levers(comps, attention_flops="dense")
+    assert dense[-1]["component"] == "attention (dense)" and "varlen" in dense[-1]["lever"]

@@ -361,8 +361,12 @@ def comparison_verdict(run_dir: str, c: dict, results: pd.DataFrame, meta: dict)
     ev = {a: _events(run_dir, name, a) for a in _arms(c)}
     traced = {a: e for a, e in ev.items() if e is not None and (e["kind"] == "kernel").any()}
     if base in traced:
-        c["breakdown"] = {a: {"components": decompose.summary(e).to_dict("records"),
-                              "top_kernels": decompose.top_kernels(e, 8).to_dict("records")} for a, e in traced.items()}
+        from workbench.levers import levers
+        c["breakdown"] = {}
+        for a, e in traced.items():
+            comps = decompose.summary(e).to_dict("records")
+            c["breakdown"][a] = {"components": comps, "top_kernels": decompose.top_kernels(e, 8).to_dict("records"),
+                                 "levers": levers(comps, attention_flops=_arms(c).get(a, {}).get("attention_flops"))}
     decomp = None
     if base in traced and opt_arm in traced:
         decomp = decompose.compare(traced[base], traced[opt_arm], measured_ms=measured["mean"])
