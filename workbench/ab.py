@@ -318,6 +318,10 @@ class Runner:
     def _progress(self, msg: str):
         progress(msg)
 
+    def data_seed(self) -> int:
+        """The seed of this process's batches (workbench.distributed: offset per rank under torchrun)."""
+        return self.args.seed
+
     def protocol(self):
         from workbench.engine import Protocol
 
@@ -373,6 +377,13 @@ class Runner:
             handle.revert()
             del handle
             _free(self.device)
+
+    def reference_fp32(self, model, run_one, batch, *, cmp, spec, options) -> dict:
+        """The fp32 reference of the baseline arm on `batch` (`equivalence.reference_fp32`; workbench.distributed
+        computes it on an unsharded copy: FSDP2 all-gathers from its own bf16 shards)."""
+        from workbench import equivalence
+
+        return equivalence.reference_fp32(model, run_one, batch, self._progress, self.device)
 
     def reference_options(self, cmp, ran_attn) -> dict:
         """Options of the fp32 reference pass: the varlen packing backend's kernels take only fp16 / bf16 on a GPU,
@@ -459,7 +470,7 @@ class Runner:
             else:
                 self._progress(f"{tag} skipping arm {spec.label}: {why}")
 
-        cpu_batches = make_batches(a.lengths, cmp.tokens, a.batches, model.config.vocab_size, seed=a.seed)
+        cpu_batches = make_batches(a.lengths, cmp.tokens, a.batches, model.config.vocab_size, seed=self.data_seed())
         out["batches"] = [{"tokens": b.tokens, "documents": len(b.doc_lens)} for b in cpu_batches]
         try:  # model FLOPs per batch (workbench.flops): achieved TFLOP/s and MFU per arm
             from workbench import flops
@@ -497,9 +508,9 @@ class Runner:
                             self._progress(f"{tag} {spec.label} differs from {cmp.baseline} beyond the {dtype} "
                                            f"criterion: judging both against an fp32 run of {cmp.baseline}")
                             ref_opts = self.reference_options(cmp, ran_attn)
-                            ref32 = equivalence.reference_fp32(
-                                model, lambda b: one_step(base_spec, b, ref_opts), cpu_batches[0], self._progress,
-                                self.device)
+                            ref32 = self.reference_fp32(
+                                model, lambda b: one_step(base_spec, b, ref_opts), cpu_batches[0], cmp=cmp,
+                                spec=base_spec, options=ref_opts)
                             ref32["attn"] = ref_opts.get("packing", {}).get("backend", ran_attn)
                         e.update(equivalence.judge_by_reference(res, ref, ref32, dtype))
                         e["ref_chunks"] = ref32["chunks"]
@@ -1042,15 +1053,27 @@ def _install_sigterm():
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    a = parse_args(argv)
+    # --- distributed: under torchrun, one process per rank, FSDP2 (workbench/distributed.py) ---
+    from workbench import distributed
+    if distributed.launched():
+        return distributed.main(a, argv, _main)
+    # ---
+    return _main(argv, a, None)
+
+
+def _main(argv, a, dctx) -> int:
+    """The run; `dctx` is this rank's `workbench.distributed.DistContext` under torchrun, else None."""
     from workbench import report
     from workbench.equivalence import describe
     from workbench.instrument import NvmlSampler
     from workbench.models import default_dtype, resolve_device
     from workbench.results import RunWriter, check_out_dir, clear_run_files, device_info, new_run_id
+    from workbench.distributed import RankFailed
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    a = parse_args(argv)
-    device = resolve_device(a.device)
+    main_rank = dctx is None or dctx.is_main  # distributed: rank 0 alone prints and writes the folder
+    device = dctx.device if dctx is not None else resolve_device(a.device)
     run_defaults = (GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS)["_run"]
     for k in ("steps", "warmup", "warmup_max", "reps", "batches"):
         if getattr(a, k) is None:
@@ -1064,28 +1087,45 @@ def main(argv=None) -> int:
             raise WorkbenchError("--trace nsys needs a CUDA device (use --trace torch on a CPU)")
         from workbench.traces.capture import require_nsys
         require_nsys()
-    run_id = new_run_id(f"{a.opt}-{device.type}")
+    run_id = new_run_id(f"{a.opt}-{device.type}" + (f"-x{dctx.world}" if dctx is not None else ""))
     out_dir = a.out or os.path.join("runs", run_id)
-    check_out_dir(out_dir, force=a.force)
+    if dctx is not None:  # one run id and folder for every rank; rank 0 checks the folder
+        run_id, out_dir = dctx.broadcast((run_id, out_dir))
+        dctx.on_main(check_out_dir, out_dir, force=a.force)
+    else:
+        check_out_dir(out_dir, force=a.force)
     comps = plan(a, device)  # every bad name fails here, before anything is written
 
-    if a.force and os.path.isdir(out_dir):
+    if a.force and os.path.isdir(out_dir) and main_rank:
         clear_run_files(out_dir)
     dinfo = device_info(device)
     dtype = DTYPES[a.dtype] or default_dtype(device)
     protocol = Runner(a, device, None).protocol()
-    writer = RunWriter(out_dir, run_id, argv=["python", "-m", "workbench.ab", *argv],
-                       env=dict(device=device.type, gpu_name=dinfo.get("name") if device.type == "cuda" else None),
-                       extra_meta={"device": dinfo, "args": {k: v for k, v in vars(a).items() if k != "_capture"},
-                                   "protocol": protocol.describe(), "equivalence_criterion": describe(dtype),
-                                   "comparisons": [c.name for c in comps]})
-    progress(f"run {run_id} on {device} -> {out_dir}")
+    meta = {"device": dinfo, "args": {k: v for k, v in vars(a).items() if k != "_capture"},
+            "protocol": protocol.describe(), "equivalence_criterion": describe(dtype),
+            "comparisons": [c.name for c in comps]}
+    wenv = dict(device=device.type, gpu_name=dinfo.get("name") if device.type == "cuda" else None)
+    if dctx is not None:
+        from workbench.distributed import rank_writer_class
+        writer = rank_writer_class()(out_dir, run_id, rank=dctx.rank, env=wenv, extra_meta={
+            **meta, "distributed": {k: v for k, v in dctx.describe().items() if k != "rank"}},
+            argv=["torchrun", f"--nproc-per-node={dctx.world}", "-m", "workbench.ab", *argv])
+        dctx.watch(writer)  # rank 0: a peer's failure marks the folder failed even while this thread waits
+    else:
+        writer = RunWriter(out_dir, run_id, argv=["python", "-m", "workbench.ab", *argv], env=wenv, extra_meta=meta)
+    if main_rank:
+        progress(f"run {run_id} on {device}" + (f" x {dctx.world} ranks (FSDP2, {dctx.backend})" if dctx else "")
+                 + f" -> {out_dir}")
     if a.trace != "none" and device.type == "cuda":  # the offload model's second source of c (bytes / bandwidth)
         from workbench.instrument.bandwidth import pinned_copy_gb_per_s
         writer.meta["pinned_copy"] = pinned_copy_gb_per_s(device)
         writer.write_meta()
     sampler = NvmlSampler(device_index=(device.index or 0), period_s=0.25) if device.type == "cuda" else None
-    runner = Runner(a, device, writer, nvml=sampler)
+    if dctx is not None:
+        from workbench.distributed import runner_class
+        runner = runner_class()(a, device, writer, dctx, nvml=sampler)
+    else:
+        runner = Runner(a, device, writer, nvml=sampler)
     runner.device_name = dinfo.get("name") if device.type == "cuda" else None
     summary = {"run_id": run_id, "device": str(device), "comparisons": []}
     t0 = time.perf_counter()
@@ -1112,10 +1152,12 @@ def main(argv=None) -> int:
                        "equivalent": False}
             summary["comparisons"].append(res)
             writer.write_summary({**summary, "complete": False, "status": "running"})
-            if res.get("baseline") is not None:
+            if res.get("baseline") is not None and main_rank:
                 print(report.comparison_table(res), flush=True)
                 print(flush=True)
-        if a.trace != "none" and summary["comparisons"]:
+        if dctx is not None:
+            runner.gather_rows()  # rows of a comparison that stopped early on every rank
+        if a.trace != "none" and summary["comparisons"] and dctx is None:  # the savings models: one device
             summary["comparisons"] = _verdicts(writer, summary, runner.failures)
         status = "complete" if not runner.failures else "failed"
         rc = 0 if status == "complete" else 1
@@ -1123,6 +1165,11 @@ def main(argv=None) -> int:
         reason, rc = "interrupted (Ctrl-C)", 130
     except Terminated:
         reason, rc = "terminated (SIGTERM)", 143
+    except RankFailed as e:  # distributed: a rank failed (its own error, or a peer's from the store)
+        status, reason, rc = "failed", f"rank {e.rank}: {e.msg}", 1
+        runner.failures.append(f"failed: {reason}")
+        with open(writer.path("errors.log"), "a") as f:
+            f.write(f"--- rank {e.rank} failed\n{e.tb or e.msg}\n")
     except Exception as e:  # noqa: BLE001 - a crash: one line here, the traceback in errors.log
         status, reason, rc = "failed", f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}", 1
         runner.failures.append(f"crashed: {reason}")
@@ -1147,6 +1194,10 @@ def main(argv=None) -> int:
         summary["status"] = status
         writer.write_summary(summary)
         writer.finish(status, nvml=nvml, failures=runner.failures, **({"reason": reason} if reason else {}))
+        if dctx is not None:
+            writer.close()
+    if not main_rank:
+        return rc
     emit_json(summary)
     if status == "incomplete":
         progress(f"{reason}: results so far are in {out_dir} (meta.json status incomplete)")

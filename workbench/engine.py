@@ -183,6 +183,7 @@ def measure(arms: list[str], open_session: Callable[[str], ContextManager[Sessio
                                   "step_ms": rec.step_ms, "fwd_ms": rec.fwd_ms, "bwd_ms": rec.bwd_ms,
                                   "opt_ms": rec.opt_ms, "peak_mem_mib": rec.peak_mem_mib, "loss": rec.loss,
                                   "tokens": rec.tokens, "t_start_s": ts, "t_end_s": time.time()}
+                        sample.update(getattr(rec, "extra", None) or {})  # e.g. rank_step_ms (distributed)
                         samples.append(sample)
                         if on_sample is not None:
                             on_sample(sample)
