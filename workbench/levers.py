@@ -18,7 +18,9 @@ LEVERS = {
             "grouped GEMM",
     "norm_elementwise": "norms, activations and pointwise ops are memory-bound: fused kernels (e.g. fused RMSNorm / "
                         "SwiGLU / cross-entropy) or torch.compile",
-    "copy": "device copies (cat, contiguous): avoid materializing layouts, write into preallocated buffers",
+    "copy": "device copies, mostly dtype casts (direct_copy / bfloat16_copy kernels: e.g. fp32 LoRA adapters on a "
+            "bf16 base cast activations both ways in every layer): keep the adapters in the compute dtype, fuse "
+            "the casts, avoid materializing layouts",
     "optimizer": "optimizer step: fused / foreach AdamW (already fused on CUDA here)",
     "other": "uncategorized kernels: see the top kernels",
 }

@@ -35,6 +35,7 @@ residual is stated.
 """
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -59,17 +60,26 @@ _BLOCKING_RUNTIME = re.compile(r"Synchronize", re.I)
 
 
 def kernel_class(name: str, part: str | None = None, pass_: str | None = None) -> str:
-    """The busy class of a kernel (see the module docstring); memcpy DtoD records are `copy`."""
+    """The busy class of a kernel (see the module docstring); memcpy DtoD records are `copy`.
+
+    Attention is matched before GEMM: flash kernels' demangled names carry CUTLASS types in their template
+    arguments."""
     name = name if isinstance(name, str) else ""
     part = part if isinstance(part, str) else None
+    pass_ = pass_ if isinstance(pass_, str) else None
+    return _kernel_class(name, part, pass_)
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel_class(name: str, part: str | None, pass_: str | None) -> str:
     if pass_ == "opt":
         return "optimizer"
     if part and (part == "attn/meta" or part.startswith("moe/")):
         return "glue"
-    if _GEMM.search(name):
-        return "gemm"
     if _ATTN.search(name) or (part == "attn" and "softmax" in name.lower()):
         return "attention"
+    if _GEMM.search(name):
+        return "gemm"
     if _GLUE.search(name):
         return "glue"
     if _COPY.search(name) or name in ("DtoD", "PtoP"):
