@@ -542,10 +542,18 @@ class Runner:
         def open_session(label):
             return self.session(model, cpu_batches, specs[label], cmp, reset=reset_weights, infos=infos)
 
+        from tqdm import tqdm
+        # a progress bar on a terminal; one line per timed step in a log (stderr not a terminal)
+        bar = tqdm(total=len(live) * (a.max_reps if a.target_ci else a.reps) * a.steps, desc=f"{tag} timed steps",
+                   unit="step", file=sys.stderr, disable=not sys.stderr.isatty(), dynamic_ncols=True)
+
         def on_sample(s):
             self.writer.add_sample(cmp.name, s, **env)
-            self._progress(f"{tag} rep {s['rep'] + 1} {s['arm']}: step {s['step'] + 1}/{a.steps} "
-                           f"(batch {s['batch']}) {s['step_ms']:.1f} ms")
+            bar.update(1)
+            bar.set_postfix_str(f"rep {s['rep'] + 1} {s['arm']} {s['step_ms']:.0f} ms", refresh=False)
+            if bar.disable:
+                self._progress(f"{tag} rep {s['rep'] + 1} {s['arm']}: step {s['step'] + 1}/{a.steps} "
+                               f"(batch {s['batch']}) {s['step_ms']:.1f} ms")
 
         def on_warmup(w):
             for i, ms in enumerate(w.step_ms):
@@ -568,6 +576,7 @@ class Runner:
                                baseline=cmp.baseline,
                                optimized=cmp.optimized if cmp.optimized in specs else None,
                                on_sample=on_sample, on_warmup=on_warmup, on_rep=on_rep)
+            bar.close()
             for label, e in m.failed.items():
                 self._arm_failed(cmp, specs[label], e, arm_status, out)
             out["protocol"] = {"reps": m.reps, "stopped_by": m.stopped_by, "steps": a.steps, "batches": a.batches}
