@@ -287,7 +287,8 @@ def test_committed_profiles_runs_and_what_is_left_out():
     aa = c[c["role"] == "aa"].iloc[0]
     assert aa["ci_contains_1"] == True  # noqa: E712
     points, fit = an.sweep(c)
-    assert set(fit["arm"]) == {"cached", "precomputed"} and (fit["n_points"] == 4).all()
+    eng = fit[fit["folder"].str.contains("h100_engine")]
+    assert set(eng["arm"]) == {"cached", "precomputed"} and (eng["n_points"] == 4).all()
 
 
 # --- traces ----------------------------------------------------------------------------------------------------------
@@ -377,3 +378,156 @@ def test_witness_ops_reads_the_campaign_json(tmp_path):
         [{"op": "item", "counter": 1, "cpu_only": 0, "cuda_debug_warnings": 1}]))
     ops = an.witness_ops(str(tmp_path))
     assert ops["op"].tolist() == ["item"] and ops["agree"].all()
+
+
+# --- savings-model verdicts, decompositions, breakdowns, L sweeps (the schema of workbench.verdicts) -----------------
+
+BUSY = ("gemm", "attention", "glue", "copy", "norm_elementwise", "optimizer", "other")
+IDLE = ("exposed_copy", "sync_stall", "launch_gap")
+
+
+def with_verdict(c, predicted, pci, measured, mci, verdict="confirmed", n=12, missing=None, corrected=None,
+                 traced=True):
+    """`c` (a comparison dict) annotated as `workbench.verdicts` writes it: savings_model with a verdict, and for a
+    traced run the decomposition and each arm's breakdown."""
+    sm = {"formula": "(L*p - b) * s,  s = GPU idle per build + build kernel time", "predicted_ms": predicted,
+          "predicted_se_ms": 1.0, "predicted_ci95": pci, "n_steps": 4, "measured_ms": measured, "measured_ci95": mci,
+          "measured_n_pairs": n, "ratio": measured / predicted if predicted else None, "verdict": verdict,
+          "inputs": {"L": {"value": c["layers"], "source": "the comparison's layer count"},
+                     "s_ms": {"value": 0.5, "source": "s_idle_ms + s_kernel_ms"},
+                     "c_ms": {"value": [1.0, 2.0], "source": "trace"}},
+          "terms": {"builds removed x idle per build": predicted}}
+    if missing:
+        sm["largest_missing"] = {"component": missing[0], "saved_ms": missing[1]}
+    if corrected:
+        sm["corrected"] = {"formula": sm["formula"] + f" + saved {missing[0]}", "predicted_ms": corrected[0],
+                           "predicted_ci95": corrected[1], "ratio": measured / corrected[0], "verdict": corrected[2]}
+    if not traced:
+        sm = {"formula": sm["formula"], "predicted_ms": None, "measured_ms": measured, "measured_ci95": mci,
+              "measured_n_pairs": n, "verdict": "no trace", "reason": "the model's inputs come from traces: run with "
+                                                                       "--trace torch or nsys"}
+    c = dict(c, savings_model=sm)
+    if traced:
+        base, arm_ = c["baseline"]["arm"], c["optimized"]["arm"]
+        comps = {k: 10.0 + i for i, k in enumerate(BUSY + IDLE)}
+        saved = {"glue": 3.0, "sync_stall": 5.0, "launch_gap": 1.0}
+        c["decomposition"] = [{"component": k, "group": "busy" if k in BUSY else "idle", "baseline_ms": v,
+                               "arm_ms": v - saved.get(k, 0.0), "saved_ms": saved.get(k, 0.0)}
+                              for k, v in comps.items()]
+        step = sum(comps.values())
+        c["decomposition"] += [{"component": "step_ms", "group": "total", "baseline_ms": step, "arm_ms": step - 9.0,
+                                "saved_ms": 9.0},
+                               {"component": "residual_ms", "group": "total", "baseline_ms": None, "arm_ms": None,
+                                "saved_ms": measured - 9.0}]
+        c["breakdown"] = {a: {"components": [{"component": k, "group": "busy" if k in BUSY else "idle",
+                                              "ms": v - (saved.get(k, 0.0) if a == arm_ else 0.0),
+                                              "share": v / step} for k, v in comps.items()],
+                              "top_kernels": [{"name": "sm90_xmma_gemm", "cls": "gemm", "count": 56.0, "ms": 30.0,
+                                               "share": 0.4},
+                                              {"name": "flash_fwd", "cls": "attention", "count": 28.0, "ms": 11.0,
+                                               "share": 0.15}],
+                              "levers": []} for a in (base, arm_)}
+    return c
+
+
+def test_verdicts_read_back_every_field(tmp_path):
+    ok = with_verdict(packing(), 9.5, [8.0, 11.0], 10.0, [9.0, 11.5])
+    bad = with_verdict(comparison("offload", arm("sync_reload", 1400.0), arm("double_buffer", 1380.0,
+                                                                             v=vs(1.014, 1.012, 1.016))),
+                       5.0, [4.5, 5.5], 20.0, [18.0, 22.0], verdict="refuted", missing=("exposed_copy", 14.0),
+                       corrected=(19.0, [18.5, 19.5], "confirmed"))
+    untraced = with_verdict(packing("packing@layers=4", 4), None, None, 3.0, [2.0, 4.0], traced=False)
+    write_run(str(tmp_path / "p" / "run"), [ok, bad, untraced, packing("packing@layers=8", 8)])
+    v = an.verdicts(str(tmp_path / "p"))
+    assert list(v.columns) == an.VERDICT_COLUMNS
+    assert v["comparison"].tolist() == ["packing", "offload", "packing@layers=4"]  # no verdict: no row
+    r = v.set_index("comparison").loc["packing"]
+    assert (r["predicted_ms"], r["predicted_ci95_lo"], r["predicted_ci95_hi"]) == (9.5, 8.0, 11.0)
+    assert (r["measured_ms"], r["measured_ci95_lo"], r["measured_ci95_hi"], r["n_pairs"]) == (10.0, 9.0, 11.5, 12)
+    assert r["verdict"] == "confirmed" and r["ratio"] == pytest.approx(10 / 9.5) and r["attn"] == "varlen"
+    assert json.loads(r["inputs"])["L"] == {"value": 8, "source": "the comparison's layer count"}
+    b = v.set_index("comparison").loc["offload"]
+    assert (b["verdict"], b["largest_missing"], b["largest_missing_ms"]) == ("refuted", "exposed_copy", 14.0)
+    assert (b["corrected_ms"], b["corrected_ci95_lo"], b["corrected_verdict"]) == (19.0, 18.5, "confirmed")
+    u = v.set_index("comparison").loc["packing@layers=4"]
+    assert u["verdict"] == "no trace" and pd.isna(u["predicted_ms"]) and "--trace torch" in u["reason"]
+
+
+def test_decomposition_breakdown_and_top_kernels(tmp_path):
+    write_run(str(tmp_path / "p" / "run"), [with_verdict(packing(), 9.5, [8.0, 11.0], 10.0, [9.0, 11.5])])
+    d = an.decomposition(str(tmp_path / "p"))
+    assert list(d.columns) == an.DECOMPOSITION_COLUMNS and len(d) == len(BUSY + IDLE) + 2
+    s = d.set_index("component")["saved_ms"]
+    assert (s["sync_stall"], s["step_ms"], s["residual_ms"]) == (5.0, 9.0, 1.0)
+    assert set(d["baseline"]) == {"rebuild"} and set(d["arm"]) == {"cached"}
+    bd = an.breakdown(str(tmp_path / "p"))
+    assert list(bd.columns) == an.BREAKDOWN_COLUMNS and set(bd["arm"]) == {"rebuild", "cached"}
+    assert set(bd["component"]) == set(BUSY + IDLE)
+    assert bd.set_index(["arm", "component"]).loc[("rebuild", "glue"), "ms"] - \
+        bd.set_index(["arm", "component"]).loc[("cached", "glue"), "ms"] == pytest.approx(3.0)
+    assert dict(zip(bd["arm"], bd["role"])) == {"rebuild": "baseline", "cached": "optimized"}
+    tk = an.top_kernels(str(tmp_path / "p"))
+    assert list(tk.columns) == an.TOP_KERNEL_COLUMNS and tk["rank"].tolist() == [1, 2, 1, 2]
+    assert tk.iloc[0]["name"] == "sm90_xmma_gemm" and tk.iloc[0]["cls"] == "gemm"
+    fig = an.breakdown_figure(bd)
+    assert fig.layout.barmode == "stack" and {t.name for t in fig.data} >= {"gemm", "sync_stall (idle)"}
+    for f in (an.verdicts, an.decomposition, an.breakdown, an.top_kernels, an.sweep_points, an.sweep_fits):
+        assert f(str(tmp_path / "empty")).empty  # no run: an empty frame with its columns
+
+
+def _sweep(layers, saving, ci_half=1.0, name="packing"):
+    out = []
+    for L in layers:
+        c = packing(f"{name}@layers={L}", L)
+        m = saving(L)
+        out.append(with_verdict(c, m, [m - 1, m + 1], m, [m - ci_half, m + ci_half], traced=False))
+    return out
+
+
+def test_sweep_fits_and_the_l_minus_1_test(tmp_path):
+    s = 2.5
+    noise = {1: 0.1, 2: -0.2, 4: 0.15, 8: -0.05}
+    write_run(str(tmp_path / "p" / "lm1"), _sweep(noise, lambda L: s * (L - 1) + noise[L]))
+    write_run(str(tmp_path / "p" / "lin"), _sweep(noise, lambda L: s * L + 4 + noise[L]))  # 6.5 ms at L=1
+    pts = an.sweep_points(str(tmp_path / "p"))
+    assert list(pts.columns) == an.SWEEP_POINT_COLUMNS and len(pts) == 8
+    assert (pts["measured_from"] == "summary.json savings_model").all()
+    f = an.sweep_fits(points=pts).set_index("folder")
+    a, b = f.loc[os.path.join("p", "lm1")], f.loc[os.path.join("p", "lin")]
+    ref = stats.linear_fit([1, 2, 4, 8], [s * (L - 1) + noise[L] for L in noise], at=1)
+    assert a["slope_ms"] == pytest.approx(ref["slope"]) and a["slope_ci95_lo"] == pytest.approx(ref["slope_ci95"][0])
+    assert a["intercept_ci95_hi"] == pytest.approx(ref["intercept_ci95"][1])
+    assert (a["at1_ms"], a["at1_ci95_lo"], a["at1_ci95_hi"]) == pytest.approx((ref["at"]["y"], *ref["at"]["ci95"]))
+    assert a["at1_zero"] and a["l1_zero"] and a["l_minus_1"] == "confirmed"
+    assert "fit at L=1" in a["l_minus_1_by"] and "measured at L=1" in a["l_minus_1_by"]
+    assert not b["at1_zero"] and not b["l1_zero"] and b["l_minus_1"] == "refuted"
+    assert b["at1_ms"] == pytest.approx(6.5, abs=0.3)
+    # the fit says zero, but the L = 1 point's own CI excludes 0: refuted, and it says which test decided
+    write_run(str(tmp_path / "q" / "pt"), _sweep([1, 2, 4, 8], lambda L: {1: 0.8, 2: 2.0, 4: 7.5, 8: 17.5}[L],
+                                                  ci_half=0.3))
+    c = an.sweep_fits(str(tmp_path / "q")).iloc[0]
+    assert c["at1_zero"] and not c["l1_zero"] and c["l_minus_1"] == "refuted"
+    assert "measured at L=1: 0.8 ms [0.5, 1.1] excludes 0" in c["l_minus_1_by"]
+    # two points: no CI, untested
+    write_run(str(tmp_path / "r" / "two"), _sweep([4, 8], lambda L: 2.0 * L))
+    assert an.sweep_fits(str(tmp_path / "r")).iloc[0]["l_minus_1"] == "untested"
+    fig = an.sweep_fit_figure(pts, an.sweep_fits(points=pts))
+    assert any(t.error_y.array is not None for t in fig.data)
+
+
+def test_sweep_points_of_runs_before_the_verdicts_come_from_results_csv():
+    pts = an.sweep_points(PROFILES)
+    eng = pts[pts["folder"] == os.path.join("profiles", "2026-11-23_h100_engine", "packing_sweep")]
+    assert eng["x"].tolist() == [4, 8, 16, 28]
+    assert (eng["measured_from"] == "results.csv (paired difference)").all()
+    assert (eng["measured_ci95_lo"] < eng["measured_ms"]).all() and (eng["measured_ms"] < eng["measured_ci95_hi"]).all()
+
+
+def test_repeats_marks_the_run_that_disagrees(tmp_path):
+    write_run(str(tmp_path / "p" / "a"), [packing()])
+    write_run(str(tmp_path / "p" / "b"), [packing(base_ms=110.0, cached_ms=109.5)])  # same comparison, ~1.005x
+    c = an.comparisons(str(tmp_path / "p"))
+    r = an.repeats(c[c["arm"] == "cached"]).set_index("folder")
+    assert (r["runs"] == 2).all() and r["chosen"].sum() == 1
+    assert r.loc[os.path.join("p", "b"), "chosen"]  # equal pairs: the later folder
+    assert not r.loc[os.path.join("p", "a"), "agrees"]

@@ -1,6 +1,7 @@
 """Every notebook runs headless (nbclient, a python3 kernel of this interpreter) against (a) the committed profiles
 and (b) a fresh tiny CPU A/B run with a torch trace made here (WB_INCLUDE_CPU=1); each starts with the command that
-produced its data, and is committed without outputs."""
+produced its data, and is committed executed (`python -m workbench.readme_results --notebooks`): its outputs are
+there, current with profiles/, and hold no path of the machine that ran them."""
 from __future__ import annotations
 
 import glob
@@ -9,6 +10,8 @@ import os
 import subprocess
 import sys
 
+import re
+
 import pytest
 
 nbformat = pytest.importorskip("nbformat")
@@ -16,6 +19,7 @@ nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROFILES = os.path.join(ROOT, "profiles")
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
 NAMES = [os.path.basename(p) for p in NOTEBOOKS]
 
@@ -60,6 +64,11 @@ def _execute(path: str, env: dict) -> "nbformat.NotebookNode":
                 os.environ[k] = v
 
 
+def _stdout(nb) -> str:
+    return "\n".join(o["text"] for c in nb.cells for o in c.get("outputs", [])
+                     if o.get("output_type") == "stream" and o.get("name") == "stdout")
+
+
 def _text(nb) -> str:
     out = []
     for c in nb.cells:
@@ -83,8 +92,19 @@ def test_notebooks_exist_and_first_cell_names_the_command():
         params = nb.cells[1]
         assert "WB_PROFILES" in params.source and "PROFILES =" in params.source and "WB_INCLUDE_CPU" in params.source
         assert "parameters" in params.metadata.get("tags", [])
-        for c in nb.cells:  # committed without outputs
-            assert not c.get("outputs") and c.get("execution_count") is None, p
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), p  # committed executed, in order
+        assert "result folders in profiles" in _stdout(nb), p
+        for c in nb.cells:
+            assert "execution" not in c.metadata, p  # no timings
+            for o in c.get("outputs", []):
+                assert o.get("output_type") != "error", p
+                assert not (o.get("output_type") == "stream" and o.get("name") == "stderr"), p
+        raw = open(p).read()
+        for bad in (ROOT, "/tmp/", "/home/", "/root/"):
+            assert bad not in raw, (p, bad)
+        ids = set(re.findall(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", raw))
+        assert all(i.startswith("00000000-0000-4000-8000-") for i in ids), p  # plotly's div ids, numbered
         for c in nb.cells:  # the old formats' loaders are gone
             assert not any(x in c.source for x in ("bench_frames", "overhead_table", "three_witnesses",
                                                    "workbench.bench.")), p
@@ -95,15 +115,33 @@ def test_notebook_runs_on_committed_profiles(name, kernel_env):
     nb = _execute(os.path.join(ROOT, "notebooks", name), {"WB_PROFILES": os.path.join(ROOT, "profiles"),
                                                           "WB_INCLUDE_CPU": "0"})
     text = _text(nb)
-    assert "result folders in" in text and "left out" in text
+    assert "result folders in profiles" in text and "left out" in text
+    from workbench import analysis as an
+    from workbench.readme_results import normalize_outputs
+    normalize_outputs(nb)
+    committed = nbformat.read(os.path.join(ROOT, "notebooks", name), as_version=4)
+    assert _stdout(nb) == _stdout(committed), "committed outputs are stale: python -m workbench.readme_results " \
+                                              "--notebooks"
     if name.startswith("01"):
         assert "qwen3-0.6b" in text and "rebuild#2" in text  # ab_all and the A/A run
     if name.startswith("02"):
-        assert "slope_ms_per_x" in text  # the packing L sweep fit
+        assert "(L-1) form" in text and "slope_ms" in text  # the L sweep fits and their L = 1 test
+        v = an.verdicts(PROFILES, include_incomplete_comparisons=an.KEEP_FROM_INCOMPLETE)
+        if len(v):  # one printed verdict line per model and configuration
+            lines = [x for x in _stdout(nb).splitlines()
+                     if re.search(r"-> (confirmed|refuted|no trace|not modelled|input check failed)", x)]
+            assert len(lines) == len(v)
+        else:
+            assert "no data for savings-model verdicts" in text
     if name.startswith("03"):
         assert "build_meta" in text and "nvtx ranges" in text
     if name.startswith("04"):
-        assert "0 traced arms" in text and "no data for traces" in text
+        if an.breakdown(PROFILES, include_incomplete_comparisons=an.KEEP_FROM_INCOMPLETE).empty:
+            assert "no data for step breakdowns" in text and "no data for step decompositions" in text
+        else:
+            assert "gemm" in text and "saved_ms" in text and "launch_gap" in text
+        if not glob.glob(os.path.join(PROFILES, "**", "traces", "*", "*.events.*"), recursive=True):
+            assert "0 traced arms" in text and "no data for traces" in text
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +163,8 @@ def test_notebook_runs_on_a_fresh_cpu_run(name, fresh_run):
     assert "1 result folders in" in text
     if name.startswith("01"):
         assert "rebuild" in text and "cached" in text and "no data for an A/A run" in text
+    if name.startswith("02"):
+        assert "-> no trace" in text  # a CPU trace has no GPU events: the verdict says so
     if name.startswith("03"):
         assert "build_meta" in text
     if name.startswith("04"):

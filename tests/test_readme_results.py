@@ -1,6 +1,7 @@
-"""The README results generator: `--print` runs against the committed profiles/, every number in the block sits on
-a row or line that names an existing file or folder, what was left out is said, and rendering touches only the
-marked blocks. (The `--check` of README.md itself is added once the block is pasted there.)"""
+"""The README headline, the results page and the headline figure (`workbench.readme_results`): run against the
+committed profiles/ and against synthetic run folders with savings-model verdicts; every number on the page sits on
+a row that names an existing file; the headline stays short; `--check` fails on a stale block, page or figure and on
+a prose speedup that matches no comparison."""
 from __future__ import annotations
 
 import os
@@ -8,20 +9,15 @@ import re
 
 import pytest
 
+from workbench import figures
 from workbench import readme_results as rr
 
-from test_analysis import arm, comparison, packing, vs, write_run
+from test_analysis import _sweep, arm, comparison, packing, vs, with_verdict, write_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROFILES = os.path.join(ROOT, "profiles")
-SECTIONS = ["**Speedups**", "**A/A**", "**Sweeps**", "**What the sync counter costs**", "**What NVTX ranges cost**",
-            "**Left out**", "**Commands**"]
-
-
-def _block(capsys, *args) -> str:
-    assert rr.main(["--print", *args]) == 0
-    out = capsys.readouterr().out
-    return out[: out.index("**Notebooks.**")]
+SECTIONS = ["## Speedups", "## Savings models", "## L sweeps", "## A/A", "## What the sync counter costs",
+            "## What NVTX ranges cost", "## Model FLOPs and MFU", "## Left out", "## Commands"]
 
 
 def _rows_with_numbers(md: str) -> list[str]:
@@ -36,45 +32,99 @@ def _rows_with_numbers(md: str) -> list[str]:
     return out
 
 
-def test_print_runs_and_every_number_names_its_file(capsys):
-    md = _block(capsys)
-    pos = [md.index(s) for s in SECTIONS]
+def _table_rows(md: str) -> list[str]:
+    return [x for x in md.splitlines() if x.startswith("| ") and not x.startswith("| result |")]
+
+
+def test_page_on_committed_profiles_every_number_names_its_file():
+    page = rr.page_markdown(PROFILES)
+    pos = [page.index(s) for s in SECTIONS]
     assert pos == sorted(pos)  # every section, in order
-    rows = _rows_with_numbers(md)
+    rows = _rows_with_numbers(page)
     assert len(rows) > 20
     for line in rows:
         links = re.findall(r"\]\(([^)]+)\)", line)
         assert links, line
-        assert all(os.path.exists(os.path.join(ROOT, p)) for p in links), line
-        assert all(p.startswith("profiles/") for p in links), line
-
-
-def test_committed_block_content(capsys):
-    md = _block(capsys)
+        assert all(os.path.exists(os.path.join(PROFILES, p)) for p in links), line  # relative to profiles/
     assert "| packing | qwen3-0.6b | 28 | 16384 | varlen | rebuild -> cached | 791.5 | 732.8 | 1.076x [1.059, 1.104] " \
-           "| faster | 9 | 168 -> 3 | yes |" in md
-    aa = next(line for line in md.splitlines() if "rebuild -> rebuild#2" in line)
+           "| faster | 9 | 168 -> 3 | yes |" in page
+    aa = next(line for line in page.splitlines() if "rebuild -> rebuild#2" in line)
     assert "1.012x [0.989, 1.038] | yes |" in aa  # the A/A CI contains 1
-    assert "ms per layer" in md and "layers = 4,8,16,28" in md
-    assert "rebuild 791.5 -> 881.2 ms (+11.3%)" in md  # the counter's cost on the packing baseline
+    assert "rebuild 791.5 -> 881.2 ms (+11.3%)" in page  # the counter's cost on the packing baseline
     for name in ("nvtx:packing", "nvtx:offload", "nvtx:moe", "nvtx:all"):
-        assert f"| {name} |" in md
-    left = md[md.index("**Left out**"): md.index("**Commands**")]
+        assert f"| {name} |" in page
+    sweep = next(line for line in page.splitlines() if "L=4: 6.7 [5.6, 7.8] ms" in line)  # the engine's sweep, with CIs
+    assert "(L-1) form" not in sweep and ("**confirmed**" in sweep or "**refuted**" in sweep) and "L=1" in sweep
+    left = page[page.index("## Left out"): page.index("## Commands")]
     cut = next(line for line in left.splitlines() if "/nvtx_cost)" in line)
     assert "'running'" in cut and "nvtx:packing, nvtx:offload, nvtx:moe are included explicitly" in cut
     tok = next(line for line in left.splitlines() if "/offload_tokens)" in line)
     assert "'incomplete'" in tok and "not included" in tok
-    assert "| offload@tokens=16384 |" not in md
-    cmds = md[md.index("**Commands**"):]
+    assert "| offload@tokens=16384 |" not in page
+    cmds = page[page.index("## Commands"):]
     assert "`python -m workbench.ab --opt packing --aa --reps 6` (complete)" in cmds
     assert "COMMAND.txt" in cmds and "`device: NVIDIA H100 80GB HBM3" in cmds
+    assert "| offload@tokens=16384 |" in rr.page_markdown(PROFILES, include_incomplete=True)
 
 
-def test_include_incomplete_adds_the_complete_comparisons_of_every_cut_off_run(capsys):
-    md = _block(capsys, "--include-incomplete")
-    assert "| offload@tokens=16384 |" in md
-    tok = next(line for line in md.splitlines() if "/offload_tokens)" in line)
-    assert "offload@tokens=16384 are included explicitly" in tok
+def test_headline_on_committed_profiles_is_short_and_names_backend_pairs_and_ci():
+    md = rr.results_markdown(PROFILES)
+    rows = _table_rows(md)
+    assert 4 <= len(rows) <= rr.HEADLINE_MAX_ROWS
+    assert md.startswith("![") and "(profiles/headline.png)" in md and "(profiles/RESULTS.md)" in md
+    for opt in ("packing", "offload", "moe", "all"):
+        assert any(r.startswith(f"| {opt}: ") for r in rows), opt
+    for r in rows:
+        if "speedup" in r:
+            assert re.search(r"speedup \d\.\d{3}x \[\d\.\d{3}, \d\.\d{3}\] \| \d+ \| \*\*", r), r  # CI, pairs, verdict
+            assert re.search(r" · (varlen|sdpa|eager|flash\w*) \|", r), r  # the backend that ran
+    packing_row = next(r for r in rows if r.startswith("| packing: "))
+    assert "qwen3-0.6b · 28 layers · 16384 tokens · varlen" in packing_row
+    assert len(md.splitlines()) < 25  # the long tables live on the results page
+
+
+def _verdict_profiles(tmp_path):
+    prof = tmp_path / "profiles"
+    off = comparison("offload", arm("sync_reload", 1400.0), arm("double_buffer", 1380.0, v=vs(1.014, 1.012, 1.016)))
+    off["model"], off["attn"] = "llama-3.1-8b", "sdpa"
+    moe = comparison("moe", arm("eager", 1700.0), arm("sort_bincount", 1600.0, v=vs(1.06, 1.05, 1.07)))
+    write_run(str(prof / "camp" / "ab_traced"), [
+        with_verdict(packing(), 9.5, [8.0, 11.0], 10.0, [9.0, 11.5]),
+        with_verdict(off, 5.0, [4.5, 5.5], 20.0, [18.0, 22.0], verdict="refuted", missing=("exposed_copy", 14.0),
+                     corrected=(19.0, [18.5, 19.5], "confirmed")),
+        with_verdict(moe, 90.0, [80.0, 100.0], 100.0, [95.0, 105.0])])
+    write_run(str(prof / "camp" / "again"), [packing(base_ms=110.0, cached_ms=109.8)])  # disagrees with the first
+    write_run(str(prof / "camp" / "sweep"), _sweep([1, 2, 4, 8], lambda L: 2.5 * L + 4))
+    return prof
+
+
+def test_headline_and_page_with_verdicts(tmp_path):
+    prof = _verdict_profiles(tmp_path)
+    md = rr.results_markdown(str(prof), repo=str(tmp_path))
+    rows = _table_rows(md)
+    assert len(rows) == 6  # one speedup per optimization run here (no `all`), one row per model
+    model = {r.split(" savings model")[0].removeprefix("| "): r for r in rows if "savings model" in r}
+    assert set(model) == {"packing", "offload", "moe"}
+    assert "predicted 9.5 [8.0, 11.0] ms, measured 10.0 [9.0, 11.5] ms | 12 | **confirmed**" in model["packing"]
+    off = model["offload"]
+    assert "**refuted**" in off and "lacks exposed_copy (+14.0 ms)" in off and "with it: confirmed" in off
+    assert "llama-3.1-8b · 8 layers · 16384 tokens · sdpa" in off
+    pk = next(r for r in rows if r.startswith("| packing: "))
+    assert "1 of 2 runs DISAGREE" in pk
+    assert "(L-1) form (one layer saves nothing) is not refuted in 0 of 1 sweeps; refuted where sweep " \
+           "(qwen3-0.6b) saves 6.5 [5.5, 7.5] ms with one layer" in md
+    page = rr.page_markdown(str(prof), repo=str(tmp_path))
+    assert "DISAGREES with the reported one" in page and "2: the reported one" in page
+    ver = page[page.index("## Savings models"): page.index("## Where each traced saving")]
+    assert len(_rows_with_numbers(ver)) == 3 + 4  # the 3 models, and the 4 sweep points' "no trace" rows
+    assert "exposed_copy (+14.0 ms)" in ver and "19.00 [18.50, 19.50] ms: confirmed" in ver
+    dec = page[page.index("## Where each traced saving"): page.index("## L sweeps")]
+    assert "sync_stall +5.0; glue +3.0; launch_gap +1.0" in dec
+    sw = page[page.index("## L sweeps"):]
+    assert "**refuted**" in sw and "measured at L=1: 6.5 ms [5.5, 7.5] excludes 0" in sw
+    for line in _rows_with_numbers(page):
+        links = re.findall(r"\]\(([^)]+)\)", line)
+        assert links and all(os.path.exists(os.path.join(prof, p)) for p in links), line
 
 
 def test_gpu_runs_only_unless_asked(tmp_path):
@@ -83,29 +133,87 @@ def test_gpu_runs_only_unless_asked(tmp_path):
     write_run(str(prof / "cpu"), [packing(base_ms=30.0, cached_ms=25.0)], device="cpu")
     write_run(str(prof / "aa"), [comparison("packing", arm("rebuild", 100.0), arm("rebuild#2", 99.0,
                                                                                   v=vs(1.01, 1.002, 1.02)))])
-    md = rr.results_markdown(str(prof), repo=str(tmp_path))
-    assert "[`profiles/gpu/summary.json`](profiles/gpu/summary.json)" in md
-    assert "profiles/cpu/summary.json" not in md
-    assert "- [`profiles/cpu`](profiles/cpu): CPU run (device cpu)" in md
-    assert "1.010x [1.002, 1.020] | NO |" in md  # an A/A whose CI misses 1 says so
-    with_cpu = rr.results_markdown(str(prof), include_cpu=True, repo=str(tmp_path))
-    assert "profiles/cpu/summary.json" in with_cpu and "**Left out**" not in with_cpu
-    empty = rr.results_markdown(str(tmp_path / "nothing"), repo=str(tmp_path))
-    assert "No complete GPU comparison" in empty
+    page = rr.page_markdown(str(prof), repo=str(tmp_path))
+    assert "[`profiles/gpu/summary.json`](gpu/summary.json)" in page
+    assert "profiles/cpu/summary.json" not in page
+    assert "- [`profiles/cpu`](cpu): CPU run (device cpu)" in page
+    assert "1.010x [1.002, 1.020] | NO |" in page  # an A/A whose CI misses 1 says so
+    with_cpu = rr.page_markdown(str(prof), include_cpu=True, repo=str(tmp_path))
+    assert "profiles/cpu/summary.json" in with_cpu and "## Left out" not in with_cpu
+    assert "No complete GPU comparison" in rr.results_markdown(str(tmp_path / "nothing"), repo=str(tmp_path))
 
 
-def test_render_replaces_only_the_blocks(tmp_path):
-    text = "# t\n\nbefore\n<!-- results -->\nold\n<!-- /results -->\nafter\n<!-- viewing -->\nx\n<!-- /viewing -->\n"
-    out = rr.render(text, PROFILES)
-    assert out.startswith("# t\n\nbefore\n<!-- results -->\n") and "\nold\n" not in out and "\nafter\n" in out
-    assert "Perfetto" in out and "HolisticTraceAnalysis" in out and "jupyter lab" in out
-    assert rr.render(out, PROFILES) == out  # idempotent
+def test_prose_check_catches_a_figure_that_matches_no_comparison(tmp_path):
+    from workbench import analysis as an
+    comps = an.comparisons(PROFILES, include_incomplete_comparisons=True)
+    good = "cached is 1.076x [1.059, 1.104], n=9, grouped 1.37x; ~~retracted 1.70x~~\n```\nexample 9.999x\n```\n" \
+        "`speedup 1.133x [95% CI 1.103-1.161, n=12 pairs]`\n"
+    assert rr.prose_problems(good, comps) == []
+    assert len(rr.prose_problems("cached is 1.076x [1.059, 1.104], n=12", comps)) == 1  # wrong n pairs
+    assert len(rr.prose_problems("- cached is 1.076x\n  [1.059, 1.105], n=9", comps)) == 1  # wrapped: still read
+    bad = "moe 1.086x [1.071, 1.116]\nand 1.50x\n<!-- results -->\n7.777x\n<!-- /results -->\n"
+    problems = rr.prose_problems(bad, comps)
+    assert len(problems) == 2 and problems[0].startswith("README.md:1: '1.086x [1.071, 1.116]'")
+    assert problems[1].startswith("README.md:2: '1.50x'")  # the generated block is not prose
+
+
+def test_render_check_and_write(tmp_path):
+    prof = _verdict_profiles(tmp_path)
+    text = "# t\n\nbefore 1.060x [1.050, 1.070]\n<!-- results -->\nold\n<!-- /results -->\nafter\n" \
+           "<!-- viewing -->\nx\n<!-- /viewing -->\n"
+    readme = tmp_path / "README.md"
+    readme.write_text(text)
+    args = ["--readme", str(readme), "--profiles", str(prof)]
+    assert rr.main(args + ["--check"]) == 1
+    assert rr.main(args) == 0
+    out = readme.read_text()
+    assert out.startswith("# t\n\nbefore") and "\nold\n" not in out and "\nafter\n" in out
+    assert "(profiles/headline.png)" in out and "(profiles/RESULTS.md)" in out
+    assert "Perfetto" in out and "jupyter lab" in out
+    assert (prof / "RESULTS.md").exists() and figures.png_digest(str(prof / "headline.png"))
+    assert rr.main(args + ["--check"]) == 0
+    assert rr.render(out, str(prof), repo=str(tmp_path), readme=str(readme)) == out  # idempotent
+    (prof / "RESULTS.md").write_text("edited by hand\n")  # a stale page
+    assert rr.main(args + ["--check"]) == 1
+    assert rr.main(args) == 0 and rr.main(args + ["--check"]) == 0
+    write_run(str(prof / "camp" / "new"), [comparison("moe", arm("eager", 1700.0),
+                                                      arm("grouped", 1200.0, v=vs(1.4, 1.3, 1.5)))])
+    assert rr.main(args + ["--check"]) == 1  # new data: block, page and figure are stale
+    assert rr.main(args) == 0 and rr.main(args + ["--check"]) == 0
+    readme.write_text(readme.read_text().replace("before 1.060x", "before 1.061x"))  # a prose figure drifts
+    assert rr.main(args + ["--check"]) == 1
     with pytest.raises(ValueError):
         rr.replace_block("no markers", rr.RESULTS_MARKERS, "x")
-    p = tmp_path / "README.md"
-    p.write_text(text)
-    assert rr.main(["--readme", str(p), "--profiles", PROFILES, "--check"]) == 1
-    assert rr.main(["--readme", str(p), "--profiles", PROFILES]) == 0
-    assert rr.main(["--readme", str(p), "--profiles", PROFILES, "--check"]) == 0
     (tmp_path / "R2.md").write_text("nothing")
-    assert rr.main(["--readme", str(tmp_path / "R2.md"), "--profiles", PROFILES]) == 2
+    assert rr.main(["--readme", str(tmp_path / "R2.md"), "--profiles", str(prof)]) == 2
+
+
+def test_headline_figure_digest_and_png(tmp_path):
+    from workbench import analysis as an
+    rows = figures.headline_rows(an.comparisons(PROFILES, include_incomplete_comparisons=an.KEEP_FROM_INCOMPLETE))
+    assert len(rows) >= 8 and rows["label"].str.contains("varlen").any()
+    assert (rows["ci95_lo"] <= rows["speedup"]).all() and (rows["speedup"] <= rows["ci95_hi"]).all()
+    p = str(tmp_path / "h.png")
+    d = figures.save_headline(rows, p)
+    assert figures.png_digest(p) == d == figures.digest(rows)
+    assert open(p, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    changed = rows.copy()
+    changed.loc[0, "speedup"] += 0.01
+    assert figures.digest(changed) != d
+    assert figures.png_digest(str(tmp_path / "missing.png")) is None
+
+
+def test_committed_readme_first_screen_and_check():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    first = text[: text.index("## What the results say")]
+    assert "<!-- test-command -->\n```\npython3 -m venv .venv && . .venv/bin/activate && pip install -q -c " \
+           "constraints.txt -e \".[dev]\" && python -m pytest -q\n```\n<!-- /test-command -->" in first
+    assert "python -m workbench.ab --opt all" in first and "(profiles/headline.png)" in first
+    assert "(profiles/RESULTS.md)" in first
+    assert len(_table_rows(first)) <= rr.HEADLINE_MAX_ROWS
+    for target in re.findall(r"\]\(([^)#]+)\)", text):  # every relative link stays inside the repository
+        if not target.startswith(("http://", "https://")):
+            path = os.path.normpath(os.path.join(ROOT, target))
+            assert path.startswith(ROOT + os.sep) and os.path.exists(path), target
+    assert rr.main(["--check"]) == 0

@@ -23,15 +23,18 @@ import re
 import pandas as pd
 
 from workbench import stats
-from workbench.report import (claims_figure, cost_figure, show, speedup_figure, steps_figure,  # noqa: F401
-                              sweep_figure, timeline_figure)  # the figures live in report.py; re-exported here
+from workbench.report import (breakdown_figure, claims_figure, cost_figure, show, speedup_figure,  # noqa: F401
+                              steps_figure, sweep_figure, sweep_fit_figure,
+                              timeline_figure)  # the figures live in report.py; re-exported here
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_PROFILES = os.path.join(REPO, "profiles")
-KEEP_FROM_INCOMPLETE = ("nvtx_cost",)
+KEEP_FROM_INCOMPLETE = ("nvtx_cost", "packing_sweep_llama")
 """Cut-off runs whose complete comparisons the README and the notebooks report (`include_incomplete_comparisons`):
 profiles/2026-11-23_h100_engine/nvtx_cost was killed in its 4th comparison (nvtx:all, re-run as nvtx_cost_all); its
-first three are complete in its summary.json (COMMAND.txt says so)."""
+first three are complete in its summary.json (COMMAND.txt says so). profiles/2026-11-23_h100_verdicts/
+packing_sweep_llama says "failed": its timings, counted pass and traces completed, then its verdicts step failed on
+the device; its verdicts were computed afterwards from the committed events (that folder's COMMAND.txt says so)."""
 RUN_COLUMNS = ["path", "folder", "job", "command", "device", "gpu_name", "status", "complete", "comparisons",
                "run_id", "git_sha", "torch", "transformers"]
 LEFT_OUT_COLUMNS = ["path", "folder", "job", "status", "device", "command", "complete_comparisons",
@@ -63,9 +66,16 @@ def profiles_root(profiles: str | None = None) -> str:
     return os.path.abspath(profiles or os.environ.get("WB_PROFILES") or DEFAULT_PROFILES)
 
 
+def shown_path(path: str) -> str:
+    """`path` relative to the checkout when inside it (what notebooks print: no machine-specific absolute paths in
+    their committed outputs), else absolute."""
+    p = os.path.abspath(path)
+    return os.path.relpath(p, REPO) if p == REPO or p.startswith(REPO + os.sep) else p
+
+
 def no_data(what: str, profiles: str | None = None) -> str:
     """The line a notebook prints where a folder has nothing of a kind."""
-    return f"no data for {what} in {profiles_root(profiles)}"
+    return f"no data for {what} in {shown_path(profiles_root(profiles))}"
 
 
 # --- discovery ---------------------------------------------------------------------------------------------------
@@ -665,3 +675,248 @@ def mfu(profiles: str | None = None, **kw) -> pd.DataFrame:
                              "achieved_tflops": tf, "mfu": tf / peak if peak else None, "peak_tflops": peak,
                              "file": os.path.join(r["folder"], "summary.json")})
     return _frame(rows, MFU_COLUMNS, ("model_tflop_per_step", "step_mean_ms", "achieved_tflops", "mfu"))
+
+
+# --- savings-model verdicts, step decompositions, breakdowns (summary.json of `workbench.verdicts`) ----------------
+
+VERDICT_COLUMNS = ["folder", "comparison", "opt", "model", "layers", "tokens", "attn", "baseline", "arm", "formula",
+                   "predicted_ms", "predicted_ci95_lo", "predicted_ci95_hi", "measured_ms", "measured_ci95_lo",
+                   "measured_ci95_hi", "n_pairs", "n_steps", "ratio", "verdict", "reason", "largest_missing",
+                   "largest_missing_ms", "corrected_formula", "corrected_ms", "corrected_ci95_lo",
+                   "corrected_ci95_hi", "corrected_ratio", "corrected_verdict", "terms", "inputs", "gpu_name", "file"]
+
+
+def _lohi(ci) -> tuple:
+    return (ci[0], ci[1]) if isinstance(ci, (list, tuple)) and len(ci) == 2 else (None, None)
+
+
+def _ctx(r: dict, c: dict) -> dict:
+    """The columns naming a comparison: folder, comparison, opt, model, layers, tokens, attn, baseline, arm."""
+    return {"folder": r["folder"], "comparison": _name(c), **{k: c.get(k) for k in ("opt", "model", "layers",
+                                                                                      "tokens", "attn")},
+            "baseline": (c.get("baseline") or {}).get("arm"), "arm": (c.get("optimized") or {}).get("arm")}
+
+
+def verdicts(profiles: str | None = None, include_incomplete_comparisons=False, **discover_kw) -> pd.DataFrame:
+    """One row per comparison whose `savings_model` has a verdict (`VERDICT_COLUMNS`; `python -m workbench.verdicts`
+    writes them after a traced run): the model's formula, predicted ms with its 95% CI (delta method over the traced
+    steps), the measured paired saving (baseline - arm, mean over the engine's pairs) with its 95% CI and n pairs,
+    measured / predicted, the verdict ("confirmed" | "refuted" | "no trace" | "not modelled" | "input check failed")
+    and its reason; for a refuted model the largest component it lacks and the corrected model's prediction and
+    verdict. `inputs` and `terms` are JSON strings ({name: {value, source}}, {term: ms})."""
+    rows = []
+    for r, comps in _included(profiles, include_incomplete_comparisons=include_incomplete_comparisons,
+                              **discover_kw):
+        for c in comps:
+            sm = c.get("savings_model") or {}
+            if not sm.get("verdict"):
+                continue
+            plo, phi = _lohi(sm.get("predicted_ci95"))
+            mlo, mhi = _lohi(sm.get("measured_ci95"))
+            corr, miss = sm.get("corrected") or {}, sm.get("largest_missing") or {}
+            clo, chi = _lohi(corr.get("predicted_ci95"))
+            rows.append({**_ctx(r, c), "formula": sm.get("formula"), "predicted_ms": sm.get("predicted_ms"),
+                         "predicted_ci95_lo": plo, "predicted_ci95_hi": phi, "measured_ms": sm.get("measured_ms"),
+                         "measured_ci95_lo": mlo, "measured_ci95_hi": mhi, "n_pairs": sm.get("measured_n_pairs"),
+                         "n_steps": sm.get("n_steps"), "ratio": sm.get("ratio"), "verdict": sm.get("verdict"),
+                         "reason": sm.get("reason"), "largest_missing": miss.get("component"),
+                         "largest_missing_ms": miss.get("saved_ms"), "corrected_formula": corr.get("formula"),
+                         "corrected_ms": corr.get("predicted_ms"), "corrected_ci95_lo": clo, "corrected_ci95_hi": chi,
+                         "corrected_ratio": corr.get("ratio"), "corrected_verdict": corr.get("verdict"),
+                         "terms": json.dumps(sm.get("terms") or {}, default=str, sort_keys=True),
+                         "inputs": json.dumps(sm.get("inputs") or {}, default=str, sort_keys=True),
+                         "gpu_name": r["gpu_name"] or r["device"], "file": os.path.join(r["folder"], "summary.json")})
+    return _frame(rows, VERDICT_COLUMNS, ("layers", "tokens", "predicted_ms", "predicted_ci95_lo", "predicted_ci95_hi",
+                                          "measured_ms", "measured_ci95_lo", "measured_ci95_hi", "ratio",
+                                          "largest_missing_ms", "corrected_ms", "corrected_ci95_lo",
+                                          "corrected_ci95_hi", "corrected_ratio"))
+
+
+DECOMPOSITION_COLUMNS = ["folder", "comparison", "opt", "model", "layers", "tokens", "attn", "baseline", "arm",
+                         "component", "group", "baseline_ms", "arm_ms", "saved_ms", "file"]
+
+
+def decomposition(profiles: str | None = None, include_incomplete_comparisons=False, **discover_kw) -> pd.DataFrame:
+    """The rows of each comparison's `decomposition` (`DECOMPOSITION_COLUMNS`): per component (busy kernel classes,
+    idle causes, `step_ms`, `residual_ms` = measured - traced), the baseline's and the arm's ms per traced step and
+    the saving (baseline - arm)."""
+    rows = []
+    for r, comps in _included(profiles, include_incomplete_comparisons=include_incomplete_comparisons,
+                              **discover_kw):
+        for c in comps:
+            for d in c.get("decomposition") or []:
+                rows.append({**_ctx(r, c), **{k: d.get(k) for k in ("component", "group", "baseline_ms", "arm_ms",
+                                                                      "saved_ms")},
+                             "file": os.path.join(r["folder"], "summary.json")})
+    return _frame(rows, DECOMPOSITION_COLUMNS, ("baseline_ms", "arm_ms", "saved_ms"))
+
+
+BREAKDOWN_COLUMNS = ["folder", "comparison", "opt", "model", "layers", "tokens", "attn", "arm", "role", "component",
+                     "group", "ms", "share", "file"]
+TOP_KERNEL_COLUMNS = ["folder", "comparison", "arm", "role", "rank", "name", "cls", "count", "ms", "share", "file"]
+
+
+def _traced_arms(profiles, include_incomplete_comparisons, discover_kw):
+    for r, comps in _included(profiles, include_incomplete_comparisons=include_incomplete_comparisons,
+                              **discover_kw):
+        for c in comps:
+            roles = {a["arm"]: role for a, role in _arms(c)}
+            for arm_name, b in (c.get("breakdown") or {}).items():
+                yield r, c, arm_name, roles.get(arm_name), b or {}
+
+
+def breakdown(profiles: str | None = None, include_incomplete_comparisons=False, **discover_kw) -> pd.DataFrame:
+    """Each traced arm's step breakdown (`BREAKDOWN_COLUMNS`): per component (busy: gemm, attention, glue, copy,
+    norm_elementwise, optimizer, other; idle: exposed_copy, sync_stall, launch_gap) its ms per traced step and share
+    of the step; `role` baseline / optimized / other."""
+    rows = []
+    for r, c, a, role, b in _traced_arms(profiles, include_incomplete_comparisons, discover_kw):
+        ctx = {k: v for k, v in _ctx(r, c).items() if k not in ("baseline", "arm")}
+        rows += [{**ctx, "arm": a, "role": role, **{k: x.get(k) for k in ("component", "group", "ms", "share")},
+                  "file": os.path.join(r["folder"], "summary.json")} for x in b.get("components") or []]
+    return _frame(rows, BREAKDOWN_COLUMNS, ("ms", "share"))
+
+
+def top_kernels(profiles: str | None = None, include_incomplete_comparisons=False, **discover_kw) -> pd.DataFrame:
+    """Each traced arm's kernels with the most GPU time per step (`TOP_KERNEL_COLUMNS`: name, kernel class, count and
+    ms per step, share of the busy time), ranked."""
+    rows = []
+    for r, c, a, role, b in _traced_arms(profiles, include_incomplete_comparisons, discover_kw):
+        rows += [{"folder": r["folder"], "comparison": _name(c), "arm": a, "role": role, "rank": i + 1,
+                  **{k: x.get(k) for k in ("name", "cls", "count", "ms", "share")},
+                  "file": os.path.join(r["folder"], "summary.json")}
+                 for i, x in enumerate(b.get("top_kernels") or [])]
+    return _frame(rows, TOP_KERNEL_COLUMNS, ("count", "ms", "share"))
+
+
+# --- L sweeps of the measured saving, and the (L-1) test ----------------------------------------------------------
+
+SWEEP_POINT_COLUMNS = ["folder", "group", "key", "x", "opt", "model", "tokens", "attn", "baseline", "arm",
+                       "measured_ms", "measured_ci95_lo", "measured_ci95_hi", "n_pairs", "measured_from",
+                       "predicted_ms", "verdict", "file"]
+SWEEP_FIT_COLUMNS = ["folder", "group", "key", "opt", "model", "tokens", "attn", "baseline", "arm", "n_points", "xs",
+                     "slope_ms", "slope_ci95_lo", "slope_ci95_hi", "intercept_ms", "intercept_ci95_lo",
+                     "intercept_ci95_hi", "r2", "at1_ms", "at1_ci95_lo", "at1_ci95_hi", "at1_zero", "l1_measured_ms",
+                     "l1_ci95_lo", "l1_ci95_hi", "l1_zero", "l_minus_1", "l_minus_1_by", "file"]
+
+
+def sweep_points(profiles: str | None = None, key: str = "layers", include_incomplete_comparisons=False,
+                 **discover_kw) -> pd.DataFrame:
+    """The points of every `name@<key>=N` sweep (`SWEEP_POINT_COLUMNS`): the measured saving of the optimized arm,
+    the mean paired difference baseline - arm with its 95% CI (`savings_model.measured_ms` / `measured_ci95` as
+    `workbench.verdicts` wrote them; for runs made before the verdicts, the same statistic,
+    `workbench.verdicts.measured_saving`, recomputed from results.csv: `measured_from` says which)."""
+    from workbench.verdicts import measured_saving
+
+    rows = []
+    for r, comps in _included(profiles, include_incomplete_comparisons=include_incomplete_comparisons,
+                              **discover_kw):
+        results = None
+        for c in comps:
+            m = re.match(r"^(?P<group>[^@]+)@(?P<key>[^=]+)=(?P<x>.+)$", _name(c))
+            if not m or m.group("key") != key or not c.get("optimized") or not c.get("baseline"):
+                continue
+            sm = c.get("savings_model") or {}
+            base, arm = c["baseline"]["arm"], c["optimized"]["arm"]
+            ms, (lo, hi), n, src = sm.get("measured_ms"), _lohi(sm.get("measured_ci95")), sm.get("measured_n_pairs"), \
+                "summary.json savings_model"
+            if lo is None:
+                if results is None:
+                    p = os.path.join(r["path"], "results.csv")
+                    results = pd.read_csv(p) if os.path.exists(p) else pd.DataFrame()
+                if results.empty:
+                    continue
+                d = measured_saving(results, _name(c), base, arm)
+                ms, (lo, hi), n, src = d["mean"], _lohi(d["ci95"]), d["n_pairs"], "results.csv (paired difference)"
+            rows.append({"folder": r["folder"], "group": m.group("group"), "key": key,
+                         "x": pd.to_numeric(m.group("x"), errors="coerce"),
+                         **{k: c.get(k) for k in ("opt", "model", "tokens", "attn")}, "baseline": base, "arm": arm,
+                         "measured_ms": ms, "measured_ci95_lo": lo, "measured_ci95_hi": hi, "n_pairs": n,
+                         "measured_from": src, "predicted_ms": sm.get("predicted_ms"), "verdict": sm.get("verdict"),
+                         "file": os.path.join(r["folder"], "summary.json")})
+    df = _frame(rows, SWEEP_POINT_COLUMNS, ("x", "measured_ms", "measured_ci95_lo", "measured_ci95_hi",
+                                            "predicted_ms"))
+    return df.sort_values(["folder", "group", "arm", "x"], kind="stable").reset_index(drop=True)
+
+
+def sweep_fits(profiles: str | None = None, points: pd.DataFrame | None = None, **kw) -> pd.DataFrame:
+    """Per `name@layers=N` sweep (`SWEEP_FIT_COLUMNS`): `stats.linear_fit` of the measured saving on L, slope (ms per
+    layer) and intercept with their 95% CIs, and the fitted saving at L = 1 with its CI (`at1_*`).
+
+    The (L-1) form (no saving with one layer) is tested twice where it can be: `at1_zero` = the fitted saving at
+    L = 1 is zero within its CI; `l1_zero` = where the sweep includes L = 1, that point's measured CI contains 0
+    (None otherwise). `l_minus_1` is "confirmed" when every test that applies passes, "refuted" when one fails,
+    "untested" without a CI (fewer than 3 points); `l_minus_1_by` says which tests decided it."""
+    pts = sweep_points(profiles, **kw) if points is None else points
+    rows = []
+    for (folder, group, key, arm), g in pts.groupby(["folder", "group", "key", "arm"], sort=False):
+        g = g.dropna(subset=["x", "measured_ms"]).sort_values("x")
+        f = stats.linear_fit(g["x"].tolist(), g["measured_ms"].tolist(), at=1)
+        slo, shi = _lohi(f["slope_ci95"])
+        ilo, ihi = _lohi(f["intercept_ci95"])
+        at = f.get("at") or {}
+        alo, ahi = _lohi(at.get("ci95"))
+        at1_zero = None if alo is None else bool(alo <= 0 <= ahi)
+        one = g[g["x"] == 1]
+        l1 = one.iloc[0] if len(one) else None
+        l1_zero = None
+        if l1 is not None and pd.notna(l1["measured_ci95_lo"]):
+            l1_zero = bool(l1["measured_ci95_lo"] <= 0 <= l1["measured_ci95_hi"])
+        tests = []
+        if at1_zero is not None:
+            tests.append((at1_zero, f"fit at L=1: {at['y']:.1f} ms [{alo:.1f}, {ahi:.1f}] "
+                                    + ("contains 0" if at1_zero else "excludes 0")))
+        if l1_zero is not None:
+            tests.append((l1_zero, f"measured at L=1: {l1['measured_ms']:.1f} ms [{l1['measured_ci95_lo']:.1f}, "
+                                   f"{l1['measured_ci95_hi']:.1f}] " + ("contains 0" if l1_zero else "excludes 0")))
+        verdict = "untested" if not tests else ("confirmed" if all(t for t, _ in tests) else "refuted")
+        g0 = g.iloc[0] if len(g) else {}
+        rows.append({"folder": folder, "group": group, "key": key,
+                     **{k: g0.get(k) for k in ("opt", "model", "tokens", "attn", "baseline")}, "arm": arm,
+                     "n_points": f["n"], "xs": ",".join(f"{x:g}" for x in g["x"]), "slope_ms": f["slope"],
+                     "slope_ci95_lo": slo, "slope_ci95_hi": shi, "intercept_ms": f["intercept"],
+                     "intercept_ci95_lo": ilo, "intercept_ci95_hi": ihi, "r2": f["r2"], "at1_ms": at.get("y"),
+                     "at1_ci95_lo": alo, "at1_ci95_hi": ahi, "at1_zero": at1_zero,
+                     "l1_measured_ms": None if l1 is None else l1["measured_ms"],
+                     "l1_ci95_lo": None if l1 is None else l1["measured_ci95_lo"],
+                     "l1_ci95_hi": None if l1 is None else l1["measured_ci95_hi"], "l1_zero": l1_zero,
+                     "l_minus_1": verdict, "l_minus_1_by": "; ".join(s for _, s in tests) or "fewer than 3 points",
+                     "file": g0.get("file")})
+    return _frame(rows, SWEEP_FIT_COLUMNS, ("tokens", "slope_ms", "slope_ci95_lo", "slope_ci95_hi", "intercept_ms",
+                                            "intercept_ci95_lo", "intercept_ci95_hi", "r2", "at1_ms", "at1_ci95_lo",
+                                            "at1_ci95_hi", "l1_measured_ms", "l1_ci95_lo", "l1_ci95_hi"))
+
+
+# --- the same comparison across runs -------------------------------------------------------------------------------
+
+CONFIG_KEY = ["name", "model", "layers", "tokens", "baseline", "arm"]
+
+
+def _overlap(a_lo, a_hi, b_lo, b_hi) -> bool:
+    return a_lo <= b_hi and b_lo <= a_hi
+
+
+def repeats(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
+    """`comps` (`comparisons(...)`) with, per row, how many runs hold the same comparison (`CONFIG_KEY`: comparison,
+    model, layers, tokens, baseline -> arm): `runs`, `chosen` (the run a headline reports: one of `prefer`, a set of
+    (folder, comparison) such as the runs a savings-model verdict comes from, else the most pairs, then the later
+    folder) and `agrees` (its 95% CI overlaps the chosen run's and the verdict is the same; True for the chosen)."""
+    d = comps.copy()
+    d["runs"], d["chosen"], d["agrees"] = 0, False, True
+    if d.empty:
+        return d
+    want = set(prefer or ())
+    key = d[CONFIG_KEY].astype(str).agg("|".join, axis=1)
+    for _, idx in d.groupby(key, sort=False).groups.items():
+        g = d.loc[idx].assign(_n=pd.to_numeric(d.loc[idx, "n_pairs"], errors="coerce").fillna(0),
+                              _p=[(f, n) in want for f, n in zip(d.loc[idx, "folder"], d.loc[idx, "name"])])
+        best = g.sort_values(["_p", "_n", "folder"], kind="stable").index[-1]
+        b = d.loc[best]
+        d.loc[idx, "runs"] = len(idx)
+        d.loc[best, "chosen"] = True
+        for i in idx:
+            r = d.loc[i]
+            ok = r["verdict"] == b["verdict"] and (pd.isna(r["ci95_lo"]) or pd.isna(b["ci95_lo"]) or _overlap(
+                r["ci95_lo"], r["ci95_hi"], b["ci95_lo"], b["ci95_hi"]))
+            d.loc[i, "agrees"] = bool(ok)
+    return d

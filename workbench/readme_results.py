@@ -1,33 +1,54 @@
-"""Regenerate the README's results section from the committed profiles/ folder.
+"""Regenerate the README's headline, the results page and the headline figure from the committed profiles/ folder.
 
-    python -m workbench.readme_results                       # rewrite README.md between <!-- results --> markers
-    python -m workbench.readme_results --print               # print the generated block(s), change nothing
-    python -m workbench.readme_results --check               # exit 1 when README.md is out of date with profiles/
+    python -m workbench.readme_results                       # rewrite README.md's marked blocks, profiles/RESULTS.md
+                                                             # and profiles/headline.png
+    python -m workbench.readme_results --print               # print the README block and the page, change nothing
+    python -m workbench.readme_results --check               # exit 1 when any of them is out of date with profiles/,
+                                                             # or a speedup quoted in the prose matches no comparison
     python -m workbench.readme_results --include-incomplete  # + the complete comparisons of every cut-off run
+    python -m workbench.readme_results --notebooks           # + execute notebooks/*.ipynb into their files
 
-Every number in the block comes from a file under profiles/, named on its row, and each folder's command is listed
-at the end. Complete GPU runs only (`workbench.analysis.discover`), plus the complete comparisons of the cut-off runs
-named in `workbench.analysis.KEEP_FROM_INCOMPLETE`, and the block says so; every other run left out is listed with
-the reason.
-`--include-cpu` adds CPU runs (smoke tests, not results). When README.md also has `<!-- viewing -->` /
-`<!-- /viewing -->` markers, that block gets `viewing_markdown()`: how to open the notebooks and the traces.
+The README gets a short block between `<!-- results -->` markers: the headline figure (speedup per comparison with
+its 95% CI and verdict, drawn by `workbench.figures`) and a headline table of at most 8 rows (the optimized arm of
+each optimization at its main shape, and one row per savings model: predicted ± CI, measured ± CI, verdict). Every
+long table goes to the results page (`profiles/RESULTS.md`): every comparison and every run of it (repeats that
+disagree included), the savings-model verdicts, where each traced saving comes from, the L sweeps and their (L-1)
+test, the A/A runs, the instruments' cost, MFU, what was left out and why, and each folder's command. Every number
+on the page sits on a row that names its summary.json.
+
+Complete GPU runs only (`workbench.analysis.discover`), plus the complete comparisons of the cut-off runs named in
+`workbench.analysis.KEEP_FROM_INCOMPLETE`; `--include-cpu` adds CPU runs (smoke tests, not results). When README.md
+also has `<!-- viewing -->` / `<!-- /viewing -->` markers, that block gets `viewing_markdown()`.
+
+`--check` also reads the prose outside the generated blocks (README.md and profiles/README.md): every speedup
+quoted there (`1.133x`, `1.133x [1.103, 1.161]`) must be a speedup (with its CI) of a comparison in profiles/;
+figures struck through (`~~1.70x~~`, retracted ones) are exempt.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
+import pandas as pd
+
 from workbench import analysis as an
+from workbench import figures
 
 RESULTS_MARKERS = ("<!-- results -->", "<!-- /results -->")
 VIEWING_MARKERS = ("<!-- viewing -->", "<!-- /viewing -->")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PAGE_NAME = "RESULTS.md"
+FIGURE_NAME = "headline.png"
+HEADLINE_MAX_ROWS = 8
+MODELLED = ("packing", "offload", "moe")
+JUDGED = ("confirmed", "refuted", "input check failed")
 
 
 def _f(v, spec="{:.1f}", dash="-") -> str:
     try:
-        if v is None or (isinstance(v, float) and v != v):
+        if v is None or (isinstance(v, float) and v != v) or v is pd.NA:
             return dash
         return spec.format(v)
     except (TypeError, ValueError):
@@ -35,12 +56,20 @@ def _f(v, spec="{:.1f}", dash="-") -> str:
 
 
 def _table(header: list[str], rows: list[list]) -> list[str]:
+    """A GitHub markdown table, one line per row, cells as given (no padding: the page is read rendered)."""
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     return out + ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows] + [""]
 
 
 def _ci(r, est="speedup", lo="ci95_lo", hi="ci95_hi") -> str:
     return f"{_f(r[est], '{:.3f}')}x [{_f(r[lo], '{:.3f}')}, {_f(r[hi], '{:.3f}')}]"
+
+
+def _ms_ci(v, lo, hi, spec="{:.1f}") -> str:
+    if v is None or v != v:
+        return "-"
+    ci = f" [{_f(lo, spec)}, {_f(hi, spec)}]" if lo is not None and lo == lo else ""
+    return f"{_f(v, spec)}{ci} ms"
 
 
 def _eq(v) -> str:
@@ -51,86 +80,269 @@ def _shape(r) -> list:
     return [r["model"], _f(r["layers"], "{:.0f}"), _f(r["tokens"], "{:.0f}"), r["attn"] or "-"]
 
 
-def results_markdown(profiles: str | None = None, include_cpu: bool = False, include_incomplete: bool = False,
-                     repo: str = REPO) -> str:
-    """The markdown between the results markers: (a) speedups, (b) A/A, (c) sweeps, (d) instrument cost, (e) what was
-    left out and why, (f) each folder's command; every row names its file, relative to the repository root."""
-    root = an.profiles_root(profiles or os.path.join(repo, "profiles"))
-    link = lambda p: f"[`{os.path.relpath(os.path.join(os.path.dirname(root), p), repo)}`]" \
-                     f"({os.path.relpath(os.path.join(os.path.dirname(root), p), repo)})"  # noqa: E731
-    keep = True if include_incomplete else an.KEEP_FROM_INCOMPLETE
-    comps = an.comparisons(root, include_cpu=include_cpu, include_incomplete_comparisons=keep)
-    gpus = sorted({g for g in comps["gpu_name"] if isinstance(g, str)})
-    lines = [f"Generated by `python -m workbench.readme_results` from `{os.path.relpath(root, repo)}/` "
-             f"({', '.join(gpus) or 'no GPU run'}). Speedup = mean(baseline) / mean(arm) over paired timed steps "
-             "(rep, step), with its 95% CI (paired bootstrap, BCa) and verdict, as each run's `summary.json` holds "
-             "them; step times are medians of the timed steps; syncs per step come from the separate counted pass. "
-             "`notebooks/01_speedup_tables.ipynb` plots these with their CIs.", ""]
+def _shape_text(r) -> str:
+    return f"{r['model']} · {_f(r['layers'], '{:.0f}')} layers · {_f(r['tokens'], '{:.0f}')} tokens · " \
+           f"{r['attn'] or '-'}"
 
-    main = comps[comps["role"].isin(["optimized", "other"])]
-    lines += ["**Speedups** (one row per comparison and arm against the comparison's baseline)", ""]
+
+class _Ctx:
+    """The data one page is built from, and links relative to the page's folder."""
+
+    def __init__(self, profiles, include_cpu, include_incomplete, repo, page_dir):
+        self.root = an.profiles_root(profiles or os.path.join(repo, "profiles"))
+        self.repo, self.page_dir = repo, page_dir
+        self.include_cpu = include_cpu
+        self.keep = True if include_incomplete else an.KEEP_FROM_INCOMPLETE
+        kw = dict(include_cpu=include_cpu, include_incomplete_comparisons=self.keep)
+        self.comps = an.comparisons(self.root, **kw)
+        self.verd = an.verdicts(self.root, **kw)
+        self.kw = kw
+        self.gpus = sorted({g for g in self.comps["gpu_name"] if isinstance(g, str)})
+
+    def abs(self, rel: str) -> str:
+        """`rel` as `analysis` writes it (relative to the profiles root's parent), absolute."""
+        return os.path.join(os.path.dirname(self.root), rel)
+
+    def link(self, rel: str, text: str | None = None) -> str:
+        p = self.abs(rel)
+        shown = text or os.path.relpath(p, self.repo)
+        return f"[`{shown}`]({os.path.relpath(p, self.page_dir)})"
+
+    def short(self, rel: str) -> str:
+        """A link to a summary.json whose text is its run folder relative to the profiles root."""
+        d = os.path.dirname(rel) if rel.endswith(".json") else rel
+        return self.link(rel, os.path.relpath(self.abs(d), self.root))
+
+
+# --- the headline -------------------------------------------------------------------------------------------------
+
+def headline_speedups(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
+    """Per optimization (packing, offload, moe, all): the optimized arm at the shape most runs measured (then: from
+    the run with the most comparisons, then most pairs), from the run `analysis.repeats(prefer=...)` chooses (the run
+    of the headline's savings-model row where it is one of them: one run per optimization in the headline); with
+    `runs` and `disagree` (how many runs of it disagree with that one)."""
+    d = comps[(comps["role"] == "optimized") & ~comps["name"].astype(str).str.contains("@")]
+    if d.empty:
+        return d.assign(runs=pd.Series(dtype=int), disagree=pd.Series(dtype=int))
+    d = an.repeats(d, prefer)
+    per_run = comps.groupby("folder")["name"].nunique()
+    d = d.assign(_in_run=d["folder"].map(per_run).fillna(0),
+                 _n=pd.to_numeric(d["n_pairs"], errors="coerce").fillna(0))
+    d["disagree"] = 0
+    for _, idx in d.groupby(d[an.CONFIG_KEY].astype(str).agg("|".join, axis=1), sort=False).groups.items():
+        d.loc[idx, "disagree"] = int((~d.loc[idx, "agrees"].astype(bool)).sum())
+    chosen = d[d["chosen"]]
+    out = []
+    for opt in figures.OPT_ORDER:
+        g = chosen[chosen["name"] == opt]
+        if len(g):
+            out.append(g.sort_values(["runs", "_in_run", "_n", "folder"], kind="stable").iloc[-1])
+    return pd.DataFrame(out)
+
+
+def _prefer(verd: pd.DataFrame) -> set:
+    """(folder, comparison) of the headline's savings-model rows: the runs the headline and the page report."""
+    v = headline_verdicts(verd)
+    return set() if v.empty else set(zip(v["folder"], v["comparison"]))
+
+
+def headline_verdicts(verd: pd.DataFrame) -> pd.DataFrame:
+    """Per savings model (packing, offload, moe): the verdict at the optimization's main comparison (no sweep) with
+    the most measured pairs (then the later folder); `runs` = how many runs judged that model there."""
+    v = verd[verd["opt"].isin(MODELLED) & verd["verdict"].isin(JUDGED)
+             & ~verd["comparison"].astype(str).str.contains("@")]
+    out = []
+    for opt in MODELLED:
+        g = v[v["opt"] == opt]
+        if len(g):
+            g = g.assign(_n=pd.to_numeric(g["n_pairs"], errors="coerce").fillna(0))
+            best = g.sort_values(["_n", "folder"], kind="stable").iloc[-1]
+            out.append(best.copy())
+            out[-1]["runs"] = len(g)
+            out[-1]["agree"] = int((g["verdict"] == best["verdict"]).sum())
+    return pd.DataFrame(out)
+
+
+def _verdict_cell(v) -> str:
+    s = f"**{v['verdict']}**"
+    if v["verdict"] in ("confirmed", "refuted") and v["ratio"] == v["ratio"] and v["ratio"] is not None:
+        s += f" (measured / predicted {_f(v['ratio'], '{:.2f}')})"
+    if v["verdict"] == "refuted" and isinstance(v.get("largest_missing"), str):
+        s += f"; lacks {v['largest_missing']} ({_f(v['largest_missing_ms'], '{:+.1f}')} ms)"
+        if isinstance(v.get("corrected_verdict"), str):
+            corr = _ms_ci(v["corrected_ms"], v["corrected_ci95_lo"], v["corrected_ci95_hi"])
+            s += f"; with it: {v['corrected_verdict']} ({corr})"
+    if v["verdict"] == "input check failed" and isinstance(v.get("reason"), str):
+        s += f": {v['reason']}"
+    return s
+
+
+def headline_markdown(ctx: _Ctx, page_path: str, figure_path: str) -> str:
+    """The README block: the headline figure, the headline table (at most `HEADLINE_MAX_ROWS` rows), one line on the
+    L sweeps, and the link to the results page."""
+    rel = lambda p: os.path.relpath(p, ctx.page_dir)  # noqa: E731
+    gpu = ", ".join(ctx.gpus) or "no GPU run"
+    lines = [f"![Speedup of every comparison over its baseline with its 95% CI and verdict ({gpu})]"
+             f"({rel(figure_path)})", ""]
+    vd = headline_verdicts(ctx.verd)
+    sp = headline_speedups(ctx.comps, _prefer(ctx.verd))
+    rows = []
+    for r in sp.to_dict("records"):
+        runs = "" if r["runs"] <= 1 else (f"; {r['runs']} runs agree" if not r["disagree"] else
+                                           f"; {r['disagree']} of {r['runs']} runs DISAGREE (see the results page)")
+        rows.append([f"{r['opt']}: `{r['arm']}` vs `{r['baseline']}`", _shape_text(r), f"speedup {_ci(r)}",
+                     _f(r["n_pairs"], "{:.0f}"), f"**{r['verdict']}**{runs}", ctx.short(r["file"])])
+    for v in vd.to_dict("records"):
+        runs = "" if v["runs"] <= 1 else f"; {v['agree']} of {v['runs']} runs say so"
+        rows.append([f"{v['opt']} savings model `{v['formula'].split(',  ')[0]}`", _shape_text(v),
+                     f"predicted {_ms_ci(v['predicted_ms'], v['predicted_ci95_lo'], v['predicted_ci95_hi'])}, "
+                     f"measured {_ms_ci(v['measured_ms'], v['measured_ci95_lo'], v['measured_ci95_hi'])}",
+                     _f(v["n_pairs"], "{:.0f}"), _verdict_cell(v) + runs, ctx.short(v["file"])])
+    rows = rows[:HEADLINE_MAX_ROWS]
+    if rows:
+        lines += _table(["result", "model · layers · tokens · attention backend that ran", "estimate [95% CI]",
+                         "pairs", "verdict", "run"], rows)
+    else:
+        lines += [f"No complete GPU comparison in `{os.path.relpath(ctx.root, ctx.repo)}/` yet.", ""]
+    notes = ["Speedup = mean(baseline step) / mean(arm step) over paired timed steps (same batch, same rep), 95% CI "
+             "by paired bootstrap (BCa); `faster` / `slower` when the CI excludes 1."]
+    if len(vd):
+        notes.append("A savings model predicts the saving (baseline - arm, ms per step) from inputs measured in the "
+                     "run's own traces (CI by the delta method over the traced steps); measured = the mean paired "
+                     "saving with its CI; `confirmed` when the two CIs overlap or measured / predicted is within "
+                     "0.9-1.1 (`workbench/verdicts.py`).")
+    else:
+        notes.append("No savings-model verdict in profiles/ yet: the models' inputs come from a traced run "
+                     "(`python -m workbench.ab --trace torch`, then `python -m workbench.verdicts RUN_DIR`).")
+    fits = an.sweep_fits(ctx.root, **ctx.kw)
+    if len(fits):
+        ok = fits[fits["l_minus_1"] == "confirmed"]
+        bad = fits[fits["l_minus_1"] == "refuted"]
+        note = (f"L sweeps: the upstream (L-1) form (one layer saves nothing) is not refuted in {len(ok)} of "
+                f"{len(fits)} sweeps")
+        if len(bad):
+            why = []
+            for r in bad.to_dict("records"):
+                where = f"{os.path.basename(r['folder'])} ({r['model']})"
+                if r["l1_zero"] is False:
+                    why.append(f"{where} saves {_ms_ci(r['l1_measured_ms'], r['l1_ci95_lo'], r['l1_ci95_hi'])} "
+                               "with one layer")
+                else:
+                    why.append(f"{where}: fitted at L = 1 {_ms_ci(r['at1_ms'], r['at1_ci95_lo'], r['at1_ci95_hi'])}")
+            note += "; refuted where " + "; ".join(why)
+        notes.append(note + "; fits, slopes and the L = 1 tests with their CIs are on the results page.")
+    lines += [" ".join(notes), ""]
+    lines += [f"**Every comparison and every run of it** (repeats that disagree included), the savings models with "
+              f"their inputs, where each traced saving comes from, the L sweeps, the A/A noise floor, what the "
+              f"instruments cost, MFU, what was left out and each folder's command: "
+              f"**[{os.path.relpath(page_path, ctx.repo)}]({rel(page_path)})**. Generated by "
+              f"`python -m workbench.readme_results` from `{os.path.relpath(ctx.root, ctx.repo)}/`; its `--check` "
+              "fails when this block, the page, the figure or a speedup quoted in the prose disagrees with them."]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# --- the results page ---------------------------------------------------------------------------------------------
+
+def _runs_cell(r) -> str:
+    if r["runs"] <= 1:
+        return "1"
+    if r["chosen"]:
+        return f"{r['runs']}: the reported one"
+    return f"{r['runs']}: agrees with the reported one" if r["agrees"] else \
+        f"{r['runs']}: DISAGREES with the reported one (CI disjoint or another verdict)"
+
+
+def results_page(ctx: _Ctx) -> str:
+    """The results page: every table, every number on a row that names its file."""
+    root_rel = os.path.relpath(ctx.root, ctx.repo)
+    gpu = ", ".join(ctx.gpus) or "no GPU run"
+    lines = [f"# Results: every comparison in `{root_rel}/`", "",
+             f"Generated by `python -m workbench.readme_results` from `{root_rel}/` ({gpu}); do not edit by hand. "
+             "Speedup = mean(baseline) / mean(arm) over paired timed steps (rep, step), with its 95% CI (paired "
+             "bootstrap, BCa) and verdict, as each run's `summary.json` holds them; step times are medians of the "
+             "timed steps; syncs per step come from the separate counted pass. The README shows the headline; "
+             "`notebooks/` (committed executed) plot these with their CIs.", ""]
+
+    main = an.repeats(ctx.comps[ctx.comps["role"].isin(["optimized", "other"])], _prefer(ctx.verd))
+    lines += ["## Speedups", "",
+              "One row per run, comparison and arm against the comparison's baseline. Where several runs hold the "
+              "same comparison (name, model, layers, tokens, arms), each is listed; `runs` says whether it agrees "
+              "with the reported one, the run the README's headline and figure use (the run of the savings-model "
+              "verdict where there is one, else the one with the most pairs).", ""]
     if len(main):
+        main = main.assign(_k=main[an.CONFIG_KEY].astype(str).agg("|".join, axis=1))
+        first = {k: i for i, k in enumerate(dict.fromkeys(main["_k"]))}
+        main = main.assign(_o=main["_k"].map(first)).sort_values(["_o", "folder"], kind="stable")
         rows = [[r["name"], *_shape(r), f"{r['baseline']} -> {r['arm']}", _f(r["baseline_ms"]), _f(r["arm_ms"]),
                  _ci(r), r["verdict"], _f(r["n_pairs"], "{:.0f}"),
                  f"{_f(r['syncs_baseline'], '{:g}')} -> {_f(r['syncs_arm'], '{:g}')}", _eq(r["equivalent"]),
-                 link(r["file"])] for r in main.to_dict("records")]
+                 _runs_cell(r), ctx.link(r["file"])] for r in main.to_dict("records")]
         lines += _table(["comparison", "model", "layers", "tokens", "attn", "baseline -> arm", "baseline ms",
-                         "arm ms", "speedup [95% CI]", "verdict", "pairs", "syncs/step", "equivalent", "file"], rows)
+                         "arm ms", "speedup [95% CI]", "verdict", "pairs", "syncs/step", "equivalent", "runs",
+                         "file"], rows)
     else:
-        lines += [f"No complete GPU comparison in `{os.path.relpath(root, repo)}/` yet.", ""]
+        lines += [f"No complete GPU comparison in `{root_rel}/` yet.", ""]
 
-    aa = comps[comps["role"] == "aa"]
+    lines += _verdict_section(ctx)
+    lines += _decomposition_section(ctx)
+    lines += _sweep_section(ctx)
+
+    aa = ctx.comps[ctx.comps["role"] == "aa"]
     if len(aa):
-        lines += ["**A/A** (the baseline against itself: the noise floor; a sound protocol's CI contains 1)", ""]
+        lines += ["## A/A", "", "The baseline against itself: the noise floor; a sound protocol's CI contains 1.", ""]
         rows = [[r["name"], *_shape(r), f"{r['baseline']} -> {r['arm']}", _f(r["baseline_ms"]), _f(r["arm_ms"]),
                  _ci(r), {True: "yes", False: "NO"}.get(r["ci_contains_1"], "-"), r["verdict"],
-                 _f(r["n_pairs"], "{:.0f}"), link(r["file"])] for r in aa.to_dict("records")]
+                 _f(r["n_pairs"], "{:.0f}"), ctx.link(r["file"])] for r in aa.to_dict("records")]
         lines += _table(["comparison", "model", "layers", "tokens", "attn", "arms", "baseline ms", "arm ms",
                          "speedup [95% CI]", "CI contains 1", "verdict", "pairs", "file"], rows)
 
-    points, fit = an.sweep(comps)
-    if len(fit):
-        lines += ["**Sweeps** (saving = baseline - arm median step time per value; least-squares line through the "
-                  "points, the slope's 95% CI from its standard error, t with n-2 dof: `workbench.stats.linear_fit`)",
-                  ""]
-        rows = []
-        for f in fit.to_dict("records"):
-            p = points[(points["folder"] == f["folder"]) & (points["group"] == f["group"])
-                       & (points["arm"] == f["arm"])]
-            rows.append([f["group"], f"{p['baseline'].iloc[0]} -> {f['arm']}", f"{f['key']} = {f['xs']}",
-                         ", ".join(_f(x) for x in p["saving_ms"]),
-                         f"{_f(f['slope_ms_per_x'], '{:.2f}')} [{_f(f['slope_ci95_lo'], '{:.2f}')}, "
-                         f"{_f(f['slope_ci95_hi'], '{:.2f}')}] ms per {f['key'].removesuffix('s')}",
-                         _f(f["intercept_ms"]), _f(f["r2"], "{:.3f}"), link(f["file"])])
-        lines += _table(["sweep", "arms", "values", "saving ms", "slope [95% CI]", "intercept ms", "r2", "file"], rows)
-
-    cost = an.instrument_cost(root, include_cpu=include_cpu, include_incomplete_comparisons=keep)
+    cost = an.instrument_cost(ctx.root, **ctx.kw)
     counter = cost[(cost["instrument"] == "sync counter") & ~cost["comparison"].str.contains("@")]
     if len(counter):
-        lines += ["**What the sync counter costs** (median step of the counted pass, counter on, one step per batch, "
-                  "against the median timed step: on/off - 1; not paired, so no CI; it never runs in a timed step)",
-                  ""]
+        lines += ["## What the sync counter costs", "",
+                  "Median step of the counted pass (counter on, one step per batch) against the median timed step: "
+                  "on/off - 1; not paired, so no CI; the counter never runs in a timed step.", ""]
         rows = []
         for (folder, name), g in counter.groupby(["folder", "comparison"], sort=False):
             arms = "; ".join(f"{r['arm']} {_f(r['off_ms'])} -> {_f(r['on_ms'])} ms ({_f(r['cost_pct'], '{:+.1f}')}%)"
                              for r in g.to_dict("records"))
-            rows.append([name, arms, _f(g["n"].iloc[0], "{:.0f}"), link(g["file"].iloc[0])])
+            rows.append([name, arms, _f(g["n"].iloc[0], "{:.0f}"), ctx.link(g["file"].iloc[0])])
         lines += _table(["comparison", "per arm: timed -> counted ms (cost)", "counted steps", "file"], rows)
     nv = cost[cost["instrument"] == "nvtx ranges"]
     if len(nv):
-        lines += ["**What NVTX ranges cost** (the one instrument left on in timed steps: each comparison's baseline "
-                  "with ranges off (baseline) against on (arm), paired; cost = 1/speedup - 1)", ""]
+        lines += ["## What NVTX ranges cost", "",
+                  "The one instrument left on in timed steps: each comparison's baseline with ranges off (baseline) "
+                  "against on (arm), paired; cost = 1/speedup - 1.", ""]
         rows = [[r["comparison"], r["arm"], _f(r["off_ms"]), _f(r["on_ms"]), _ci(r), r["verdict"],
-                 _f(r["cost_pct"], "{:+.1f}") + "%", _f(r["n"], "{:.0f}"), link(r["file"])]
+                 _f(r["cost_pct"], "{:+.1f}") + "%", _f(r["n"], "{:.0f}"), ctx.link(r["file"])]
                 for r in nv.to_dict("records")]
         lines += _table(["comparison", "arm", "off ms", "on ms", "speedup off/on [95% CI]", "verdict", "cost",
                          "pairs", "file"], rows)
 
-    out = an.left_out(root, include_cpu=include_cpu)
+    mf = an.mfu(ctx.root, **ctx.kw)
+    if len(mf):
+        peak = mf["peak_tflops"].dropna().iloc[0] if mf["peak_tflops"].notna().any() else None
+        lines += ["## Model FLOPs and MFU", "",
+                  "Model FLOPs of a step counted from the config and the run's own batches by `workbench.flops`, "
+                  "recompute left out; achieved TFLOP/s over each arm's mean step time; MFU against the device's "
+                  f"dense bf16 peak, {_f(peak, '{:.0f}')} TFLOP/s. `block_diagonal` counts the causal pairs inside "
+                  "each document, what varlen kernels compute; `dense` counts T^2 per layer, what sdpa / eager with "
+                  "a packed mask compute.", ""]
+        rows = []
+        for (folder, name), g in mf.groupby(["folder", "name"], sort=False):
+            r0 = g.iloc[0]
+            rows.append([name, *_shape(r0), r0["attention_flops"], _f(r0["model_tflop_per_step"]),
+                         "; ".join(f"{a['arm']} {_f(a['achieved_tflops'])} TFLOP/s ({_f(a['mfu'], '{:.1%}')})"
+                                   for a in g.to_dict("records")), ctx.link(r0["file"])])
+        lines += _table(["comparison", "model", "layers", "tokens", "attn", "attention count", "TFLOP per step",
+                         "per arm: achieved TFLOP/s (MFU)", "file"], rows)
+
+    out = an.left_out(ctx.root, include_cpu=ctx.include_cpu)
     if len(out):
-        lines += ["**Left out** (complete GPU runs only, unless asked: `--include-cpu`, `--include-incomplete`)", ""]
+        lines += ["## Left out", "", "Complete GPU runs only, unless asked (`--include-cpu`, `--include-incomplete`).",
+                  ""]
         for r in out.to_dict("records"):
-            taken = comps[comps["folder"] == r["folder"]]["name"].unique().tolist()
+            taken = ctx.comps[ctx.comps["folder"] == r["folder"]]["name"].unique().tolist()
             if taken:
                 took = (f" Its complete comparisons {', '.join(taken)} are included explicitly (their rows above name "
                         "its summary.json).")
@@ -138,57 +350,184 @@ def results_markdown(profiles: str | None = None, include_cpu: bool = False, inc
                 took = f" Its complete comparisons ({r['complete_comparisons']}) are not included here."
             else:
                 took = ""
-            lines.append(f"- {link(r['folder'])}: {r['reason']}.{took}")
+            lines.append(f"- {ctx.link(r['folder'])}: {r['reason']}.{took}")
         lines.append("")
 
-    mf = an.mfu(root, include_cpu=include_cpu, include_incomplete_comparisons=keep)
-    if len(mf):
-        lines += ["**Model FLOPs and MFU** (model FLOPs of a step counted from the config and the run's own batches "
-                  "by `workbench.flops`, recompute left out; achieved TFLOP/s over each arm's mean step time; MFU "
-                  "against the device's dense bf16 peak, "
-                  f"{_f(mf['peak_tflops'].dropna().iloc[0] if mf['peak_tflops'].notna().any() else None, '{:.0f}')}"
-                  " TFLOP/s. `block_diagonal` counts the causal pairs inside each document, what varlen kernels "
-                  "compute; `dense` counts T^2 per layer, what sdpa / eager with a packed mask compute)", ""]
-        rows = []
-        for (folder, name), g in mf.groupby(["folder", "name"], sort=False):
-            r0 = g.iloc[0]
-            rows.append([name, *_shape(r0), r0["attention_flops"], _f(r0["model_tflop_per_step"]),
-                         "; ".join(f"{a['arm']} {_f(a['achieved_tflops'])} TFLOP/s ({_f(a['mfu'], '{:.1%}')})"
-                                   for a in g.to_dict("records")), link(r0["file"])])
-        lines += _table(["comparison", "model", "layers", "tokens", "attn", "attention count", "TFLOP per step",
-                         "per arm: achieved TFLOP/s (MFU)", "file"], rows)
-
-    lines += ["**Commands** (each folder's, from its campaign's `COMMAND.txt`, else its `meta.json`)", ""]
-    runs = an.discover(root, include_cpu=True, include_incomplete=True)
+    lines += ["## Commands", "", "Each folder's, from its campaign's `COMMAND.txt`, else its `meta.json`.", ""]
+    runs = an.discover(ctx.root, include_cpu=True, include_incomplete=True)
     for camp in sorted({os.path.dirname(p) for p in runs["path"]}):
         txt = os.path.join(camp, "COMMAND.txt")
         if os.path.exists(txt):
             with open(txt) as fh:
                 head = [x.strip() for x in fh if x.split(":")[0] in ("device", "command", "git sha")]
-            lines.append(f"- {link(os.path.relpath(txt, os.path.dirname(root)))}: " + "; ".join(f"`{h}`" for h in head))
-    for r in runs.to_dict("records"):
-        lines.append(f"- {link(r['folder'])}: `{r['command'] or 'command not recorded'}` ({r['status']})")
+            lines.append(f"- {ctx.link(os.path.relpath(txt, os.path.dirname(ctx.root)))}: "
+                         + "; ".join(f"`{h}`" for h in head))
+    for r in runs.to_dict("records"):  # --out names a folder of the machine that ran it: DIR here
+        cmd = re.sub(r"(--out)[ =]\S+", r"\1 DIR", r["command"] or "command not recorded")
+        lines.append(f"- {ctx.link(r['folder'])}: `{cmd}` ({r['status']})")
     return "\n".join(lines).rstrip() + "\n"
 
+
+def _verdict_section(ctx: _Ctx) -> list[str]:
+    v = ctx.verd
+    lines = ["## Savings models: predicted against measured", ""]
+    if v.empty:
+        return lines + ["No comparison in profiles/ has a savings-model verdict yet: the models' inputs come from a "
+                        "traced run (`python -m workbench.ab --trace torch`, then `python -m workbench.verdicts "
+                        "RUN_DIR`).", ""]
+    lines += ["Every comparison with a savings model. Predicted: the model on inputs measured in the run's own traces "
+              "(per traced step; 95% CI by the delta method, n traced steps). Measured: mean paired saving baseline - "
+              "arm over the engine's pairs, 95% CI by BCa bootstrap. `confirmed` when the CIs overlap or measured / "
+              "predicted is within 0.9-1.1; a refuted model names the largest component of the traced step "
+              "decomposition it lacks, and the model with that component added is judged again (`corrected`).", ""]
+    rows = []
+    for r in v.to_dict("records"):
+        corr = "-"
+        if isinstance(r["corrected_verdict"], str):
+            corr = f"{_ms_ci(r['corrected_ms'], r['corrected_ci95_lo'], r['corrected_ci95_hi'], '{:.2f}')}: " \
+                   f"{r['corrected_verdict']}"
+        miss = "-" if not isinstance(r["largest_missing"], str) else \
+            f"{r['largest_missing']} ({_f(r['largest_missing_ms'], '{:+.1f}')} ms)"
+        verdict = r["verdict"] + (f": {r['reason']}" if isinstance(r["reason"], str) and r["verdict"] not in
+                                  ("confirmed", "refuted") else "")
+        rows.append([r["comparison"], *_shape(r), f"{r['baseline']} -> {r['arm']}", f"`{r['formula']}`",
+                     _ms_ci(r["predicted_ms"], r["predicted_ci95_lo"], r["predicted_ci95_hi"], "{:.2f}"),
+                     _ms_ci(r["measured_ms"], r["measured_ci95_lo"], r["measured_ci95_hi"], "{:.2f}"),
+                     _f(r["n_pairs"], "{:.0f}"), _f(r["ratio"], "{:.2f}"), verdict, miss, corr, ctx.link(r["file"])])
+    return lines + _table(["comparison", "model", "layers", "tokens", "attn", "arms", "model", "predicted [95% CI]",
+                           "measured [95% CI]", "pairs", "measured / predicted", "verdict", "largest missing component",
+                           "corrected model", "file"], rows)
+
+
+def _decomposition_section(ctx: _Ctx) -> list[str]:
+    d = an.decomposition(ctx.root, **ctx.kw)
+    if d.empty:
+        return []
+    lines = ["## Where each traced saving comes from", "",
+             "The traced step decomposition (`workbench.traces.decompose`: busy time by kernel class, idle time by "
+             "cause, an exact partition of each step), baseline - arm per component, ms per traced step; the "
+             "residual is the measured saving minus the traced one (the profiler's own cost and noise). "
+             "`notebooks/04_traces.ipynb` shows every component and each arm's breakdown.", ""]
+    rows = []
+    for (folder, name, base, arm), g in d.groupby(["folder", "comparison", "baseline", "arm"], sort=False):
+        g = g.set_index("component")
+        comp = g[g["group"].isin(["busy", "idle"])]["saved_ms"].dropna()
+        top = comp.reindex(comp.abs().sort_values(ascending=False).index).head(3)
+        step = g["saved_ms"].get("step_ms")
+        res = g["saved_ms"].get("residual_ms")
+        rows.append([name, *_shape(g.iloc[0]), f"{base} -> {arm}", _f(g["baseline_ms"].get("step_ms")),
+                     _f(g["arm_ms"].get("step_ms")), _f(step, "{:+.1f}"), _f(res, "{:+.1f}"),
+                     "; ".join(f"{c} {v:+.1f}" for c, v in top.items()), ctx.link(g["file"].iloc[0])])
+    return lines + _table(["comparison", "model", "layers", "tokens", "attn", "arms", "traced baseline ms",
+                           "traced arm ms", "traced saving ms", "measured - traced ms",
+                           "largest savings by component (ms)", "file"], rows)
+
+
+def _sweep_section(ctx: _Ctx) -> list[str]:
+    pts = an.sweep_points(ctx.root, **ctx.kw)
+    if pts.empty:
+        return []
+    fits = an.sweep_fits(points=pts)
+    lines = ["## L sweeps: the saving against the layer count, and the (L-1) test", "",
+             "Per layer count L, the measured saving (mean paired difference baseline - arm, ms per step, with its 95% "
+             "CI); a least-squares line through them (`workbench.stats.linear_fit`: slope and intercept with 95% CIs, "
+             "t with n-2 dof) and the fitted saving at L = 1 with its CI. The (L-1) form says one layer saves nothing: "
+             "it holds when the fitted saving at L = 1 is zero within its CI, and, where the sweep ran L = 1, when "
+             "that point's measured CI contains 0. A wide CI at L = 1 makes the test weak: read it beside the CI.", ""]
+    rows = []
+    for f in fits.to_dict("records"):
+        p = pts[(pts["folder"] == f["folder"]) & (pts["group"] == f["group"]) & (pts["arm"] == f["arm"])]
+        per = "; ".join(f"L={x:g}: {_ms_ci(m, lo, hi)}" for x, m, lo, hi in
+                        zip(p["x"], p["measured_ms"], p["measured_ci95_lo"], p["measured_ci95_hi"]))
+        rows.append([f["group"], f["model"], _f(f["tokens"], "{:.0f}"), f["attn"] or "-",
+                     f"{f['baseline']} -> {f['arm']}", per,
+                     f"{_f(f['slope_ms'], '{:.2f}')} [{_f(f['slope_ci95_lo'], '{:.2f}')}, "
+                     f"{_f(f['slope_ci95_hi'], '{:.2f}')}]",
+                     _ms_ci(f["intercept_ms"], f["intercept_ci95_lo"], f["intercept_ci95_hi"]),
+                     _ms_ci(f["at1_ms"], f["at1_ci95_lo"], f["at1_ci95_hi"]), _f(f["r2"], "{:.3f}"),
+                     f"**{f['l_minus_1']}**: {f['l_minus_1_by']}", ctx.link(f["file"])])
+    lines += _table(["sweep", "model", "tokens", "attn", "arms", "measured saving per L [95% CI]",
+                     "slope ms per layer [95% CI]", "intercept [95% CI]", "fitted at L=1 [95% CI]", "r2",
+                     "(L-1) form", "file"], rows)
+    src = sorted(set(pts["measured_from"]))
+    if any(s.startswith("results.csv") for s in src):
+        lines += ["Runs made before the verdicts hold no measured CI in their summary.json: their points are the same "
+                  "statistic (`workbench.verdicts.measured_saving`) recomputed from their results.csv.", ""]
+    return lines
+
+
+# --- the prose check ----------------------------------------------------------------------------------------------
+
+SPEEDUP_RE = re.compile(r"(?<![\w.])(\d+\.\d{2,3})x(?:\s*\[(?:95% CI\s*)?(\d+\.\d{2,3})[,-]\s*(\d+\.\d{2,3})"
+                        r"(?:,\s*n=(\d+)(?: pairs)?)?\](?:,?\s*n=(\d+))?)?")
+
+
+def _strip_blocks(text: str) -> str:
+    """`text` with the generated blocks, fenced code blocks and ~~struck-through~~ (retracted) figures blanked (line
+    numbers kept)."""
+    for start, end in (RESULTS_MARKERS, VIEWING_MARKERS):
+        i, j = text.find(start), text.find(end)
+        if 0 <= i < j:
+            text = text[:i] + re.sub(r"[^\n]", " ", text[i:j]) + text[j:]
+    blank = lambda m: re.sub(r"[^\n]", " ", m.group(0))  # noqa: E731
+    text = re.sub(r"```.*?```", blank, text, flags=re.S)
+    return re.sub(r"~~[^~\n]*~~", blank, text)  # struck-through figures are retracted ones
+
+
+def prose_problems(text: str, comps: pd.DataFrame, where: str = "README.md") -> list[str]:
+    """Every speedup quoted in `text` outside the generated blocks and code (`1.133x`, `1.13x`, `1.133x [1.103,
+    1.161]`, `1.133x [1.103, 1.161], n=12`) that matches no comparison of `comps` (any role: A/B, A/A, NVTX, sweeps),
+    as rounded in the text, with its n pairs where the text gives them: one message per mismatch, with its line
+    number."""
+    def fmt(v, d):
+        return f"{v:.{d}f}"
+    triples, values = set(), set()
+    for r in comps.to_dict("records"):
+        s, lo, hi = r["speedup"], r["ci95_lo"], r["ci95_hi"]
+        if s is None or s != s:
+            continue
+        pairs = None if r["n_pairs"] is None or r["n_pairs"] != r["n_pairs"] else str(int(r["n_pairs"]))
+        for d in (2, 3):
+            values.add(fmt(s, d))
+            if lo == lo and lo is not None:
+                triples.update({(fmt(s, d), fmt(lo, d), fmt(hi, d), None), (fmt(s, d), fmt(lo, d), fmt(hi, d), pairs)})
+    out = []
+    body = _strip_blocks(text)
+    for m in SPEEDUP_RE.finditer(body):  # across line breaks: a figure may wrap
+        n = body.count("\n", 0, m.start()) + 1
+        s, lo, hi, n_in, n_after = m.groups()
+        quoted = " ".join(m.group(0).split())
+        if lo is not None and (s, lo, hi, n_in or n_after) not in triples:
+            out.append(f"{where}:{n}: {quoted!r} matches no comparison's speedup, 95% CI (and n pairs) in profiles/")
+        elif lo is None and s not in values:
+            out.append(f"{where}:{n}: {quoted!r} matches no comparison's speedup in profiles/")
+    return out
+
+
+# --- viewing ------------------------------------------------------------------------------------------------------
 
 def viewing_markdown() -> str:
     """How to open the notebooks and view the traces (for the README)."""
     return """\
-**Notebooks.** `pip install -e ".[dev,notebooks]"`, then `jupyter lab notebooks/`. Each notebook's first cell names
-the command that produced its data; the next cell reads `PROFILES` (default: the committed `profiles/`). Point them
-at a fresh run with `WB_PROFILES=/path/to/run jupyter lab notebooks/` (a campaign folder from
-`python -m workbench.campaign --out DIR`, or a single `python -m workbench.ab --out DIR`; `WB_INCLUDE_CPU=1` for a
-CPU run, `WB_INCLUDE_INCOMPLETE=1` for the complete comparisons of cut-off runs). They run headless too:
+**Notebooks** (committed executed, so their tables show without running them; `python -m workbench.readme_results
+--notebooks` re-executes them into their files against `profiles/`). To run them yourself:
+`pip install -e ".[dev,notebooks]"`, then `jupyter lab notebooks/`. Each notebook's first cell names the command that
+produced its data; the next cell reads `PROFILES` (default: the committed `profiles/`). Point them at a fresh run
+with `WB_PROFILES=/path/to/run jupyter lab notebooks/` (a campaign folder from `python -m workbench.campaign --out
+DIR`, or a single `python -m workbench.ab --out DIR`; `WB_INCLUDE_CPU=1` for a CPU run, `WB_INCLUDE_INCOMPLETE=1`
+for the complete comparisons of cut-off runs). They run headless too:
 `jupyter nbconvert --to notebook --execute notebooks/01_speedup_tables.ipynb`.
 
-- `01_speedup_tables`: the Unsloth / NVIDIA claims (README, "The claims we check") beside our speedups; every comparison with its 95% CI; the A/A
-  runs; every timed step per arm.
-- `02_savings_models`: each savings model's formula, predicted vs measured where the run has both; the L sweep and
-  its linear fit.
+- `01_speedup_tables`: the Unsloth / NVIDIA claims (README, "The claims we check") beside our speedups; every
+  comparison with its 95% CI; the A/A runs; MFU; every timed step per arm.
+- `02_savings_models`: one verdict row per savings model and configuration (predicted ± CI, measured ± CI,
+  confirmed / refuted), the inputs each prediction used, for refuted models the largest missing component and the
+  corrected model's verdict; the L sweeps' linear fits with the (L-1) test at L = 1.
 - `03_sync_anatomy`: syncs per step per arm and the source lines they come from (the counted pass); what the sync
   counter and NVTX ranges cost.
-- `04_traces`: per-layer timelines of one traced step (copy vs compute streams, metadata builds), from
-  `--trace torch` runs.
+- `04_traces`: each traced comparison's step decomposition (saving per component), a stacked bar per arm of its
+  busy (gemm, attention, glue, copy, norm_elementwise, optimizer, other) and idle (exposed_copy, sync_stall,
+  launch_gap) time, its top kernels; per-layer timelines where the run kept its trace events.
 
 **Traces.** `python -m workbench.ab --trace torch` writes `traces/<comparison>/<arm>.pt.trace.json.gz` (open it in
 [Perfetto](https://ui.perfetto.dev) or `chrome://tracing`; TensorBoard's profiler plugin reads it too);
@@ -201,6 +540,75 @@ breakdowns and `TraceDiff` between arms: `TraceAnalysis(trace_dir="profiles/RUN/
 """
 
 
+# --- executed notebooks -------------------------------------------------------------------------------------------
+
+NOTEBOOK_RENDERER = "plotly_mimetype+notebook_connected"
+"""Plotly renderer of the committed notebooks: the figure as JSON (JupyterLab, VS Code) and as HTML that loads
+plotly.js from its CDN (nbviewer), not plotly.js itself (4 MB) in every notebook."""
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def normalize_outputs(nb, repo: str = REPO) -> None:
+    """Make an executed notebook's outputs stable across runs and machines: plotly's random div ids become
+    numbered ones, the checkout's absolute path becomes `.`, stderr (library warnings) is dropped, no execution
+    timings, execution counts from 1."""
+    ids: dict = {}
+
+    def fix(text: str) -> str:
+        text = _UUID.sub(lambda m: ids.setdefault(m.group(0), f"00000000-0000-4000-8000-{len(ids) + 1:012d}"), text)
+        return text.replace(repo + os.sep, "").replace(repo, ".")
+
+    n = 0
+    for c in nb.cells:
+        c.metadata.pop("execution", None)
+        if c.cell_type != "code":
+            continue
+        n += 1
+        c.execution_count = n if c.get("outputs") is not None else None
+        c.outputs = [o for o in c.get("outputs", []) if not (o.get("output_type") == "stream"
+                                                              and o.get("name") == "stderr")]  # warnings: not results
+        for o in c.outputs:
+            if "execution_count" in o:
+                o["execution_count"] = n
+            if "text" in o:
+                o["text"] = fix(o["text"])
+            for k, v in list((o.get("data") or {}).items()):
+                if isinstance(v, str):
+                    o["data"][k] = fix(v)
+
+
+def execute_notebooks(paths: list[str], timeout: int = 600, repo: str = REPO) -> None:
+    """Execute each notebook against the committed profiles/ (nbclient, the `python3` kernel) and write it back with
+    its outputs, normalized (`normalize_outputs`)."""
+    import nbclient
+    import nbformat
+
+    env = {"WB_PLOTLY_RENDERER": NOTEBOOK_RENDERER, "WB_PROFILES": None, "WB_INCLUDE_CPU": None,
+           "WB_INCLUDE_INCOMPLETE": None, "WB_PNG_DIR": None}
+    old = {k: os.environ.get(k) for k in env}
+    try:
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        for p in paths:
+            nb = nbformat.read(p, as_version=4)
+            nbclient.NotebookClient(nb, kernel_name="python3", timeout=timeout, record_timing=False,
+                                    resources={"metadata": {"path": os.path.dirname(os.path.abspath(p))}}).execute()
+            normalize_outputs(nb, repo)
+            nbformat.write(nb, p)
+            print(f"executed {p}")
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+# --- rendering ----------------------------------------------------------------------------------------------------
+
 def replace_block(text: str, markers: tuple[str, str], body: str) -> str:
     """`text` with the part between `markers` replaced by `body` (markers kept). Raises ValueError without them."""
     start, end = markers
@@ -210,12 +618,59 @@ def replace_block(text: str, markers: tuple[str, str], body: str) -> str:
     return text[: i + len(start)] + "\n" + body.rstrip("\n") + "\n" + text[j:]
 
 
-def render(text: str, profiles: str | None = None, include_cpu: bool = False, include_incomplete: bool = False) -> str:
+def _paths(profiles, readme, page, figure, repo):
+    root = an.profiles_root(profiles or os.path.join(repo, "profiles"))
+    readme = readme or os.path.join(repo, "README.md")
+    return root, readme, page or os.path.join(root, PAGE_NAME), figure or os.path.join(root, FIGURE_NAME)
+
+
+def results_markdown(profiles: str | None = None, include_cpu: bool = False, include_incomplete: bool = False,
+                     repo: str = REPO, readme: str | None = None, page: str | None = None,
+                     figure: str | None = None) -> str:
+    """The README block between the results markers (links relative to the README's folder)."""
+    root, readme, page, figure = _paths(profiles, readme, page, figure, repo)
+    return headline_markdown(_Ctx(root, include_cpu, include_incomplete, repo, os.path.dirname(readme)), page, figure)
+
+
+def page_markdown(profiles: str | None = None, include_cpu: bool = False, include_incomplete: bool = False,
+                  repo: str = REPO, page: str | None = None) -> str:
+    """The results page (links relative to the page's folder)."""
+    root, _, page, _ = _paths(profiles, None, page, None, repo)
+    return results_page(_Ctx(root, include_cpu, include_incomplete, repo, os.path.dirname(page)))
+
+
+def figure_rows(profiles: str | None = None, include_cpu: bool = False, include_incomplete: bool = False,
+                repo: str = REPO) -> pd.DataFrame:
+    """The rows the headline figure draws (`figures.headline_rows`)."""
+    ctx = _Ctx(profiles, include_cpu, include_incomplete, repo, repo)
+    return figures.headline_rows(ctx.comps, _prefer(ctx.verd))
+
+
+def figure_title(profiles: str | None = None, repo: str = REPO) -> str:
+    ctx_gpus = sorted({g for g in an.comparisons(profiles or os.path.join(repo, "profiles"))["gpu_name"]
+                       if isinstance(g, str)})
+    return "Speedup over the baseline, 95% CI" + (f" ({', '.join(ctx_gpus)})" if ctx_gpus else "")
+
+
+def render(text: str, profiles: str | None = None, include_cpu: bool = False, include_incomplete: bool = False,
+           repo: str = REPO, readme: str | None = None, page: str | None = None, figure: str | None = None) -> str:
     """README text with the results block (and the viewing block, when its markers exist) regenerated."""
-    out = replace_block(text, RESULTS_MARKERS, results_markdown(profiles, include_cpu, include_incomplete))
+    out = replace_block(text, RESULTS_MARKERS, results_markdown(profiles, include_cpu, include_incomplete, repo,
+                                                                readme, page, figure))
     if VIEWING_MARKERS[0] in out and VIEWING_MARKERS[1] in out:
         out = replace_block(out, VIEWING_MARKERS, viewing_markdown())
     return out
+
+
+def _write(path: str, text: str) -> bool:
+    old = open(path).read() if os.path.exists(path) else None
+    if old == text:
+        return False
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+    return True
 
 
 def main(argv=None) -> int:
@@ -223,38 +678,66 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--readme", default=os.path.join(REPO, "README.md"))
     p.add_argument("--profiles", default=os.path.join(REPO, "profiles"))
-    p.add_argument("--print", action="store_true", help="print the generated blocks; write nothing")
-    p.add_argument("--check", action="store_true", help="exit 1 when the README block is out of date")
+    p.add_argument("--page", default=None, help="the results page (default: PROFILES/RESULTS.md)")
+    p.add_argument("--figure", default=None, help="the headline PNG (default: PROFILES/headline.png)")
+    p.add_argument("--print", action="store_true", help="print the README block and the results page; write nothing")
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 when the README block, the results page or the figure is out of date, or a speedup "
+                        "quoted in the prose matches no comparison")
+    p.add_argument("--notebooks", action="store_true",
+                   help="also execute notebooks/*.ipynb against the committed profiles/ and write their outputs")
     p.add_argument("--include-cpu", action="store_true", help="also report CPU runs found under profiles/")
     p.add_argument("--include-incomplete", action="store_true",
                    help="also report the complete comparisons of every incomplete run "
                         "(not only analysis.KEEP_FROM_INCOMPLETE)")
     a = p.parse_args(argv)
+    repo = os.path.dirname(os.path.abspath(a.readme))  # paths shown relative to the README's folder
+    root, readme, page, figure = _paths(a.profiles, os.path.abspath(a.readme), a.page, a.figure, repo)
+    opts = dict(include_cpu=a.include_cpu, include_incomplete=a.include_incomplete, repo=repo)
     if a.print:
-        print(results_markdown(a.profiles, a.include_cpu, a.include_incomplete))
+        print(results_markdown(root, readme=readme, page=page, figure=figure, **opts))
         print(viewing_markdown())
+        print(page_markdown(root, page=page, **opts))
         return 0
-    with open(a.readme) as f:
+    with open(readme) as f:
         text = f.read()
     try:
-        new = render(text, a.profiles, a.include_cpu, a.include_incomplete)
+        new = render(text, root, readme=readme, page=page, figure=figure, **opts)
     except ValueError as e:
         print(f"error: {e}: add the markers {RESULTS_MARKERS[0]} and {RESULTS_MARKERS[1]} where the results go",
               file=sys.stderr)
         return 2
+    page_text = page_markdown(root, page=page, **opts)
+    rows = figure_rows(root, **opts)
     if a.check:
+        problems = []
         if new != text:
-            print("README.md results block is out of date: run python -m workbench.readme_results", file=sys.stderr)
+            problems.append(f"{readme}: the generated block is out of date")
+        if not os.path.exists(page) or open(page).read() != page_text:
+            problems.append(f"{page}: out of date")
+        if figures.png_digest(figure) != figures.digest(rows):
+            problems.append(f"{figure}: drawn from other numbers than profiles/ holds (or missing)")
+        comps = an.comparisons(root, include_cpu=True, include_incomplete_comparisons=True)
+        problems += prose_problems(text, comps, os.path.relpath(readme, repo))
+        other = os.path.join(root, "README.md")
+        if os.path.exists(other):
+            problems += prose_problems(open(other).read(), comps, os.path.relpath(other, repo))
+        for msg in problems:
+            print(msg, file=sys.stderr)
+        if problems:
+            print("run python -m workbench.readme_results (and fix the prose figures named above)", file=sys.stderr)
             return 1
         return 0
-    if new != text:
-        tmp = a.readme + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(new)
-        os.replace(tmp, a.readme)
-        print(f"updated {a.readme}")
+    for path, txt in ((readme, new), (page, page_text)):
+        print(f"updated {path}" if _write(path, txt) else f"{path} already up to date")
+    if figures.png_digest(figure) != figures.digest(rows):
+        figures.save_headline(rows, figure, title=figure_title(root, repo))
+        print(f"updated {figure}")
     else:
-        print(f"{a.readme} already up to date")
+        print(f"{figure} already up to date")
+    if a.notebooks:
+        import glob
+        execute_notebooks(sorted(glob.glob(os.path.join(REPO, "notebooks", "*.ipynb"))))
     return 0
 
 

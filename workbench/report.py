@@ -40,10 +40,12 @@ def _fmt(v, f) -> str:
 
 
 def table(rows: list[list], header: list[str]) -> str:
-    """Right-aligned plain-text table."""
-    cols = [header] + [[str(c) for c in r] for r in rows]
-    w = [max(len(r[i]) for r in cols) for i in range(len(header))]
-    return "\n".join("  ".join(c.rjust(w[i]) for i, c in enumerate(r)) for r in cols)
+    """Right-aligned plain-text table (`tabulate`, "plain" format: columns two spaces apart, no rules). The header
+    goes in as the first row, so it gets no extra padding of its own and every cell is printed as given."""
+    from tabulate import tabulate
+
+    cells = [[str(c) for c in header]] + [["" if c is None else str(c) for c in r] for r in rows]
+    return tabulate(cells, tablefmt="plain", stralign="right", numalign="right", disable_numparse=True)
 
 
 def arms_frame(comparison: dict) -> pd.DataFrame:
@@ -286,3 +288,64 @@ def show(fig, png: str | None = None) -> None:
             return
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         fig.write_image(out)
+
+
+BUSY_COLOURS = {"gemm": "#0969da", "attention": "#54aeff", "glue": "#bf3989", "copy": "#8250df",
+                "norm_elementwise": "#1a7f37", "optimizer": "#4ac26b", "other": "#8c959f"}
+IDLE_COLOURS = {"exposed_copy": "#fb8f44", "sync_stall": "#cf222e", "launch_gap": "#d4a72c"}
+
+
+def breakdown_figure(bd: pd.DataFrame, title: str = "step breakdown per arm (ms per traced step)",
+                     visualize: bool = False):
+    """Stacked bars, one per (comparison, arm) of `analysis.breakdown(...)`: busy time by kernel class (blues /
+    greens) then idle time by cause (oranges / red); the share of the step in the hover."""
+    import plotly.graph_objects as go
+
+    d = bd.copy()
+    d["bar"] = d["folder"].map(os.path.basename) + " · " + d["comparison"].astype(str) + " · " + d["arm"].astype(str)
+    bars = list(dict.fromkeys(d["bar"]))
+    fig = go.Figure()
+    for comp, colour in {**BUSY_COLOURS, **IDLE_COLOURS}.items():
+        g = d[d["component"] == comp].set_index("bar").reindex(bars)
+        if g["ms"].notna().any():
+            fig.add_trace(go.Bar(x=bars, y=g["ms"].fillna(0).tolist(), name=comp + (" (idle)" if comp in IDLE_COLOURS
+                                                                                    else ""),
+                                 marker_color=colour, hovertext=[f"{comp}: {m:.1f} ms ({s:.1%} of the step)"
+                                                                 if m == m else "" for m, s in
+                                                                 zip(g["ms"], g["share"].fillna(0))],
+                                 hoverinfo="text"))
+    fig.update_layout(barmode="stack", title=title, yaxis_title="ms per traced step", legend_traceorder="normal",
+                      height=450)
+    return _finish(fig, visualize)
+
+
+def sweep_fit_figure(points: pd.DataFrame, fits: pd.DataFrame, visualize: bool = False):
+    """The measured saving per layer count with its 95% CI (error bars), the fitted line per sweep, and the fitted
+    saving at L = 1 with its CI (the (L-1) test: the form holds when that CI contains 0)."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for (folder, group, arm), g in points.groupby(["folder", "group", "arm"], sort=False):
+        name = f"{os.path.basename(folder)} · {group} · {g['model'].iloc[0]} · {arm}"
+        fig.add_trace(go.Scatter(x=g["x"], y=g["measured_ms"], mode="markers", name=name,
+                                 error_y=_ci_errors(g, "measured_ms", "measured_ci95_lo", "measured_ci95_hi"),
+                                 hovertext=[f"L={x:g}: {m:.1f} ms [{lo:.1f}, {hi:.1f}], n={n} pairs" for x, m, lo, hi, n
+                                            in zip(g["x"], g["measured_ms"], g["measured_ci95_lo"],
+                                                   g["measured_ci95_hi"], g["n_pairs"])], hoverinfo="text"))
+        f = fits[(fits["folder"] == folder) & (fits["group"] == group) & (fits["arm"] == arm)]
+        if len(f) and pd.notna(f["slope_ms"].iloc[0]):
+            f = f.iloc[0]
+            xs = [1.0, float(g["x"].max())]
+            fig.add_trace(go.Scatter(x=xs, y=[f["slope_ms"] * x + f["intercept_ms"] for x in xs], mode="lines",
+                                     line_dash="dash", name=f"fit: {f['slope_ms']:.2f} ms/layer; (L-1) "
+                                                            f"{f['l_minus_1']}"))
+            if pd.notna(f["at1_ci95_lo"]):
+                fig.add_trace(go.Scatter(x=[1.0], y=[f["at1_ms"]], mode="markers", marker_symbol="diamond-open",
+                                         marker_size=11, name=f"fitted at L=1 (95% CI): {f['l_minus_1_by']}",
+                                         error_y=dict(type="data", symmetric=False,
+                                                      array=[f["at1_ci95_hi"] - f["at1_ms"]],
+                                                      arrayminus=[f["at1_ms"] - f["at1_ci95_lo"]])))
+    fig.add_hline(y=0.0, line_dash="dot")
+    fig.update_layout(title="measured saving (baseline - arm, paired mean, 95% CI) against layers; fit and L = 1",
+                      xaxis_title="layers", yaxis_title="saving ms per step", height=500)
+    return _finish(fig, visualize)

@@ -1,0 +1,133 @@
+"""Static figures (PNG, matplotlib with the Agg backend) for pages that cannot run plotly: the README's headline.
+
+    from workbench import analysis as an, figures
+    rows = figures.headline_rows(an.comparisons("profiles"))
+    figures.save_headline(rows, "profiles/headline.png")
+
+Plotly's static export needs a browser; matplotlib draws the same numbers without one. The PNG carries a digest of
+the numbers it draws (`DIGEST_KEY` in its text metadata) and no timestamp, so `python -m workbench.readme_results
+--check` can tell a stale figure from a current one without comparing pixels.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pandas as pd
+
+DIGEST_KEY = "workbench-data-sha256"
+OPT_ORDER = ("packing", "offload", "moe", "all")
+VERDICT_COLOURS = {"faster": "#1a7f37", "slower": "#cf222e"}
+NEUTRAL = "#6e7781"
+FIGURE_COLUMNS = ["label", "speedup", "ci95_lo", "ci95_hi", "verdict", "n_pairs"]
+
+
+def _k(tokens) -> str:
+    try:
+        t = int(tokens)
+    except (TypeError, ValueError):
+        return str(tokens)
+    return f"{t // 1024}k" if t % 1024 == 0 else str(t)
+
+
+def headline_rows(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
+    """The comparisons the headline figure draws (`FIGURE_COLUMNS`): every A/B arm against its baseline (sweeps,
+    A/A and NVTX comparisons left out), one row per distinct comparison (the run `analysis.repeats` chooses where
+    several ran it; `prefer`: see `repeats`), in the order packing, offload, MoE, all three. `label` names the arms, model, layers, tokens
+    and the attention backend that ran, and says where another run of the same comparison disagrees (its CI
+    disjoint, or another verdict: the results page lists both)."""
+    from workbench.analysis import repeats
+
+    d = comps[comps["role"].isin(["optimized", "other"]) & ~comps["name"].astype(str).str.contains("@")]
+    d = repeats(d, prefer)
+    from workbench.analysis import CONFIG_KEY
+    key = d[CONFIG_KEY].astype(str).agg("|".join, axis=1)
+    split = key[~d["agrees"].astype(bool)].unique() if len(d) else []
+    d = d.assign(_split=key.isin(split))
+    d = d[d["chosen"]].copy()
+    if d.empty:
+        return pd.DataFrame(columns=FIGURE_COLUMNS)
+    d["_o"] = d["opt"].map({o: i for i, o in enumerate(OPT_ORDER)}).fillna(len(OPT_ORDER))
+    d = d.sort_values(["_o", "tokens", "baseline"], kind="stable")
+    d["label"] = [f"{o}: {a} vs {b}" + (" (another run disagrees)" if sp else "")
+                  + f"\n{m} · {int(la)} layers · {_k(t)} tokens · {at}"
+                  for o, a, b, m, la, t, at, sp in zip(d["opt"], d["arm"], d["baseline"], d["model"], d["layers"],
+                                                       d["tokens"], d["attn"], d["_split"])]
+    return d[FIGURE_COLUMNS].reset_index(drop=True)
+
+
+def digest(rows: pd.DataFrame) -> str:
+    """sha256 of the numbers and labels a headline figure draws (rounded as drawn)."""
+    text = "\n".join(f"{r.label}|{r.speedup:.4f}|{r.ci95_lo:.4f}|{r.ci95_hi:.4f}|{r.verdict}|{r.n_pairs}"
+                     for r in rows.itertuples())
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _colour(verdict) -> str:
+    return VERDICT_COLOURS.get(str(verdict), NEUTRAL)
+
+
+def headline_figure(rows: pd.DataFrame, title: str = "Speedup over the baseline, 95% CI"):
+    """A matplotlib figure: one row per comparison, the speedup (mean baseline / mean arm) as a point with its 95%
+    CI as error bars, coloured by verdict, the figure, CI, verdict and pairs written beside it; a line at 1."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = max(len(rows), 1)
+    from matplotlib.transforms import blended_transform_factory
+
+    fig, ax = plt.subplots(figsize=(11, 0.5 * n + 1.4), dpi=100)
+    ys = list(range(n))[::-1]
+    if len(rows):
+        lo = min(rows["ci95_lo"].min(), 1.0)
+        hi = max(rows["ci95_hi"].max(), 1.0)
+        span = hi - lo or 0.1
+        right = blended_transform_factory(ax.transAxes, ax.transData)
+        for y, r in zip(ys, rows.itertuples()):
+            c = _colour(r.verdict)
+            ax.errorbar([r.speedup], [y], xerr=[[r.speedup - r.ci95_lo], [r.ci95_hi - r.speedup]], fmt="o",
+                        color=c, ecolor=c, capsize=4, markersize=6, lw=1.6)
+            ax.text(1.02, y, f"{r.speedup:.3f}x [{r.ci95_lo:.3f}, {r.ci95_hi:.3f}]\n{r.verdict}, "
+                             f"n={int(r.n_pairs)} pairs", va="center", fontsize=8, color=c, transform=right)
+        ax.set_xlim(lo - 0.05 * span, hi + 0.05 * span)
+    else:
+        ax.text(0.5, 0.5, "no complete GPU comparison in profiles/", ha="center", transform=ax.transAxes)
+    ax.axvline(1.0, color="#57606a", ls=":", lw=1)
+    ax.set_yticks(ys)
+    ax.set_yticklabels(list(rows["label"]) if len(rows) else [""], fontsize=8.5)
+    ax.set_ylim(-0.7, n - 0.3)
+    ax.set_xlabel("mean(baseline step) / mean(arm step) over paired steps\nbars: 95% CI (paired bootstrap, BCa)",
+                  fontsize=8.5)
+    ax.set_title(title, fontsize=11)
+    ax.grid(axis="x", color="#d0d7de", lw=0.6)
+    for s in ("top", "right"):
+        ax.spines[s].set_visible(False)
+    fig.subplots_adjust(left=0.36, right=0.8, top=1 - 0.45 / (0.5 * n + 1.4), bottom=0.75 / (0.5 * n + 1.4))
+    return fig
+
+
+def save_headline(rows: pd.DataFrame, path: str, title: str = "Speedup over the baseline, 95% CI") -> str:
+    """Write the headline PNG to `path` (no timestamp, no software version; the data digest in its metadata);
+    return the digest."""
+    import matplotlib.pyplot as plt
+
+    fig = headline_figure(rows, title=title)
+    d = digest(rows)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, format="png", bbox_inches="tight", metadata={"Software": None, DIGEST_KEY: d})
+    plt.close(fig)
+    os.replace(tmp, path)
+    return d
+
+
+def png_digest(path: str) -> str | None:
+    """The data digest a headline PNG was drawn from (None when the file or the key is missing)."""
+    if not os.path.exists(path):
+        return None
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return (getattr(im, "text", None) or im.info or {}).get(DIGEST_KEY)
