@@ -131,3 +131,70 @@ def png_digest(path: str) -> str | None:
 
     with Image.open(path) as im:
         return (getattr(im, "text", None) or im.info or {}).get(DIGEST_KEY)
+
+
+# --- where each traced step goes (issue: a PNG of the headline comparisons' breakdown) -------------------------------
+
+BREAKDOWN_ORDER = ("gemm", "attention", "glue", "copy", "norm_elementwise", "optimizer", "other", "exposed_copy",
+                   "sync_stall", "launch_gap")
+BREAKDOWN_COLOURS = {"gemm": "#0969da", "attention": "#54aeff", "glue": "#bf3989", "copy": "#9a6700",
+                     "norm_elementwise": "#d4a72c", "optimizer": "#8250df", "other": "#8c959f",
+                     "exposed_copy": "#fb8f44", "sync_stall": "#cf222e", "launch_gap": "#ff8182"}
+BREAKDOWN_COLUMNS = ["label", *BREAKDOWN_ORDER]
+
+
+def breakdown_rows(bd: pd.DataFrame) -> pd.DataFrame:
+    """One row per (comparison, arm) of the traced single-optimization comparisons (no sweeps), baseline and optimized
+    arms, ms per traced step per component (`analysis.breakdown` rows in; `BREAKDOWN_COLUMNS` out)."""
+    if bd.empty:
+        return pd.DataFrame(columns=BREAKDOWN_COLUMNS)
+    d = bd[~bd["comparison"].astype(str).str.contains("@") & bd["role"].isin(["baseline", "optimized"])
+           & bd["component"].isin(BREAKDOWN_ORDER)]
+    if d.empty:
+        return pd.DataFrame(columns=BREAKDOWN_COLUMNS)
+    d = d[d["folder"] == sorted(d["folder"].unique())[-1]]  # the newest traced folder
+    t = d.pivot_table(index=["comparison", "role", "arm", "model"], columns="component", values="ms",
+                      aggfunc="sum").reindex(columns=list(BREAKDOWN_ORDER)).fillna(0.0).reset_index()
+    t["_o"] = t["comparison"].map({o: i for i, o in enumerate(OPT_ORDER)}).fillna(len(OPT_ORDER))
+    t["_r"] = t["role"].map({"baseline": 0, "optimized": 1})
+    t = t.sort_values(["_o", "_r"], kind="stable")
+    t["label"] = [f"{c}: {a}\n{m}" for c, a, m in zip(t["comparison"], t["arm"], t["model"])]
+    return t[BREAKDOWN_COLUMNS].reset_index(drop=True)
+
+
+def breakdown_digest(rows: pd.DataFrame) -> str:
+    text = "\n".join("|".join([str(r["label"])] + [f"{r[c]:.2f}" for c in BREAKDOWN_ORDER])
+                     for r in rows.to_dict("records"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def save_breakdown(rows: pd.DataFrame, path: str, title: str = "Where each traced step goes (ms per step)") -> str:
+    """A stacked bar per arm (busy time by kernel class, then idle time by cause), written like `save_headline`."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = max(len(rows), 1)
+    fig, ax = plt.subplots(figsize=(10, 0.55 * n + 1.6))
+    y = list(range(n))[::-1]
+    left = [0.0] * len(rows)
+    for comp in BREAKDOWN_ORDER:
+        vals = rows[comp].tolist() if len(rows) else []
+        ax.barh(y[:len(vals)], vals, left=left, color=BREAKDOWN_COLOURS[comp], label=comp, height=0.65,
+                hatch="//" if comp in ("exposed_copy", "sync_stall", "launch_gap") else None, edgecolor="white",
+                linewidth=0.3)
+        left = [a + b for a, b in zip(left, vals)]
+    ax.set_yticks(y[:len(rows)])
+    ax.set_yticklabels(rows["label"].tolist(), fontsize=8.5)
+    ax.set_xlabel("ms per traced step (torch.profiler pass; busy = some kernel runs, hatched = GPU idle)", fontsize=8.5)
+    ax.set_title(title, fontsize=11)
+    ax.legend(ncol=5, fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.3 / n), frameon=False)
+    for s in ("top", "right"):
+        ax.spines[s].set_visible(False)
+    d = breakdown_digest(rows)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, format="png", bbox_inches="tight", metadata={"Software": None, DIGEST_KEY: d})
+    plt.close(fig)
+    os.replace(tmp, path)
+    return d

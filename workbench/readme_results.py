@@ -184,6 +184,10 @@ def headline_markdown(ctx: _Ctx, page_path: str, figure_path: str) -> str:
     gpu = ", ".join(ctx.gpus) or "no GPU run"
     lines = [f"![Speedup of every comparison over its baseline with its 95% CI and verdict ({gpu})]"
              f"({rel(figure_path)})", ""]
+    bd_path = breakdown_figure_path(figure_path)
+    if not breakdown_figure_rows(ctx).empty:
+        lines += [f"![Where each traced step goes: busy time by kernel class, GPU idle by cause, baseline and "
+                  f"optimized arm of each optimization ({gpu})]({rel(bd_path)})", ""]
     vd = headline_verdicts(ctx.verd)
     sp = headline_speedups(ctx.comps, _prefer(ctx.verd))
     rows = []
@@ -646,6 +650,22 @@ def figure_rows(profiles: str | None = None, include_cpu: bool = False, include_
     return figures.headline_rows(ctx.comps, _prefer(ctx.verd))
 
 
+def breakdown_figure_path(figure: str) -> str:
+    """The breakdown PNG, beside the headline PNG."""
+    return os.path.join(os.path.dirname(figure), "breakdown.png")
+
+
+def breakdown_figure_rows(ctx) -> pd.DataFrame:
+    return figures.breakdown_rows(an.breakdown(ctx.root, **ctx.kw))
+
+
+def _breakdown_rows(root, opts: dict) -> pd.DataFrame:
+    """The rows the breakdown PNG draws (`figures.breakdown_rows`)."""
+    ctx = _Ctx(root, opts.get("include_cpu", False), opts.get("include_incomplete", False), opts.get("repo", REPO),
+               opts.get("repo", REPO))
+    return breakdown_figure_rows(ctx)
+
+
 def figure_title(profiles: str | None = None, repo: str = REPO) -> str:
     ctx_gpus = sorted({g for g in an.comparisons(profiles or os.path.join(repo, "profiles"))["gpu_name"]
                        if isinstance(g, str)})
@@ -717,6 +737,9 @@ def main(argv=None) -> int:
             problems.append(f"{page}: out of date")
         if figures.png_digest(figure) != figures.digest(rows):
             problems.append(f"{figure}: drawn from other numbers than profiles/ holds (or missing)")
+        bd_rows, bd_path = _breakdown_rows(root, opts), breakdown_figure_path(figure)
+        if not bd_rows.empty and figures.png_digest(bd_path) != figures.breakdown_digest(bd_rows):
+            problems.append(f"{bd_path}: drawn from other numbers than profiles/ holds (or missing)")
         comps = an.comparisons(root, include_cpu=True, include_incomplete_comparisons=True)
         problems += prose_problems(text, comps, os.path.relpath(readme, repo))
         other = os.path.join(root, "README.md")
@@ -735,6 +758,10 @@ def main(argv=None) -> int:
         print(f"updated {figure}")
     else:
         print(f"{figure} already up to date")
+    bd_rows, bd_path = _breakdown_rows(root, opts), breakdown_figure_path(figure)
+    if not bd_rows.empty and figures.png_digest(bd_path) != figures.breakdown_digest(bd_rows):
+        figures.save_breakdown(bd_rows, bd_path)
+        print(f"updated {bd_path}")
     if a.notebooks:
         import glob
         execute_notebooks(sorted(glob.glob(os.path.join(REPO, "notebooks", "*.ipynb"))))
