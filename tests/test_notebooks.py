@@ -49,19 +49,13 @@ def kernel_env(tmp_path_factory, monkeypatch_module):
 
 
 def _execute(path: str, env: dict) -> "nbformat.NotebookNode":
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    from workbench.readme_results import environ
+
+    with environ(env):
         nb = nbformat.read(path, as_version=4)
         nbclient.NotebookClient(nb, kernel_name="python3", timeout=300,
                                 resources={"metadata": {"path": os.path.dirname(path)}}).execute()
         return nb
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _stdout(nb) -> str:

@@ -47,6 +47,7 @@ from workbench import opts as opts_registry
 from workbench import verdicts
 from workbench.cli import emit_json, progress, run_main
 from workbench.errors import UnsupportedArm, WorkbenchError
+from workbench.results import safe_name
 
 OPT_CHOICES = ("packing", "offload", "moe", "all")
 HF_ATTN = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3")
@@ -764,7 +765,7 @@ class Runner:
             if arm_status[spec.label]["status"] != "ok":
                 continue
             reset_weights()
-            stem = self.writer.path("traces", _safe(cmp.name), _safe(spec.label))
+            stem = self.writer.path("traces", safe_name(cmp.name), safe_name(spec.label))
             path = stem + ".pt.trace.json.gz"
             self._progress(f"[{cmp.name}] torch.profiler pass of {spec.label} -> {path}")
 
@@ -798,7 +799,7 @@ class Runner:
         for spec in runnable:
             if arm_status[spec.label]["status"] != "ok":
                 continue
-            stem = self.writer.path("traces", _safe(cmp.name), _safe(spec.label))
+            stem = self.writer.path("traces", safe_name(cmp.name), safe_name(spec.label))
             child = ["--opt", cmp.opt, "--model", cmp.model,
                      "--tokens", str(cmp.tokens), "--steps", str(a.steps), "--warmup", str(a.warmup),
                      "--batches", str(a.batches),
@@ -846,10 +847,6 @@ def _plain(v) -> bool:
     if isinstance(v, dict):
         return all(isinstance(k, str) and _plain(x) for k, x in v.items())
     return False
-
-
-def _safe(label: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_.+" else "_" for c in label)
 
 
 def _free(device) -> None:

@@ -58,6 +58,7 @@ import traceback
 import torch
 
 from workbench.errors import WorkbenchError
+from workbench.results import safe_name
 
 FAIL_ENV = "WORKBENCH_TEST_FAIL_RANK"
 DROP_ENV = "WORKBENCH_TEST_DROP_BATCH_RANK"
@@ -533,7 +534,7 @@ def runner_class():
             events = super().torch_traces(model, cpu_batches, cmp, runnable, arm_status, reset_weights, env)
             coll, steps = {}, {}
             for label, ev in events.items():
-                path = self.writer.path("traces", ab._safe(cmp.name), ab._safe(label)) + ".pt.trace.json.gz"
+                path = self.writer.path("traces", safe_name(cmp.name), safe_name(label)) + ".pt.trace.json.gz"
                 ev = dist_waits.absolute_events(ev, dist_waits.trace_base_ns(path))
                 coll[label] = ev[(ev["kind"] == "kernel") & ev["name"].astype(str).str.contains(
                     dist_waits.COLLECTIVE_RE)].reset_index(drop=True)

@@ -111,10 +111,14 @@ def headline_figure(rows: pd.DataFrame, title: str = "Speedup over the baseline,
 def save_headline(rows: pd.DataFrame, path: str, title: str = "Speedup over the baseline, 95% CI") -> str:
     """Write the headline PNG to `path` (no timestamp, no software version; the data digest in its metadata);
     return the digest."""
+    return _save_png(headline_figure(rows, title=title), path, digest(rows))
+
+
+def _save_png(fig, path: str, d: str) -> str:
+    """Write `fig` to `path` atomically, without a timestamp or software version, the data digest `d` in its
+    metadata; close it; return `d`."""
     import matplotlib.pyplot as plt
 
-    fig = headline_figure(rows, title=title)
-    d = digest(rows)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = path + ".tmp.png"
     fig.savefig(tmp, format="png", bbox_inches="tight", metadata={"Software": None, DIGEST_KEY: d})
@@ -191,10 +195,4 @@ def save_breakdown(rows: pd.DataFrame, path: str, title: str = "Where each trace
     ax.legend(ncol=5, fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.3 / n), frameon=False)
     for s in ("top", "right"):
         ax.spines[s].set_visible(False)
-    d = breakdown_digest(rows)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, format="png", bbox_inches="tight", metadata={"Software": None, DIGEST_KEY: d})
-    plt.close(fig)
-    os.replace(tmp, path)
-    return d
+    return _save_png(fig, path, breakdown_digest(rows))

@@ -27,6 +27,7 @@ figures struck through (`~~1.70x~~`, retracted ones) are exempt.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
@@ -589,13 +590,7 @@ def execute_notebooks(paths: list[str], timeout: int = 600, repo: str = REPO) ->
 
     env = {"WB_PLOTLY_RENDERER": NOTEBOOK_RENDERER, "WB_PROFILES": None, "WB_INCLUDE_CPU": None,
            "WB_INCLUDE_INCOMPLETE": None, "WB_PNG_DIR": None}
-    old = {k: os.environ.get(k) for k in env}
-    try:
-        for k, v in env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with environ(env):
         for p in paths:
             nb = nbformat.read(p, as_version=4)
             nbclient.NotebookClient(nb, kernel_name="python3", timeout=timeout, record_timing=False,
@@ -603,6 +598,19 @@ def execute_notebooks(paths: list[str], timeout: int = 600, repo: str = REPO) ->
             normalize_outputs(nb, repo)
             nbformat.write(nb, p)
             print(f"executed {p}")
+
+
+@contextlib.contextmanager
+def environ(overrides: dict):
+    """Set environment variables for the duration (a None value unsets one); restore them after."""
+    old = {k: os.environ.get(k) for k in overrides}
+    try:
+        for k, v in overrides.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
     finally:
         for k, v in old.items():
             if v is None:

@@ -133,6 +133,12 @@ RUN_FILES = ("results.csv", "summary.json", "meta.json", "errors.log", "traces")
 """What a run writes into its folder: `--force` removes exactly these before a new run."""
 
 
+def safe_name(label: str) -> str:
+    """A comparison or arm label as a file or folder name (`traces/<comparison>/<arm>.*`): letters, digits and
+    `-_.+` kept, anything else `_`."""
+    return "".join(c if c.isalnum() or c in "-_.+" else "_" for c in label)
+
+
 def check_out_dir(path: str, force: bool = False) -> None:
     """Refuse an output folder that would lose or mix results: an existing file, a folder that is not empty (unless
     `force`), or a place that cannot be written. Raises WorkbenchError (one line); creates nothing."""

@@ -325,8 +325,8 @@ def check(opt: str, model: dict, measured: dict, decomposition: pd.DataFrame | N
 
 def _events(run_dir: str, cmp_name: str, arm: str) -> pd.DataFrame | None:
     from workbench.traces.events import load_events
-    safe = lambda s: "".join(c if c.isalnum() or c in "-_.+" else "_" for c in s)  # noqa: E731 - ab._safe
-    stem = os.path.join(run_dir, "traces", safe(cmp_name), safe(arm))
+    from workbench.results import safe_name
+    stem = os.path.join(run_dir, "traces", safe_name(cmp_name), safe_name(arm))
     for ext in (".events.parquet", ".events.csv.gz"):
         if os.path.exists(stem + ext):
             return load_events(stem + ext)

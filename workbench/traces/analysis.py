@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from workbench.traces.decompose import _union
+
 HOST_BLOCKING_SYNCS = ("event_sync", "stream_sync", "context_sync")
 """Sync kinds that block the host (stream_wait_event only orders two streams)."""
 
@@ -67,20 +69,6 @@ def layer_ranges(events: pd.DataFrame, track: str = "auto") -> pd.DataFrame:
     g = r.groupby(["layer", "pass", "part"], sort=True)["dur_ms"]
     out = g.agg(count="count", total_ms="sum", mean_ms="mean", median_ms="median").reset_index()
     return out[cols]
-
-
-def _union(iv: np.ndarray) -> np.ndarray:
-    """Merge overlapping [start, end) intervals (rows)."""
-    if len(iv) == 0:
-        return iv.reshape(0, 2)
-    iv = iv[np.argsort(iv[:, 0])]
-    out = [list(iv[0])]
-    for s, e in iv[1:]:
-        if s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return np.array(out)
 
 
 def _intersection_ns(a: np.ndarray, b: np.ndarray) -> int:
