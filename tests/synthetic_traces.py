@@ -68,9 +68,11 @@ EXPECTED_ONE_STEP = {"gemm": 20.0, "norm_elementwise": 10.0, "attention": 15.0, 
 """In us (the DtoH readback [59, 60) lies inside the HtoD copy's [50, 60): the copies' union is 10 us)."""
 
 
-def offload_trace(c_us, g_us, steps=3, jitter_us=0.0):
+def offload_trace(c_us, g_us, steps=3, jitter_us=0.0, lead_us=0.0):
     """A sync_reload-like backward per step: for layer i = L-1 .. 0, reload (HtoD copy of c_i in wb/Lxx/reload) then
-    the layer's recompute + backward kernels (g_i, in wb/Lxx/bwd). `jitter_us` * step is added to every c and g."""
+    the layer's recompute + backward kernels (g_i, in wb/Lxx/bwd). `jitter_us` * step is added to every c and g.
+    `lead_us`: a kernel (the LM head's backward) still running for that long when the first reload is launched; the
+    blocking copy starts after it (h = lead_us)."""
     t = Trace()
     L = len(c_us)
     now = 0.0
@@ -80,9 +82,20 @@ def offload_trace(c_us, g_us, steps=3, jitter_us=0.0):
         t.range("wb/step", start, start + 1)  # extended below
         step_rows = len(t.rows) - 1
         now += 5
+        if lead_us:
+            t.launch(now - 2, "kernel", "sm90_xmma_gemm_bf16", now + 0.5, now + 1 + lead_us)
         for i in reversed(range(L)):
             lab = f"L{i:02d}"
             c, g = c_us[i] + j, g_us[i] + j
+            if i == L - 1 and lead_us:
+                t.range(f"wb/{lab}/reload", now, now + 2)
+                t.launch(now + 0.5, "memcpy", "HtoD", now + 1 + lead_us, now + 1 + lead_us + c, stream=9,
+                         nbytes=int(c * 1000))
+                now += lead_us
+                t.range(f"wb/{lab}/bwd", now, now + 3 + c + g)
+                t.launch(now + 1.5, "kernel", "sm90_xmma_gemm_bf16", now + 1 + c, now + 1 + c + g)
+                now += 3 + c + g
+                continue
             t.range(f"wb/{lab}/bwd", now, now + 3 + c + g)
             t.range(f"wb/{lab}/reload", now, now + 2)
             t.launch(now + 0.5, "memcpy", "HtoD", now + 1, now + 1 + c, stream=9, nbytes=int(c * 1000))

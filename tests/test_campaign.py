@@ -13,7 +13,7 @@ from workbench import ab, campaign
 EXPECTED_JOBS = ["ab_all", "ab_aa", "nvtx_cost", "packing_sweep", "offload_tokens", "ab_torch", "ab_packing_nsys",
                  "ab_offload_nsys", "ab_moe_nsys", "ab_witness", "witness_ops",
                  "ab_traced", "offload_sweep", "packing_sweep_l1", "packing_sweep_llama", "offload_sweep_qwen3",
-                 "all_traced"]
+                 "all_traced", "offload_first_reload", "offload_first_reload_qwen3"]
 
 
 def test_campaign_plan_and_dry_run(tmp_path, capsys):

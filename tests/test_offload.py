@@ -455,7 +455,11 @@ def test_savings_pairs_reload_of_layer_below_with_compute_of_layer_above():
     assert s["inputs"]["blocking_backward_ms"] == 125.0
     assert s["inputs"]["overlapped_backward_ms"] == 121.0
     assert s["measured_ms"] is None and s["overlap_efficiency"] is None
-    assert offload_saving([3.0], [4.0])["predicted_ms"] == 0.0  # one layer: nothing to overlap
+    assert offload_saving([3.0], [4.0])["predicted_ms"] == 0.0  # one layer: nothing to overlap (published form)
+    # with h, the GPU work queued ahead of the first reload: that reload hides behind it, up to its own c
+    assert offload_saving([3.0], [4.0], lead_ms=10.0)["predicted_ms"] == 3.0
+    assert offload_saving([1.0, 4.0, 100.0], [7.0, 10.0, 3.0], lead_ms=2.0)["predicted_ms"] == 1.0 + 3.0 + 2.0
+    assert offload_saving([1.0, 4.0, 100.0], [7.0, 10.0, 3.0], lead_ms=2.0)["published_ms"] == 4.0
 
 
 def test_savings_rejects_bad_inputs():
@@ -465,6 +469,8 @@ def test_savings_rejects_bad_inputs():
         offload_saving([1.0, 2.0], [1.0])
     with pytest.raises(ValueError):
         offload_saving([-1.0], [1.0])
+    with pytest.raises(ValueError):
+        offload_saving([1.0], [1.0], lead_ms=-1.0)
 
 
 def test_reload_ms_from_bandwidth():

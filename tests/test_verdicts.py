@@ -69,6 +69,24 @@ def test_offload_model_and_c_g_swapped_is_refuted():
     assert verdicts.check("offload", swapped, measured, None)["verdict"] == "refuted"
 
 
+def test_offload_first_reload_hides_behind_the_work_queued_ahead_of_it():
+    """h = the GPU work between the first reload's launch and its copy; the model adds min(c_(L-1), h), and keeps
+    the published (L-1) form beside it."""
+    published = sum(min(C[i - 1], G[i]) for i in range(1, 4)) / 1e3
+    assert verdicts.first_reload_lead(offload_trace(C, G, steps=2))["lead_ms"].tolist() == [0.0, 0.0]
+    for lead_us, first_us in [(25.0, 10.0), (4.0, 4.0)]:  # c_(L-1) = 10 us: h caps it, or c does
+        ev = offload_trace(C, G, steps=3, lead_us=lead_us)
+        assert verdicts.first_reload_lead(ev)["lead_ms"].to_numpy() * 1e3 == pytest.approx([lead_us + 0.5] * 3)
+        m = verdicts.offload_model(ev)
+        assert m["inputs"]["c_ms"]["value"] == pytest.approx([c / 1e3 for c in C])  # the lead does not leak into c
+        assert m["published"]["predicted_ms"] == pytest.approx(published)
+        assert m["predicted_ms"] == pytest.approx(published + min(C[-1], lead_us + 0.5) / 1e3)
+        # judged against a saving of L reloads, the published form is refuted and the model is not
+        v = verdicts.check("offload", m, _measured(m["predicted_ms"], 0.02 * m["predicted_ms"]), None)
+        assert v["verdict"] == "confirmed"
+        assert v["published"]["verdict"] == ("refuted" if first_us > 5 else "confirmed")
+
+
 def test_offload_c_checked_against_bytes_over_bandwidth():
     ev = offload_trace(C, G, steps=2)  # bytes = c_us * 1000: 1 GB/s gives c exactly
     assert verdicts.offload_model(ev, h2d_gb_per_s=1.0)["inputs"]["c_from_bandwidth_ms"]["value"] > 0

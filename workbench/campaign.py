@@ -34,6 +34,7 @@ Jobs (each writes into its own folder of DIR):
     packing_sweep_l1 --opt packing --sweep layers=1,2,4,8 --reps 2
     packing_sweep_llama   the same on llama-3.2-1b;  offload_sweep_qwen3   the offload sweep on qwen3-8b
     all_traced       --opt all --only all                          (the three together, traced)
+    offload_first_reload, offload_first_reload_qwen3   the offload model's first-reload term: L=1,2, 8 reps
 
 Each job runs with a wall-clock limit (`--timeout-s`, default 570 s; ab_all's is AB_ALL_TIMEOUT_S: on a device
 whose commands stop at 10 minutes, run the campaign detached and poll it: profiles/README.md, "Adding a run");
@@ -62,7 +63,7 @@ an H100; the 570 s default cut offload_tokens short in its 32k comparison."""
 NSYS_JOBS = ["ab_packing_nsys", "ab_offload_nsys", "ab_moe_nsys"]
 SWEEP_JOBS = ["packing_sweep", "offload_tokens"]
 VERDICT_JOBS = ["ab_traced", "offload_sweep", "packing_sweep_l1", "packing_sweep_llama", "offload_sweep_qwen3",
-                "all_traced"]
+                "all_traced", "offload_first_reload", "offload_first_reload_qwen3"]
 """The savings-model verdicts: torch traces of every single-optimization comparison, and L sweeps from L=1 on two
 models per optimization, each traced (in the order they run: the most needed first)."""
 JOBS = ["ab_all", "ab_aa", "nvtx_cost", *SWEEP_JOBS, "ab_torch", *NSYS_JOBS, "ab_witness", "witness_ops",
@@ -88,7 +89,14 @@ AB_ARGS = {"ab_all": ["--opt", "all"],
                                    "--trace", "torch", "--reps", "2"],
            "offload_sweep_qwen3": ["--opt", "offload", "--model", "qwen3-8b", "--arms", "sync_reload,double_buffer",
                                    "--sweep", "layers=1,2,3,4", "--trace", "torch", "--reps", "2"],
-           "all_traced": ["--opt", "all", "--trace", "torch", "--only", "all"]}
+           "all_traced": ["--opt", "all", "--trace", "torch", "--only", "all"],
+           # the first reload's term (added after the sweeps above): L=1 and 2, where the published (L-1) form and
+           # the model with min(c_(L-1), h) differ most, with 8 reps (32 pairs) to resolve one reload (~2.4 ms)
+           "offload_first_reload": ["--opt", "offload", "--arms", "sync_reload,double_buffer", "--sweep", "layers=1,2",
+                                    "--trace", "torch", "--reps", "8"],
+           "offload_first_reload_qwen3": ["--opt", "offload", "--model", "qwen3-8b", "--arms",
+                                          "sync_reload,double_buffer", "--sweep", "layers=1,2", "--trace", "torch",
+                                          "--reps", "8"]}
 """Each A/B job's flags (the engine's GPU defaults otherwise: 4 batches, 4 timed steps, settled warmup, 3 reps)."""
 
 AB_SMOKE = ["--device", "cpu", "--tokens", "128", "--steps", "1", "--warmup", "0", "--warmup-max", "0"]

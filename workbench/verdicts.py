@@ -59,7 +59,7 @@ MODEL_TERMS = {"packing": ("glue", "sync_stall", "launch_gap"),
 """The decomposition components each model accounts for (the rest are candidates for the term it lacks)."""
 
 FORMULAS = {"packing": "(L*p - b) * s,  s = GPU idle per build + build kernel time",
-            "offload": "sum_{i=1}^{L-1} min(c_{i-1}, g_i)",
+            "offload": "min(c_{L-1}, h) + sum_{i=1}^{L-1} min(c_{i-1}, g_i)",
             "moe": "syncs_removed * drain_stall_per_sync + launch_gap_removed + gemm_kernel_removed"}
 
 _META_RE = re.compile(r"^wb/(L\d+)/attn/meta$")
@@ -128,6 +128,30 @@ def packing_builds(events: pd.DataFrame) -> pd.DataFrame:
         kern = decompose._length(decompose._union(decompose._clip(mk_iv[lo:hi], int(a), k))) if hi > lo else 0
         rows.append(dict(step=int(step), layer=_META_RE.match(name).group(1), idle_ms=idle / 1e6, kernel_ms=kern / 1e6,
                          s_ms=(idle + kern) / 1e6))
+    return pd.DataFrame(rows, columns=cols)
+
+
+def first_reload_lead(events: pd.DataFrame) -> pd.DataFrame:
+    """Per step, h (`lead_ms`): the GPU work (kernels and copies, any stream; union) between the host's launch of
+    the step's first reload copy and the copy's start. In the blocking arm the copy waits behind all of it."""
+    cols = ["step", "lead_ms"]
+    win = decompose.step_windows(events)
+    cp = events[(events["kind"] == "memcpy") & (events["name"] == "HtoD") & (events["part"] == "reload")
+                & events["layer"].notna() & events["correlation"].notna()]
+    if win.empty or cp.empty:
+        return pd.DataFrame(columns=cols)
+    launch = events[(events["kind"] == "runtime") & events["correlation"].isin(cp["correlation"])]
+    launch = launch.groupby("correlation")["start_ns"].min()
+    cp = cp.assign(step=_step_of(cp, win), launch_ns=cp["correlation"].map(launch))
+    cp = cp[(cp["step"] >= 0) & cp["launch_ns"].notna()]
+    gpu = events[events["kind"].isin(("kernel", "memcpy"))]
+    u = decompose._union(gpu[["start_ns", "end_ns"]].to_numpy(dtype=np.int64))
+    prefix = np.concatenate([[0], np.cumsum(u[:, 1] - u[:, 0])])
+    rows = []
+    for step, grp in cp.groupby("step"):
+        first = grp.loc[grp["start_ns"].idxmin()]
+        rows.append(dict(step=int(step), lead_ms=_covered_ns(u, prefix, int(first["launch_ns"]),
+                                                             int(first["start_ns"])) / 1e6))
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -216,18 +240,25 @@ def offload_model(base_events: pd.DataFrame, *, h2d_gb_per_s: float | None = Non
     c, g = c[full], g[full]
     if c.empty:
         raise InputCheckFailed("offload: no traced step has a reload and a backward for every layer")
-    X = np.concatenate([c.to_numpy(), g.to_numpy()], axis=1)
+    lead = first_reload_lead(base_events).set_index("step")["lead_ms"].reindex(c.index)
+    if lead.isna().any():
+        raise InputCheckFailed("offload: a traced step has no launch of its first reload copy (h unknown)")
+    X = np.concatenate([c.to_numpy(), g.to_numpy(), lead.to_numpy()[:, None]], axis=1)
 
-    def f(v):
-        return savings.offload_saving(np.maximum(v[:L], 0.0).tolist(), np.maximum(v[L:], 0.0).tolist())["predicted_ms"]
+    def f(v, part="predicted_ms"):
+        return savings.offload_saving(np.maximum(v[:L], 0.0).tolist(), np.maximum(v[L:2 * L], 0.0).tolist(),
+                                      lead_ms=max(v[2 * L], 0.0))[part]
     out = _pred(f, X)
+    pub = stats.delta_method(lambda v: f(v, "published_ms"), X)
     c_mean, g_mean = c.mean().to_numpy(), g.mean().to_numpy()
     nbytes = float(lay["bytes"].median())
     inputs = {"L": {"value": L, "source": "layers with a reload in the trace"},
               "c_ms": {"value": [float(x) for x in c_mean], "source": "HtoD copy per layer (wb/Lxx/reload), trace"},
               "g_ms": {"value": [float(x) for x in g_mean],
                        "source": "recompute + backward kernels per layer (union), trace"},
-              "reload_bytes": {"value": nbytes, "source": "bytes of the HtoD copy per layer, trace"}}
+              "reload_bytes": {"value": nbytes, "source": "bytes of the HtoD copy per layer, trace"},
+              "h_ms": {"value": float(lead.mean()), "source": "GPU work queued ahead of the first reload: from its "
+                                                            "launch to its copy's start, baseline trace"}}
     if h2d_gb_per_s:
         c_bw = savings.reload_ms_from_bandwidth(nbytes, h2d_gb_per_s)
         c_med = float(np.median(c_mean))
@@ -238,7 +269,10 @@ def offload_model(base_events: pd.DataFrame, *, h2d_gb_per_s: float | None = Non
             raise InputCheckFailed(f"offload: c from the trace {c_med:.3f} ms vs bytes / bandwidth {c_bw:.3f} ms "
                                    f"differ by more than {AGREE_TOL:.0%}")
     out.update(formula=FORMULAS["offload"], inputs=inputs,
-               terms={"sum of min(c_(i-1), g_i)": out["predicted_ms"]},
+               terms={"sum of min(c_(i-1), g_i)": pub["estimate"],
+                      "min(c_(L-1), h): the first reload behind the queued work": out["predicted_ms"] - pub["estimate"]},
+               published={"formula": "sum_{i=1}^{L-1} min(c_{i-1}, g_i)  ~ (L-1)*min(c,g)",
+                          "predicted_ms": pub["estimate"], "predicted_ci95": pub["ci95"], "predicted_se_ms": pub["se"]},
                bound="reload" if c_mean.sum() > g_mean.sum() else "compute")
     return out
 
@@ -300,9 +334,16 @@ def check(opt: str, model: dict, measured: dict, decomposition: pd.DataFrame | N
     v, ratio = judge(model["predicted_ms"], model.get("predicted_ci95"), measured["mean"], measured.get("ci95"))
     out = {**model, "measured_ms": measured["mean"], "measured_ci95": measured.get("ci95"),
            "measured_n_pairs": measured.get("n_pairs"), "ratio": ratio, "verdict": v}
+    if model.get("published"):  # the article's form of the model, judged on the same data
+        pv, pr = judge(model["published"]["predicted_ms"], model["published"].get("predicted_ci95"), measured["mean"],
+                       measured.get("ci95"))
+        out["published"] = {**model["published"], "ratio": pr, "verdict": pv}
     if decomposition is not None and len(decomposition):
         d = decomposition.set_index("component")["saved_ms"]
         lacking = {c: float(d[c]) for c in decompose.COMPONENTS if c in d and c not in MODEL_TERMS.get(opt, ())}
+        own = [c for c in MODEL_TERMS.get(opt, ()) if c in d]
+        if own:  # what the model's own components saved in the traces beyond what it predicts
+            lacking[f"{'+'.join(own)} beyond the model"] = float(sum(d[c] for c in own)) - model["predicted_ms"]
         if "residual_ms" in d:
             lacking["residual (measured - traced)"] = float(d["residual_ms"])
         if lacking:
