@@ -683,7 +683,9 @@ VERDICT_COLUMNS = ["folder", "comparison", "opt", "model", "layers", "tokens", "
                    "predicted_ms", "predicted_ci95_lo", "predicted_ci95_hi", "measured_ms", "measured_ci95_lo",
                    "measured_ci95_hi", "n_pairs", "n_steps", "ratio", "verdict", "reason", "largest_missing",
                    "largest_missing_ms", "corrected_formula", "corrected_ms", "corrected_ci95_lo",
-                   "corrected_ci95_hi", "corrected_ratio", "corrected_verdict", "terms", "inputs", "gpu_name", "file"]
+                   "corrected_ci95_hi", "corrected_ratio", "corrected_verdict", "published_formula", "published_ms",
+                   "published_ci95_lo", "published_ci95_hi", "published_ratio", "published_verdict", "terms", "inputs",
+                   "gpu_name", "file"]
 
 
 def _lohi(ci) -> tuple:
@@ -703,7 +705,8 @@ def verdicts(profiles: str | None = None, include_incomplete_comparisons=False, 
     steps), the measured paired saving (baseline - arm, mean over the engine's pairs) with its 95% CI and n pairs,
     measured / predicted, the verdict ("confirmed" | "refuted" | "no trace" | "not modelled" | "input check failed")
     and its reason; for a refuted model the largest component it lacks and the corrected model's prediction and
-    verdict. `inputs` and `terms` are JSON strings ({name: {value, source}}, {term: ms})."""
+    verdict; where the model extends a published form (offload: the first reload's term), that form's prediction and
+    verdict on the same data (`published_*`). `inputs` and `terms` are JSON strings ({name: {value, source}}, {term: ms})."""
     rows = []
     for r, comps in _included(profiles, include_incomplete_comparisons=include_incomplete_comparisons,
                               **discover_kw):
@@ -715,6 +718,8 @@ def verdicts(profiles: str | None = None, include_incomplete_comparisons=False, 
             mlo, mhi = _lohi(sm.get("measured_ci95"))
             corr, miss = sm.get("corrected") or {}, sm.get("largest_missing") or {}
             clo, chi = _lohi(corr.get("predicted_ci95"))
+            pub = sm.get("published") or {}
+            pblo, pbhi = _lohi(pub.get("predicted_ci95"))
             rows.append({**_ctx(r, c), "formula": sm.get("formula"), "predicted_ms": sm.get("predicted_ms"),
                          "predicted_ci95_lo": plo, "predicted_ci95_hi": phi, "measured_ms": sm.get("measured_ms"),
                          "measured_ci95_lo": mlo, "measured_ci95_hi": mhi, "n_pairs": sm.get("measured_n_pairs"),
@@ -723,13 +728,17 @@ def verdicts(profiles: str | None = None, include_incomplete_comparisons=False, 
                          "largest_missing_ms": miss.get("saved_ms"), "corrected_formula": corr.get("formula"),
                          "corrected_ms": corr.get("predicted_ms"), "corrected_ci95_lo": clo, "corrected_ci95_hi": chi,
                          "corrected_ratio": corr.get("ratio"), "corrected_verdict": corr.get("verdict"),
+                         "published_formula": pub.get("formula"), "published_ms": pub.get("predicted_ms"),
+                         "published_ci95_lo": pblo, "published_ci95_hi": pbhi, "published_ratio": pub.get("ratio"),
+                         "published_verdict": pub.get("verdict"),
                          "terms": json.dumps(sm.get("terms") or {}, default=str, sort_keys=True),
                          "inputs": json.dumps(sm.get("inputs") or {}, default=str, sort_keys=True),
                          "gpu_name": r["gpu_name"] or r["device"], "file": os.path.join(r["folder"], "summary.json")})
     return _frame(rows, VERDICT_COLUMNS, ("layers", "tokens", "predicted_ms", "predicted_ci95_lo", "predicted_ci95_hi",
                                           "measured_ms", "measured_ci95_lo", "measured_ci95_hi", "ratio",
                                           "largest_missing_ms", "corrected_ms", "corrected_ci95_lo",
-                                          "corrected_ci95_hi", "corrected_ratio"))
+                                          "corrected_ci95_hi", "corrected_ratio", "published_ms",
+                                          "published_ci95_lo", "published_ci95_hi", "published_ratio"))
 
 
 DECOMPOSITION_COLUMNS = ["folder", "comparison", "opt", "model", "layers", "tokens", "attn", "baseline", "arm",

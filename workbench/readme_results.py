@@ -395,6 +395,8 @@ def _verdict_section(ctx: _Ctx) -> list[str]:
             f"{r['largest_missing']} ({_f(r['largest_missing_ms'], '{:+.1f}')} ms)"
         verdict = r["verdict"] + (f": {r['reason']}" if isinstance(r["reason"], str) and r["verdict"] not in
                                   ("confirmed", "refuted") else "")
+        if isinstance(r.get("published_verdict"), str):
+            verdict += f" (published (L-1) form {_f(r['published_ms'], '{:.2f}')} ms: {r['published_verdict']})"
         rows.append([r["comparison"], *_shape(r), f"{r['baseline']} -> {r['arm']}", f"`{r['formula']}`",
                      _ms_ci(r["predicted_ms"], r["predicted_ci95_lo"], r["predicted_ci95_hi"], "{:.2f}"),
                      _ms_ci(r["measured_ms"], r["measured_ci95_lo"], r["measured_ci95_hi"], "{:.2f}"),

@@ -274,7 +274,7 @@ def save_events(df: pd.DataFrame, path_stem: str) -> str:
         import pyarrow  # noqa: F401
         path = path_stem + ".events.parquet"
         tmp = path + ".tmp"
-        df.to_parquet(tmp, index=False)
+        df.to_parquet(tmp, index=False, compression="zstd", compression_level=15)  # about half of snappy's size
     except ImportError:
         path = path_stem + ".events.csv.gz"
         tmp = path + ".tmp"
