@@ -280,3 +280,42 @@ def test_hf_grouped_mm_is_an_arm_and_batched_mm_is_opt_in():
 
     assert "hf_grouped_mm" in moe.ARMS and moe.IMPL_NAMES["hf_grouped_mm"] == "grouped_mm"
     assert "hf_batched_mm" in moe.OPT_IN_ARMS
+
+
+class _SliceGradients(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts select_backward calls whose output has a whole fused expert weight's numel (one zero-fill each)."""
+
+    def __init__(self, numels):
+        super().__init__()
+        self.numels, self.n = set(numels), 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.overloadpacket is torch.ops.aten.select_backward and out.numel() in self.numels:
+            self.n += 1
+        return out
+
+
+@pytest.mark.parametrize("preset", ["tiny-gpt-oss", "tiny-qwen3-moe"])
+def test_per_expert_loops_build_whole_weight_gradients_slice_by_slice(preset):
+    """The cost the H100 breakdown shows as zero-fills + adds (workbench.levers.slice_gradients): a per-expert loop
+    over a LoRA-adapted fused expert weight back-propagates each w[e] through a zero tensor of the whole weight,
+    E_hit per weight per layer; indexing every expert at once (grouped, transformers' grouped_mm) builds none."""
+    from workbench.models import LORA_TARGET_EXPERT_PARAMETERS, model_inputs
+    from workbench.opts import apply
+
+    model, batch = _model_and_batch(preset)
+    hits = _expert_hits(model)
+    weights = [p for n, p in model.named_parameters() if p.dim() == 3 and "experts" in n and "lora_" not in n]
+    per_layer = len(LORA_TARGET_EXPERT_PARAMETERS)
+    assert len(weights) == 2 * per_layer  # 2 layers
+    for arm in ("eager", "sort_bincount", "grouped", "hf_grouped_mm"):
+        handle = apply(model, "moe", arm)
+        model.zero_grad(set_to_none=True)
+        loss = model(**model_inputs(model, batch)).loss
+        e_hit = sum(int(torch.unique(t).numel()) for t in hits.values())
+        with _SliceGradients(p.numel() for p in weights) as sg:
+            loss.backward()
+        handle.revert()
+        want = per_layer * e_hit if arm in ("eager", "sort_bincount") else 0
+        assert sg.n == want, (arm, sg.n, want)

@@ -164,3 +164,22 @@ def test_levers_rank_the_non_matrix_components():
     assert "CUDA graphs" in lv[0]["lever"]
     dense = levers(comps, attention_flops="dense")
     assert dense[-1]["component"] == "attention (dense)" and "varlen" in dense[-1]["lever"]
+
+
+def test_slice_gradients_lever_from_the_top_kernels():
+    """Zero-fills and adds of whole tensors, many per step, are named first (with their counts and share of the
+    step); a few fills and adds (an optimizer's, a loss's) are not."""
+    from workbench.levers import levers, slice_gradients
+    comps = [dict(component="gemm", ms=100.0, share=0.1), dict(component="norm_elementwise", ms=800.0, share=0.8),
+             dict(component="step_ms", ms=1000.0, share=1.0)]
+    top = [dict(name="void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>>",
+                cls="norm_elementwise", count=4080.0, ms=600.0),
+           dict(name="void at::native::vectorized_elementwise_kernel<8, at::native::FillFunctor<c10::BFloat16>>",
+                cls="norm_elementwise", count=4054.0, ms=150.0)]
+    sg = slice_gradients(top, 1000.0)
+    assert sg["fills"] == 4054 and sg["adds"] == 4080 and sg["share"] == pytest.approx(0.75)
+    lv = levers(comps, top_kernels=top)
+    assert lv[0]["component"] == "slice gradients (fill + add)" and "grouped_mm" in lv[0]["lever"]
+    few = [dict(t, count=8.0) for t in top]
+    assert slice_gradients(few, 1000.0) is None
+    assert [x["component"] for x in levers(comps, top_kernels=few)] == ["norm_elementwise"]

@@ -3,7 +3,9 @@
 Each component of a traced step has one lever. `levers(components, ...)` ranks the components that are not the
 useful matrix work (GEMM, attention) by their share of the step and names the lever of each that takes at least
 `min_share` of it. Attention is named too when the arm computes it dense over the packed sequence (T^2, `sdpa` or
-`eager` with a packed mask) where a varlen / flash kernel would compute only the block-diagonal part.
+`eager` with a packed mask) where a varlen / flash kernel would compute only the block-diagonal part. A pattern in
+the top kernels is named before the components it hides in: a gradient built slice by slice (zero-fills and adds of
+whole tensors, counted as norm_elementwise), the cost of a per-expert loop over LoRA-adapted fused experts.
 """
 from __future__ import annotations
 
@@ -26,13 +28,45 @@ LEVERS = {
 }
 DENSE_ATTENTION = ("dense",)
 
+FILL, ADD = "FillFunctor", "CUDAFunctor_add"
+"""The kernels of a gradient built slice by slice: `select_backward` zero-fills a tensor of the whole weight's shape
+(Fill) and autograd adds it into the gradient (add). A loop over the experts of a fused, LoRA-adapted expert weight
+(`w[e]` per expert: HF's eager loop, the per-expert arms) does this E times per weight per layer, each one the size
+of all E experts (tests/test_moe.py counts the select_backwards on CPU)."""
+MIN_SLICE_GRAD_CALLS = 64
+"""Fill and add calls per step from which the pattern is named (one layer of a 64-expert model)."""
 
-def levers(components: list[dict], *, attention_flops: str | None = None, min_share: float = 0.05) -> list[dict]:
+
+def slice_gradients(top_kernels: list[dict] | None, step_ms: float | None) -> dict | None:
+    """The whole-tensor gradient per slice (FILL + ADD kernels, each at least MIN_SLICE_GRAD_CALLS per step), from
+    `decompose.top_kernels` rows: {component, ms, share (of the step), fills, adds, lever}; None when absent."""
+    if not top_kernels or not step_ms:
+        return None
+    fills = [k for k in top_kernels if FILL in str(k.get("name"))]
+    adds = [k for k in top_kernels if ADD in str(k.get("name"))]
+    nf, na = sum(k["count"] for k in fills), sum(k["count"] for k in adds)
+    if nf < MIN_SLICE_GRAD_CALLS or na < MIN_SLICE_GRAD_CALLS:
+        return None
+    ms = sum(k["ms"] for k in fills + adds)
+    return {"component": "slice gradients (fill + add)", "ms": ms, "share": ms / step_ms, "fills": nf, "adds": na,
+            "lever": f"{nf:.0f} zero-fills and {na:.0f} adds of whole tensors per step ({ms:.0f} ms): a gradient "
+                     "built slice by slice, as a per-expert loop over a fused LoRA-adapted expert weight does (each "
+                     "expert's w[e] back-propagates through a zero tensor of all experts' size): index every expert "
+                     "at once (transformers' grouped_mm experts, or the `grouped` arm)"}
+
+
+def levers(components: list[dict], *, attention_flops: str | None = None, min_share: float = 0.05,
+           top_kernels: list[dict] | None = None) -> list[dict]:
     """[{component, ms, share, lever}] for the components (rows of `decompose.summary(...)`) other than gemm /
-    attention that take at least `min_share` of the step, largest first; plus attention when it is computed dense."""
+    attention that take at least `min_share` of the step, largest first; plus attention when it is computed dense;
+    first of all, a gradient built slice by slice (`slice_gradients`, from `top_kernels`) that takes `min_share`."""
     rows = [r for r in components if r.get("component") in LEVERS and (r.get("share") or 0) >= min_share]
     out = [{"component": r["component"], "ms": r["ms"], "share": r["share"], "lever": LEVERS[r["component"]]}
            for r in sorted(rows, key=lambda r: -r["share"])]
+    step = next((r.get("ms") for r in components if r.get("component") == "step_ms"), None)
+    sg = slice_gradients(top_kernels, step)
+    if sg is not None and sg["share"] >= min_share:
+        out.insert(0, sg)
     att = next((r for r in components if r.get("component") == "attention"), None)
     if attention_flops in DENSE_ATTENTION:
         gemm = next((r for r in components if r.get("component") == "gemm"), None)

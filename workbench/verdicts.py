@@ -414,8 +414,10 @@ def comparison_verdict(run_dir: str, c: dict, results: pd.DataFrame, meta: dict)
         c["breakdown"] = {}
         for a, e in traced.items():
             comps = decompose.summary(e).to_dict("records")
-            c["breakdown"][a] = {"components": comps, "top_kernels": decompose.top_kernels(e, 8).to_dict("records"),
-                                 "levers": levers(comps, attention_flops=_arms(c).get(a, {}).get("attention_flops"))}
+            top = decompose.top_kernels(e, 8).to_dict("records")
+            c["breakdown"][a] = {"components": comps, "top_kernels": top,
+                                 "levers": levers(comps, attention_flops=_arms(c).get(a, {}).get("attention_flops"),
+                                                  top_kernels=top)}
     decomp = None
     if base in traced and opt_arm in traced:
         decomp = decompose.compare(traced[base], traced[opt_arm], measured_ms=measured["mean"])
