@@ -798,6 +798,22 @@ def top_kernels(profiles: str | None = None, include_incomplete_comparisons=Fals
     return _frame(rows, TOP_KERNEL_COLUMNS, ("count", "ms", "share"))
 
 
+LEVER_COLUMNS = ["folder", "comparison", "arm", "role", "rank", "component", "ms", "share", "lever", "file"]
+
+
+def levers(profiles: str | None = None, include_incomplete_comparisons=False, **discover_kw) -> pd.DataFrame:
+    """What would move each traced arm closer to the GPU's limit (`LEVER_COLUMNS`; `workbench.levers`, written by
+    `python -m workbench.verdicts` into each arm's breakdown): the component or kernel pattern, its ms per traced step
+    and share of the step, and the lever, ranked."""
+    rows = []
+    for r, c, a, role, b in _traced_arms(profiles, include_incomplete_comparisons, discover_kw):
+        rows += [{"folder": r["folder"], "comparison": _name(c), "arm": a, "role": role, "rank": i + 1,
+                  **{k: x.get(k) for k in ("component", "ms", "share", "lever")},
+                  "file": os.path.join(r["folder"], "summary.json")}
+                 for i, x in enumerate(b.get("levers") or [])]
+    return _frame(rows, LEVER_COLUMNS, ("ms", "share"))
+
+
 # --- L sweeps of the measured saving, and the (L-1) test ----------------------------------------------------------
 
 SWEEP_POINT_COLUMNS = ["folder", "group", "key", "x", "opt", "model", "tokens", "attn", "baseline", "arm",
