@@ -475,12 +475,13 @@ def test_decomposition_breakdown_and_top_kernels(tmp_path):
         assert f(str(tmp_path / "empty")).empty  # no run: an empty frame with its columns
 
 
-def _sweep(layers, saving, ci_half=1.0, name="packing"):
+def _sweep(layers, saving, ci_half=1.0, name="packing", predicted=None):
     out = []
     for L in layers:
         c = packing(f"{name}@layers={L}", L)
         m = saving(L)
-        out.append(with_verdict(c, m, [m - 1, m + 1], m, [m - ci_half, m + ci_half], traced=False))
+        p = m if predicted is None else predicted(L)
+        out.append(with_verdict(c, p, [p - 1, p + 1], m, [m - ci_half, m + ci_half], traced=predicted is not None))
     return out
 
 
@@ -508,6 +509,15 @@ def test_sweep_fits_and_the_l_minus_1_test(tmp_path):
     c = an.sweep_fits(str(tmp_path / "q")).iloc[0]
     assert c["at1_zero"] and not c["l1_zero"] and c["l_minus_1"] == "refuted"
     assert "measured at L=1: 0.8 ms [0.5, 1.1] excludes 0" in c["l_minus_1_by"]
+    # the workbench's own model at L = 1: its prediction there, against the fit and the point
+    assert pd.isna(a["model_at1_ms"]) and a["model_at1"] is None  # untraced: no prediction
+    write_run(str(tmp_path / "m" / "on"), _sweep(noise, lambda L: s * L + noise[L], predicted=lambda L: s * L))
+    write_run(str(tmp_path / "m" / "off"), _sweep(noise, lambda L: s * L + noise[L], predicted=lambda L: s * L + 3))
+    both = an.sweep_fits(str(tmp_path / "m")).set_index("folder")
+    assert both.loc[os.path.join("m", "on"), "model_at1"] == "confirmed"
+    m = both.loc[os.path.join("m", "off")]
+    assert m["model_at1_ms"] == pytest.approx(5.5) and m["model_at1"] == "refuted"
+    assert "fit at L=1 excludes 5.5 ms" in m["model_at1_by"] and "measured at L=1 excludes 5.5 ms" in m["model_at1_by"]
     # two points: no CI, untested
     write_run(str(tmp_path / "r" / "two"), _sweep([4, 8], lambda L: 2.0 * L))
     assert an.sweep_fits(str(tmp_path / "r")).iloc[0]["l_minus_1"] == "untested"

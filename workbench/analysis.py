@@ -822,7 +822,8 @@ SWEEP_POINT_COLUMNS = ["folder", "group", "key", "x", "opt", "model", "tokens", 
 SWEEP_FIT_COLUMNS = ["folder", "group", "key", "opt", "model", "tokens", "attn", "baseline", "arm", "n_points", "xs",
                      "slope_ms", "slope_ci95_lo", "slope_ci95_hi", "intercept_ms", "intercept_ci95_lo",
                      "intercept_ci95_hi", "r2", "at1_ms", "at1_ci95_lo", "at1_ci95_hi", "at1_zero", "l1_measured_ms",
-                     "l1_ci95_lo", "l1_ci95_hi", "l1_zero", "l_minus_1", "l_minus_1_by", "file"]
+                     "l1_ci95_lo", "l1_ci95_hi", "l1_zero", "l_minus_1", "l_minus_1_by", "model_at1_ms", "model_at1",
+                     "model_at1_by", "file"]
 
 
 def sweep_points(profiles: str | None = None, key: str = "layers", include_incomplete_comparisons=False,
@@ -871,7 +872,11 @@ def sweep_fits(profiles: str | None = None, points: pd.DataFrame | None = None, 
     The (L-1) form (no saving with one layer) is tested twice where it can be: `at1_zero` = the fitted saving at
     L = 1 is zero within its CI; `l1_zero` = where the sweep includes L = 1, that point's measured CI contains 0
     (None otherwise). `l_minus_1` is "confirmed" when every test that applies passes, "refuted" when one fails,
-    "untested" without a CI (fewer than 3 points); `l_minus_1_by` says which tests decided it."""
+    "untested" without a CI (fewer than 3 points); `l_minus_1_by` says which tests decided it.
+
+    The workbench's own model is tested the same way at L = 1 where the sweep's L = 1 point has a prediction
+    (`model_at1_ms`, e.g. one build for packing, one reload for offload): `model_at1` is "confirmed" when the
+    fitted saving at L = 1 and that point's measured saving both have CIs containing it."""
     pts = sweep_points(profiles, **kw) if points is None else points
     rows = []
     for (folder, group, key, arm), g in pts.groupby(["folder", "group", "key", "arm"], sort=False):
@@ -895,6 +900,16 @@ def sweep_fits(profiles: str | None = None, points: pd.DataFrame | None = None, 
             tests.append((l1_zero, f"measured at L=1: {l1['measured_ms']:.1f} ms [{l1['measured_ci95_lo']:.1f}, "
                                    f"{l1['measured_ci95_hi']:.1f}] " + ("contains 0" if l1_zero else "excludes 0")))
         verdict = "untested" if not tests else ("confirmed" if all(t for t, _ in tests) else "refuted")
+        own = None if l1 is None or pd.isna(l1.get("predicted_ms")) else float(l1["predicted_ms"])
+        own_tests = []
+        if own is not None and alo is not None:
+            ok = bool(alo <= own <= ahi)
+            own_tests.append((ok, f"fit at L=1 {'contains' if ok else 'excludes'} {own:.1f} ms"))
+        if own is not None and l1_zero is not None:
+            ok = bool(l1["measured_ci95_lo"] <= own <= l1["measured_ci95_hi"])
+            own_tests.append((ok, f"measured at L=1 {'contains' if ok else 'excludes'} {own:.1f} ms"))
+        own_verdict = None if own is None else ("untested" if not own_tests else
+                                                 "confirmed" if all(t for t, _ in own_tests) else "refuted")
         g0 = g.iloc[0] if len(g) else {}
         rows.append({"folder": folder, "group": group, "key": key,
                      **{k: g0.get(k) for k in ("opt", "model", "tokens", "attn", "baseline")}, "arm": arm,
@@ -906,10 +921,12 @@ def sweep_fits(profiles: str | None = None, points: pd.DataFrame | None = None, 
                      "l1_ci95_lo": None if l1 is None else l1["measured_ci95_lo"],
                      "l1_ci95_hi": None if l1 is None else l1["measured_ci95_hi"], "l1_zero": l1_zero,
                      "l_minus_1": verdict, "l_minus_1_by": "; ".join(s for _, s in tests) or "fewer than 3 points",
-                     "file": g0.get("file")})
+                     "model_at1_ms": own, "model_at1": own_verdict,
+                     "model_at1_by": "; ".join(s for _, s in own_tests) or None, "file": g0.get("file")})
     return _frame(rows, SWEEP_FIT_COLUMNS, ("tokens", "slope_ms", "slope_ci95_lo", "slope_ci95_hi", "intercept_ms",
                                             "intercept_ci95_lo", "intercept_ci95_hi", "r2", "at1_ms", "at1_ci95_lo",
-                                            "at1_ci95_hi", "l1_measured_ms", "l1_ci95_lo", "l1_ci95_hi"))
+                                            "at1_ci95_hi", "l1_measured_ms", "l1_ci95_lo", "l1_ci95_hi",
+                                            "model_at1_ms"))
 
 
 # --- the same comparison across runs -------------------------------------------------------------------------------

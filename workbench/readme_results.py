@@ -440,7 +440,9 @@ def _sweep_section(ctx: _Ctx) -> list[str]:
              "CI); a least-squares line through them (`workbench.stats.linear_fit`: slope and intercept with 95% CIs, "
              "t with n-2 dof) and the fitted saving at L = 1 with its CI. The (L-1) form says one layer saves nothing: "
              "it holds when the fitted saving at L = 1 is zero within its CI, and, where the sweep ran L = 1, when "
-             "that point's measured CI contains 0. A wide CI at L = 1 makes the test weak: read it beside the CI.", ""]
+             "that point's measured CI contains 0. A wide CI at L = 1 makes the test weak: read it beside the CI. "
+             "The workbench's own model is tested the same way against its prediction at L = 1 (one build for "
+             "packing; one reload, the first-reload term, for offload), where that point was traced.", ""]
     rows = []
     for f in fits.to_dict("records"):
         p = pts[(pts["folder"] == f["folder"]) & (pts["group"] == f["group"]) & (pts["arm"] == f["arm"])]
@@ -452,10 +454,12 @@ def _sweep_section(ctx: _Ctx) -> list[str]:
                      f"{_f(f['slope_ci95_hi'], '{:.2f}')}]",
                      _ms_ci(f["intercept_ms"], f["intercept_ci95_lo"], f["intercept_ci95_hi"]),
                      _ms_ci(f["at1_ms"], f["at1_ci95_lo"], f["at1_ci95_hi"]), _f(f["r2"], "{:.3f}"),
-                     f"**{f['l_minus_1']}**: {f['l_minus_1_by']}", ctx.link(f["file"])])
+                     f"**{f['l_minus_1']}**: {f['l_minus_1_by']}",
+                     f"**{f['model_at1']}**: {f['model_at1_by']}" if isinstance(f.get("model_at1"), str) else "-",
+                     ctx.link(f["file"])])
     lines += _table(["sweep", "model", "tokens", "attn", "arms", "measured saving per L [95% CI]",
                      "slope ms per layer [95% CI]", "intercept [95% CI]", "fitted at L=1 [95% CI]", "r2",
-                     "(L-1) form", "file"], rows)
+                     "(L-1) form", "the workbench's model at L=1", "file"], rows)
     src = sorted(set(pts["measured_from"]))
     if any(s.startswith("results.csv") for s in src):
         lines += ["Runs made before the verdicts hold no measured CI in their summary.json: their points are the same "
