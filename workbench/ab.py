@@ -164,7 +164,11 @@ def plan(args, device: torch.device) -> list[Comparison]:
             names = ["baseline", "optimized"] if not args.aa else ["baseline", "baseline"]
             specs = [{o: (m.BASELINE if which == "baseline" else m.OPTIMIZED) for o, m in mods.items()}
                      for which in names]
-            if not args.aa and "hf_grouped_mm" in getattr(mods.get("moe"), "ARMS", ()):
+            moe_arms = getattr(mods.get("moe"), "ARMS", ())
+            if not args.aa and "grouped" in moe_arms:
+                # the floor: the optimized arms with the sync-free grouped experts instead of the routing fix
+                specs.append({**specs[1], "moe": "grouped"})
+            if not args.aa and "hf_grouped_mm" in moe_arms:
                 # the anchor: the optimized arms with transformers' own grouped_mm experts instead of ours
                 specs.append({**specs[1], "moe": "hf_grouped_mm"})
             labels = _unique_labels(["+".join(a.values()) for a in specs])
@@ -985,7 +989,8 @@ def parse_args(argv=None):
     p = _Parser(prog="python -m workbench.ab", description=__doc__, formatter_class=_HelpFormatter,
                 epilog=_epilog())
     p.add_argument("--opt", default="all", choices=OPT_CHOICES, help="the optimization to compare (all: each, then "
-                   "all three together)")
+                   "all three together, with two more MoE arms on top of the other two fixes: grouped, the floor, and "
+                   "hf_grouped_mm, transformers' own grouped_mm as the anchor)")
     p.add_argument("--model", default=None, help="preset or local HF checkpoint dir (None: per --opt and device)")
     p.add_argument("--layers", type=_positive(int), default=None, help="override the layer count (None: per --opt)")
     p.add_argument("--tokens", type=_positive(int), default=None, help="packed tokens per batch (None: per device)")
