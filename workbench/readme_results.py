@@ -617,20 +617,19 @@ def execute_notebooks(paths: list[str], timeout: int = 600, repo: str = REPO) ->
 @contextlib.contextmanager
 def environ(overrides: dict):
     """Set environment variables for the duration (a None value unsets one); restore them after."""
+    def put(values: dict) -> None:
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
     old = {k: os.environ.get(k) for k in overrides}
     try:
-        for k, v in overrides.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        put(overrides)
         yield
     finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        put(old)
 
 
 # --- rendering ----------------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The analytic savings models, as pure functions; each docstring states its formula and inputs.
 
-Sections: packing ((L-1)*s), offload ((L-1)*min(c,g) published; plus the first reload behind the queued work), MoE routing. Each returns a dict with at least
+Sections: packing ((L-1)*s), offload ((L-1)*min(c,g) as published, plus the first reload behind the queued work),
+MoE routing. Each returns a dict with at least
 `formula`, `predicted_ms` and `inputs`. `workbench.verdicts` feeds them in-situ inputs from traces, propagates
 the inputs' spread, and judges them against the engine's measured saving.
 """
@@ -69,7 +70,7 @@ def offload_saving(c_ms, g_ms, *, layers: int | None = None, measured_ms: float 
         predicted_ms = min(c_{L-1}, h) + sum_{i=1}^{L-1} min(c_{i-1}, g_i)     (~ L·min(c, g) when h >= c)
         overlap_efficiency = measured_ms / predicted_ms
 
-    The lead term was added after the H100 L sweeps at L=1 (llama-3.2-1b) and on qwen3-8b measured a saving the
+    The lead term was added after the H100 L sweeps (llama-3.1-8b at L=1, qwen3-8b at L=2-4) measured a saving the
     published form lacks, and the traces showed all L reloads hidden (profiles/RESULTS.md); without `lead_ms` the
     result is the published form.
 
@@ -114,7 +115,8 @@ def offload_saving(c_ms, g_ms, *, layers: int | None = None, measured_ms: float 
         "first_reload_ms": first,
         "measured_ms": None if measured_ms is None else float(measured_ms),
         "overlap_efficiency": eff,
-        "inputs": {"layers": L, "c_ms": c, "g_ms": g, "c_mean_ms": sum(c) / L, "g_mean_ms": sum(g) / L, "lead_ms": lead_ms,
+        "inputs": {"layers": L, "c_ms": c, "g_ms": g, "c_mean_ms": sum(c) / L, "g_mean_ms": sum(g) / L,
+                   "lead_ms": lead_ms,
                    "blocking_backward_ms": blocking, "overlapped_backward_ms": blocking - predicted,
                    "bound": "reload" if sum(c) > sum(g) else "compute"},
     }

@@ -88,6 +88,13 @@ def _step_of(events: pd.DataFrame, windows: pd.DataFrame) -> np.ndarray:
     return out
 
 
+def _gpu_busy(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The merged union of all GPU work (kernels and copies, any stream) and its prefix lengths, for `_covered_ns`."""
+    gpu = events[events["kind"].isin(("kernel", "memcpy"))]
+    u = decompose._union(gpu[["start_ns", "end_ns"]].to_numpy(dtype=np.int64))
+    return u, np.concatenate([[0], np.cumsum(u[:, 1] - u[:, 0])])
+
+
 def _covered_ns(union: np.ndarray, prefix: np.ndarray, lo: int, hi: int) -> int:
     """Length of a merged union inside [lo, hi], with `prefix` = cumulative lengths of its intervals."""
     if hi <= lo or not len(union):
@@ -113,8 +120,7 @@ def packing_builds(events: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     win = decompose.step_windows(events)
     gpu = events[events["kind"].isin(("kernel", "memcpy"))]
-    u = decompose._union(gpu[["start_ns", "end_ns"]].to_numpy(dtype=np.int64))
-    prefix = np.concatenate([[0], np.cumsum(u[:, 1] - u[:, 0])])
+    u, prefix = _gpu_busy(events)
     first_gpu = gpu[gpu["correlation"].notna()].groupby("correlation")["start_ns"].min()
     rt = events[(events["kind"] == "runtime") & events["name"].astype(str).str.contains("Launch", case=False)
                 & events["correlation"].isin(first_gpu.index)].sort_values("start_ns")
@@ -152,9 +158,7 @@ def first_reload_lead(events: pd.DataFrame) -> pd.DataFrame:
     launch = launch.groupby("correlation")["start_ns"].min()
     cp = cp.assign(step=_step_of(cp, win), launch_ns=cp["correlation"].map(launch))
     cp = cp[(cp["step"] >= 0) & cp["launch_ns"].notna()]
-    gpu = events[events["kind"].isin(("kernel", "memcpy"))]
-    u = decompose._union(gpu[["start_ns", "end_ns"]].to_numpy(dtype=np.int64))
-    prefix = np.concatenate([[0], np.cumsum(u[:, 1] - u[:, 0])])
+    u, prefix = _gpu_busy(events)
     rows = []
     for step, grp in cp.groupby("step"):
         first = grp.loc[grp["start_ns"].idxmin()]
