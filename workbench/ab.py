@@ -637,10 +637,12 @@ class Runner:
         if o is not None and o.get("vs_baseline"):
             c = o["vs_baseline"]
             out.update(speedup=c["speedup"], speedup_ci95=c["ci95"], verdict=c["verdict"], n_pairs=c["n_pairs"],
-                       outlier_pairs=c["outlier_pairs"])
-            b_ms, o_ms = engine.pairs(samples, cmp.baseline, cmp.optimized)
+                       n_reps=c["n_units"], outlier_pairs=c["outlier_pairs"],
+                       variance_components=c["variance_components"])
+            b_ms, o_ms, reps = engine.pairs(samples, cmp.baseline, cmp.optimized)
             if b_ms:
-                out["savings_model"]["measured_ms"] = sum(x - y for x, y in zip(b_ms, o_ms)) / len(b_ms)
+                from workbench import stats
+                out["savings_model"]["measured_ms"] = stats.paired_difference(b_ms, o_ms, reps)["mean"]
         ran_all = all(arm_status[s.label]["status"] in ("ok", "skipped") for s in cmp.arms)
         out["equivalent"] = bool(ran_all and equiv and all(
             equiv.get(s.label, {}).get("equivalent", False) for s in cmp.arms if arm_status[s.label]["status"] == "ok"))

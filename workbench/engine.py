@@ -12,9 +12,11 @@ Protocol (a comparison = arms x reps over one fixed batch sequence):
   (`assert_uninstrumented` checks before every timed step); NVTX ranges are the only instrument left on.
 - With `target_ci_pct`, reps continue past `reps` until the speedup's 95% CI half-width is under it, `budget_s` is
   spent, or `max_reps` is reached; `stopped_by` says which.
-Samples pair by (rep, step): every arm sees batch `step mod nb` at step `step` of every rep. Steps beyond the outlier
-rule of `workbench.stats` (within one (arm, batch) cell) are reported and counted; pairs holding one are left out of
-the estimate, and the estimate with them is reported beside it.
+Samples pair by (rep, step): every arm sees batch `step mod nb` at step `step` of every rep. Because each arm runs as
+one block per rep, the pairs of one rep share that rep's block effects: the rep is the unit of independence, and
+every CI is a t-interval over per-rep log ratios (`workbench.stats.paired_speedup`), so more, shorter reps buy
+precision, not more steps. Every pair counts; steps beyond the outlier rule of `workbench.stats` are listed as a
+diagnostic, never dropped. `workbench.power` simulates this protocol (rep effects, drift) and checks its coverage.
 
 Sync counts and traces come from separate passes (`workbench.ab`), never from these steps.
 """
@@ -83,8 +85,9 @@ class Protocol:
         d = dataclasses.asdict(self)
         d["rule"] = (f"warmup: >= max(warmup_min, nb + 1) steps, until a step is within {self.settle_pct}% of the "
                      f"previous step on the same batch, <= {self.warmup_max}; arm order rotated by one per rep; "
-                     f"pairs by (rep, step); outliers: |t - median(arm, batch)| > {stats.OUTLIER_K} x "
-                     f"max(MAD, {stats.OUTLIER_FLOOR:.0%} of the median)")
+                     f"pairs by (rep, step); unit of independence: the rep (t-interval on per-rep log ratios, "
+                     f"verdict from {stats.MIN_UNITS} reps); every pair counts; outliers (listed, not dropped): "
+                     f"|t - median(arm, batch)| > {stats.OUTLIER_K} x max(MAD, {stats.OUTLIER_FLOOR:.0%} of the median)")
         return d
 
 
@@ -235,26 +238,24 @@ def flag_outliers(samples: list[dict]) -> None:
             s["outlier"] = bool(m)
 
 
-def pairs(samples: list[dict], baseline: str, other: str, *, drop_outliers: bool = True) -> tuple[list, list]:
-    """(baseline step_ms, other step_ms) paired by (rep, step); pairs with an outlier left out when asked."""
-    flag_outliers(samples)
+def pairs(samples: list[dict], baseline: str, other: str) -> tuple[list, list, list]:
+    """(baseline step_ms, other step_ms, rep) paired by (rep, step), every pair (outliers included)."""
     b = {(s["rep"], s["step"]): s for s in samples if s["arm"] == baseline}
     o = {(s["rep"], s["step"]): s for s in samples if s["arm"] == other}
     keys = sorted(set(b) & set(o))
-    if drop_outliers:
-        keys = [k for k in keys if not (b[k]["outlier"] or o[k]["outlier"])]
-    return [b[k]["step_ms"] for k in keys], [o[k]["step_ms"] for k in keys]
+    return [b[k]["step_ms"] for k in keys], [o[k]["step_ms"] for k in keys], [k[0] for k in keys]
 
 
 def paired_comparison(samples: list[dict], baseline: str, other: str) -> dict:
-    """The speedup of `other` over `baseline` with its 95% CI and verdict (`workbench.stats.paired_speedup`), from
-    pairs without outliers; `with_outliers` gives the estimate over every pair."""
-    b, o = pairs(samples, baseline, other)
-    res = stats.paired_speedup(b, o)
-    b_all, o_all = pairs(samples, baseline, other, drop_outliers=False)
-    res["n_pairs_with_outliers"] = len(b_all)
-    res["outlier_pairs"] = len(b_all) - len(b)
-    if res["outlier_pairs"]:
-        w = stats.paired_speedup(b_all, o_all)
-        res["with_outliers"] = {k: w[k] for k in ("speedup", "ci95", "verdict")}
+    """The speedup of `other` over `baseline` with its 95% CI and verdict (`workbench.stats.paired_speedup`, the
+    rep as the unit), from every pair. Outliers (`flag_outliers`) are listed as a diagnostic (`outlier_steps`:
+    arm, rep, step, batch, step_ms), never dropped; `variance_components` are the two arms' rep / batch / step
+    SDs."""
+    flag_outliers(samples)
+    b, o, reps = pairs(samples, baseline, other)
+    res = stats.paired_speedup(b, o, reps)
+    flagged = [s for s in samples if s["arm"] in (baseline, other) and s.get("outlier")]
+    res["outlier_pairs"] = len({(s["rep"], s["step"]) for s in flagged})
+    res["outlier_steps"] = [{k: s[k] for k in ("arm", "rep", "step", "batch", "step_ms")} for s in flagged]
+    res["variance_components"] = stats.variance_components([s for s in samples if s["arm"] in (baseline, other)])
     return res

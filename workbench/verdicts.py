@@ -387,13 +387,13 @@ def _events(run_dir: str, cmp_name: str, arm: str) -> pd.DataFrame | None:
 
 
 def measured_saving(results: pd.DataFrame, cmp_name: str, baseline: str, arm: str) -> dict:
-    """The engine's paired saving (baseline - arm step ms) of a comparison, outlier pairs left out."""
+    """The engine's paired saving (baseline - arm step ms) of a comparison: every pair, the rep as the unit."""
     from workbench import engine
     r = results[(results["comparison"] == cmp_name) & (results["metric"] == "step_ms") & results["rep"].notna()]
     samples = [dict(arm=x.arm, rep=int(x.rep), step=int(x.step), batch=int(x.batch) if x.batch == x.batch else 0,
                     step_ms=float(x.value)) for x in r.itertuples()]
-    b, o = engine.pairs(samples, baseline, arm)
-    return stats.paired_difference(b, o)
+    b, o, reps = engine.pairs(samples, baseline, arm)
+    return stats.paired_difference(b, o, reps)
 
 
 def _arms(c: dict) -> dict:
