@@ -11,6 +11,18 @@ optimization (None leaves it alone). Packing needs packed batches with `position
 document and batch size 1 (`DataCollatorWithFlattening`, TRL's padding-free collator). The `precomputed`
 packing arm builds its metadata at collate time: call `handle.prepare_batch` in your collator and pass
 `handle.inputs_fn(model, batch)` to the model; every other arm needs nothing but the model call.
+
+Precision: the workbench times the step `transformers.Trainer(bf16=True)` runs (`workbench.precision`): a bf16 base,
+fp32 LoRA adapters (peft's default), forward and loss under bf16 autocast, backward outside it. Under Trainer with
+`bf16=True` nothing more is needed (accelerate wraps the forward). In your own loop, the same step is
+
+    from workbench.api import forward_context
+    with forward_context("autocast", "cuda"):      # or "bf16" / "fp32-adapters": no autocast
+        loss = model(**batch).loss
+    loss.backward()
+
+and `lora_kwargs(precision)` gives the keyword of `peft.get_peft_model` for each precision (adapters in the base
+dtype for "bf16").
 """
 from __future__ import annotations
 
@@ -18,6 +30,7 @@ import inspect
 
 from workbench import opts as _opts
 from workbench.errors import WorkbenchError
+from workbench.precision import forward_context, lora_kwargs  # noqa: F401 - public: the timed step's precision
 
 ORDER = ("packing", "moe", "offload")
 """Application order (reverted in reverse): attention, experts, then the checkpoint function."""

@@ -15,7 +15,10 @@ batch (batch 0 of the sequence every arm is timed on), and compares the loss and
    device for the whole batch, the reference is computed over the batch's documents in chunks and summed with
    token weights: packed documents are isolated, so this is the same function, on the same batch.
 
-The criterion is written into meta.json before the first step (`describe()`), and never changes during a run.
+The dtype that picks the tolerance is the one the step computes in (`workbench.precision.compute_dtype`): bf16 for a
+run under autocast (precision `autocast`), whatever dtype the parameters hold; the fp32 reference runs without
+autocast. The criterion is written into meta.json before the first step (`describe()`), and never changes during a
+run.
 """
 from __future__ import annotations
 
@@ -116,17 +119,26 @@ class GradCapture:
 
 class Upcast:
     """Parameters (not buffers: rotary tables stay as built) in float32 for a reference pass, then back to their
-    own dtypes; a bf16 / fp16 value survives the round trip exactly."""
+    own dtypes; a bf16 / fp16 value survives the round trip exactly. Inside, the model runs without autocast
+    (`workbench.precision.overridden`): an autocast forward would compute in bf16 whatever the parameters hold."""
 
     def __init__(self, model, dtype=torch.float32):
         self.model, self.dtype, self.orig = model, dtype, {}
+        self._no_autocast = None
 
     def __enter__(self):
-        with torch.no_grad():
-            for n, p in self.model.named_parameters():
-                if p.is_floating_point() and p.dtype != self.dtype:
-                    self.orig[n] = p.dtype
-                    p.data = p.data.to(self.dtype)
+        from workbench import precision
+        self._no_autocast = precision.overridden(self.model, precision.FP32_ADAPTERS)
+        self._no_autocast.__enter__()
+        try:
+            with torch.no_grad():
+                for n, p in self.model.named_parameters():
+                    if p.is_floating_point() and p.dtype != self.dtype:
+                        self.orig[n] = p.dtype
+                        p.data = p.data.to(self.dtype)
+        except BaseException:  # out of memory half way: the model as it was, before the caller retries in chunks
+            self.__exit__(None, None, None)
+            raise
         return self
 
     def __exit__(self, *exc):
@@ -135,6 +147,10 @@ class Upcast:
                 if n in self.orig:
                     p.data = p.data.to(self.orig[n])
                     p.grad = None
+        self.orig = {}
+        if self._no_autocast is not None:
+            self._no_autocast.__exit__(*exc)
+            self._no_autocast = None
         return False
 
 

@@ -64,20 +64,26 @@ def make_optimizer(model, lr: float = 1e-4) -> torch.optim.Optimizer:
 
 
 def train_step(model, batch, optimizer, *, step: int = 0, ranges: Ranges | None = None,
-               counter: SyncCounter | None = None, inputs_fn: Callable = model_inputs) -> StepRecord:
+               counter: SyncCounter | None = None, inputs_fn: Callable = model_inputs,
+               precision: str | None = None) -> StepRecord:
     """One training step (forward, backward, AdamW) on `batch`, timed; the StepRecord of it.
 
-    With `counter` None and `ranges` NVTX-only this is an uninstrumented step (what the engine times); the loss is
-    read back after the timer has synchronized, outside the measured region.
+    The forward and the loss run under `workbench.precision.forward_context` of `precision` (None: the one the model
+    was built for, `precision.of(model)`): bf16 autocast as Trainer(bf16=True) runs it, or nothing; the backward and
+    the optimizer step run outside it. With `counter` None and `ranges` NVTX-only this is an uninstrumented step (what
+    the engine times); the loss is read back after the timer has synchronized, outside the measured region.
     """
+    from workbench import precision as prec
+
     device = next(model.parameters()).device
+    fwd_ctx = prec.forward_context(precision or prec.of(model), device.type)
     ranges = ranges or Ranges(nvtx=False, profiler=False)
     timer = StepTimer(device)
     reset_peak_mem(device)
     with ranges.activate(), (counter if counter is not None else contextlib.nullcontext()):
         timer.mark("start")
         with span("wb/step"):
-            with state.phase(state.FORWARD), span("wb/fwd"):
+            with state.phase(state.FORWARD), span("wb/fwd"), fwd_ctx:
                 loss = model(**inputs_fn(model, batch)).loss
             timer.mark("fwd")
             with state.phase(state.BACKWARD), span("wb/bwd"):
@@ -101,8 +107,8 @@ def train_step(model, batch, optimizer, *, step: int = 0, ranges: Ranges | None 
 
 def train_steps(model, batches, *, steps: int, warmup: int = 0, optimizer: torch.optim.Optimizer | None = None,
                 lr: float = 1e-4, ranges: Ranges | None = None, count_syncs: bool = True, cross_check: bool = False,
-                inputs_fn: Callable = model_inputs, on_step: Callable[[StepRecord], None] | None = None
-                ) -> list[StepRecord]:
+                inputs_fn: Callable = model_inputs, on_step: Callable[[StepRecord], None] | None = None,
+                precision: str | None = None) -> list[StepRecord]:
     """Run `warmup + steps` training steps over `batches` (cycled; already on the model's device).
 
     Returns the timed steps' records. `on_step` is called after every timed step (progress display). A fixed
@@ -115,7 +121,7 @@ def train_steps(model, batches, *, steps: int, warmup: int = 0, optimizer: torch
     for i in range(warmup + steps):
         counter = SyncCounter(cross_check=cross_check, device_type=device.type) if count_syncs else None
         rec = train_step(model, batches[i % len(batches)], optimizer, step=i - warmup, ranges=ranges,
-                         counter=counter, inputs_fn=inputs_fn)
+                         counter=counter, inputs_fn=inputs_fn, precision=precision)
         if i < warmup:
             continue
         records.append(rec)

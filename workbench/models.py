@@ -293,15 +293,21 @@ def family_of(config) -> str:
 
 def build_model(model: str, *, layers: int | None = None, attn: str | None = None, device: str | torch.device = "cpu",
                 dtype: torch.dtype | None = None, seed: int = 0, lora_rank: int = 16, lora: bool = True,
-                experts_implementation: str | None = None):
+                experts_implementation: str | None = None, precision: str = "auto"):
     """Build a causal LM (random seeded weights for a preset, or a local checkpoint), with LoRA via peft.
 
-    Returns the (peft-wrapped) model in train mode, base frozen, on `device`.
+    `precision` (workbench.precision: auto | autocast | bf16 | fp32-adapters) is resolved for `device`, picks the
+    base dtype when `dtype` is None (`precision.model_dtype`) and the adapters' dtype, and is recorded on the model:
+    `harness.train_step` runs the forward under its `forward_context`. Returns the (peft-wrapped) model in train
+    mode, base frozen, on `device`.
     """
     from transformers import AutoModelForCausalLM
 
+    from workbench import precision as prec
+
     device = torch.device(device)
-    dtype = dtype or default_dtype(device)
+    precision = prec.resolve(device, precision)
+    dtype = dtype or prec.model_dtype(precision, device)
     config = load_config(model, layers, attn, experts_implementation)
     torch.manual_seed(seed)
     try:
@@ -320,7 +326,8 @@ def build_model(model: str, *, layers: int | None = None, attn: str | None = Non
                              f"({', '.join(ATTN_CHOICES[:3])})") from None
     m.config.use_cache = False
     if lora:
-        m = add_lora(m, rank=lora_rank, seed=seed)
+        m = add_lora(m, rank=lora_rank, seed=seed, precision=precision)
+    prec.attach(m, precision)
     m.train()
     return m
 
@@ -336,9 +343,10 @@ def _weight_errors() -> tuple[type[BaseException], ...]:
     return tuple(errs)
 
 
-def add_lora(model, rank: int = 16, seed: int = 0):
-    """peft LoRA on the attention/MLP linears (and fused experts); everything else frozen."""
-    from peft import LoraConfig, get_peft_model
+def lora_config(model, rank: int = 16):
+    """The peft LoraConfig the workbench uses: rank r, alpha 2r, no dropout, on the attention/MLP linears present
+    (and the fused expert parameters of MoE families)."""
+    from peft import LoraConfig
 
     if rank <= 0:
         raise WorkbenchError(f"LoRA rank must be positive, got {rank}")
@@ -348,8 +356,23 @@ def add_lora(model, rank: int = 16, seed: int = 0):
                   target_modules=[t for t in LORA_TARGET_MODULES if t in names])
     if fam in MOE_FAMILIES:
         kwargs["target_parameters"] = LORA_TARGET_EXPERT_PARAMETERS
+    return LoraConfig(**kwargs)
+
+
+def add_lora(model, rank: int = 16, seed: int = 0, precision: str = "fp32-adapters"):
+    """peft LoRA on the attention/MLP linears (and fused experts); everything else frozen.
+
+    `precision` (resolved; workbench.precision) sets the adapters' dtype: fp32 (peft's `autocast_adapter_dtype`)
+    for autocast and fp32-adapters, the base dtype for bf16 (`auto` resolves on the model's device). The precision is
+    recorded on the returned model (`workbench.precision.of`)."""
+    from peft import get_peft_model
+
+    from workbench import precision as prec
+
+    precision = prec.resolve(next(model.parameters()).device, precision)
+    config = lora_config(model, rank)
     torch.manual_seed(seed + 1)
-    pm = get_peft_model(model, LoraConfig(**kwargs))
+    pm = get_peft_model(model, config, **prec.lora_kwargs(precision))
     # LoRA B starts at zero in peft; give it small random values so LoRA gradients flow through every path
     # and A/B equivalence checks compare non-trivial gradients.
     g = torch.Generator(device="cpu").manual_seed(seed + 2)
@@ -357,6 +380,7 @@ def add_lora(model, rank: int = 16, seed: int = 0):
         for n, p in pm.named_parameters():
             if p.requires_grad and "lora_B" in n:
                 p.copy_((torch.randn(p.shape, generator=g) * 1e-3).to(p.dtype))
+    prec.attach(pm, precision)
     return pm
 
 
