@@ -17,6 +17,7 @@ and return a plotly figure (`visualize=True` shows it). Notebooks only load, cal
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 
@@ -39,10 +40,11 @@ RUN_COLUMNS = ["path", "folder", "job", "command", "device", "gpu_name", "status
                "run_id", "git_sha", "torch", "transformers"]
 LEFT_OUT_COLUMNS = ["path", "folder", "job", "status", "device", "command", "complete_comparisons",
                     "missing_comparisons", "reason"]
-COMP_COLUMNS = ["folder", "job", "name", "opt", "model", "layers", "tokens", "attn", "gpu_name", "role", "baseline",
-                "arm", "baseline_ms", "arm_ms", "baseline_mean_ms", "arm_mean_ms", "speedup", "ci95_lo", "ci95_hi",
-                "ci_contains_1", "verdict", "n_pairs", "outlier_pairs", "equivalent", "syncs_baseline", "syncs_arm",
-                "instrument_cost_pct", "run_status", "file", "command"]
+COMP_COLUMNS = ["folder", "job", "name", "opt", "model", "layers", "tokens", "attn", "precision", "gpu_name", "role",
+                "baseline", "arm", "baseline_ms", "arm_ms", "baseline_mean_ms", "arm_mean_ms", "speedup", "ci95_lo",
+                "ci95_hi", "ci_contains_1", "verdict", "n_pairs", "n_units", "outlier_pairs", "summary_speedup",
+                "summary_ci95_lo", "summary_ci95_hi", "summary_verdict", "summary_n_pairs", "equivalent",
+                "syncs_baseline", "syncs_arm", "instrument_cost_pct", "run_status", "file", "command"]
 
 
 def _json(path):
@@ -210,11 +212,54 @@ def _frame(rows: list, columns: list, numeric=()) -> pd.DataFrame:
 
 # --- comparisons ---------------------------------------------------------------------------------------------------
 
+_STEP_CACHE: dict = {}
+
+
+def step_samples(run_path: str) -> dict:
+    """{comparison: [sample dicts (arm, rep, step, batch, step_ms)]} of a run folder's results.csv timed steps
+    (cached per file and modification time)."""
+    p = os.path.join(run_path, "results.csv")
+    if not os.path.exists(p):
+        return {}
+    key = (p, os.path.getmtime(p))
+    if key not in _STEP_CACHE:
+        df = pd.read_csv(p, usecols=["comparison", "arm", "rep", "batch", "step", "metric", "value"])
+        df = df[(df["metric"] == "step_ms") & df["rep"].notna() & df["step"].notna()]
+        out: dict = {}
+        for name, g in df.groupby("comparison", sort=False):
+            out[name] = [dict(arm=a, rep=int(r), step=int(st), batch=int(b) if b == b else 0, step_ms=float(v))
+                         for a, r, st, b, v in zip(g["arm"], g["rep"], g["step"], g["batch"], g["value"])]
+        _STEP_CACHE[key] = out
+    return _STEP_CACHE[key]
+
+
+def recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict | None:
+    """The speedup of `arm` over `baseline` recomputed from the run's results.csv with today's engine statistics
+    (`workbench.engine.paired_comparison`: every pair, the rep as the unit, t with R-1 df, no verdict below
+    `stats.MIN_UNITS` reps), with both arms' mean step (`baseline_mean_ms`, `arm_mean_ms`); None without rows. The
+    summary.json of a run made before the rep-level statistics holds the old pair-bootstrap figures: the tables
+    never read those."""
+    from workbench import engine
+
+    smp = step_samples(run_path).get(comparison)
+    if not smp:
+        return None
+    mine = [dict(x) for x in smp if x["arm"] in (baseline, arm)]
+    if not any(x["arm"] == arm for x in mine) or not any(x["arm"] == baseline for x in mine):
+        return None
+    res = engine.paired_comparison(mine, baseline, arm)
+    mean = lambda a: float(pd.Series([x["step_ms"] for x in mine if x["arm"] == a]).mean())  # noqa: E731
+    return {**res, "baseline_mean_ms": mean(baseline), "arm_mean_ms": mean(arm)}
+
+
 def comparisons(profiles: str | None = None, include_incomplete_comparisons=False, **discover_kw) -> pd.DataFrame:
-    """One row per (run, comparison, arm other than the baseline) (`COMP_COLUMNS`): step times are the arms' medians
-    (`*_mean_ms` their means); `speedup` = mean(baseline)/mean(arm) over paired steps with its 95% CI (`ci95_lo/hi`),
-    verdict and pairs, as the engine wrote them (`workbench.stats.paired_speedup`); `role` optimized / other / aa
-    (A/A: the baseline against itself) / nvtx (NVTX ranges off -> on); `file` the summary.json it comes from.
+    """One row per (run, comparison, arm other than the baseline) (`COMP_COLUMNS`): `speedup` = exp(mean per-rep
+    log(mean baseline / mean arm)) over the paired steps with its 95% CI (t over reps, `ci95_lo/hi`), verdict,
+    pairs and reps (`n_units`), recomputed from each run's results.csv (`recomputed`: the rep is the unit, every
+    pair counts); `baseline_mean_ms` / `arm_mean_ms` are the arms' mean timed steps (what the speedup is a ratio
+    of), `baseline_ms` / `arm_ms` their medians; `summary_*` the figures the run's summary.json holds (for runs
+    before the rep-level statistics: the pair bootstrap, outliers dropped); `role` optimized / other / aa (A/A: the
+    baseline against itself) / nvtx (NVTX ranges off -> on); `file` the summary.json it comes from.
     `include_incomplete_comparisons`: True, or job names (e.g. `KEEP_FROM_INCOMPLETE`), to take the comparisons
     whose own status is ok out of incomplete runs; `discover_kw`: include_cpu, include_incomplete."""
     rows = []
@@ -224,20 +269,29 @@ def comparisons(profiles: str | None = None, include_incomplete_comparisons=Fals
             b = c.get("baseline") or {}
             for a, role in _arms(c)[1:]:
                 v = a.get("vs_baseline") or {}
-                lo, hi = v.get("ci95") or [None, None]
+                olo, ohi = v.get("ci95") or [None, None]
+                new = recomputed(r["path"], _name(c), b.get("arm"), a["arm"]) or {}
+                lo, hi = new.get("ci95") or [None, None]
                 rows.append({"folder": r["folder"], "job": r["job"], "name": _name(c), "gpu_name": r["gpu_name"]
                              or r["device"], **{k: c.get(k) for k in ("opt", "model", "layers", "tokens", "attn")},
+                             "precision": c.get("precision"),
                              "role": role, "baseline": b.get("arm"), "arm": a["arm"], "baseline_ms": b.get("step_ms"),
-                             "arm_ms": a.get("step_ms"), "baseline_mean_ms": b.get("step_ms_mean"),
-                             "arm_mean_ms": a.get("step_ms_mean"), "speedup": v.get("speedup"), "ci95_lo": lo,
+                             "arm_ms": a.get("step_ms"),
+                             "baseline_mean_ms": new.get("baseline_mean_ms", b.get("step_ms_mean")),
+                             "arm_mean_ms": new.get("arm_mean_ms", a.get("step_ms_mean")),
+                             "speedup": new.get("speedup"), "ci95_lo": lo,
                              "ci95_hi": hi, "ci_contains_1": None if lo is None else lo <= 1 <= hi,
-                             "verdict": v.get("verdict"), "n_pairs": v.get("n_pairs"),
-                             "outlier_pairs": v.get("outlier_pairs"), "equivalent": a.get("equivalent"),
+                             "verdict": new.get("verdict"), "n_pairs": new.get("n_pairs"),
+                             "n_units": new.get("n_units"), "outlier_pairs": new.get("outlier_pairs"),
+                             "summary_speedup": v.get("speedup"), "summary_ci95_lo": olo, "summary_ci95_hi": ohi,
+                             "summary_verdict": v.get("verdict"), "summary_n_pairs": v.get("n_pairs"),
+                             "equivalent": a.get("equivalent"),
                              "syncs_baseline": b.get("syncs_per_step"), "syncs_arm": a.get("syncs_per_step"),
                              "instrument_cost_pct": a.get("instrument_cost_pct"), "run_status": r["status"],
                              "file": os.path.join(r["folder"], "summary.json"), "command": r["command"]})
     return _frame(rows, COMP_COLUMNS, ("baseline_ms", "arm_ms", "baseline_mean_ms", "arm_mean_ms", "speedup",
-                                       "ci95_lo", "ci95_hi", "syncs_baseline", "syncs_arm", "instrument_cost_pct"))
+                                       "ci95_lo", "ci95_hi", "syncs_baseline", "syncs_arm", "instrument_cost_pct",
+                                       "summary_speedup", "summary_ci95_lo", "summary_ci95_hi"))
 
 
 def _rows(profiles, metrics, **kw) -> pd.DataFrame:
@@ -276,15 +330,28 @@ def warmups(profiles: str | None = None, **kw) -> pd.DataFrame:
 
 # --- sweeps, instrument cost, syncs, savings ------------------------------------------------------------------------
 
-def sweep(comps: pd.DataFrame, stat: str = "median") -> tuple[pd.DataFrame, pd.DataFrame]:
+def _log_se(speedup, lo, hi, n_units) -> float | None:
+    """The se of log(speedup) behind a 95% CI: log half width / t_{0.975, n_units - 1} (None without a CI)."""
+    from scipy import stats as sps
+    try:
+        if lo is None or hi is None or lo != lo or hi != hi or not lo > 0 or not n_units or n_units < 2:
+            return None
+        return (math.log(hi) - math.log(lo)) / 2 / float(sps.t.ppf(0.975, int(n_units) - 1))
+    except (TypeError, ValueError):
+        return None
+
+
+def sweep(comps: pd.DataFrame, stat: str = "mean") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Sweep comparisons (`name@key=value`) of `comparisons(...)`: (points, fit). points: per folder, group (name
-    before '@'), arm and value x, `saving_ms` = baseline - arm step time (`stat` "median": the summaries' medians;
-    "mean": their means) with the speedup and its CI. fit: per folder, group, key and arm, `stats.linear_fit` of
-    saving_ms on x: `slope_ms_per_x` (ms per layer in a layers sweep), `slope_ci95_lo/hi`, intercept_ms, r2."""
-    pcols = ["folder", "group", "key", "x", "arm", "baseline", "baseline_ms", "arm_ms", "saving_ms", "stat",
-             "speedup", "ci95_lo", "ci95_hi", "n_pairs", "file"]
+    before '@'), arm and value x, `saving_ms` = baseline - arm step time (`stat` "mean": the arms' means, what the
+    speedup is a ratio of; "median": their medians) with the speedup and its CI, and `saving_se_ms` = arm_mean x
+    speedup x se(log speedup) (the rep-level CI's se, first order). fit: per folder, group, key and arm,
+    `stats.linear_fit` of saving_ms on x, weighted (1/se²) where every point has an se: `slope_ms_per_x` (ms per
+    layer in a layers sweep), `slope_ci95_lo/hi`, intercept_ms, r2, `weighted`."""
+    pcols = ["folder", "group", "key", "x", "arm", "baseline", "baseline_ms", "arm_ms", "saving_ms", "saving_se_ms",
+             "stat", "speedup", "ci95_lo", "ci95_hi", "n_pairs", "n_units", "file"]
     fcols = ["folder", "group", "key", "arm", "n_points", "xs", "slope_ms_per_x", "slope_ci95_lo", "slope_ci95_hi",
-             "intercept_ms", "r2", "stat", "file"]
+             "intercept_ms", "r2", "weighted", "stat", "file"]
     s = comps[comps["name"].astype(str).str.contains("@") & comps["role"].isin(["optimized", "other"])].copy()
     if s.empty:
         return _empty(pcols), _empty(fcols)
@@ -293,15 +360,19 @@ def sweep(comps: pd.DataFrame, stat: str = "median") -> tuple[pd.DataFrame, pd.D
     if stat == "mean":
         s["baseline_ms"], s["arm_ms"] = s["baseline_mean_ms"], s["arm_mean_ms"]
     s["saving_ms"], s["stat"] = s["baseline_ms"] - s["arm_ms"], stat
+    s["saving_se_ms"] = [None if (se := _log_se(sp, lo, hi, n)) is None else a * sp * se for a, sp, lo, hi, n in
+                         zip(s["arm_mean_ms"], s["speedup"], s["ci95_lo"], s["ci95_hi"], s["n_units"])]
     points = s.sort_values(["folder", "group", "arm", "x"]).reindex(columns=pcols).reset_index(drop=True)
     fits = []
     for (folder, group, key, arm), g in points.groupby(["folder", "group", "key", "arm"], sort=False):
-        f = stats.linear_fit(g["x"].tolist(), g["saving_ms"].tolist())
+        se = g["saving_se_ms"].tolist()
+        weighted = all(v is not None and v == v and v > 0 for v in se)
+        f = stats.linear_fit(g["x"].tolist(), g["saving_ms"].tolist(), se=se if weighted else None)
         lo, hi = f["slope_ci95"] or [None, None]
         fits.append({"folder": folder, "group": group, "key": key, "arm": arm, "n_points": f["n"],
                      "xs": ",".join(f"{x:g}" for x in g["x"]), "slope_ms_per_x": f["slope"], "slope_ci95_lo": lo,
-                     "slope_ci95_hi": hi, "intercept_ms": f["intercept"], "r2": f["r2"], "stat": stat,
-                     "file": g["file"].iloc[0]})
+                     "slope_ci95_hi": hi, "intercept_ms": f["intercept"], "r2": f["r2"], "weighted": weighted,
+                     "stat": stat, "file": g["file"].iloc[0]})
     return points, _frame(fits, fcols)
 
 
@@ -313,20 +384,24 @@ def instrument_cost(profiles: str | None = None, **kw) -> pd.DataFrame:
     """What the instruments cost (`COST_COLUMNS`). "sync counter": per arm of every comparison but the nvtx ones,
     off_ms = median timed step, on_ms = median step of the counted pass (counter on, one step per batch: n),
     cost_pct = 100 * (on/off - 1), no CI (the two are not paired). "nvtx ranges": per `nvtx:` comparison, off_ms /
-    on_ms the medians of the `-nvtx` / `+nvtx` arms, speedup = mean(off)/mean(on) over paired steps with its CI and
-    verdict; cost_pct = 100 * (1/speedup - 1)."""
+    on_ms the means of the `-nvtx` / `+nvtx` arms, speedup over paired steps with its CI and verdict, recomputed
+    from results.csv (`recomputed`: the rep as the unit); cost_pct = 100 * (1/speedup - 1)."""
     rows = []
     for r, comps in _included(profiles, **kw):
         base = {"folder": r["folder"], "file": os.path.join(r["folder"], "summary.json")}
         for c in comps:
             if _name(c).startswith("nvtx:"):
-                off, on, sp = c.get("baseline") or {}, c.get("optimized") or {}, c.get("speedup")
-                lo, hi = c.get("speedup_ci95") or [None, None]
+                off, on = c.get("baseline") or {}, c.get("optimized") or {}
+                new = recomputed(r["path"], _name(c), off.get("arm"), on.get("arm")) or {}
+                sp = new.get("speedup")
+                lo, hi = new.get("ci95") or [None, None]
                 rows.append({**base, "instrument": "nvtx ranges", "comparison": _name(c), "role": "nvtx",
-                             "arm": (off.get("arm") or "").removesuffix("-nvtx"), "off_ms": off.get("step_ms"),
-                             "on_ms": on.get("step_ms"), "cost_pct": 100 * (1 / sp - 1) if sp else None,
-                             "speedup": sp, "ci95_lo": lo, "ci95_hi": hi, "verdict": c.get("verdict"),
-                             "n": c.get("n_pairs")})
+                             "arm": (off.get("arm") or "").removesuffix("-nvtx"),
+                             "off_ms": new.get("baseline_mean_ms", off.get("step_ms_mean")),
+                             "on_ms": new.get("arm_mean_ms", on.get("step_ms_mean")),
+                             "cost_pct": 100 * (1 / sp - 1) if sp else None,
+                             "speedup": sp, "ci95_lo": lo, "ci95_hi": hi, "verdict": new.get("verdict"),
+                             "n": new.get("n_pairs")})
                 continue
             for a, role in _arms(c):
                 off, on = a.get("step_ms"), a.get("instrumented_step_ms")
@@ -817,116 +892,132 @@ def levers(profiles: str | None = None, include_incomplete_comparisons=False, **
 # --- L sweeps of the measured saving, and the (L-1) test ----------------------------------------------------------
 
 SWEEP_POINT_COLUMNS = ["folder", "group", "key", "x", "opt", "model", "tokens", "attn", "baseline", "arm",
-                       "measured_ms", "measured_ci95_lo", "measured_ci95_hi", "n_pairs", "measured_from",
-                       "predicted_ms", "verdict", "file"]
+                       "measured_ms", "measured_ci95_lo", "measured_ci95_hi", "measured_se_ms", "measured_df",
+                       "n_pairs", "n_units", "measured_from", "predicted_ms", "verdict", "file"]
 SWEEP_FIT_COLUMNS = ["folder", "group", "key", "opt", "model", "tokens", "attn", "baseline", "arm", "n_points", "xs",
-                     "slope_ms", "slope_ci95_lo", "slope_ci95_hi", "intercept_ms", "intercept_ci95_lo",
-                     "intercept_ci95_hi", "r2", "at1_ms", "at1_ci95_lo", "at1_ci95_hi", "at1_zero", "l1_measured_ms",
-                     "l1_ci95_lo", "l1_ci95_hi", "l1_zero", "l_minus_1", "l_minus_1_by", "model_at1_ms", "model_at1",
-                     "model_at1_by", "file"]
+                     "weighted", "slope_ms", "slope_ci95_lo", "slope_ci95_hi", "intercept_ms", "intercept_ci95_lo",
+                     "intercept_ci95_hi", "r2", "at1_ms", "at1_ci95_lo", "at1_ci95_hi", "at1_ci90_lo", "at1_ci90_hi",
+                     "margin_ms", "at1_zero", "l1_measured_ms", "l1_ci95_lo", "l1_ci95_hi", "l1_zero", "l_minus_1",
+                     "l_minus_1_by", "model_at1_ms", "model_at1", "model_at1_by", "file"]
+SWEEP_CONFIDENCE = 0.90
+"""The equivalence tests at L = 1 use the fit's 90% CI (two one-sided tests at 5%)."""
 
 
 def sweep_points(profiles: str | None = None, key: str = "layers", include_incomplete_comparisons=False,
                  **discover_kw) -> pd.DataFrame:
     """The points of every `name@<key>=N` sweep (`SWEEP_POINT_COLUMNS`): the measured saving of the optimized arm,
-    the mean paired difference baseline - arm with its 95% CI (`savings_model.measured_ms` / `measured_ci95` as
-    `workbench.verdicts` wrote them; for runs made before the verdicts, the same statistic,
-    `workbench.verdicts.measured_saving`, recomputed from results.csv: `measured_from` says which)."""
-    from workbench.verdicts import measured_saving
+    the mean paired difference baseline - arm with its 95% CI, se and df at the rep level (`stats.paired_difference`
+    over every pair, the rep as the unit), recomputed from each run's results.csv (`measured_from`); the model's
+    prediction and verdict as `workbench.verdicts` wrote them into summary.json."""
+    from workbench import engine
 
     rows = []
     for r, comps in _included(profiles, include_incomplete_comparisons=include_incomplete_comparisons,
                               **discover_kw):
-        results = None
         for c in comps:
             m = re.match(r"^(?P<group>[^@]+)@(?P<key>[^=]+)=(?P<x>.+)$", _name(c))
             if not m or m.group("key") != key or not c.get("optimized") or not c.get("baseline"):
                 continue
             sm = c.get("savings_model") or {}
             base, arm = c["baseline"]["arm"], c["optimized"]["arm"]
-            ms, (lo, hi), n, src = sm.get("measured_ms"), _lohi(sm.get("measured_ci95")), sm.get("measured_n_pairs"), \
-                "summary.json savings_model"
-            if lo is None:
-                if results is None:
-                    p = os.path.join(r["path"], "results.csv")
-                    results = pd.read_csv(p) if os.path.exists(p) else pd.DataFrame()
-                if results.empty:
-                    continue
-                d = measured_saving(results, _name(c), base, arm)
-                ms, (lo, hi), n, src = d["mean"], _lohi(d["ci95"]), d["n_pairs"], "results.csv (paired difference)"
+            smp = step_samples(r["path"]).get(_name(c))
+            if not smp:
+                continue
+            d = stats.paired_difference(*engine.pairs(smp, base, arm))
+            lo, hi = _lohi(d["ci95"])
             rows.append({"folder": r["folder"], "group": m.group("group"), "key": key,
                          "x": pd.to_numeric(m.group("x"), errors="coerce"),
                          **{k: c.get(k) for k in ("opt", "model", "tokens", "attn")}, "baseline": base, "arm": arm,
-                         "measured_ms": ms, "measured_ci95_lo": lo, "measured_ci95_hi": hi, "n_pairs": n,
-                         "measured_from": src, "predicted_ms": sm.get("predicted_ms"), "verdict": sm.get("verdict"),
+                         "measured_ms": d["mean"], "measured_ci95_lo": lo, "measured_ci95_hi": hi,
+                         "measured_se_ms": d["se"], "measured_df": d["df"], "n_pairs": d["n_pairs"],
+                         "n_units": d["n_units"], "measured_from": "results.csv (paired difference, rep unit)",
+                         "predicted_ms": sm.get("predicted_ms"), "verdict": sm.get("verdict"),
                          "file": os.path.join(r["folder"], "summary.json")})
     df = _frame(rows, SWEEP_POINT_COLUMNS, ("x", "measured_ms", "measured_ci95_lo", "measured_ci95_hi",
-                                            "predicted_ms"))
+                                            "measured_se_ms", "measured_df", "predicted_ms"))
     return df.sort_values(["folder", "group", "arm", "x"], kind="stable").reset_index(drop=True)
 
 
+def equivalence(ci, target: float, margin: float | None) -> str:
+    """"confirmed" when `ci` (a 90% CI) lies inside target ± margin, "refuted" when it lies entirely outside,
+    "inconclusive" otherwise ("untested" without a CI or a margin): two one-sided tests at 5% for the first, the
+    one-sided test on the estimate's side for the second."""
+    lo, hi = _lohi(ci)
+    if lo is None or margin is None or not margin > 0:
+        return "untested"
+    if target - margin < lo and hi < target + margin:
+        return "confirmed"
+    if lo > target + margin or hi < target - margin:
+        return "refuted"
+    return "inconclusive"
+
+
 def sweep_fits(profiles: str | None = None, points: pd.DataFrame | None = None, **kw) -> pd.DataFrame:
-    """Per `name@layers=N` sweep (`SWEEP_FIT_COLUMNS`): `stats.linear_fit` of the measured saving on L, slope (ms per
-    layer) and intercept with their 95% CIs, and the fitted saving at L = 1 with its CI (`at1_*`).
+    """Per `name@layers=N` sweep (`SWEEP_FIT_COLUMNS`): weighted least squares of the measured saving on L
+    (`stats.linear_fit`, weights 1/se² with each point's rep-level se; the points' CIs differ many-fold in width),
+    slope (ms per layer) and intercept with their 95% CIs, and the fitted saving at L = 1 with its 95% and 90% CIs.
 
-    The (L-1) form (no saving with one layer) is tested twice where it can be: `at1_zero` = the fitted saving at
-    L = 1 is zero within its CI; `l1_zero` = where the sweep includes L = 1, that point's measured CI contains 0
-    (None otherwise). `l_minus_1` is "confirmed" when every test that applies passes, "refuted" when one fails,
-    "untested" without a CI (fewer than 3 points); `l_minus_1_by` says which tests decided it.
+    The (L-1) form (no saving with one layer) is judged by equivalence within a stated margin, never by a CI that
+    merely contains 0: margin = half of one layer's saving, |slope| / 2 (the midpoint between "(L-1): nothing at
+    L = 1" and "one layer's saving at L = 1"). `l_minus_1` is "confirmed" (it holds) when the fit's 90% CI at L = 1
+    lies inside ±margin, "refuted" when it lies entirely outside, "inconclusive" otherwise, "untested" without a CI
+    (fewer than 3 points with an se). The measured L = 1 point, where the sweep ran one, is shown beside it
+    (`l1_*`; `l1_zero`: its 95% CI contains 0, information only: the fit already uses it).
 
-    The workbench's own model is tested the same way at L = 1 where the sweep's L = 1 point has a prediction
-    (`model_at1_ms`, e.g. one build for packing, one reload for offload): `model_at1` is "confirmed" when the
-    fitted saving at L = 1 and that point's measured saving both have CIs containing it."""
+    The workbench's own model at L = 1 (`model_at1_ms`, the sweep's L = 1 prediction: one build for packing, one
+    reload for offload) is judged by the same rule around its prediction: `model_at1` "confirmed" when the fit's
+    90% CI at L = 1 lies inside model_at1_ms ± margin, "refuted" entirely outside, else "inconclusive"."""
     pts = sweep_points(profiles, **kw) if points is None else points
     rows = []
     for (folder, group, key, arm), g in pts.groupby(["folder", "group", "key", "arm"], sort=False):
         g = g.dropna(subset=["x", "measured_ms"]).sort_values("x")
-        f = stats.linear_fit(g["x"].tolist(), g["measured_ms"].tolist(), at=1)
+        se = pd.to_numeric(g["measured_se_ms"], errors="coerce").tolist() if "measured_se_ms" in g else None
+        f = stats.linear_fit(g["x"].tolist(), g["measured_ms"].tolist(), se=se, at=1)
+        f90 = stats.linear_fit(g["x"].tolist(), g["measured_ms"].tolist(), se=se, at=1, confidence=SWEEP_CONFIDENCE)
         slo, shi = _lohi(f["slope_ci95"])
         ilo, ihi = _lohi(f["intercept_ci95"])
         at = f.get("at") or {}
         alo, ahi = _lohi(at.get("ci95"))
+        blo, bhi = _lohi((f90.get("at") or {}).get("ci95"))
+        margin = abs(f["slope"]) / 2 if f["slope"] is not None else None
         at1_zero = None if alo is None else bool(alo <= 0 <= ahi)
         one = g[g["x"] == 1]
         l1 = one.iloc[0] if len(one) else None
         l1_zero = None
         if l1 is not None and pd.notna(l1["measured_ci95_lo"]):
             l1_zero = bool(l1["measured_ci95_lo"] <= 0 <= l1["measured_ci95_hi"])
-        tests = []
-        if at1_zero is not None:
-            tests.append((at1_zero, f"fit at L=1: {at['y']:.1f} ms [{alo:.1f}, {ahi:.1f}] "
-                                    + ("contains 0" if at1_zero else "excludes 0")))
-        if l1_zero is not None:
-            tests.append((l1_zero, f"measured at L=1: {l1['measured_ms']:.1f} ms [{l1['measured_ci95_lo']:.1f}, "
-                                   f"{l1['measured_ci95_hi']:.1f}] " + ("contains 0" if l1_zero else "excludes 0")))
-        verdict = "untested" if not tests else ("confirmed" if all(t for t, _ in tests) else "refuted")
+        verdict = equivalence((blo, bhi), 0.0, margin)
+        by = "fewer than 3 points with an se" if blo is None else (
+            f"fit at L=1: {at['y']:.1f} ms, 90% CI [{blo:.1f}, {bhi:.1f}] against 0 ± {margin:.1f} ms "
+            f"(half of one layer's {abs(f['slope']):.1f} ms): " + {
+                "confirmed": "inside", "refuted": "entirely outside",
+                "inconclusive": "neither inside nor entirely outside"}.get(verdict, verdict))
+        if l1 is not None and pd.notna(l1["measured_ci95_lo"]):
+            by += (f"; measured at L=1: {l1['measured_ms']:.1f} ms [{l1['measured_ci95_lo']:.1f}, "
+                   f"{l1['measured_ci95_hi']:.1f}] (95%, {int(l1['n_units'])} reps)")
         own = None if l1 is None or pd.isna(l1.get("predicted_ms")) else float(l1["predicted_ms"])
-        own_tests = []
-        if own is not None and alo is not None:
-            ok = bool(alo <= own <= ahi)
-            own_tests.append((ok, f"fit at L=1 {'contains' if ok else 'excludes'} {own:.1f} ms"))
-        if own is not None and l1_zero is not None:
-            ok = bool(l1["measured_ci95_lo"] <= own <= l1["measured_ci95_hi"])
-            own_tests.append((ok, f"measured at L=1 {'contains' if ok else 'excludes'} {own:.1f} ms"))
-        own_verdict = None if own is None else ("untested" if not own_tests else
-                                                 "confirmed" if all(t for t, _ in own_tests) else "refuted")
+        own_verdict = None if own is None else equivalence((blo, bhi), own, margin)
+        own_by = None if own is None or blo is None else (
+            f"fit at L=1, 90% CI [{blo:.1f}, {bhi:.1f}] against {own:.1f} ± {margin:.1f} ms: " + {
+                "confirmed": "inside", "refuted": "entirely outside",
+                "inconclusive": "neither inside nor entirely outside"}.get(own_verdict, own_verdict))
         g0 = g.iloc[0] if len(g) else {}
         rows.append({"folder": folder, "group": group, "key": key,
                      **{k: g0.get(k) for k in ("opt", "model", "tokens", "attn", "baseline")}, "arm": arm,
-                     "n_points": f["n"], "xs": ",".join(f"{x:g}" for x in g["x"]), "slope_ms": f["slope"],
-                     "slope_ci95_lo": slo, "slope_ci95_hi": shi, "intercept_ms": f["intercept"],
-                     "intercept_ci95_lo": ilo, "intercept_ci95_hi": ihi, "r2": f["r2"], "at1_ms": at.get("y"),
-                     "at1_ci95_lo": alo, "at1_ci95_hi": ahi, "at1_zero": at1_zero,
+                     "n_points": f["n"], "xs": ",".join(f"{x:g}" for x in g["x"]), "weighted": f["weighted"],
+                     "slope_ms": f["slope"], "slope_ci95_lo": slo, "slope_ci95_hi": shi,
+                     "intercept_ms": f["intercept"], "intercept_ci95_lo": ilo, "intercept_ci95_hi": ihi,
+                     "r2": f["r2"], "at1_ms": at.get("y"), "at1_ci95_lo": alo, "at1_ci95_hi": ahi,
+                     "at1_ci90_lo": blo, "at1_ci90_hi": bhi, "margin_ms": margin, "at1_zero": at1_zero,
                      "l1_measured_ms": None if l1 is None else l1["measured_ms"],
                      "l1_ci95_lo": None if l1 is None else l1["measured_ci95_lo"],
                      "l1_ci95_hi": None if l1 is None else l1["measured_ci95_hi"], "l1_zero": l1_zero,
-                     "l_minus_1": verdict, "l_minus_1_by": "; ".join(s for _, s in tests) or "fewer than 3 points",
-                     "model_at1_ms": own, "model_at1": own_verdict,
-                     "model_at1_by": "; ".join(s for _, s in own_tests) or None, "file": g0.get("file")})
+                     "l_minus_1": verdict, "l_minus_1_by": by, "model_at1_ms": own, "model_at1": own_verdict,
+                     "model_at1_by": own_by, "file": g0.get("file")})
     return _frame(rows, SWEEP_FIT_COLUMNS, ("tokens", "slope_ms", "slope_ci95_lo", "slope_ci95_hi", "intercept_ms",
                                             "intercept_ci95_lo", "intercept_ci95_hi", "r2", "at1_ms", "at1_ci95_lo",
-                                            "at1_ci95_hi", "l1_measured_ms", "l1_ci95_lo", "l1_ci95_hi",
-                                            "model_at1_ms"))
+                                            "at1_ci95_hi", "at1_ci90_lo", "at1_ci90_hi", "margin_ms",
+                                            "l1_measured_ms", "l1_ci95_lo", "l1_ci95_hi", "model_at1_ms"))
 
 
 # --- the same comparison across runs -------------------------------------------------------------------------------
@@ -938,7 +1029,7 @@ def _overlap(a_lo, a_hi, b_lo, b_hi) -> bool:
     return a_lo <= b_hi and b_lo <= a_hi
 
 
-def repeats(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
+def runs_of(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
     """`comps` (`comparisons(...)`) with, per row, how many runs hold the same comparison (`CONFIG_KEY`: comparison,
     model, layers, tokens, baseline -> arm): `runs`, `chosen` (the run a headline reports: one of `prefer`, a set of
     (folder, comparison) such as the runs a savings-model verdict comes from, else the most pairs, then the later
@@ -962,3 +1053,58 @@ def repeats(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
                 r["ci95_lo"], r["ci95_hi"], b["ci95_lo"], b["ci95_hi"]))
             d.loc[i, "agrees"] = bool(ok)
     return d
+
+
+REPEAT_KEY = ["name", "baseline", "arm", "model", "layers", "tokens", "precision"]
+REPEAT_COLUMNS = ["name", "baseline", "arm", "model", "layers", "tokens", "precision", "statistic", "folder_1",
+                  "speedup_1", "ci95_lo_1", "ci95_hi_1", "se_log_1", "folder_2", "speedup_2", "ci95_lo_2",
+                  "ci95_hi_2", "se_log_2", "z", "z2"]
+
+
+def repeats(comps: pd.DataFrame, statistic: str = "rep") -> pd.DataFrame:
+    """Do repeat runs agree? For each comparison (`REPEAT_KEY`: name (a sweep point's without its `@key=value`: the
+    same shape is the same comparison), baseline -> arm, model, layers, tokens, precision where recorded) measured in two or more run folders, one row per pair of runs (`REPEAT_COLUMNS`):
+    z = (log s1 - log s2) / sqrt(se1² + se2²), se = the log CI's half width / t. `statistic` "rep": the speedups
+    `comparisons` recomputes (the rep as the unit, t with n_units - 1 df); "summary": the figures each summary.json
+    holds (t with n_units - 1 df where its vs_baseline has n_units, else the pair bootstrap's CI with the normal
+    quantile 1.96). Honest CIs give a mean z² near 1 (`df.attrs["mean_z2"]`, `df.attrs["n"]`)."""
+    from scipy import stats as sps
+
+    cols = {"rep": ("speedup", "ci95_lo", "ci95_hi", "n_units"),
+            "summary": ("summary_speedup", "summary_ci95_lo", "summary_ci95_hi", None)}[statistic]
+    d = comps.copy()
+    for k in REPEAT_KEY:
+        if k not in d:
+            d[k] = None
+    d["name"] = d["name"].astype(str).str.split("@").str[0]  # a sweep point at the main shape is the same comparison
+    d = d[d[cols[0]].notna() & d[cols[1]].notna()]
+    rows = []
+    for _, g in d.groupby(d[REPEAT_KEY].map(str).agg("|".join, axis=1), sort=False):
+        if g["folder"].nunique() < 2:
+            continue
+        recs = g.sort_values("folder", kind="stable").to_dict("records")
+
+        def se(r):
+            s_, lo, hi = (float(r[c]) for c in cols[:3])
+            n = r.get(cols[3]) if cols[3] else None
+            q = float(sps.t.ppf(0.975, int(n) - 1)) if n is not None and n == n and n >= 2 else 1.96
+            return (math.log(hi) - math.log(lo)) / 2 / q
+
+        for i in range(len(recs)):
+            for j in range(i + 1, len(recs)):
+                a, b = recs[i], recs[j]
+                if a["folder"] == b["folder"]:
+                    continue
+                sa, sb = se(a), se(b)
+                z = (math.log(a[cols[0]]) - math.log(b[cols[0]])) / math.sqrt(sa ** 2 + sb ** 2) \
+                    if sa > 0 or sb > 0 else math.nan
+                rows.append({**{k: a.get(k) for k in REPEAT_KEY}, "statistic": statistic,
+                             "folder_1": a["folder"], "speedup_1": a[cols[0]], "ci95_lo_1": a[cols[1]],
+                             "ci95_hi_1": a[cols[2]], "se_log_1": sa, "folder_2": b["folder"],
+                             "speedup_2": b[cols[0]], "ci95_lo_2": b[cols[1]], "ci95_hi_2": b[cols[2]],
+                             "se_log_2": sb, "z": z, "z2": z * z})
+    out = _frame(rows, REPEAT_COLUMNS, ("speedup_1", "ci95_lo_1", "ci95_hi_1", "se_log_1", "speedup_2", "ci95_lo_2",
+                                        "ci95_hi_2", "se_log_2", "z", "z2"))
+    out.attrs["mean_z2"] = float(out["z2"].mean()) if len(out) else None
+    out.attrs["n"] = len(out)
+    return out

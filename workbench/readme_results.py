@@ -119,13 +119,13 @@ class _Ctx:
 
 def headline_speedups(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
     """Per optimization (packing, offload, moe, all): the optimized arm at the shape most runs measured (then: from
-    the run with the most comparisons, then most pairs), from the run `analysis.repeats(prefer=...)` chooses (the run
+    the run with the most comparisons, then most pairs), from the run `analysis.runs_of(prefer=...)` chooses (the run
     of the headline's savings-model row where it is one of them: one run per optimization in the headline); with
     `runs` and `disagree` (how many runs of it disagree with that one)."""
     d = comps[(comps["role"] == "optimized") & ~comps["name"].astype(str).str.contains("@")]
     if d.empty:
         return d.assign(runs=pd.Series(dtype=int), disagree=pd.Series(dtype=int))
-    d = an.repeats(d, prefer)
+    d = an.runs_of(d, prefer)
     per_run = comps.groupby("folder")["name"].nunique()
     d = d.assign(_in_run=d["folder"].map(per_run).fillna(0),
                  _n=pd.to_numeric(d["n_pairs"], errors="coerce").fillna(0))
@@ -268,7 +268,7 @@ def results_page(ctx: _Ctx) -> str:
              "timed steps; syncs per step come from the separate counted pass. The README shows the headline; "
              "`notebooks/` (committed executed) plot these with their CIs.", ""]
 
-    main = an.repeats(ctx.comps[ctx.comps["role"].isin(["optimized", "other"])], _prefer(ctx.verd))
+    main = an.runs_of(ctx.comps[ctx.comps["role"].isin(["optimized", "other"])], _prefer(ctx.verd))
     lines += ["## Speedups", "",
               "One row per run, comparison and arm against the comparison's baseline. Where several runs hold the "
               "same comparison (name, model, layers, tokens, arms), each is listed; `runs` says whether it agrees "
