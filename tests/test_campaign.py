@@ -13,7 +13,8 @@ from workbench import ab, campaign
 EXPECTED_JOBS = ["ab_all", "ab_aa", "nvtx_cost", "packing_sweep", "offload_tokens", "ab_torch", "ab_packing_nsys",
                  "ab_offload_nsys", "ab_moe_nsys", "ab_witness", "witness_ops",
                  "ab_traced", "offload_sweep", "packing_sweep_l1", "packing_sweep_llama", "offload_sweep_qwen3",
-                 "all_traced", "offload_first_reload", "offload_first_reload_qwen3"]
+                 "all_traced", "offload_first_reload", "offload_first_reload_qwen3", "repeat_a", "repeat_b",
+                 "fidelity_llama", "fidelity_moe"]
 
 
 def test_campaign_plan_and_dry_run(tmp_path, capsys):
@@ -33,6 +34,10 @@ def test_campaign_plan_and_dry_run(tmp_path, capsys):
                                           f"--out {tmp_path}/ab_{opt}_nsys")
     assert cmds["ab_witness"] == f"python -m workbench.ab --opt all --cross-check --reps 1 --out {tmp_path}/ab_witness"
     assert cmds["witness_ops"] == "python -m workbench.bench.witness"
+    assert cmds["repeat_a"] == f"python -m workbench.ab --opt all --out {tmp_path}/repeat_a"
+    assert cmds["repeat_b"] == f"python -m workbench.ab --opt all --trace torch --out {tmp_path}/repeat_b"
+    assert cmds["fidelity_llama"] == (f"python -m workbench.fidelity --model llama-3.1-8b --layers 8 --tokens 16384 "
+                                      f"--out {tmp_path}/fidelity_llama")
     by = {j.name: j for j in jobs}
     assert by["witness_ops"].stdout_json == "witness.json" and by["witness_ops"].out == f"{tmp_path}/witness_ops"
     assert {j.name for j in jobs if j.needs == "cuda+nsys"} == set(campaign.NSYS_JOBS)
@@ -97,6 +102,9 @@ def test_dry_run_smoke_lists_the_tiny_commands(tmp_path, capsys):
         assert ln.startswith("python -m "), ln
         if name == "witness_ops":
             assert "# skipped" in ln
+            continue
+        if name in campaign.FIDELITY_JOBS:
+            assert f"--out {d}/{name}" in ln and "--device cpu" in ln
             continue
         assert f"--out {d}/{name}" in ln and "--device cpu" in ln and "--reps 1" in ln and "--steps 1" in ln
         assert ("# skipped: --trace nsys needs a CUDA device" in ln) == (name in campaign.NSYS_JOBS)

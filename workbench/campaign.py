@@ -35,6 +35,10 @@ Jobs (each writes into its own folder of DIR):
     packing_sweep_llama   the same on llama-3.2-1b;  offload_sweep_qwen3   the offload sweep on qwen3-8b
     all_traced       --opt all --only all                          (the three together, traced)
     offload_first_reload, offload_first_reload_qwen3   the offload model's first-reload term: L=1,2, 8 reps
+    suite `repeat`:  repeat_a  --opt all;  repeat_b  --opt all --trace torch   (the headline comparisons twice, in
+                     separate processes: analysis.repeats gives each difference's z and the mean z²)
+    suite `fidelity`: fidelity_llama, fidelity_moe   python -m workbench.fidelity on llama-3.1-8b (8 layers, 16k) and
+                     qwen3-30b-a3b (8 layers, 8k): the harness against a real transformers.Trainer step
 
 Each job runs with a wall-clock limit (`--timeout-s`, default 570 s; ab_all's is AB_ALL_TIMEOUT_S: on a device
 whose commands stop at 10 minutes, run the campaign detached and poll it: profiles/README.md, "Adding a run");
@@ -66,10 +70,17 @@ VERDICT_JOBS = ["ab_traced", "offload_sweep", "packing_sweep_l1", "packing_sweep
                 "all_traced", "offload_first_reload", "offload_first_reload_qwen3"]
 """The savings-model verdicts: torch traces of every single-optimization comparison, and L sweeps from L=1 on two
 models per optimization, each traced (in the order they run: the most needed first)."""
+REPEAT_JOBS = ["repeat_a", "repeat_b"]
+"""The headline comparisons (`--opt all`, the GPU defaults) twice, in separate processes: do the CIs of two runs agree
+as often as they claim? `analysis.repeats` gives the z of each difference and their mean z² (1 when honest). The
+second run also traces every arm after its timings (the traces never touch a timed step), so that the same run feeds
+the savings-model verdicts."""
+FIDELITY_JOBS = ["fidelity_llama", "fidelity_moe"]
+"""The harness against a real `transformers.Trainer` step (bf16=True) on the issue's two shapes."""
 JOBS = ["ab_all", "ab_aa", "nvtx_cost", *SWEEP_JOBS, "ab_torch", *NSYS_JOBS, "ab_witness", "witness_ops",
-        *VERDICT_JOBS]
+        *VERDICT_JOBS, *REPEAT_JOBS, *FIDELITY_JOBS]
 SUITES = {"ab": ["ab_all", "ab_aa"], "sweeps": ["nvtx_cost", *SWEEP_JOBS], "nsys": NSYS_JOBS, "witness": ["ab_witness", "witness_ops"],
-          "verdicts": VERDICT_JOBS,
+          "verdicts": VERDICT_JOBS, "repeat": REPEAT_JOBS, "fidelity": FIDELITY_JOBS,
           "all": JOBS, **{j: [j] for j in JOBS}}
 """--suite name -> jobs, in run order (every job's own name is a suite too)."""
 AB_ARGS = {"ab_all": ["--opt", "all"],
@@ -90,6 +101,8 @@ AB_ARGS = {"ab_all": ["--opt", "all"],
            "offload_sweep_qwen3": ["--opt", "offload", "--model", "qwen3-8b", "--arms", "sync_reload,double_buffer",
                                    "--sweep", "layers=1,2,3,4", "--trace", "torch", "--reps", "2"],
            "all_traced": ["--opt", "all", "--trace", "torch", "--only", "all"],
+           "repeat_a": ["--opt", "all"],
+           "repeat_b": ["--opt", "all", "--trace", "torch"],
            # the first reload's term (added after the sweeps above): L=1 and 2, where the published (L-1) form and
            # the model with min(c_(L-1), h) differ most, with 8 reps (32 pairs) to resolve one reload (~2.4 ms)
            "offload_first_reload": ["--opt", "offload", "--arms", "sync_reload,double_buffer", "--sweep", "layers=1,2",
@@ -97,7 +110,10 @@ AB_ARGS = {"ab_all": ["--opt", "all"],
            "offload_first_reload_qwen3": ["--opt", "offload", "--model", "qwen3-8b", "--arms",
                                           "sync_reload,double_buffer", "--sweep", "layers=1,2", "--trace", "torch",
                                           "--reps", "8"]}
-"""Each A/B job's flags (the engine's GPU defaults otherwise: 4 batches, 4 timed steps, settled warmup, 3 reps)."""
+"""Each A/B job's flags (the engine's GPU defaults otherwise: 2 batches, 2 timed steps, settled warmup, 8 reps)."""
+FIDELITY_ARGS = {"fidelity_llama": ["--model", "llama-3.1-8b", "--layers", "8", "--tokens", "16384"],
+                 "fidelity_moe": ["--model", "qwen3-30b-a3b", "--layers", "8", "--tokens", "8192"]}
+"""`python -m workbench.fidelity` flags of each fidelity job (its last stdout line -> fidelity.json)."""
 
 AB_SMOKE = ["--device", "cpu", "--tokens", "128", "--steps", "1", "--warmup", "0", "--warmup-max", "0"]
 """Tiny flags of the A/B jobs under --smoke (tiny presets are the CPU default)."""
@@ -143,6 +159,11 @@ def plan(out: str, suite: str = "all", smoke: bool = False) -> list[Job]:
         if n == "witness_ops":
             jobs.append(Job(n, "workbench.bench.witness", [], d, needs="cuda", stdout_json="witness.json"))
             continue
+        if n in FIDELITY_JOBS:
+            args = ["--device", "cpu"] if smoke else list(FIDELITY_ARGS[n])
+            jobs.append(Job(n, "workbench.fidelity", args + ["--out", d], d, needs=None if smoke else "cuda",
+                            stdout_json="fidelity.json"))
+            continue
         args = list(AB_ARGS[n])
         if smoke:
             if "--model" in args:  # the CPU defaults' tiny presets
@@ -161,7 +182,8 @@ def plan(out: str, suite: str = "all", smoke: bool = False) -> list[Job]:
                                                                                        == "--tokens"))]
         jobs.append(Job(n, "workbench.ab", args + ["--out", d], d,
                         needs="cuda+nsys" if n in NSYS_JOBS else None,
-                        min_timeout_s=AB_ALL_TIMEOUT_S if n in ("ab_all", "nvtx_cost", *SWEEP_JOBS, *VERDICT_JOBS)
+                        min_timeout_s=AB_ALL_TIMEOUT_S if n in ("ab_all", "nvtx_cost", *SWEEP_JOBS, *VERDICT_JOBS,
+                                                                *REPEAT_JOBS)
                         else 0.0))
     return jobs
 
