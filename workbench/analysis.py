@@ -756,10 +756,13 @@ def mfu(profiles: str | None = None, **kw) -> pd.DataFrame:
 
 VERDICT_COLUMNS = ["folder", "comparison", "opt", "model", "layers", "tokens", "attn", "baseline", "arm", "formula",
                    "predicted_ms", "predicted_ci95_lo", "predicted_ci95_hi", "measured_ms", "measured_ci95_lo",
-                   "measured_ci95_hi", "n_pairs", "n_steps", "ratio", "verdict", "reason", "largest_missing",
+                   "measured_ci95_hi", "n_pairs", "n_units", "n_steps", "bias_rel", "ratio", "ratio_ci90_lo",
+                   "ratio_ci90_hi", "p_confirm", "p_confirm_holm", "p_refute", "p_refute_holm", "family_size",
+                   "verdict", "reps_to_decide", "decide_note", "reason", "largest_missing",
                    "largest_missing_ms", "corrected_formula", "corrected_ms", "corrected_ci95_lo",
                    "corrected_ci95_hi", "corrected_ratio", "corrected_verdict", "published_formula", "published_ms",
-                   "published_ci95_lo", "published_ci95_hi", "published_ratio", "published_verdict", "terms", "inputs",
+                   "published_ci95_lo", "published_ci95_hi", "published_ratio", "published_ratio_ci90_lo",
+                   "published_ratio_ci90_hi", "published_verdict", "published_decide_note", "terms", "inputs",
                    "gpu_name", "file"]
 
 
@@ -778,8 +781,9 @@ def verdicts(profiles: str | None = None, include_incomplete_comparisons=False, 
     """One row per comparison whose `savings_model` has a verdict (`VERDICT_COLUMNS`; `python -m workbench.verdicts`
     writes them after a traced run): the model's formula, predicted ms with its 95% CI (delta method over the traced
     steps), the measured paired saving (baseline - arm, mean over the engine's pairs) with its 95% CI and n pairs,
-    measured / predicted, the verdict ("confirmed" | "refuted" | "no trace" | "not modelled" | "input check failed")
-    and its reason; for a refuted model the largest component it lacks and the corrected model's prediction and
+    measured / predicted with its 90% CI (the traced-vs-timed bias `bias_rel` included), the p-values raw and
+    Holm-adjusted within the verdict's family, the verdict ("confirmed" | "refuted" | "inconclusive" | "no trace" |
+    "not modelled" | "input check failed"; `workbench.verdicts` states the rule), reps_to_decide and its reason; for a refuted model the largest component it lacks and the corrected model's prediction and
     verdict; where the model extends a published form (offload: the first reload's term), that form's prediction and
     verdict on the same data (`published_*`). `inputs` and `terms` are JSON strings ({name: {value, source}}, {term: ms})."""
     rows = []
@@ -798,14 +802,22 @@ def verdicts(profiles: str | None = None, include_incomplete_comparisons=False, 
             rows.append({**_ctx(r, c), "formula": sm.get("formula"), "predicted_ms": sm.get("predicted_ms"),
                          "predicted_ci95_lo": plo, "predicted_ci95_hi": phi, "measured_ms": sm.get("measured_ms"),
                          "measured_ci95_lo": mlo, "measured_ci95_hi": mhi, "n_pairs": sm.get("measured_n_pairs"),
-                         "n_steps": sm.get("n_steps"), "ratio": sm.get("ratio"), "verdict": sm.get("verdict"),
+                         "n_units": sm.get("measured_n_units"), "n_steps": sm.get("n_steps"),
+                         "bias_rel": sm.get("bias_rel"), "ratio": sm.get("ratio"),
+                         "ratio_ci90_lo": _lohi(sm.get("ratio_ci90"))[0], "ratio_ci90_hi": _lohi(sm.get("ratio_ci90"))[1],
+                         "p_confirm": sm.get("p_confirm"), "p_confirm_holm": sm.get("p_confirm_holm"),
+                         "p_refute": sm.get("p_refute"), "p_refute_holm": sm.get("p_refute_holm"),
+                         "family_size": sm.get("family_size"), "verdict": sm.get("verdict"),
+                         "reps_to_decide": sm.get("reps_to_decide"), "decide_note": sm.get("decide_note"),
                          "reason": sm.get("reason"), "largest_missing": miss.get("component"),
                          "largest_missing_ms": miss.get("saved_ms"), "corrected_formula": corr.get("formula"),
                          "corrected_ms": corr.get("predicted_ms"), "corrected_ci95_lo": clo, "corrected_ci95_hi": chi,
                          "corrected_ratio": corr.get("ratio"), "corrected_verdict": corr.get("verdict"),
                          "published_formula": pub.get("formula"), "published_ms": pub.get("predicted_ms"),
                          "published_ci95_lo": pblo, "published_ci95_hi": pbhi, "published_ratio": pub.get("ratio"),
-                         "published_verdict": pub.get("verdict"),
+                         "published_ratio_ci90_lo": _lohi(pub.get("ratio_ci90"))[0],
+                         "published_ratio_ci90_hi": _lohi(pub.get("ratio_ci90"))[1],
+                         "published_verdict": pub.get("verdict"), "published_decide_note": pub.get("decide_note"),
                          "terms": json.dumps(sm.get("terms") or {}, default=str, sort_keys=True),
                          "inputs": json.dumps(sm.get("inputs") or {}, default=str, sort_keys=True),
                          "gpu_name": r["gpu_name"] or r["device"], "file": os.path.join(r["folder"], "summary.json")})
@@ -813,7 +825,10 @@ def verdicts(profiles: str | None = None, include_incomplete_comparisons=False, 
                                           "measured_ms", "measured_ci95_lo", "measured_ci95_hi", "ratio",
                                           "largest_missing_ms", "corrected_ms", "corrected_ci95_lo",
                                           "corrected_ci95_hi", "corrected_ratio", "published_ms",
-                                          "published_ci95_lo", "published_ci95_hi", "published_ratio"))
+                                          "published_ci95_lo", "published_ci95_hi", "published_ratio", "n_units",
+                                          "bias_rel", "ratio_ci90_lo", "ratio_ci90_hi", "p_confirm", "p_confirm_holm",
+                                          "p_refute", "p_refute_holm", "reps_to_decide", "published_ratio_ci90_lo",
+                                          "published_ratio_ci90_hi"))
 
 
 DECOMPOSITION_COLUMNS = ["folder", "comparison", "opt", "model", "layers", "tokens", "attn", "baseline", "arm",

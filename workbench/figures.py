@@ -32,14 +32,14 @@ def _k(tokens) -> str:
 
 def headline_rows(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
     """The comparisons the headline figure draws (`FIGURE_COLUMNS`): every A/B arm against its baseline (sweeps,
-    A/A and NVTX comparisons left out), one row per distinct comparison (the run `analysis.repeats` chooses where
-    several ran it; `prefer`: see `repeats`), in the order packing, offload, MoE, all three. `label` names the arms, model, layers, tokens
+    A/A and NVTX comparisons left out), one row per distinct comparison (the run `analysis.runs_of` chooses where
+    several ran it; `prefer`: see `runs_of`), in the order packing, offload, MoE, all three. `label` names the arms, model, layers, tokens
     and the attention backend that ran, and says where another run of the same comparison disagrees (its CI
     disjoint, or another verdict: the results page lists both)."""
-    from workbench.analysis import repeats
+    from workbench.analysis import runs_of
 
     d = comps[comps["role"].isin(["optimized", "other"]) & ~comps["name"].astype(str).str.contains("@")]
-    d = repeats(d, prefer)
+    d = runs_of(d, prefer)
     from workbench.analysis import CONFIG_KEY
     key = d[CONFIG_KEY].astype(str).agg("|".join, axis=1)
     split = key[~d["agrees"].astype(bool)].unique() if len(d) else []

@@ -44,7 +44,7 @@ PAGE_NAME = "RESULTS.md"
 FIGURE_NAME = "headline.png"
 HEADLINE_MAX_ROWS = 8
 MODELLED = ("packing", "offload", "moe")
-JUDGED = ("confirmed", "refuted", "input check failed")
+JUDGED = ("confirmed", "refuted", "inconclusive", "input check failed")
 
 
 def _f(v, spec="{:.1f}", dash="-") -> str:
@@ -84,6 +84,24 @@ def _shape(r) -> list:
 def _shape_text(r) -> str:
     return f"{r['model']} · {_f(r['layers'], '{:.0f}')} layers · {_f(r['tokens'], '{:.0f}')} tokens · " \
            f"{r['attn'] or '-'}"
+
+
+def _n(r) -> str:
+    """`12 (3)`: pairs and, in brackets, reps (the unit of independence)."""
+    u = r.get("n_units")
+    return _f(r.get("n_pairs"), "{:.0f}") + (f" ({_f(u, '{:.0f}')})" if u is not None and u == u else "")
+
+
+SPEEDUP_RULE = ("Speedup = exp(mean over reps of log(mean baseline step / mean arm step)) over paired timed steps (same "
+                "batch, same rep), recomputed from each run's results.csv; 95% CI a t-interval over reps (the rep is "
+                "the unit of independence: arms run as blocks per rep); `faster` / `slower` when the CI excludes 1, no "
+                "verdict below 4 reps (`workbench/stats.py`).")
+MODEL_RULE = ("A savings model predicts the saving (baseline - arm, ms per step) from inputs measured in the run's own "
+              "traces (delta method over the traced steps, plus the traced-vs-timed step difference as a relative "
+              "SD); measured = the mean paired saving (rep-level se); `confirmed` when the 90% CI of measured / "
+              "predicted lies inside [0.8, 1.25], `refuted` when entirely outside, `inconclusive` otherwise (with the "
+              "reps that would decide), Holm-adjusted within each run's family of model verdicts "
+              "(`workbench/verdicts.py`).")
 
 
 class _Ctx:
@@ -164,10 +182,20 @@ def headline_verdicts(verd: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def _ratio_text(v, prefix="") -> str:
+    r, lo, hi = v.get(prefix + "ratio"), v.get(prefix + "ratio_ci90_lo"), v.get(prefix + "ratio_ci90_hi")
+    if r is None or r != r:
+        return ""
+    ci = f" [90% CI {_f(lo, '{:.2f}')}, {_f(hi, '{:.2f}')}]" if lo is not None and lo == lo else ""
+    return f"measured / predicted {_f(r, '{:.2f}')}{ci}"
+
+
 def _verdict_cell(v) -> str:
     s = f"**{v['verdict']}**"
-    if v["verdict"] in ("confirmed", "refuted") and v["ratio"] == v["ratio"] and v["ratio"] is not None:
-        s += f" (measured / predicted {_f(v['ratio'], '{:.2f}')})"
+    if v["verdict"] in ("confirmed", "refuted", "inconclusive") and _ratio_text(v):
+        s += f" ({_ratio_text(v)})"
+    if v["verdict"] == "inconclusive" and isinstance(v.get("decide_note"), str):
+        s += f": {v['decide_note']}"
     if v["verdict"] == "refuted" and isinstance(v.get("largest_missing"), str):
         s += f"; lacks {v['largest_missing']} ({_f(v['largest_missing_ms'], '{:+.1f}')} ms)"
         if isinstance(v.get("corrected_verdict"), str):
@@ -196,46 +224,45 @@ def headline_markdown(ctx: _Ctx, page_path: str, figure_path: str) -> str:
         runs = "" if r["runs"] <= 1 else (f"; {r['runs']} runs agree" if not r["disagree"] else
                                            f"; {r['disagree']} of {r['runs']} runs DISAGREE (see the results page)")
         rows.append([f"{r['opt']}: `{r['arm']}` vs `{r['baseline']}`", _shape_text(r), f"speedup {_ci(r)}",
-                     _f(r["n_pairs"], "{:.0f}"), f"**{r['verdict']}**{runs}", ctx.short(r["file"])])
+                     _n(r), f"**{r['verdict']}**{runs}", ctx.short(r["file"])])
     for v in vd.to_dict("records"):
         runs = "" if v["runs"] <= 1 else f"; {v['agree']} of {v['runs']} runs say so"
         rows.append([f"{v['opt']} savings model `{v['formula'].split(',  ')[0]}`", _shape_text(v),
                      f"predicted {_ms_ci(v['predicted_ms'], v['predicted_ci95_lo'], v['predicted_ci95_hi'])}, "
                      f"measured {_ms_ci(v['measured_ms'], v['measured_ci95_lo'], v['measured_ci95_hi'])}",
-                     _f(v["n_pairs"], "{:.0f}"), _verdict_cell(v) + runs, ctx.short(v["file"])])
+                     _n(v), _verdict_cell(v) + runs, ctx.short(v["file"])])
     rows = rows[:HEADLINE_MAX_ROWS]
     if rows:
         lines += _table(["result", "model · layers · tokens · attention backend that ran", "estimate [95% CI]",
-                         "pairs", "verdict", "run"], rows)
+                         "pairs (reps)", "verdict", "run"], rows)
     else:
         lines += [f"No complete GPU comparison in `{os.path.relpath(ctx.root, ctx.repo)}/` yet.", ""]
-    notes = ["Speedup = mean(baseline step) / mean(arm step) over paired timed steps (same batch, same rep), 95% CI "
-             "by paired bootstrap (BCa); `faster` / `slower` when the CI excludes 1."]
+    notes = [SPEEDUP_RULE]
     if len(vd):
-        notes.append("A savings model predicts the saving (baseline - arm, ms per step) from inputs measured in the "
-                     "run's own traces (CI by the delta method over the traced steps); measured = the mean paired "
-                     "saving with its CI; `confirmed` when the two CIs overlap or measured / predicted is within "
-                     "0.9-1.1 (`workbench/verdicts.py`).")
+        notes.append(MODEL_RULE)
     else:
         notes.append("No savings-model verdict in profiles/ yet: the models' inputs come from a traced run "
                      "(`python -m workbench.ab --trace torch`, then `python -m workbench.verdicts RUN_DIR`).")
     fits = an.sweep_fits(ctx.root, **ctx.kw)
     if len(fits):
-        ok = fits[fits["l_minus_1"] == "confirmed"]
+        counts = fits["l_minus_1"].value_counts()
+        note = (f"L sweeps (weighted least squares; the (L-1) form, one layer saves nothing, holds when the fit's "
+                f"90% CI at L = 1 lies within ± half of one layer's saving): of {len(fits)} sweeps, "
+                + ", ".join(f"{int(counts.get(k, 0))} {k}" for k in ("confirmed", "refuted", "inconclusive",
+                                                                       "untested") if counts.get(k, 0)))
         bad = fits[fits["l_minus_1"] == "refuted"]
-        note = (f"L sweeps: the upstream (L-1) form (one layer saves nothing) is not refuted in {len(ok)} of "
-                f"{len(fits)} sweeps")
         if len(bad):
-            why = []
-            for r in bad.to_dict("records"):
-                where = f"{os.path.basename(r['folder'])} ({r['model']})"
-                if r["l1_zero"] is False:
-                    why.append(f"{where} saves {_ms_ci(r['l1_measured_ms'], r['l1_ci95_lo'], r['l1_ci95_hi'])} "
-                               "with one layer")
-                else:
-                    why.append(f"{where}: fitted at L = 1 {_ms_ci(r['at1_ms'], r['at1_ci95_lo'], r['at1_ci95_hi'])}")
-            note += "; refuted where " + "; ".join(why)
+            note += "; refuted in " + "; ".join(
+                f"{os.path.basename(r['folder'])} ({r['model']}): fitted at L = 1 "
+                f"{_ms_ci(r['at1_ms'], r['at1_ci90_lo'], r['at1_ci90_hi'])} (90%) against ±{_f(r['margin_ms'])} ms"
+                for r in bad.to_dict("records"))
         notes.append(note + "; fits, slopes and the L = 1 tests with their CIs are on the results page.")
+    rep = an.repeats(ctx.comps)
+    if len(rep):
+        old = an.repeats(ctx.comps, "summary")
+        notes.append(f"Repeat runs: {rep.attrs['n']} pairs of runs of the same comparison give mean z² = "
+                     f"{rep.attrs['mean_z2']:.1f} (honest CIs give about 1; {old.attrs['mean_z2']:.1f} with the old "
+                     "pair-bootstrap CIs of the same data).")
     lines += [" ".join(notes), ""]
     lines += [f"**Every comparison and every run of it** (repeats that disagree included), the savings models with "
               f"their inputs, where each traced saving comes from, the L sweeps, the A/A noise floor, what the "
@@ -263,10 +290,11 @@ def results_page(ctx: _Ctx) -> str:
     gpu = ", ".join(ctx.gpus) or "no GPU run"
     lines = [f"# Results: every comparison in `{root_rel}/`", "",
              f"Generated by `python -m workbench.readme_results` from `{root_rel}/` ({gpu}); do not edit by hand. "
-             "Speedup = mean(baseline) / mean(arm) over paired timed steps (rep, step), with its 95% CI (paired "
-             "bootstrap, BCa) and verdict, as each run's `summary.json` holds them; step times are medians of the "
-             "timed steps; syncs per step come from the separate counted pass. The README shows the headline; "
-             "`notebooks/` (committed executed) plot these with their CIs.", ""]
+             + SPEEDUP_RULE + " Runs made before the rep-level statistics hold the old figures (pair bootstrap, "
+             "outliers dropped) in their summary.json; every speedup here is recomputed from the timed steps. Step "
+             "times are the arms' means (what the speedup is a ratio of); syncs per step come from the separate "
+             "counted pass. The README shows the headline; `notebooks/` (committed executed) plot these with their "
+             "CIs.", ""]
 
     main = an.runs_of(ctx.comps[ctx.comps["role"].isin(["optimized", "other"])], _prefer(ctx.verd))
     lines += ["## Speedups", "",
@@ -278,16 +306,17 @@ def results_page(ctx: _Ctx) -> str:
         main = main.assign(_k=main[an.CONFIG_KEY].astype(str).agg("|".join, axis=1))
         first = {k: i for i, k in enumerate(dict.fromkeys(main["_k"]))}
         main = main.assign(_o=main["_k"].map(first)).sort_values(["_o", "folder"], kind="stable")
-        rows = [[r["name"], *_shape(r), f"{r['baseline']} -> {r['arm']}", _f(r["baseline_ms"]), _f(r["arm_ms"]),
-                 _ci(r), r["verdict"], _f(r["n_pairs"], "{:.0f}"),
+        rows = [[r["name"], *_shape(r), f"{r['baseline']} -> {r['arm']}", _f(r["baseline_mean_ms"]),
+                 _f(r["arm_mean_ms"]), _ci(r), r["verdict"], _n(r),
                  f"{_f(r['syncs_baseline'], '{:g}')} -> {_f(r['syncs_arm'], '{:g}')}", _eq(r["equivalent"]),
                  _runs_cell(r), ctx.link(r["file"])] for r in main.to_dict("records")]
-        lines += _table(["comparison", "model", "layers", "tokens", "attn", "baseline -> arm", "baseline ms",
-                         "arm ms", "speedup [95% CI]", "verdict", "pairs", "syncs/step", "equivalent", "runs",
-                         "file"], rows)
+        lines += _table(["comparison", "model", "layers", "tokens", "attn", "baseline -> arm", "baseline mean step ms",
+                         "arm mean step ms", "speedup [95% CI]", "verdict", "pairs (reps)", "syncs/step",
+                         "equivalent", "runs", "file"], rows)
     else:
         lines += [f"No complete GPU comparison in `{root_rel}/` yet.", ""]
 
+    lines += _repeats_section(ctx)
     lines += _verdict_section(ctx)
     lines += _decomposition_section(ctx)
     lines += _sweep_section(ctx)
@@ -295,11 +324,12 @@ def results_page(ctx: _Ctx) -> str:
     aa = ctx.comps[ctx.comps["role"] == "aa"]
     if len(aa):
         lines += ["## A/A", "", "The baseline against itself: the noise floor; a sound protocol's CI contains 1.", ""]
-        rows = [[r["name"], *_shape(r), f"{r['baseline']} -> {r['arm']}", _f(r["baseline_ms"]), _f(r["arm_ms"]),
-                 _ci(r), {True: "yes", False: "NO"}.get(r["ci_contains_1"], "-"), r["verdict"],
-                 _f(r["n_pairs"], "{:.0f}"), ctx.link(r["file"])] for r in aa.to_dict("records")]
-        lines += _table(["comparison", "model", "layers", "tokens", "attn", "arms", "baseline ms", "arm ms",
-                         "speedup [95% CI]", "CI contains 1", "verdict", "pairs", "file"], rows)
+        rows = [[r["name"], *_shape(r), f"{r['baseline']} -> {r['arm']}", _f(r["baseline_mean_ms"]),
+                 _f(r["arm_mean_ms"]), _ci(r), {True: "yes", False: "NO"}.get(r["ci_contains_1"], "-"), r["verdict"],
+                 _n(r), ctx.link(r["file"])] for r in aa.to_dict("records")]
+        lines += _table(["comparison", "model", "layers", "tokens", "attn", "arms", "baseline mean step ms",
+                         "arm mean step ms", "speedup [95% CI]", "CI contains 1", "verdict", "pairs (reps)", "file"],
+                        rows)
 
     cost = an.instrument_cost(ctx.root, **ctx.kw)
     counter = cost[(cost["instrument"] == "sync counter") & ~cost["comparison"].str.contains("@")]
@@ -317,12 +347,12 @@ def results_page(ctx: _Ctx) -> str:
     if len(nv):
         lines += ["## What NVTX ranges cost", "",
                   "The one instrument left on in timed steps: each comparison's baseline with ranges off (baseline) "
-                  "against on (arm), paired; cost = 1/speedup - 1.", ""]
+                  "against on (arm), paired (recomputed at the rep level); cost = 1/speedup - 1.", ""]
         rows = [[r["comparison"], r["arm"], _f(r["off_ms"]), _f(r["on_ms"]), _ci(r), r["verdict"],
                  _f(r["cost_pct"], "{:+.1f}") + "%", _f(r["n"], "{:.0f}"), ctx.link(r["file"])]
                 for r in nv.to_dict("records")]
-        lines += _table(["comparison", "arm", "off ms", "on ms", "speedup off/on [95% CI]", "verdict", "cost",
-                         "pairs", "file"], rows)
+        lines += _table(["comparison", "arm", "off mean step ms", "on mean step ms", "speedup off/on [95% CI]",
+                         "verdict", "cost", "pairs", "file"], rows)
 
     mf = an.mfu(ctx.root, **ctx.kw)
     if len(mf):
@@ -373,6 +403,39 @@ def results_page(ctx: _Ctx) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _repeats_section(ctx: _Ctx) -> list[str]:
+    rep = an.repeats(ctx.comps)
+    if rep.empty:
+        return []
+    old = an.repeats(ctx.comps, "summary")
+    lines = ["## Repeat runs: do they agree?", "",
+             "Every comparison measured in two or more run folders (same comparison, arms, model, layers, tokens; a "
+             "sweep point at the main shape counts as the same comparison): z = (log s1 - log s2) / sqrt(se1² + se2²), "
+             "se = the log CI's half width / t with reps - 1 df (`workbench.analysis.repeats`). With honest CIs z is "
+             f"about standard normal and the mean z² about 1. Here: **mean z² = {rep.attrs['mean_z2']:.2f}** over "
+             f"{rep.attrs['n']} pairs of runs with the rep-level CIs; {old.attrs['mean_z2']:.2f} over "
+             f"{old.attrs['n']} with the old pair-bootstrap CIs (outliers dropped, se = half width / 1.96) that the "
+             "runs' summary.json hold. Above 1, the runs disagree more than their CIs allow: with 2-3 reps per run the "
+             "rep-level se is itself uncertain, and runs on different days differ by more than their reps do. "
+             "`python -m workbench.campaign --suite repeat` runs each headline comparison twice in separate "
+             "processes (folders `repeat_a`, `repeat_b`).", ""]
+    rows = [[r["name"], f"{r['baseline']} -> {r['arm']}", r["model"], _f(r["layers"], "{:.0f}"),
+             _f(r["tokens"], "{:.0f}"), ctx.short(os.path.join(r["folder_1"], "summary.json")),
+             f"{_f(r['speedup_1'], '{:.3f}')}x [{_f(r['ci95_lo_1'], '{:.3f}')}, {_f(r['ci95_hi_1'], '{:.3f}')}]",
+             ctx.short(os.path.join(r["folder_2"], "summary.json")),
+             f"{_f(r['speedup_2'], '{:.3f}')}x [{_f(r['ci95_lo_2'], '{:.3f}')}, {_f(r['ci95_hi_2'], '{:.3f}')}]",
+             _f(r["z"], "{:+.2f}"), _f(o, "{:+.2f}")]
+            for r, o in zip(rep.to_dict("records"), _old_z(rep, old))]
+    return lines + _table(["comparison", "arms", "model", "layers", "tokens", "run 1", "speedup 1 [95% CI]", "run 2",
+                           "speedup 2 [95% CI]", "z", "z (old CIs)"], rows)
+
+
+def _old_z(rep: pd.DataFrame, old: pd.DataFrame) -> list:
+    k = ["name", "baseline", "arm", "folder_1", "folder_2"]
+    z = {tuple(r[c] for c in k): r["z"] for r in old.to_dict("records")}
+    return [z.get(tuple(r[c] for c in k)) for r in rep.to_dict("records")]
+
+
 def _verdict_section(ctx: _Ctx) -> list[str]:
     v = ctx.verd
     lines = ["## Savings models: predicted against measured", ""]
@@ -382,9 +445,14 @@ def _verdict_section(ctx: _Ctx) -> list[str]:
                         "RUN_DIR`).", ""]
     lines += ["Every comparison with a savings model. Predicted: the model on inputs measured in the run's own traces "
               "(per traced step; 95% CI by the delta method, n traced steps). Measured: mean paired saving baseline - "
-              "arm over the engine's pairs, 95% CI by BCa bootstrap. `confirmed` when the CIs overlap or measured / "
-              "predicted is within 0.9-1.1; a refuted model names the largest component of the traced step "
-              "decomposition it lacks, and the model with that component added is judged again (`corrected`).", ""]
+              "arm over every pair, 95% CI a t-interval over reps. The verdict: the 90% CI of measured / predicted "
+              "(log scale; the measured se, the prediction's se and the traced-vs-timed bias `bias` = |traced / timed "
+              "baseline step - 1| as a relative SD, Welch-Satterthwaite df) against [0.8, 1.25]: `confirmed` inside, "
+              "`refuted` entirely outside, `inconclusive` otherwise, each only when its p-value, Holm-adjusted over "
+              "the run's family of model verdicts (one family per run folder, per L sweep, and for the published "
+              "forms), is <= 0.05; an inconclusive one says about how many more reps would decide. A refuted model "
+              "names the largest component of the traced step decomposition it lacks; the model with it added is "
+              "`exploratory` (chosen after seeing the data: never confirmed).", ""]
     rows = []
     for r in v.to_dict("records"):
         corr = "-"
@@ -394,16 +462,25 @@ def _verdict_section(ctx: _Ctx) -> list[str]:
         miss = "-" if not isinstance(r["largest_missing"], str) else \
             f"{r['largest_missing']} ({_f(r['largest_missing_ms'], '{:+.1f}')} ms)"
         verdict = r["verdict"] + (f": {r['reason']}" if isinstance(r["reason"], str) and r["verdict"] not in
-                                  ("confirmed", "refuted") else "")
+                                  ("confirmed", "refuted", "inconclusive") else "")
+        if r["verdict"] == "inconclusive" and isinstance(r.get("decide_note"), str):
+            verdict += f" ({r['decide_note']})"
         if isinstance(r.get("published_verdict"), str):
-            verdict += f" (published (L-1) form {_f(r['published_ms'], '{:.2f}')} ms: {r['published_verdict']})"
+            verdict += (f"; published (L-1) form {_f(r['published_ms'], '{:.2f}')} ms: {r['published_verdict']}"
+                        f" ({_ratio_text(r, 'published_')})")
+        pv = "-" if r["p_confirm"] is None or r["p_confirm"] != r["p_confirm"] else (
+            f"{_f(r['p_confirm'], '{:.3f}')} / {_f(r['p_confirm_holm'], '{:.3f}')}; "
+            f"{_f(r['p_refute'], '{:.3f}')} / {_f(r['p_refute_holm'], '{:.3f}')}")
+        ratio = "-" if r["ratio"] is None or r["ratio"] != r["ratio"] else (
+            f"{_f(r['ratio'], '{:.2f}')} [{_f(r['ratio_ci90_lo'], '{:.2f}')}, {_f(r['ratio_ci90_hi'], '{:.2f}')}]")
         rows.append([r["comparison"], *_shape(r), f"{r['baseline']} -> {r['arm']}", f"`{r['formula']}`",
                      _ms_ci(r["predicted_ms"], r["predicted_ci95_lo"], r["predicted_ci95_hi"], "{:.2f}"),
                      _ms_ci(r["measured_ms"], r["measured_ci95_lo"], r["measured_ci95_hi"], "{:.2f}"),
-                     _f(r["n_pairs"], "{:.0f}"), _f(r["ratio"], "{:.2f}"), verdict, miss, corr, ctx.link(r["file"])])
+                     _n(r), _f(r["bias_rel"], "{:.1%}"), ratio, pv, verdict, miss, corr, ctx.link(r["file"])])
     return lines + _table(["comparison", "model", "layers", "tokens", "attn", "arms", "model", "predicted [95% CI]",
-                           "measured [95% CI]", "pairs", "measured / predicted", "verdict", "largest missing component",
-                           "corrected model", "file"], rows)
+                           "measured [95% CI]", "pairs (reps)", "bias", "measured / predicted [90% CI]",
+                           "p confirm raw / Holm; p refute raw / Holm", "verdict", "largest missing component",
+                           "corrected model (exploratory)", "file"], rows)
 
 
 def _decomposition_section(ctx: _Ctx) -> list[str]:
@@ -437,12 +514,16 @@ def _sweep_section(ctx: _Ctx) -> list[str]:
     fits = an.sweep_fits(points=pts)
     lines = ["## L sweeps: the saving against the layer count, and the (L-1) test", "",
              "Per layer count L, the measured saving (mean paired difference baseline - arm, ms per step, with its 95% "
-             "CI); a least-squares line through them (`workbench.stats.linear_fit`: slope and intercept with 95% CIs, "
-             "t with n-2 dof) and the fitted saving at L = 1 with its CI. The (L-1) form says one layer saves nothing: "
-             "it holds when the fitted saving at L = 1 is zero within its CI, and, where the sweep ran L = 1, when "
-             "that point's measured CI contains 0. A wide CI at L = 1 makes the test weak: read it beside the CI. "
-             "The workbench's own model is tested the same way against its prediction at L = 1 (one build for "
-             "packing; one reload, the first-reload term, for offload), where that point was traced.", ""]
+             "CI over reps); a weighted least-squares line through them (`workbench.stats.linear_fit`, weights 1/se² "
+             "with each point's rep-level se, the covariance inflated by the reduced χ² when the points scatter more "
+             "than their se say; slope and intercept with 95% CIs, t with n-2 df) and the fitted saving at L = 1 with "
+             "its 90% CI. The (L-1) form says one layer saves nothing; it is judged by equivalence within a stated "
+             "margin, never by a CI that merely contains 0: margin = half of one layer's saving (|slope| / 2, the "
+             "midpoint between \"nothing at L = 1\" and \"one layer's saving at L = 1\"). `confirmed` (it holds) when "
+             "the 90% CI at L = 1 lies inside ±margin, `refuted` when it lies entirely outside, `inconclusive` "
+             "otherwise. The workbench's own model is judged by the same rule around its prediction at L = 1 (one "
+             "build for packing; one reload, the first-reload term, for offload), where that point was traced. The "
+             "sweeps ran 2 reps per point: each point's se has 1 df, so the weights themselves are rough.", ""]
     rows = []
     for f in fits.to_dict("records"):
         p = pts[(pts["folder"] == f["folder"]) & (pts["group"] == f["group"]) & (pts["arm"] == f["arm"])]
@@ -453,17 +534,14 @@ def _sweep_section(ctx: _Ctx) -> list[str]:
                      f"{_f(f['slope_ms'], '{:.2f}')} [{_f(f['slope_ci95_lo'], '{:.2f}')}, "
                      f"{_f(f['slope_ci95_hi'], '{:.2f}')}]",
                      _ms_ci(f["intercept_ms"], f["intercept_ci95_lo"], f["intercept_ci95_hi"]),
-                     _ms_ci(f["at1_ms"], f["at1_ci95_lo"], f["at1_ci95_hi"]), _f(f["r2"], "{:.3f}"),
+                     _ms_ci(f["at1_ms"], f["at1_ci90_lo"], f["at1_ci90_hi"]), _f(f["margin_ms"]),
+                     _f(f["r2"], "{:.3f}"),
                      f"**{f['l_minus_1']}**: {f['l_minus_1_by']}",
                      f"**{f['model_at1']}**: {f['model_at1_by']}" if isinstance(f.get("model_at1"), str) else "-",
                      ctx.link(f["file"])])
     lines += _table(["sweep", "model", "tokens", "attn", "arms", "measured saving per L [95% CI]",
-                     "slope ms per layer [95% CI]", "intercept [95% CI]", "fitted at L=1 [95% CI]", "r2",
+                     "slope ms per layer [95% CI]", "intercept [95% CI]", "fitted at L=1 [90% CI]", "margin ± ms", "r2",
                      "(L-1) form", "the workbench's model at L=1", "file"], rows)
-    src = sorted(set(pts["measured_from"]))
-    if any(s.startswith("results.csv") for s in src):
-        lines += ["Runs made before the verdicts hold no measured CI in their summary.json: their points are the same "
-                  "statistic (`workbench.verdicts.measured_saving`) recomputed from their results.csv.", ""]
     return lines
 
 
