@@ -7,8 +7,12 @@ from synthetic_traces import offload_trace, packing_trace
 from workbench import stats, verdicts
 
 
-def _measured(mean, half):
-    return {"mean": mean, "ci95": [mean - half, mean + half], "n_pairs": 12}
+def _measured(mean, half, reps=12):
+    """A measured saving as `stats.paired_difference` gives it: 95% CI half width `half` over `reps` reps."""
+    from scipy import stats as sps
+    se = half / float(sps.t.ppf(0.975, reps - 1))
+    return {"mean": mean, "ci95": [mean - half, mean + half], "se": se, "df": reps - 1, "n_pairs": 4 * reps,
+            "n_units": reps}
 
 
 # --- packing -------------------------------------------------------------------------------------------------
@@ -72,16 +76,18 @@ def test_offload_model_and_c_g_swapped_is_refuted():
 def test_offload_first_reload_hides_behind_the_work_queued_ahead_of_it():
     """h = the GPU work between the first reload's launch and its copy; the model adds min(c_(L-1), h), and keeps
     the published (L-1) form beside it."""
-    published = sum(min(C[i - 1], G[i]) for i in range(1, 4)) / 1e3
-    assert verdicts.first_reload_lead(offload_trace(C, G, steps=2))["lead_ms"].tolist() == [0.0, 0.0]
-    for lead_us, first_us in [(25.0, 10.0), (4.0, 4.0)]:  # c_(L-1) = 10 us: h caps it, or c does
-        ev = offload_trace(C, G, steps=3, lead_us=lead_us)
+    c = C[:-1] + [40.0]  # a last reload as long as the third: the first-reload term is half the published form
+    published = sum(min(c[i - 1], G[i]) for i in range(1, 4)) / 1e3
+    assert verdicts.first_reload_lead(offload_trace(c, G, steps=2))["lead_ms"].tolist() == [0.0, 0.0]
+    for lead_us, first_us in [(45.0, 40.0), (4.0, 4.0)]:  # c_(L-1) = 40 us: h caps it, or c does
+        ev = offload_trace(c, G, steps=3, lead_us=lead_us)
         assert verdicts.first_reload_lead(ev)["lead_ms"].to_numpy() * 1e3 == pytest.approx([lead_us + 0.5] * 3)
         m = verdicts.offload_model(ev)
-        assert m["inputs"]["c_ms"]["value"] == pytest.approx([c / 1e3 for c in C])  # the lead does not leak into c
+        assert m["inputs"]["c_ms"]["value"] == pytest.approx([x / 1e3 for x in c])  # the lead does not leak into c
         assert m["published"]["predicted_ms"] == pytest.approx(published)
-        assert m["predicted_ms"] == pytest.approx(published + min(C[-1], lead_us + 0.5) / 1e3)
-        # judged against a saving of L reloads, the published form is refuted and the model is not
+        assert m["predicted_ms"] == pytest.approx(published + min(c[-1], lead_us + 0.5) / 1e3)
+        # judged against a saving that includes the first reload, the published form is refuted when that term is
+        # large (1.5x) and confirmed when it is small (1.06x, inside [0.8, 1.25]); the model is confirmed either way
         v = verdicts.check("offload", m, _measured(m["predicted_ms"], 0.02 * m["predicted_ms"]), None)
         assert v["verdict"] == "confirmed"
         assert v["published"]["verdict"] == ("refuted" if first_us > 5 else "confirmed")
@@ -100,26 +106,108 @@ def test_offload_uncertainty_from_the_spread_across_steps():
     assert lo < m["predicted_ms"] < hi and m["n_steps"] == 4
 
 
-# --- verdict rule --------------------------------------------------------------------------------------------
+# --- verdict rule ---------------------------------------------------------------------------------------------
 
-def test_judge_overlap_or_ratio_band():
-    assert verdicts.judge(10.0, [9.0, 11.0], 12.0, [10.5, 13.5])[0] == "confirmed"  # overlap
-    assert verdicts.judge(10.0, [9.9, 10.1], 10.8, [10.7, 10.9])[0] == "confirmed"  # ratio 1.08
-    v, r = verdicts.judge(10.0, [9.0, 11.0], 40.0, [38.0, 42.0])
-    assert v == "refuted" and r == pytest.approx(4.0)
+def test_a_model_30_percent_off_with_tight_data_is_refuted():
+    v = verdicts.judge(10.0, 0.1, 13.0, 0.2, 9, predicted_df=3, n_units=10)
+    assert v["verdict"] == "refuted" and v["ratio"] == pytest.approx(1.3)
+    assert v["ratio_ci90"][0] > verdicts.BAND[1] and v["p_refute"] <= 0.05
 
 
-def test_refuted_model_names_the_largest_missing_component_and_a_corrected_model():
+def test_a_right_model_with_tight_data_is_confirmed():
+    v = verdicts.judge(10.0, 0.1, 10.2, 0.2, 9, predicted_df=3, n_units=10)
+    assert v["verdict"] == "confirmed"
+    lo, hi = v["ratio_ci90"]
+    assert verdicts.BAND[0] < lo < 1.02 < hi < verdicts.BAND[1] and v["p_confirm"] <= 0.05
+
+
+def test_wide_data_is_inconclusive_and_says_how_many_reps_would_decide():
+    v = verdicts.judge(10.0, 0.1, 10.2, 3.0, 2, predicted_df=3, n_units=3)
+    assert v["verdict"] == "inconclusive" and v["would_read"] == "confirmed"
+    n = v["reps_to_decide"]
+    assert n > 0
+    # with that many more reps (se / sqrt(more), the same estimate) the verdict is decided, one fewer it is not
+    se_at = lambda r: 3.0 * (3 / r) ** 0.5  # noqa: E731
+    assert verdicts.judge(10.0, 0.1, 10.2, se_at(3 + n), 2 + n, predicted_df=3)["verdict"] == "confirmed"
+    assert verdicts.judge(10.0, 0.1, 10.2, se_at(2 + n), 1 + n, predicted_df=3)["verdict"] == "inconclusive"
+
+
+def test_more_reps_cannot_decide_when_the_prediction_spans_the_band():
+    v = verdicts.judge(10.0, 3.0, 10.2, 3.0, 2, predicted_df=3, n_units=3)
+    assert v["verdict"] == "inconclusive" and v["reps_to_decide"] is None
+    assert v["decide_note"] == verdicts.CANNOT_DECIDE
+    # the traced-vs-timed bias alone can do it too: 15% as a relative SD is wider than the band allows
+    b = verdicts.judge(10.0, 0.01, 10.0, 0.01, 20, predicted_df=3, bias_rel=0.15, n_units=21)
+    assert b["verdict"] == "inconclusive" and b["decide_note"] == verdicts.CANNOT_DECIDE
+
+
+def test_the_issues_example_does_not_read_confirmed():
+    """Packing on an 8B dense model: predicted 28.6 [18.4, 38.9] ms (4 traced steps), measured 18.3 [14.1, 25.4] ms
+    (3 reps): measured / predicted 0.64, which the old rule (CIs overlap) printed as confirmed."""
+    from scipy import stats as sps
+    se_p = (38.9 - 18.4) / 2 / float(sps.t.ppf(0.975, 3))
+    se_m = (25.4 - 14.1) / 2 / float(sps.t.ppf(0.975, 2))
+    v = verdicts.judge(28.6, se_p, 18.3, se_m, 2, predicted_df=3, n_units=3)
+    assert v["verdict"] != "confirmed" and v["ratio"] == pytest.approx(0.64, abs=0.005)
+    assert v["ratio_ci90"][0] < verdicts.BAND[0] < v["ratio_ci90"][1] < verdicts.BAND[1]
+
+
+def test_a_negative_saving_is_judged_on_the_linear_form():
+    v = verdicts.judge(10.0, 0.1, -1.0, 0.5, 2, predicted_df=3, n_units=3)
+    assert v["form"] == "linear" and v["verdict"] == "refuted"
+    near = verdicts.judge(10.0, 0.1, -1.0, 20.0, 2, predicted_df=3, n_units=3)
+    assert near["form"] == "linear" and near["verdict"] == "inconclusive"
+
+
+def test_the_bias_term_widens_the_interval():
+    a = verdicts.judge(10.0, 0.2, 11.0, 0.3, 5, predicted_df=3, n_units=6)
+    b = verdicts.judge(10.0, 0.2, 11.0, 0.3, 5, predicted_df=3, bias_rel=0.08, n_units=6)
+    assert a["verdict"] == "confirmed" and b["verdict"] == "inconclusive"
+    assert b["ratio_ci90"][1] - b["ratio_ci90"][0] > a["ratio_ci90"][1] - a["ratio_ci90"][0]
+
+
+def test_holm_turns_a_borderline_verdict_inconclusive_in_a_family_of_three():
+    """Alone, a model confirmed at p ~ 0.04 reads confirmed; beside two undecided ones in its run's family, Holm
+    multiplies its p by 3 and it reads inconclusive. A decisive one stays confirmed."""
+    from scipy import optimize
+    se = optimize.brentq(lambda s: verdicts.judge(10.0, 0.0, 11.0, s, 9)["p_confirm"] - 0.04, 1e-3, 5.0)
+    border = verdicts.judge(10.0, 0.0, 11.0, se, 9, n_units=10)
+    assert border["verdict"] == "confirmed" and border["p_confirm"] == pytest.approx(0.04)
+    fam = [dict(border), verdicts.judge(10.0, 0.0, 10.0, 5.0, 2, n_units=3),
+           verdicts.judge(10.0, 0.0, 12.0, 6.0, 2, n_units=3)]
+    verdicts.holm_family(fam)
+    assert fam[0]["verdict"] == "inconclusive" and fam[0]["p_confirm_holm"] == pytest.approx(0.12)
+    assert fam[0]["p_confirm"] == pytest.approx(0.04)  # the raw p is kept
+    sure = [verdicts.judge(10.0, 0.0, 10.0, 0.05, 9, n_units=10), *fam[1:]]
+    assert verdicts.holm_family(sure)[0]["verdict"] == "confirmed"
+
+
+def test_annotate_applies_holm_per_family_of_the_run_folder():
+    assert verdicts.family_of("packing") == verdicts.family_of("moe") == ""
+    assert verdicts.family_of("offload@layers=1") == verdicts.family_of("offload@layers=4") == "offload"
+
+
+def test_refuted_model_names_the_largest_missing_component_and_an_exploratory_corrected_model():
     import pandas as pd
-    m = {"predicted_ms": 10.0, "predicted_ci95": [9.0, 11.0], "predicted_se_ms": 0.5, "formula": "f"}
+    m = {"predicted_ms": 10.0, "predicted_ci95": [9.0, 11.0], "predicted_se_ms": 0.3, "formula": "f", "n_steps": 4}
     d = pd.DataFrame([dict(component="gemm", saved_ms=30.0), dict(component="sync_stall", saved_ms=10.0),
                       dict(component="glue", saved_ms=2.0), dict(component="launch_gap", saved_ms=0.0),
                       dict(component="step_ms", saved_ms=42.0), dict(component="residual_ms", saved_ms=-2.0)])
     v = verdicts.check("packing", m, _measured(40.0, 2.0), d)
     assert v["verdict"] == "refuted"
     assert v["largest_missing"]["component"] == "gemm"
-    assert v["corrected"]["predicted_ms"] == pytest.approx(40.0)
-    assert v["corrected"]["verdict"] == "confirmed"
+    corr = v["corrected"]
+    assert corr["predicted_ms"] == pytest.approx(40.0)
+    # it fits the data (its CI lies inside the band), yet it was chosen after the fact: never "confirmed"
+    assert corr["raw_verdict"] == "confirmed" and corr["verdict"] == "exploratory: consistent"
+    assert corr["exploratory"] is True and "confirmed" not in corr["verdict"]
+    assert verdicts.exploratory("refuted") == "exploratory: refuted"
+
+
+def test_bias_rel_is_the_traced_vs_timed_step_difference():
+    assert verdicts.bias_rel(110.0, 100.0) == pytest.approx(0.10)
+    assert verdicts.bias_rel(90.0, 100.0) == pytest.approx(0.10)
+    assert verdicts.bias_rel(None, 100.0) == 0.0
 
 
 # --- uncertainty ---------------------------------------------------------------------------------------------
