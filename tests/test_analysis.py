@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -52,7 +53,15 @@ def packing(name="packing", layers=8, base_ms=110.0, cached_ms=100.0, status="ok
                       [arm("precomputed", cached_ms - 1, 0.0, vs(1.11, 1.09, 1.13))], layers=layers, status=status)
 
 
-def write_run(d, comps, device="cuda", status="complete", planned=None, command="python -m workbench.ab --out X"):
+def phase(rep, arm):
+    """-1, 0 or +1: a deterministic rep effect per (rep, arm), so that the rep-level CIs have a spread."""
+    return (rep + sum(map(ord, arm))) % 3 - 1
+
+
+def write_run(d, comps, device="cuda", status="complete", planned=None, command="python -m workbench.ab --out X",
+              reps=4):
+    """A run folder: summary.json, meta.json and results.csv with `reps` reps x 2 steps per arm: step_ms = the
+    arm's step_ms + step + jitter_ms x phase(rep, arm) (a comparison's `jitter_ms`, default 0.3)."""
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "summary.json"), "w") as f:
         json.dump({"run_id": os.path.basename(d), "device": device, "comparisons": comps,
@@ -64,16 +73,28 @@ def write_run(d, comps, device="cuda", status="complete", planned=None, command=
                    "comparisons": planned or [c["name"] for c in comps]}, f)
     rows = []
     for c in comps:
+        jit = c.get("jitter_ms", 0.3)
         for a in [c["baseline"], c["optimized"], *c["others"]]:
-            for rep in (0, 1):
+            for rep in range(reps):
                 for step in (0, 1):
                     base = dict(run_id="r", comparison=c["name"], arm=a["arm"], rep=rep, batch=step, step=step,
                                 opt=c["opt"], model=c["model"], layers=c["layers"], tokens=c["tokens"])
-                    rows.append({**base, "metric": "step_ms", "value": a["step_ms"] + step, "unit": "ms"})
+                    rows.append({**base, "metric": "step_ms", "value": a["step_ms"] + step + jit * phase(rep, a["arm"]),
+                                 "unit": "ms"})
                     rows.append({**base, "metric": "warmup_step_ms", "value": 2 * a["step_ms"], "unit": "ms"})
                 rows.append(dict(base, batch=None, step=None, metric="warmup_steps", value=3, unit="count"))
                 rows.append(dict(base, batch=None, step=None, metric="warmup_settled", value=1, unit="bool"))
     pd.DataFrame(rows).to_csv(os.path.join(d, "results.csv"), index=False)
+
+
+def reference(run_dir, comparison, base, other):
+    """The speedup `comparisons` must report: stats.paired_speedup over the results.csv pairs, the rep as the unit."""
+    df = pd.read_csv(os.path.join(run_dir, "results.csv"))
+    df = df[(df["comparison"] == comparison) & (df["metric"] == "step_ms")]
+    b = df[df["arm"] == base].set_index(["rep", "step"])["value"]
+    o = df[df["arm"] == other].set_index(["rep", "step"])["value"]
+    keys = sorted(set(b.index) & set(o.index))
+    return stats.paired_speedup([b[k] for k in keys], [o[k] for k in keys], [k[0] for k in keys])
 
 
 @pytest.fixture
@@ -81,7 +102,7 @@ def folder(tmp_path):
     """A campaign folder: a complete GPU run (packing + an A/A + NVTX cost), a CPU run, a run cut off after one of
     two comparisons, a failed one, and a COMMAND.txt / commands.json naming their commands."""
     camp = tmp_path / "profiles" / "camp"
-    aa = comparison("packing", arm("rebuild", 100.0, 16.0), arm("rebuild#2", 100.5, 16.0, vs(0.995, 0.98, 1.01)))
+    aa = comparison("packing", arm("rebuild", 100.0, 16.0), arm("rebuild#2", 100.0, 16.0, vs(0.995, 0.98, 1.01)))
     nv = comparison("nvtx:packing", arm("rebuild-nvtx", 100.0, 16.0), arm("rebuild+nvtx", 101.0, 16.0,
                                                                          vs(0.99, 0.97, 1.005)))
     write_run(str(camp / "gpu"), [packing(), nv])
@@ -130,9 +151,14 @@ def test_comparisons_read_speedups_and_cis_back(folder):
     assert list(c.columns) == an.COMP_COLUMNS
     assert c.groupby("role").size().to_dict() == {"aa": 1, "nvtx": 1, "optimized": 1, "other": 1}
     r = c[c["arm"] == "cached"].iloc[0]
-    assert (r["baseline"], r["baseline_ms"], r["arm_ms"]) == ("rebuild", 110.0, 100.0)
-    assert r["speedup"] == pytest.approx(1.1) and (r["ci95_lo"], r["ci95_hi"]) == pytest.approx((1.08, 1.13))
-    assert r["verdict"] == "faster" and r["n_pairs"] == 8 and r["ci_contains_1"] == False  # noqa: E712
+    assert (r["baseline"], r["baseline_ms"], r["arm_ms"]) == ("rebuild", 110.0, 100.0)  # the summary's medians
+    # the speedup is recomputed from results.csv (every pair, the rep as the unit), not read from summary.json
+    ref = reference(os.path.join(folder, "camp", "gpu"), "packing", "rebuild", "cached")
+    assert r["speedup"] == pytest.approx(ref["speedup"]) and [r["ci95_lo"], r["ci95_hi"]] == pytest.approx(ref["ci95"])
+    assert r["speedup"] == pytest.approx(110.5 / 100.5, rel=0.003) and r["summary_speedup"] == pytest.approx(1.1)
+    assert (r["summary_ci95_lo"], r["summary_ci95_hi"]) == pytest.approx((1.08, 1.13))
+    assert r["verdict"] == "faster" and r["n_pairs"] == 8 and r["n_units"] == 4 and r["ci_contains_1"] == False  # noqa: E712
+    assert (r["baseline_mean_ms"], r["arm_mean_ms"]) == pytest.approx((110.5, 100.5), abs=0.2)  # the arms' means
     assert (r["syncs_baseline"], r["syncs_arm"]) == (16.0, 1.0) and r["file"].endswith("camp/gpu/summary.json")
     aa = c[c["role"] == "aa"].iloc[0]
     assert aa["arm"] == "rebuild#2" and aa["ci_contains_1"] == True  # noqa: E712
@@ -146,8 +172,10 @@ def test_comparisons_read_speedups_and_cis_back(folder):
 def test_steps_and_warmups(folder):
     st = an.steps(folder)
     assert list(st.columns) == an.STEP_COLUMNS
-    assert len(st) == 4 * (3 + 2 + 2)  # 2 reps x 2 steps x the arms of packing, A/A and nvtx:packing
-    assert st[st["arm"] == "cached"]["step_ms"].tolist() == [100.0, 101.0, 100.0, 101.0]
+    assert len(st) == 8 * (3 + 2 + 2)  # 4 reps x 2 steps x the arms of packing, A/A and nvtx:packing
+    cached = st[(st["arm"] == "cached")]
+    assert cached["step_ms"].tolist() == pytest.approx([100.0 + s + 0.3 * phase(r, "cached")
+                                                        for r, s in zip(cached["rep"], cached["step"])])
     w = an.warmups(folder)
     assert len(w) == len(st) and (w["warmup_steps"] == 3).all() and (w["warmup_settled"] == 1).all()
     cut = an.steps(folder, include_incomplete_comparisons=True)
@@ -159,16 +187,17 @@ def test_sweep_recovers_the_slope_per_layer(tmp_path):
     comps = [packing(f"packing@layers={L}", L, base_ms=50 + 3.5 * L + noise[L], cached_ms=50.5) for L in noise]
     write_run(str(tmp_path / "sweep"), comps)
     points, fit = an.sweep(an.comparisons(str(tmp_path)))
-    assert points[points["arm"] == "cached"]["x"].tolist() == [4, 8, 16, 28]
+    pc = points[points["arm"] == "cached"]
+    assert pc["x"].tolist() == [4, 8, 16, 28] and pc["stat"].eq("mean").all() and pc["saving_se_ms"].notna().all()
     f = fit.set_index("arm").loc["cached"]
-    assert f["key"] == "layers" and f["n_points"] == 4 and f["xs"] == "4,8,16,28"
-    assert f["slope_ms_per_x"] == pytest.approx(3.5, abs=0.02) and f["intercept_ms"] == pytest.approx(-0.5, abs=0.3)
-    assert f["slope_ci95_lo"] < 3.5 < f["slope_ci95_hi"] and f["slope_ci95_hi"] - f["slope_ci95_lo"] < 0.2
-    assert f["r2"] > 0.999
-    ref = stats.linear_fit([4, 8, 16, 28], [3.5 * L + noise[L] - 0.5 for L in noise])
+    assert f["key"] == "layers" and f["n_points"] == 4 and f["xs"] == "4,8,16,28" and f["weighted"]
+    assert f["slope_ms_per_x"] == pytest.approx(3.5, abs=0.05) and f["intercept_ms"] == pytest.approx(-0.5, abs=0.5)
+    assert f["slope_ci95_lo"] < f["slope_ms_per_x"] < f["slope_ci95_hi"] and f["r2"] > 0.99
+    # weighted least squares, 1/se² with each point's se (the reference: stats.linear_fit with the same se)
+    ref = stats.linear_fit(pc["x"].tolist(), pc["saving_ms"].tolist(), se=pc["saving_se_ms"].tolist())
     assert f["slope_ms_per_x"] == pytest.approx(ref["slope"])
     assert f["slope_ci95_lo"] == pytest.approx(ref["slope_ci95"][0])
-    assert an.sweep(an.comparisons(str(tmp_path)), stat="mean")[0]["stat"].eq("mean").all()
+    assert an.sweep(an.comparisons(str(tmp_path)), stat="median")[0]["stat"].eq("median").all()
     assert an.sweep(an.comparisons(str(tmp_path / "none")))[1].empty
 
 
@@ -177,8 +206,9 @@ def test_instrument_cost_counter_per_arm_and_nvtx(folder):
     counter = cost[(cost["instrument"] == "sync counter") & cost["folder"].str.endswith("gpu")].set_index("arm")
     assert counter.loc["cached", "cost_pct"] == pytest.approx(10.0) and counter.loc["rebuild", "role"] == "baseline"
     nv = cost[cost["instrument"] == "nvtx ranges"].iloc[0]
-    assert nv["arm"] == "rebuild" and (nv["off_ms"], nv["on_ms"]) == (100.0, 101.0)
-    assert nv["cost_pct"] == pytest.approx(100 * (1 / 0.99 - 1)) and nv["verdict"].startswith("no detectable")
+    assert nv["arm"] == "rebuild" and (nv["off_ms"], nv["on_ms"]) == pytest.approx((100.5, 101.5), abs=0.2)  # means
+    ref = reference(os.path.join(folder, "camp", "gpu"), "nvtx:packing", "rebuild-nvtx", "rebuild+nvtx")
+    assert nv["cost_pct"] == pytest.approx(100 * (1 / ref["speedup"] - 1)) and nv["verdict"] == ref["verdict"]
     assert not (cost["comparison"].str.startswith("nvtx:") & (cost["instrument"] == "sync counter")).any()
 
 
@@ -209,8 +239,9 @@ def test_claims_table_holds_reference_numbers():
 def test_claims_vs_ours_gain_with_ci(folder):
     cvo = an.claims_vs_ours(an.comparisons(folder))
     step = cvo[(cvo["opt"] == "packing") & (cvo["scope"] == "step")].iloc[0]
-    assert step["ours_pct"] == pytest.approx(10.0) and step["arm"] == "rebuild -> cached"
-    assert (step["ours_ci95_lo_pct"], step["ours_ci95_hi_pct"]) == pytest.approx((8.0, 13.0))
+    ref = reference(os.path.join(folder, "camp", "gpu"), "packing", "rebuild", "cached")
+    assert step["ours_pct"] == pytest.approx(100 * (ref["speedup"] - 1)) and step["arm"] == "rebuild -> cached"
+    assert (step["ours_ci95_lo_pct"], step["ours_ci95_hi_pct"]) == pytest.approx([100 * (x - 1) for x in ref["ci95"]])
     assert step["verdict"] == "faster" and step["n_pairs"] == 8
     assert cvo[(cvo["opt"] == "moe")]["note"].eq("no data").all()
     assert cvo[(cvo["opt"] == "packing") & (cvo["scope"] == "fwd")]["note"].iloc[0] == "not measured (scope fwd)"
@@ -254,8 +285,10 @@ def test_a_real_cpu_run_is_left_out_by_default_and_read_when_asked(cpu_run):
     with open(os.path.join(cpu_run, "summary.json")) as f:
         s = json.load(f)["comparisons"][0]
     assert list(c.index) == ["cached", "precomputed"] and c.loc["cached", "role"] == "optimized"
-    assert c.loc["cached", "speedup"] == s["speedup"] and [c.loc["cached", "ci95_lo"], c.loc["cached", "ci95_hi"]] \
-        == s["speedup_ci95"] and c.loc["cached", "n_pairs"] == 2
+    ref = reference(cpu_run, s["name"], "rebuild", "cached")
+    assert c.loc["cached", "speedup"] == pytest.approx(ref["speedup"]) and c.loc["cached", "n_pairs"] == 2
+    assert c.loc["cached", "n_units"] == 2 and c.loc["cached", "verdict"].startswith("no verdict")
+    assert c.loc["cached", "summary_speedup"] == s["optimized"]["vs_baseline"]["speedup"]
     assert c.loc["cached", "baseline_ms"] == s["baseline"]["step_ms"]
     st = an.steps(cpu_run, include_cpu=True)
     assert len(st) == 3 * 2 and set(st["arm"]) == {"rebuild", "cached", "precomputed"}
@@ -283,7 +316,10 @@ def test_committed_profiles_runs_and_what_is_left_out():
         s = {x["name"]: x for x in json.load(f)["comparisons"]}
     for name in ("packing", "offload", "moe", "all"):
         r = c[(c["job"] == "ab_all") & (c["name"] == name) & (c["role"] == "optimized")].iloc[0]
-        assert r["speedup"] == s[name]["speedup"] and [r["ci95_lo"], r["ci95_hi"]] == s[name]["speedup_ci95"]
+        ref = reference(os.path.join(ENGINE, "ab_all"), name, s[name]["baseline"]["arm"], s[name]["optimized"]["arm"])
+        assert r["speedup"] == pytest.approx(ref["speedup"]) and [r["ci95_lo"], r["ci95_hi"]] == pytest.approx(ref["ci95"])
+        assert r["summary_speedup"] == s[name]["speedup"]  # the old engine's figure, kept beside it
+        assert r["n_units"] == 3 and r["verdict"] == "no verdict (n=3 reps < 4)"
     aa = c[c["role"] == "aa"].iloc[0]
     assert aa["ci_contains_1"] == True  # noqa: E712
     points, fit = an.sweep(c)
@@ -475,13 +511,15 @@ def test_decomposition_breakdown_and_top_kernels(tmp_path):
         assert f(str(tmp_path / "empty")).empty  # no run: an empty frame with its columns
 
 
-def _sweep(layers, saving, ci_half=1.0, name="packing", predicted=None):
+def _sweep(layers, saving, jitter_ms=0.05, name="packing", predicted=None):
+    """One sweep point per L whose timed steps save `saving(L)` ms (results.csv), with rep effects of `jitter_ms`;
+    traced (a prediction `predicted(L)`) or not."""
     out = []
     for L in layers:
-        c = packing(f"{name}@layers={L}", L)
         m = saving(L)
+        c = dict(packing(f"{name}@layers={L}", L, base_ms=100.0 + m, cached_ms=100.0), jitter_ms=jitter_ms)
         p = m if predicted is None else predicted(L)
-        out.append(with_verdict(c, p, [p - 1, p + 1], m, [m - ci_half, m + ci_half], traced=predicted is not None))
+        out.append(with_verdict(c, p, [p - 1, p + 1], m, [m - 1, m + 1], traced=predicted is not None))
     return out
 
 
@@ -492,24 +530,30 @@ def test_sweep_fits_and_the_l_minus_1_test(tmp_path):
     write_run(str(tmp_path / "p" / "lin"), _sweep(noise, lambda L: s * L + 4 + noise[L]))  # 6.5 ms at L=1
     pts = an.sweep_points(str(tmp_path / "p"))
     assert list(pts.columns) == an.SWEEP_POINT_COLUMNS and len(pts) == 8
-    assert (pts["measured_from"] == "summary.json savings_model").all()
+    assert pts["measured_from"].str.startswith("results.csv").all() and (pts["n_units"] == 4).all()
     f = an.sweep_fits(points=pts).set_index("folder")
     a, b = f.loc[os.path.join("p", "lm1")], f.loc[os.path.join("p", "lin")]
-    ref = stats.linear_fit([1, 2, 4, 8], [s * (L - 1) + noise[L] for L in noise], at=1)
-    assert a["slope_ms"] == pytest.approx(ref["slope"]) and a["slope_ci95_lo"] == pytest.approx(ref["slope_ci95"][0])
-    assert a["intercept_ci95_hi"] == pytest.approx(ref["intercept_ci95"][1])
+    # weighted least squares with each point's rep-level se (the reference: stats.linear_fit with those se)
+    pa = pts[pts["folder"] == os.path.join("p", "lm1")]
+    ref = stats.linear_fit(pa["x"].tolist(), pa["measured_ms"].tolist(), se=pa["measured_se_ms"].tolist(), at=1)
+    ref90 = stats.linear_fit(pa["x"].tolist(), pa["measured_ms"].tolist(), se=pa["measured_se_ms"].tolist(), at=1,
+                             confidence=0.90)
+    assert a["weighted"] and a["slope_ms"] == pytest.approx(ref["slope"])
+    assert a["slope_ci95_lo"] == pytest.approx(ref["slope_ci95"][0])
     assert (a["at1_ms"], a["at1_ci95_lo"], a["at1_ci95_hi"]) == pytest.approx((ref["at"]["y"], *ref["at"]["ci95"]))
-    assert a["at1_zero"] and a["l1_zero"] and a["l_minus_1"] == "confirmed"
+    assert (a["at1_ci90_lo"], a["at1_ci90_hi"]) == pytest.approx(ref90["at"]["ci95"])
+    # equivalence within half of one layer's saving: the 90% CI at L = 1 inside ±slope/2
+    assert a["margin_ms"] == pytest.approx(abs(a["slope_ms"]) / 2) and a["l_minus_1"] == "confirmed"
+    assert -a["margin_ms"] < a["at1_ci90_lo"] and a["at1_ci90_hi"] < a["margin_ms"]
     assert "fit at L=1" in a["l_minus_1_by"] and "measured at L=1" in a["l_minus_1_by"]
-    assert not b["at1_zero"] and not b["l1_zero"] and b["l_minus_1"] == "refuted"
-    assert b["at1_ms"] == pytest.approx(6.5, abs=0.3)
-    # the fit says zero, but the L = 1 point's own CI excludes 0: refuted, and it says which test decided
-    write_run(str(tmp_path / "q" / "pt"), _sweep([1, 2, 4, 8], lambda L: {1: 0.8, 2: 2.0, 4: 7.5, 8: 17.5}[L],
-                                                  ci_half=0.3))
-    c = an.sweep_fits(str(tmp_path / "q")).iloc[0]
-    assert c["at1_zero"] and not c["l1_zero"] and c["l_minus_1"] == "refuted"
-    assert "measured at L=1: 0.8 ms [0.5, 1.1] excludes 0" in c["l_minus_1_by"]
-    # the workbench's own model at L = 1: its prediction there, against the fit and the point
+    assert b["l_minus_1"] == "refuted" and b["at1_ms"] == pytest.approx(6.5, abs=0.3)
+    assert b["at1_ci90_lo"] > b["margin_ms"]
+    # a wide CI at L = 1 that contains 0 is not "(L-1) holds": ~2 ms per layer, rep effects of 20 ms
+    write_run(str(tmp_path / "w" / "wide"), _sweep([1, 2, 4, 8], lambda L: 2.0 * (L - 1), jitter_ms=20.0))
+    w = an.sweep_fits(str(tmp_path / "w")).iloc[0]
+    assert w["at1_ci95_lo"] < 0 < w["at1_ci95_hi"] and w["at1_ci95_hi"] - w["at1_ci95_lo"] > 10
+    assert w["l_minus_1"] == "inconclusive"
+    # the workbench's own model at L = 1: its prediction there, by the same rule
     assert pd.isna(a["model_at1_ms"]) and a["model_at1"] is None  # untraced: no prediction
     write_run(str(tmp_path / "m" / "on"), _sweep(noise, lambda L: s * L + noise[L], predicted=lambda L: s * L))
     write_run(str(tmp_path / "m" / "off"), _sweep(noise, lambda L: s * L + noise[L], predicted=lambda L: s * L + 3))
@@ -517,7 +561,7 @@ def test_sweep_fits_and_the_l_minus_1_test(tmp_path):
     assert both.loc[os.path.join("m", "on"), "model_at1"] == "confirmed"
     m = both.loc[os.path.join("m", "off")]
     assert m["model_at1_ms"] == pytest.approx(5.5) and m["model_at1"] == "refuted"
-    assert "fit at L=1 excludes 5.5 ms" in m["model_at1_by"] and "measured at L=1 excludes 5.5 ms" in m["model_at1_by"]
+    assert "against 5.5 ±" in m["model_at1_by"] and "entirely outside" in m["model_at1_by"]
     # two points: no CI, untested
     write_run(str(tmp_path / "r" / "two"), _sweep([4, 8], lambda L: 2.0 * L))
     assert an.sweep_fits(str(tmp_path / "r")).iloc[0]["l_minus_1"] == "untested"
@@ -525,19 +569,54 @@ def test_sweep_fits_and_the_l_minus_1_test(tmp_path):
     assert any(t.error_y.array is not None for t in fig.data)
 
 
-def test_sweep_points_of_runs_before_the_verdicts_come_from_results_csv():
+def test_equivalence_three_outcomes():
+    assert an.equivalence([-28.0, 23.0], 0.0, 1.0) == "inconclusive"  # the issue's [-28, 23] ms for ~2 ms/layer
+    assert an.equivalence([-0.5, 0.6], 0.0, 1.0) == "confirmed"
+    assert an.equivalence([1.2, 3.0], 0.0, 1.0) == "refuted"
+    assert an.equivalence(None, 0.0, 1.0) == "untested"
+
+
+def test_sweep_points_come_from_results_csv_at_the_rep_level():
+    from workbench import engine
     pts = an.sweep_points(PROFILES)
     eng = pts[pts["folder"] == os.path.join("profiles", "2026-11-23_h100_engine", "packing_sweep")]
-    assert eng["x"].tolist() == [4, 8, 16, 28]
-    assert (eng["measured_from"] == "results.csv (paired difference)").all()
+    assert eng["x"].tolist() == [4, 8, 16, 28] and (eng["n_units"] == 3).all()
+    assert eng["measured_from"].str.startswith("results.csv").all()
     assert (eng["measured_ci95_lo"] < eng["measured_ms"]).all() and (eng["measured_ms"] < eng["measured_ci95_hi"]).all()
+    smp = an.step_samples(os.path.join(ENGINE, "packing_sweep"))["packing@layers=8"]
+    ref = stats.paired_difference(*engine.pairs(smp, "rebuild", "cached"))
+    r = eng[eng["x"] == 8].iloc[0]
+    assert (r["measured_ms"], r["measured_se_ms"], r["measured_df"]) == pytest.approx((ref["mean"], ref["se"], 2))
 
 
-def test_repeats_marks_the_run_that_disagrees(tmp_path):
+def test_runs_of_marks_the_run_that_disagrees(tmp_path):
     write_run(str(tmp_path / "p" / "a"), [packing()])
     write_run(str(tmp_path / "p" / "b"), [packing(base_ms=110.0, cached_ms=109.5)])  # same comparison, ~1.005x
     c = an.comparisons(str(tmp_path / "p"))
-    r = an.repeats(c[c["arm"] == "cached"]).set_index("folder")
+    r = an.runs_of(c[c["arm"] == "cached"]).set_index("folder")
     assert (r["runs"] == 2).all() and r["chosen"].sum() == 1
     assert r.loc[os.path.join("p", "b"), "chosen"]  # equal pairs: the later folder
     assert not r.loc[os.path.join("p", "a"), "agrees"]
+
+
+def test_repeats_z_and_mean_z2(tmp_path):
+    """Two runs of the same comparison (one of them as a sweep point at the same shape): z of the log difference
+    over the two log CIs' se (half width / t with reps - 1 df), and the mean z² over comparisons."""
+    from scipy import stats as sps
+    write_run(str(tmp_path / "p" / "repeat_a"), [packing()])
+    write_run(str(tmp_path / "p" / "repeat_b"), [dict(packing("packing@layers=8", base_ms=111.0), jitter_ms=0.6)])
+    c = an.comparisons(str(tmp_path / "p"))
+    z = an.repeats(c)
+    assert list(z.columns) == an.REPEAT_COLUMNS and len(z) == 2  # cached and precomputed
+    r = z.set_index("arm").loc["cached"]
+    a, b = (c[(c["folder"] == os.path.join("p", f)) & (c["arm"] == "cached")].iloc[0] for f in ("repeat_a", "repeat_b"))
+    se = lambda x: (np.log(x["ci95_hi"]) - np.log(x["ci95_lo"])) / 2 / sps.t.ppf(0.975, 3)  # noqa: E731
+    want = (np.log(a["speedup"]) - np.log(b["speedup"])) / np.sqrt(se(a) ** 2 + se(b) ** 2)
+    assert r["z"] == pytest.approx(want) and r["z"] < 0  # the second run saves more
+    assert z.attrs["n"] == 2 and z.attrs["mean_z2"] == pytest.approx(float((z["z"] ** 2).mean()))
+    # the old figures of summary.json: the pair-bootstrap CI's se with the normal quantile
+    old = an.repeats(c, "summary").set_index("arm").loc["cached"]
+    se_old = lambda lo, hi: (np.log(hi) - np.log(lo)) / 2 / 1.96  # noqa: E731
+    want_old = (np.log(1.1) - np.log(1.11)) / np.sqrt(se_old(1.08, 1.13) ** 2 + se_old(1.09, 1.14) ** 2)
+    assert old["z"] == pytest.approx(want_old, rel=1e-3)
+    assert an.repeats(c[c["folder"] == os.path.join("p", "repeat_a")]).empty
