@@ -17,7 +17,7 @@ One model (same preset, seed, LoRA config as `workbench.models.build_model`, che
 - Harness: `harness.train_step` at the precision `auto` resolves to (autocast on CUDA, fp32-adapters on a CPU),
   timed the same way (wall clock, synchronized at both ends).
 
-The two run in blocks, interleaved over reps with the order rotated (Trainer first in even reps, harness first in odd
+After one untimed block of each, the two run in blocks, interleaved over reps with the order rotated (Trainer first in even reps, harness first in odd
 ones), LoRA weights reset before each block, so drift hits both. The ratio harness / Trainer gets a 95% CI at the rep
 level (`rep_ratio_ci`). Loss and LoRA gradients of one step each from the same weights on batch 0 are compared with
 the workbench's equivalence criterion for the step's compute dtype (`workbench.equivalence`). On CUDA one traced step
@@ -446,6 +446,14 @@ def run(a) -> dict:
         progress(f"  equivalent {agree['equivalent']}: loss {agree['loss_trainer']:.6g} (Trainer) vs "
                  f"{agree['loss_harness']:.6g} (harness), rel diff {agree['loss_rel_diff']:.3g}; grad max rel L2 "
                  f"{agree['grad_max_rel_l2']:.3g} (rtol {agree['rtol']:g}, {agree['dtype']})")
+
+        # one untimed block of each first: on the H100 the first Trainer block after the agreement step ran 50x
+        # slower than later ones (one-time Trainer / accelerate / kernel setup), which would swamp rep 0
+        progress("warm-up block of each (not timed)")
+        reset()
+        run_trainer(model, cpu_batches, steps=warmup + steps, lr=a.lr, cuda=cuda, seed=a.seed, out_dir=trainer_dir)
+        reset()
+        run_harness(model, dev_batches, steps=warmup + steps, lr=a.lr, cuda=cuda)
 
         # timing: blocks, order rotated per rep
         per_rep = {"trainer": [], "harness": []}
