@@ -34,8 +34,8 @@ def test_campaign_plan_and_dry_run(tmp_path, capsys):
                                           f"--out {tmp_path}/ab_{opt}_nsys")
     assert cmds["ab_witness"] == f"python -m workbench.ab --opt all --cross-check --reps 1 --out {tmp_path}/ab_witness"
     assert cmds["witness_ops"] == "python -m workbench.bench.witness"
-    assert cmds["repeat_a"] == f"python -m workbench.ab --opt all --out {tmp_path}/repeat_a"
-    assert cmds["repeat_b"] == f"python -m workbench.ab --opt all --trace torch --out {tmp_path}/repeat_b"
+    assert cmds["repeat_a"] == f"python -m workbench.ab --opt all --headline --out {tmp_path}/repeat_a"
+    assert cmds["repeat_b"] == f"python -m workbench.ab --opt all --headline --trace torch --out {tmp_path}/repeat_b"
     assert cmds["fidelity_llama"] == (f"python -m workbench.fidelity --model llama-3.1-8b --layers 8 --tokens 16384 "
                                       f"--out {tmp_path}/fidelity_llama")
     by = {j.name: j for j in jobs}

@@ -197,6 +197,8 @@ def plan(args, device: torch.device) -> list[Comparison]:
                                                          and a not in getattr(mod, "OPT_IN_ARMS", ())]
             labels = _unique_labels(names)
             arms = [ArmSpec(lbl, {opt: a}) for lbl, a in zip(labels, names)]
+        if getattr(args, "headline", False) and not args.arms:
+            arms = arms[:2]  # the baseline and the optimized arm: the comparison the headline reports
         base = Comparison(opt=opt, model=model, layers=layers, tokens=tokens, attn=args.attn, arms=arms,
                           baseline=arms[0].label, optimized=arms[1].label if len(arms) > 1 else None,
                           explicit_arms=bool(args.arms))
@@ -1038,6 +1040,8 @@ def parse_args(argv=None):
                    "`only` runs it instead")
     p.add_argument("--only", default=None, metavar="NAME,...", help="run only these comparisons of the plan (e.g. "
                    "--opt all --only all: the three together; --nvtx-cost only --only nvtx:all)")
+    p.add_argument("--headline", action="store_true", help="each comparison's baseline and optimized arm only (the "
+                   "floor, limit and anchor arms are skipped): the headline comparisons, in half the time")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--trace", default="none", choices=("none", "torch", "nsys"),
                    help="separate profiled passes per arm (never inside the timed steps)")

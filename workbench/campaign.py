@@ -35,7 +35,7 @@ Jobs (each writes into its own folder of DIR):
     packing_sweep_llama   the same on llama-3.2-1b;  offload_sweep_qwen3   the offload sweep on qwen3-8b
     all_traced       --opt all --only all                          (the three together, traced)
     offload_first_reload, offload_first_reload_qwen3   the offload model's first-reload term: L=1,2, 8 reps
-    suite `repeat`:  repeat_a  --opt all;  repeat_b  --opt all --trace torch   (the headline comparisons twice, in
+    suite `repeat`:  repeat_a  --opt all --headline;  repeat_b  the same with --trace torch   (the headline comparisons twice, in
                      separate processes: analysis.repeats gives each difference's z and the mean z²)
     suite `fidelity`: fidelity_llama, fidelity_moe   python -m workbench.fidelity on llama-3.1-8b (8 layers, 16k) and
                      qwen3-30b-a3b (8 layers, 8k): the harness against a real transformers.Trainer step
@@ -101,8 +101,8 @@ AB_ARGS = {"ab_all": ["--opt", "all"],
            "offload_sweep_qwen3": ["--opt", "offload", "--model", "qwen3-8b", "--arms", "sync_reload,double_buffer",
                                    "--sweep", "layers=1,2,3,4", "--trace", "torch", "--reps", "2"],
            "all_traced": ["--opt", "all", "--trace", "torch", "--only", "all"],
-           "repeat_a": ["--opt", "all"],
-           "repeat_b": ["--opt", "all", "--trace", "torch"],
+           "repeat_a": ["--opt", "all", "--headline"],
+           "repeat_b": ["--opt", "all", "--headline", "--trace", "torch"],
            # the first reload's term (added after the sweeps above): L=1 and 2, where the published (L-1) form and
            # the model with min(c_(L-1), h) differ most, with 8 reps (32 pairs) to resolve one reload (~2.4 ms)
            "offload_first_reload": ["--opt", "offload", "--arms", "sync_reload,double_buffer", "--sweep", "layers=1,2",
