@@ -2,7 +2,7 @@
 
 The one schema every result of the project uses (A/B comparisons, sweeps, instrument costs):
 - `results.csv`: long format, one row per number: run_id, comparison, arm, rep, batch, step, metric, value, unit,
-  plus the environment columns (`ENV_COLUMNS`: opt, device, gpu_name, model, layers, tokens, attn, versions, sha),
+  plus the environment columns (`ENV_COLUMNS`: opt, device, gpu_name, model, layers, tokens, attn, precision, versions, sha),
   so runs concatenate and compare. Timed steps are `step_ms` (and fwd/bwd/opt); warmup steps `warmup_step_ms`;
   the counted pass `instrumented_step_ms` and `syncs`; per comparison `speedup`, `speedup_ci95_lo/hi`.
 - `summary.json`: the A/B JSON object (the CLI contract in the README: per comparison the arms, the speedup with
@@ -30,7 +30,7 @@ import sys
 import pandas as pd
 
 RESULT_COLUMNS = ["run_id", "comparison", "arm", "rep", "batch", "step", "metric", "value", "unit"]
-ENV_COLUMNS = ["opt", "device", "gpu_name", "model", "layers", "tokens", "attn", "torch", "transformers", "git_sha"]
+ENV_COLUMNS = ["opt", "device", "gpu_name", "model", "layers", "tokens", "attn", "precision", "torch", "transformers", "git_sha"]
 
 STEP_METRICS = {"step_ms": "ms", "fwd_ms": "ms", "bwd_ms": "ms", "opt_ms": "ms", "syncs": "count",
                 "syncs_declared": "count", "cuda_sync_warnings": "count", "peak_mem_mib": "MiB", "tokens": "tokens",
