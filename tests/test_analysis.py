@@ -428,7 +428,10 @@ def with_verdict(c, predicted, pci, measured, mci, verdict="confirmed", n=12, mi
     traced run the decomposition and each arm's breakdown."""
     sm = {"formula": "(L*p - b) * s,  s = GPU idle per build + build kernel time", "predicted_ms": predicted,
           "predicted_se_ms": 1.0, "predicted_ci95": pci, "n_steps": 4, "measured_ms": measured, "measured_ci95": mci,
-          "measured_n_pairs": n, "ratio": measured / predicted if predicted else None, "verdict": verdict,
+          "measured_n_pairs": n, "measured_n_units": n // 4, "ratio": measured / predicted if predicted else None,
+          "ratio_ci90": [0.95 * measured / predicted, 1.05 * measured / predicted] if predicted else None,
+          "bias_rel": 0.01, "p_confirm": 0.01, "p_confirm_holm": 0.02, "p_refute": 0.99, "p_refute_holm": 0.99,
+          "verdict": verdict,
           "inputs": {"L": {"value": c["layers"], "source": "the comparison's layer count"},
                      "s_ms": {"value": 0.5, "source": "s_idle_ms + s_kernel_ms"},
                      "c_ms": {"value": [1.0, 2.0], "source": "trace"}},

@@ -16,7 +16,7 @@ from test_analysis import _sweep, arm, comparison, packing, vs, with_verdict, wr
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROFILES = os.path.join(ROOT, "profiles")
-SECTIONS = ["## Speedups", "## Savings models", "## L sweeps", "## A/A", "## What the sync counter costs",
+SECTIONS = ["## Speedups", "## Repeat runs", "## Savings models", "## L sweeps", "## A/A", "## What the sync counter costs",
             "## What NVTX ranges cost", "## Model FLOPs and MFU", "## Left out", "## Commands"]
 
 
@@ -46,15 +46,18 @@ def test_page_on_committed_profiles_every_number_names_its_file():
         links = re.findall(r"\]\(([^)]+)\)", line)
         assert links, line
         assert all(os.path.exists(os.path.join(PROFILES, p)) for p in links), line  # relative to profiles/
-    assert "| packing | qwen3-0.6b | 28 | 16384 | varlen | rebuild -> cached | 791.5 | 732.8 | 1.076x [1.059, 1.104] " \
-           "| faster | 9 | 168 -> 3 | yes |" in page
+    # mean step times, the speedup recomputed at the rep level, pairs (reps), no verdict with 3 reps
+    assert "| packing | qwen3-0.6b | 28 | 16384 | varlen | rebuild -> cached | 796.2 | 737.4 | 1.080x [1.045, 1.115] " \
+           "| no verdict (n=3 reps < 4) | 12 (3) | 168 -> 3 | yes |" in page
     aa = next(line for line in page.splitlines() if "rebuild -> rebuild#2" in line)
-    assert "1.012x [0.989, 1.038] | yes |" in aa  # the A/A CI contains 1
+    assert "1.002x [0.980, 1.024] | yes | no detectable difference (±2.4%) | 24 (6) |" in aa  # 6 reps: a verdict
+    rep = page[page.index("## Repeat runs"): page.index("## Savings models")]
+    assert "mean z² = " in rep and "old pair-bootstrap" in rep and len(_rows_with_numbers(rep)) >= 10
     assert "rebuild 791.5 -> 881.2 ms (+11.3%)" in page  # the counter's cost on the packing baseline
     for name in ("nvtx:packing", "nvtx:offload", "nvtx:moe", "nvtx:all"):
         assert f"| {name} |" in page
-    sweep = next(line for line in page.splitlines() if "L=4: 6.7 [5.6, 7.8] ms" in line)  # the engine's sweep, with CIs
-    assert "(L-1) form" not in sweep and ("**confirmed**" in sweep or "**refuted**" in sweep) and "L=1" in sweep
+    sweep = next(line for line in page.splitlines() if "L=4: 8.4 [0.2, 16.7] ms" in line)  # the engine's sweep, CIs
+    assert "(L-1) form" not in sweep and "**inconclusive**: fit at L=1: -3.8 ms, 90% CI [-19.1, 11.5]" in sweep
     left = page[page.index("## Left out"): page.index("## Commands")]
     cut = next(line for line in left.splitlines() if "/nvtx_cost)" in line)
     assert "'running'" in cut and "nvtx:packing, nvtx:offload, nvtx:moe are included explicitly" in cut
@@ -76,7 +79,7 @@ def test_headline_on_committed_profiles_is_short_and_names_backend_pairs_and_ci(
         assert any(r.startswith(f"| {opt}: ") for r in rows), opt
     for r in rows:
         if "speedup" in r:
-            assert re.search(r"speedup \d\.\d{3}x \[\d\.\d{3}, \d\.\d{3}\] \| \d+ \| \*\*", r), r  # CI, pairs, verdict
+            assert re.search(r"speedup \d\.\d{3}x \[\d\.\d{3}, \d\.\d{3}\] \| \d+ \(\d+\) \| \*\*", r), r  # CI, n, verdict
             assert re.search(r" · (varlen|sdpa|eager|flash\w*) \|", r), r  # the backend that ran
     packing_row = next(r for r in rows if r.startswith("| packing: "))
     assert "qwen3-0.6b · 28 layers · 16384 tokens · varlen" in packing_row
@@ -91,7 +94,7 @@ def _verdict_profiles(tmp_path):
     write_run(str(prof / "camp" / "ab_traced"), [
         with_verdict(packing(), 9.5, [8.0, 11.0], 10.0, [9.0, 11.5]),
         with_verdict(off, 5.0, [4.5, 5.5], 20.0, [18.0, 22.0], verdict="refuted", missing=("exposed_copy", 14.0),
-                     corrected=(19.0, [18.5, 19.5], "confirmed")),
+                     corrected=(19.0, [18.5, 19.5], "exploratory: consistent")),
         with_verdict(moe, 90.0, [80.0, 100.0], 100.0, [95.0, 105.0])])
     write_run(str(prof / "camp" / "again"), [packing(base_ms=110.0, cached_ms=109.8)])  # disagrees with the first
     write_run(str(prof / "camp" / "sweep"), _sweep([1, 2, 4, 8], lambda L: 2.5 * L + 4))
@@ -105,23 +108,25 @@ def test_headline_and_page_with_verdicts(tmp_path):
     assert len(rows) == 6  # one speedup per optimization run here (no `all`), one row per model
     model = {r.split(" savings model")[0].removeprefix("| "): r for r in rows if "savings model" in r}
     assert set(model) == {"packing", "offload", "moe"}
-    assert "predicted 9.5 [8.0, 11.0] ms, measured 10.0 [9.0, 11.5] ms | 12 | **confirmed**" in model["packing"]
+    assert "predicted 9.5 [8.0, 11.0] ms, measured 10.0 [9.0, 11.5] ms | 12 (3) | **confirmed** (measured / " \
+           "predicted 1.05 [90% CI 1.00, 1.11])" in model["packing"]
     off = model["offload"]
-    assert "**refuted**" in off and "lacks exposed_copy (+14.0 ms)" in off and "with it: confirmed" in off
+    assert "**refuted**" in off and "lacks exposed_copy (+14.0 ms)" in off
+    assert "with it: exploratory: consistent" in off  # a corrected model never reads confirmed
     assert "llama-3.1-8b · 8 layers · 16384 tokens · sdpa" in off
     pk = next(r for r in rows if r.startswith("| packing: "))
     assert "1 of 2 runs DISAGREE" in pk
-    assert "(L-1) form (one layer saves nothing) is not refuted in 0 of 1 sweeps; refuted where sweep " \
-           "(qwen3-0.6b) saves 6.5 [5.5, 7.5] ms with one layer" in md
+    assert re.search(r"of 1 sweeps, 1 refuted; refuted in sweep \(qwen3-0\.6b\): fitted at L = 1 6\.\d "
+                     r"\[6\.\d, 6\.\d\] ms \(90%\) against ±1\.\d ms", md)
     page = rr.page_markdown(str(prof), repo=str(tmp_path))
     assert "DISAGREES with the reported one" in page and "2: the reported one" in page
     ver = page[page.index("## Savings models"): page.index("## Where each traced saving")]
     assert len(_rows_with_numbers(ver)) == 3 + 4  # the 3 models, and the 4 sweep points' "no trace" rows
-    assert "exposed_copy (+14.0 ms)" in ver and "19.00 [18.50, 19.50] ms: confirmed" in ver
+    assert "exposed_copy (+14.0 ms)" in ver and "19.00 [18.50, 19.50] ms: exploratory: consistent" in ver
     dec = page[page.index("## Where each traced saving"): page.index("## L sweeps")]
     assert "sync_stall +5.0; glue +3.0; launch_gap +1.0" in dec
     sw = page[page.index("## L sweeps"):]
-    assert "**refuted**" in sw and "measured at L=1: 6.5 ms [5.5, 7.5] excludes 0" in sw
+    assert "**refuted**" in sw and "measured at L=1: 6.5 ms [" in sw and "entirely outside" in sw
     for line in _rows_with_numbers(page):
         links = re.findall(r"\]\(([^)]+)\)", line)
         assert links and all(os.path.exists(os.path.join(prof, p)) for p in links), line
@@ -137,7 +142,8 @@ def test_gpu_runs_only_unless_asked(tmp_path):
     assert "[`profiles/gpu/summary.json`](gpu/summary.json)" in page
     assert "profiles/cpu/summary.json" not in page
     assert "- [`profiles/cpu`](cpu): CPU run (device cpu)" in page
-    assert "1.010x [1.002, 1.020] | NO |" in page  # an A/A whose CI misses 1 says so
+    aa = next(line for line in page.splitlines() if "rebuild -> rebuild#2" in line)
+    assert "x [1.0" in aa and "| NO |" in aa  # an A/A whose CI misses 1 says so (99 against 100 ms)
     with_cpu = rr.page_markdown(str(prof), include_cpu=True, repo=str(tmp_path))
     assert "profiles/cpu/summary.json" in with_cpu and "## Left out" not in with_cpu
     assert "No complete GPU comparison" in rr.results_markdown(str(tmp_path / "nothing"), repo=str(tmp_path))
@@ -146,11 +152,13 @@ def test_gpu_runs_only_unless_asked(tmp_path):
 def test_prose_check_catches_a_figure_that_matches_no_comparison(tmp_path):
     from workbench import analysis as an
     comps = an.comparisons(PROFILES, include_incomplete_comparisons=True)
-    good = "cached is 1.076x [1.059, 1.104], n=9, grouped 1.37x; ~~retracted 1.70x~~\n```\nexample 9.999x\n```\n" \
-        "`speedup 1.133x [95% CI 1.103-1.161, n=12 pairs]`\n"
+    good = "cached is 1.080x [1.045, 1.115], n=12, grouped 1.37x; ~~retracted 1.70x~~\n```\nexample 9.999x\n```\n" \
+        "`speedup 1.133x [95% CI 1.081-1.188, n=12 pairs]`\n"
     assert rr.prose_problems(good, comps) == []
-    assert len(rr.prose_problems("cached is 1.076x [1.059, 1.104], n=12", comps)) == 1  # wrong n pairs
-    assert len(rr.prose_problems("- cached is 1.076x\n  [1.059, 1.105], n=9", comps)) == 1  # wrapped: still read
+    assert len(rr.prose_problems("cached is 1.080x [1.045, 1.115], n=9", comps)) == 1  # wrong n pairs
+    assert len(rr.prose_problems("- cached is 1.080x\n  [1.045, 1.116], n=12", comps)) == 1  # wrapped: still read
+    # the old figures (pair bootstrap, outliers dropped) that summary.json still holds are not accepted
+    assert len(rr.prose_problems("cached is 1.076x [1.059, 1.104], n=9", comps)) == 1
     bad = "moe 1.086x [1.071, 1.116]\nand 1.50x\n<!-- results -->\n7.777x\n<!-- /results -->\n"
     problems = rr.prose_problems(bad, comps)
     assert len(problems) == 2 and problems[0].startswith("README.md:1: '1.086x [1.071, 1.116]'")
@@ -158,8 +166,11 @@ def test_prose_check_catches_a_figure_that_matches_no_comparison(tmp_path):
 
 
 def test_render_check_and_write(tmp_path):
+    from workbench import analysis as an
     prof = _verdict_profiles(tmp_path)
-    text = "# t\n\nbefore 1.060x [1.050, 1.070]\n<!-- results -->\nold\n<!-- /results -->\nafter\n" \
+    moe = an.comparisons(str(prof)).set_index("name").loc["moe"]
+    quoted = f"{moe['speedup']:.3f}x [{moe['ci95_lo']:.3f}, {moe['ci95_hi']:.3f}]"  # recomputed: 1700.5 / 1600.5
+    text = f"# t\n\nbefore {quoted}\n<!-- results -->\nold\n<!-- /results -->\nafter\n" \
            "<!-- viewing -->\nx\n<!-- /viewing -->\n"
     readme = tmp_path / "README.md"
     readme.write_text(text)
@@ -180,7 +191,8 @@ def test_render_check_and_write(tmp_path):
                                                       arm("grouped", 1200.0, v=vs(1.4, 1.3, 1.5)))])
     assert rr.main(args + ["--check"]) == 1  # new data: block, page and figure are stale
     assert rr.main(args) == 0 and rr.main(args + ["--check"]) == 0
-    readme.write_text(readme.read_text().replace("before 1.060x", "before 1.061x"))  # a prose figure drifts
+    readme.write_text(readme.read_text().replace(f"before {moe['speedup']:.3f}x",
+                                                 f"before {moe['speedup'] + 0.001:.3f}x"))  # a prose figure drifts
     assert rr.main(args + ["--check"]) == 1
     with pytest.raises(ValueError):
         rr.replace_block("no markers", rr.RESULTS_MARKERS, "x")

@@ -1094,7 +1094,7 @@ def repeats(comps: pd.DataFrame, statistic: str = "rep") -> pd.DataFrame:
     d["name"] = d["name"].astype(str).str.split("@").str[0]  # a sweep point at the main shape is the same comparison
     d = d[d[cols[0]].notna() & d[cols[1]].notna()]
     rows = []
-    for _, g in d.groupby(d[REPEAT_KEY].map(str).agg("|".join, axis=1), sort=False):
+    for _, g in ([] if d.empty else d.groupby(d[REPEAT_KEY].map(str).agg("|".join, axis=1), sort=False)):
         if g["folder"].nunique() < 2:
             continue
         recs = g.sort_values("folder", kind="stable").to_dict("records")
