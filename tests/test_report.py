@@ -32,3 +32,13 @@ def test_comparison_table_columns_line_up():
     body = lines[1:4]
     assert len({len(x) for x in body}) == 1  # header + 2 arms, aligned
     assert body[0].split()[0] == "arm" and "1.250x [1.200, 1.300]" in body[2]
+
+
+def test_comparison_table_prints_the_mean_the_speedup_is_a_ratio_of():
+    arm = {"step_ms": 10.0, "step_ms_mean": 10.75, "step_ms_p20": 9.9, "step_ms_p80": 10.1, "n": 8, "status": "ok"}
+    c = {"name": "packing", "opt": "packing", "model": "m", "layers": 2, "tokens": 128, "attn": "sdpa",
+         "baseline": {**arm, "arm": "rebuild"},
+         "optimized": {**arm, "arm": "cached", "step_ms_mean": 8.5, "vs_baseline": {"speedup": 1.26, "ci95": [1.2, 1.3]}}}
+    lines = report.comparison_table(c).splitlines()
+    assert "mean step ms" in lines[1] and "10.75" in lines[2] and "8.50" in lines[3]
+    assert "10.00" not in lines[2]  # the median is not what the speedup estimates

@@ -98,7 +98,7 @@ def headline_figure(rows: pd.DataFrame, title: str = "Speedup over the baseline,
     ax.set_yticks(ys)
     ax.set_yticklabels(list(rows["label"]) if len(rows) else [""], fontsize=8.5)
     ax.set_ylim(-0.7, n - 0.3)
-    ax.set_xlabel("mean(baseline step) / mean(arm step) over paired steps\nbars: 95% CI (paired bootstrap, BCa)",
+    ax.set_xlabel("exp(mean over reps of log(mean baseline step / mean arm step))\nbars: 95% CI (t over reps)",
                   fontsize=8.5)
     ax.set_title(title, fontsize=11)
     ax.grid(axis="x", color="#d0d7de", lw=0.6)

@@ -19,13 +19,15 @@ import pandas as pd
 
 from workbench import stats
 
-ARM_COLUMNS = [("arm", "arm", "{}"), ("step_ms", "step_ms", "{:.2f}"), ("p20-p80", None, None), ("n", "n", "{}"),
+ARM_COLUMNS = [("arm", "arm", "{}"), ("mean step ms", "step_ms_mean", "{:.2f}"), ("p20-p80", None, None),
+               ("n", "n", "{}"),
                ("speedup [95% CI]", None, None), ("fwd_ms", "fwd_ms", "{:.2f}"), ("bwd_ms", "bwd_ms", "{:.2f}"),
                ("syncs/step", "syncs_per_step", "{:.1f}"), ("counted_ms", "instrumented_step_ms", "{:.2f}"),
                ("peak_mib", "peak_mem_mib", "{:.0f}"), ("tok/s", "tokens_per_s", "{:.0f}"),
                ("TFLOP/s", "achieved_tflops", "{:.1f}"), ("MFU", "mfu", "{:.1%}"),
                ("loss", "loss", "{:.5f}"), ("equiv", None, None), ("status", "status", "{}")]
-"""counted_ms: the step time of the counted pass (sync counter on): the counter's cost, never a timing."""
+"""mean step ms: what the speedup is a ratio of (its p20-p80 spread beside it); counted_ms: the step time of the
+counted pass (sync counter on): the counter's cost, never a timing."""
 
 
 def _fmt(v, f) -> str:
@@ -157,17 +159,20 @@ def _ci_errors(df, est, lo, hi):
     return dict(type="data", symmetric=False, array=(df[hi] - df[est]).tolist(), arrayminus=(df[est] - df[lo]).tolist())
 
 
-def speedup_figure(comps: pd.DataFrame, title: str = "speedup over the baseline (95% CI, paired bootstrap)",
+def speedup_figure(comps: pd.DataFrame, title: str = "speedup over the baseline (95% CI, t over reps)",
                    visualize: bool = False):
-    """One point per comparison row with its 95% CI as error bars; n pairs, verdict and medians in the hover."""
+    """One point per comparison row with its 95% CI as error bars; n pairs (reps), verdict and mean steps in the
+    hover."""
     import plotly.graph_objects as go
 
     d = comps.iloc[::-1]
     labels = d["job"].astype(str) + " · " + d["name"].astype(str) + " · " + d["baseline"].astype(str) + " -> " + \
         d["arm"].astype(str)
-    hover = [f"{s:.3f}x [{lo:.3f}, {hi:.3f}], n={n} pairs<br>{v}<br>{b:.1f} -> {a:.1f} ms (medians)<br>{f}"
-             for s, lo, hi, n, v, b, a, f in zip(d["speedup"], d["ci95_lo"], d["ci95_hi"], d["n_pairs"], d["verdict"],
-                                                  d["baseline_ms"], d["arm_ms"], d["file"])]
+    units = d["n_units"] if "n_units" in d else [None] * len(d)
+    hover = [f"{s:.3f}x [{lo:.3f}, {hi:.3f}], n={n} pairs" + (f" ({u:.0f} reps)" if u == u and u is not None else "")
+             + f"<br>{v}<br>{b:.1f} -> {a:.1f} ms (means)<br>{f}"
+             for s, lo, hi, n, u, v, b, a, f in zip(d["speedup"], d["ci95_lo"], d["ci95_hi"], d["n_pairs"], units,
+                                                     d["verdict"], d["baseline_mean_ms"], d["arm_mean_ms"], d["file"])]
     fig = go.Figure()
     for role, g in d.assign(label=labels.values, hover=hover).groupby("role", sort=False):
         fig.add_trace(go.Scatter(x=g["speedup"], y=g["label"], mode="markers", name=str(role),
@@ -320,8 +325,9 @@ def breakdown_figure(bd: pd.DataFrame, title: str = "step breakdown per arm (ms 
 
 
 def sweep_fit_figure(points: pd.DataFrame, fits: pd.DataFrame, visualize: bool = False):
-    """The measured saving per layer count with its 95% CI (error bars), the fitted line per sweep, and the fitted
-    saving at L = 1 with its CI (the (L-1) test: the form holds when that CI contains 0)."""
+    """The measured saving per layer count with its 95% CI (error bars), the weighted fitted line per sweep, and the
+    fitted saving at L = 1 with its 90% CI (the (L-1) test: the form holds when that CI lies inside ± half of one
+    layer's saving, `analysis.sweep_fits`)."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
@@ -339,13 +345,14 @@ def sweep_fit_figure(points: pd.DataFrame, fits: pd.DataFrame, visualize: bool =
             fig.add_trace(go.Scatter(x=xs, y=[f["slope_ms"] * x + f["intercept_ms"] for x in xs], mode="lines",
                                      line_dash="dash", name=f"fit: {f['slope_ms']:.2f} ms/layer; (L-1) "
                                                             f"{f['l_minus_1']}"))
-            if pd.notna(f["at1_ci95_lo"]):
+            lo, hi = (f["at1_ci90_lo"], f["at1_ci90_hi"]) if "at1_ci90_lo" in f else (f["at1_ci95_lo"], f["at1_ci95_hi"])
+            if pd.notna(lo):
                 fig.add_trace(go.Scatter(x=[1.0], y=[f["at1_ms"]], mode="markers", marker_symbol="diamond-open",
-                                         marker_size=11, name=f"fitted at L=1 (95% CI): {f['l_minus_1_by']}",
-                                         error_y=dict(type="data", symmetric=False,
-                                                      array=[f["at1_ci95_hi"] - f["at1_ms"]],
-                                                      arrayminus=[f["at1_ms"] - f["at1_ci95_lo"]])))
+                                         marker_size=11, name=f"fitted at L=1 (90% CI): {f['l_minus_1_by']}",
+                                         error_y=dict(type="data", symmetric=False, array=[hi - f["at1_ms"]],
+                                                      arrayminus=[f["at1_ms"] - lo])))
     fig.add_hline(y=0.0, line_dash="dot")
-    fig.update_layout(title="measured saving (baseline - arm, paired mean, 95% CI) against layers; fit and L = 1",
+    fig.update_layout(title="measured saving (baseline - arm, paired mean, 95% CI over reps) against layers; weighted "
+                            "fit and L = 1 (90% CI)",
                       xaxis_title="layers", yaxis_title="saving ms per step", height=500)
     return _finish(fig, visualize)
