@@ -123,7 +123,7 @@ def test_notebook_runs_on_committed_profiles(name, kernel_env):
         v = an.verdicts(PROFILES, include_incomplete_comparisons=an.KEEP_FROM_INCOMPLETE)
         if len(v):  # one printed verdict line per model and configuration
             lines = [x for x in _stdout(nb).splitlines()
-                     if re.search(r"-> (confirmed|refuted|no trace|not modelled|input check failed)", x)]
+                     if re.search(r"-> (confirmed|refuted|inconclusive|no trace|not modelled|input check failed)", x)]
             assert len(lines) == len(v)
         else:
             assert "no data for savings-model verdicts" in text
