@@ -252,6 +252,13 @@ def recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict 
     return {**res, "baseline_mean_ms": mean(baseline), "arm_mean_ms": mean(arm)}
 
 
+def _run_precision(path: str) -> str:
+    """The precision a run timed (meta.json's resolved `--precision`); runs from before the flag timed
+    fp32 adapters without autocast on a bf16 base, so they read "fp32-adapters"."""
+    args = (_json(os.path.join(path, "meta.json")) or {}).get("args") or {}
+    return args.get("precision") or "fp32-adapters"
+
+
 def comparisons(profiles: str | None = None, include_incomplete_comparisons=False, **discover_kw) -> pd.DataFrame:
     """One row per (run, comparison, arm other than the baseline) (`COMP_COLUMNS`): `speedup` = exp(mean per-rep
     log(mean baseline / mean arm)) over the paired steps with its 95% CI (t over reps, `ci95_lo/hi`), verdict,
@@ -274,7 +281,7 @@ def comparisons(profiles: str | None = None, include_incomplete_comparisons=Fals
                 lo, hi = new.get("ci95") or [None, None]
                 rows.append({"folder": r["folder"], "job": r["job"], "name": _name(c), "gpu_name": r["gpu_name"]
                              or r["device"], **{k: c.get(k) for k in ("opt", "model", "layers", "tokens", "attn")},
-                             "precision": c.get("precision"),
+                             "precision": c.get("precision") or _run_precision(r["path"]),
                              "role": role, "baseline": b.get("arm"), "arm": a["arm"], "baseline_ms": b.get("step_ms"),
                              "arm_ms": a.get("step_ms"),
                              "baseline_mean_ms": new.get("baseline_mean_ms", b.get("step_ms_mean")),
@@ -1070,8 +1077,8 @@ def runs_of(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
     return d
 
 
-REPEAT_KEY = ["name", "baseline", "arm", "model", "layers", "tokens", "precision"]
-REPEAT_COLUMNS = ["name", "baseline", "arm", "model", "layers", "tokens", "precision", "statistic", "folder_1",
+REPEAT_KEY = ["name", "baseline", "arm", "model", "layers", "tokens", "precision", "gpu_name"]
+REPEAT_COLUMNS = ["name", "baseline", "arm", "model", "layers", "tokens", "precision", "gpu_name", "statistic", "folder_1",
                   "speedup_1", "ci95_lo_1", "ci95_hi_1", "se_log_1", "folder_2", "speedup_2", "ci95_lo_2",
                   "ci95_hi_2", "se_log_2", "z", "z2"]
 
