@@ -11,7 +11,7 @@ import torch
 from workbench import fidelity
 from workbench.data import make_batches, to_device
 from workbench.harness import enable_checkpointing
-from workbench.models import build_model, lora_parameters
+from workbench.models import build_model, lora_resetter
 
 
 @pytest.fixture(scope="module")
@@ -19,13 +19,7 @@ def setup(tmp_path_factory):
     model = build_model("tiny-qwen3", lora_rank=4)
     enable_checkpointing(model)
     batches = make_batches("uniform:10:60", 128, 2, model.config.vocab_size, seed=0)
-    init = {n: p.detach().clone() for n, p in lora_parameters(model)}
-
-    def reset():
-        with torch.no_grad():
-            for n, p in lora_parameters(model):
-                p.copy_(init[n])
-                p.grad = None
+    reset = lora_resetter(model)
     return model, batches, to_device(batches, "cpu"), reset, str(tmp_path_factory.mktemp("trainer"))
 
 

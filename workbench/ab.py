@@ -423,7 +423,7 @@ class Runner:
     def run(self, cmp: Comparison, index: int, total: int) -> dict:
         from workbench import engine, equivalence
         from workbench.data import make_batches
-        from workbench.models import lora_parameters
+        from workbench.models import lora_parameters, lora_resetter
 
         a = self.args
         tag = f"[{index}/{total} {cmp.name}]"
@@ -446,13 +446,7 @@ class Runner:
         out["attn"] = ran_attn
         from workbench import precision
         dtype = precision.compute_dtype(model)  # the equivalence tolerance's dtype: bf16 under autocast
-        init = {n: p.detach().clone() for n, p in lora_parameters(model)}
-
-        def reset_weights():
-            with torch.no_grad():
-                for n, p in lora_parameters(model):
-                    p.copy_(init[n])
-                    p.grad = None
+        reset_weights = lora_resetter(model)
 
         # which arms can run here
         if cmp.opt == "all":
@@ -1100,7 +1094,7 @@ def _main(argv, a, dctx) -> int:
     from workbench import report
     from workbench.equivalence import describe
     from workbench.instrument import NvmlSampler
-    from workbench.models import default_dtype, resolve_device
+    from workbench.models import resolve_device
     from workbench.results import RunWriter, check_out_dir, clear_run_files, device_info, new_run_id
     from workbench.distributed import RankFailed
 

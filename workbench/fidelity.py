@@ -30,7 +30,6 @@ Exit status 0 when it ran (whatever the ratio), 1 when the two steps are not equ
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import json
 import math
@@ -405,7 +404,7 @@ def run(a) -> dict:
     from workbench import precision
     from workbench.data import make_batches, to_device
     from workbench.harness import enable_checkpointing
-    from workbench.models import build_model, lora_parameters, resolve_device
+    from workbench.models import build_model, lora_resetter, resolve_device
 
     device = resolve_device(a.device)
     cuda = device.type == "cuda"
@@ -426,13 +425,7 @@ def run(a) -> dict:
     cfg = model.config
     cpu_batches = make_batches(a.lengths, tokens, n_batches, cfg.vocab_size, seed=a.seed)
     dev_batches = to_device(cpu_batches, device)
-    init = {n: p.detach().clone() for n, p in lora_parameters(model)}
-
-    def reset():
-        with torch.no_grad():
-            for n, p in lora_parameters(model):
-                p.copy_(init[n])
-                p.grad = None
+    reset = lora_resetter(model)
 
     tmp = tempfile.TemporaryDirectory(prefix="wb-fidelity-")
     work = a.out or tmp.name

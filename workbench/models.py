@@ -388,6 +388,19 @@ def lora_parameters(model) -> list[tuple[str, torch.nn.Parameter]]:
     return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
 
 
+def lora_resetter(model):
+    """Snapshot the trainable (LoRA) weights now; returns `reset()`, which copies them back and clears their grads:
+    every arm (and Trainer, in `workbench.fidelity`) starts from the same weights."""
+    init = {n: p.detach().clone() for n, p in lora_parameters(model)}
+
+    def reset():
+        with torch.no_grad():
+            for n, p in lora_parameters(model):
+                p.copy_(init[n])
+                p.grad = None
+    return reset
+
+
 def base_model_of(model):
     """The HF *ForCausalLM under a peft wrapper (or the model itself)."""
     get = getattr(model, "get_base_model", None)
