@@ -66,19 +66,17 @@ def rep_ratio_ci(per_rep_a_ms, per_rep_b_ms, confidence: float = 0.95) -> dict:
     ratio = exp(mean d), ci = exp(mean d ± t_{(1+c)/2, R-1} · sd(d) / sqrt(R)). Returns {"ratio", "ci95" ([lo, hi]
     or None with fewer than 2 reps), "reps", "per_rep_ratio"}.
     """
-    from workbench.stats import t_interval
+    from workbench.stats import log_ratio_of_unit_means
 
-    def mean(x):
-        x = [float(v) for v in (x if isinstance(x, (list, tuple)) else [x])]
-        return sum(x) / len(x)
+    def values(x):
+        return list(x) if isinstance(x, (list, tuple)) else [x]
 
     if len(per_rep_a_ms) != len(per_rep_b_ms):
         raise ValueError(f"rep_ratio_ci: {len(per_rep_a_ms)} reps of a, {len(per_rep_b_ms)} of b")
-    d = [math.log(mean(a) / mean(b)) for a, b in zip(per_rep_a_ms, per_rep_b_ms)]
-    t = t_interval(d, confidence=confidence)
-    return {"ratio": math.exp(t["mean"]) if d else None,
-            "ci95": [math.exp(t["ci"][0]), math.exp(t["ci"][1])] if t["ci"] else None,
-            "reps": len(d), "per_rep_ratio": [math.exp(x) for x in d]}
+    r = log_ratio_of_unit_means([values(a) for a in per_rep_a_ms], [values(b) for b in per_rep_b_ms],
+                                confidence=confidence)
+    return {"ratio": r["ratio"] if r["log_ratios"].size else None, "ci95": r["ci"], "reps": int(r["log_ratios"].size),
+            "per_rep_ratio": [math.exp(x) for x in r["log_ratios"]]}
 
 
 # --- Trainer plumbing ------------------------------------------------------------------------------------------

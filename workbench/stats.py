@@ -172,6 +172,22 @@ def _paired_with_units(a, b, units):
     return aa[keep], ba[keep], [x for x, k in zip(u, keep) if k]
 
 
+def log_ratio_of_unit_means(a_by_unit: Sequence, b_by_unit: Sequence, *, confidence: float = CONFIDENCE) -> dict:
+    """The ratio a / b with its CI, one value per independent unit: r_u = log(mean a_u / mean b_u) (a_u, b_u: the
+    unit's values, any count each), ratio = exp(mean r), ci = exp(`t_interval` of r), None with fewer than 2 units.
+    Returns {"ratio" (NaN with no unit), "ci", "log_ratios" (array)}. `paired_speedup` and `workbench.fidelity` use
+    it."""
+    if len(a_by_unit) != len(b_by_unit):
+        raise ValueError(f"{len(a_by_unit)} units of a, {len(b_by_unit)} of b")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.asarray([math.log(float(np.mean(np.asarray(a, dtype=float))) / float(np.mean(np.asarray(bb, dtype=float))))
+                        for a, bb in zip(a_by_unit, b_by_unit)])
+    ti = t_interval(r, confidence=confidence)
+    return {"ratio": float(math.exp(ti["mean"])) if r.size else math.nan,
+            "ci": [float(math.exp(ti["ci"][0])), float(math.exp(ti["ci"][1]))] if ti["ci"] is not None else None,
+            "log_ratios": r}
+
+
 def paired_speedup(baseline_ms: Sequence, optimized_ms: Sequence, units: Sequence | None = None, *,
                    confidence: float = CONFIDENCE) -> dict:
     """Speedup of the optimized arm over the baseline with a CI at the level of the independent unit.
@@ -188,11 +204,8 @@ def paired_speedup(baseline_ms: Sequence, optimized_ms: Sequence, units: Sequenc
     b, o, u = _paired_with_units(baseline_ms, optimized_ms, units)
     n = int(b.size)
     groups = _unit_groups(u, n)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.asarray([math.log(float(b[g].mean()) / float(o[g].mean())) for g in groups]) if n else np.empty(0)
-    ti = t_interval(r, confidence=confidence)
-    speedup = float(math.exp(ti["mean"])) if r.size else math.nan
-    ci = [float(math.exp(ti["ci"][0])), float(math.exp(ti["ci"][1]))] if ti["ci"] is not None else None
+    lr = log_ratio_of_unit_means([b[g] for g in groups], [o[g] for g in groups], confidence=confidence)
+    r, speedup, ci = lr["log_ratios"], lr["ratio"], lr["ci"]
     what = "rep" if units is not None else "pair"
     method = (f"t-interval on per-{what} log ratios of means ({len(groups)} {what}s, {max(len(groups) - 1, 0)} df)"
               if ci is not None else f"none (fewer than 2 {what}s)")
