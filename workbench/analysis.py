@@ -223,8 +223,9 @@ def step_samples(run_path: str) -> dict:
         return {}
     key = (p, os.path.getmtime(p))
     if key not in _STEP_CACHE:
-        df = pd.read_csv(p, usecols=["comparison", "arm", "rep", "batch", "step", "metric", "value"])
-        df = df[(df["metric"] == "step_ms") & df["rep"].notna() & df["step"].notna()]
+        from workbench.results import engine_step_rows
+        df = pd.read_csv(p)
+        df = engine_step_rows(df[df["rep"].notna() & df["step"].notna()])
         out: dict = {}
         for name, g in df.groupby("comparison", sort=False):
             out[name] = [dict(arm=a, rep=int(r), step=int(st), batch=int(b) if b == b else 0, step_ms=float(v))

@@ -97,6 +97,46 @@ def collective_waits(events_by_rank: dict) -> tuple[pd.DataFrame, dict]:
     return pd.concat(rows, ignore_index=True)[WAIT_COLUMNS], unmatched
 
 
+EXPOSED_COLUMNS = ["rank", "step", "collectives", "wait_ms", "exposed_wait_ms", "exposed_collective_ms"]
+
+
+def exposed_waits(events_by_rank: dict, waits: pd.DataFrame, steps: int = 1) -> pd.DataFrame:
+    """Per rank and traced step: the wait that costs step time (`EXPOSED_COLUMNS`, ms).
+
+    `wait_ms` sums every collective's wait (`collective_waits`). That sum is not time lost: a collective waits on
+    its own stream (FSDP2: all-gathers and reduce-scatters have theirs) while the compute stream goes on, and
+    collectives of two streams wait at the same time. `exposed_wait_ms` is the part that leaves the GPU with nothing
+    else to do: the union of the rank's wait intervals [start, start + wait] less the union of its other GPU work
+    (every non-collective kernel and copy, any stream). `exposed_collective_ms` likewise for whole collectives
+    (wait + transfer). Steps: the k-th collective of a kind belongs to step k // (count of that kind / steps)
+    (FSDP2 issues the same collectives every step)."""
+    from workbench.traces import decompose
+
+    if waits is None or not len(waits):
+        return pd.DataFrame(columns=EXPOSED_COLUMNS)
+    n_steps = max(int(steps), 1)
+    rows = []
+    for r, w in waits.groupby("rank"):
+        ev = events_by_rank[r]
+        gpu = ev[ev["kind"].isin(("kernel", "memcpy", "memset"))]
+        other = gpu[~gpu["name"].astype(str).str.contains(COLLECTIVE_RE)]
+        busy, prefix = decompose.union_with_prefix(other[["start_ns", "end_ns"]].to_numpy(dtype=np.int64))
+        per_kind = w.groupby("kind")["seq"].transform("size")
+        step = np.minimum(w["seq"] // np.maximum(per_kind // n_steps, 1), n_steps - 1)
+
+        def exposed(iv):
+            u = decompose._union(iv)
+            return sum((b - a) - decompose.covered_ns(busy, prefix, int(a), int(b)) for a, b in u) / 1e6
+
+        for k in range(n_steps):
+            ws = w[step == k]
+            st = ws["start_ns"].to_numpy(dtype=np.int64)
+            rows.append({"rank": int(r), "step": k, "collectives": len(ws), "wait_ms": float(ws["wait_ns"].sum()) / 1e6,
+                         "exposed_wait_ms": exposed(np.stack([st, st + ws["wait_ns"].to_numpy(dtype=np.int64)], 1)),
+                         "exposed_collective_ms": exposed(np.stack([st, ws["end_ns"].to_numpy(dtype=np.int64)], 1))})
+    return pd.DataFrame(rows, columns=EXPOSED_COLUMNS)
+
+
 def wait_by_layer(waits: pd.DataFrame, steps: int = 1) -> pd.DataFrame:
     """Per rank, layer and pass: collective, wait and transfer time in ms per step, and the collectives per step.
     Collectives outside a layer get layer "-" (the root module's all-gather, the optimizer's)."""

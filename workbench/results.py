@@ -266,3 +266,18 @@ def load_run(run_dir: str) -> tuple[pd.DataFrame, dict, dict]:
         with open(p) as f:
             return json.load(f)
     return df, j("summary.json"), j("meta.json")
+
+
+def engine_step_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The timed-step rows the engine's statistics used, as `step_ms` rows (rep and step set).
+
+    A single-process run: its `step_ms` rows. A distributed run (a `rank` column with `dp_step_ms` rows): a
+    synchronous data-parallel step lasts as long as its slowest rank, so the engine paired the `dp_step_ms` samples
+    (the max across ranks per step, written once per rank): rank 0's copy, renamed `step_ms`. Each rank's own
+    `step_ms` rows stay in the file for per-rank tables."""
+    timed = df[df["rep"].notna() & df["step"].notna()] if "step" in df else df[df["rep"].notna()]
+    if "rank" in timed and (timed["metric"] == "dp_step_ms").any():
+        rank = pd.to_numeric(timed["rank"], errors="coerce")
+        dp = timed[(timed["metric"] == "dp_step_ms") & (rank == rank[timed["metric"] == "dp_step_ms"].min())]
+        return dp.assign(metric="step_ms")
+    return timed[timed["metric"] == "step_ms"]

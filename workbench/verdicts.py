@@ -118,22 +118,7 @@ def _step_of(events: pd.DataFrame, windows: pd.DataFrame) -> np.ndarray:
 def _gpu_busy(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """The merged union of all GPU work (kernels and copies, any stream) and its prefix lengths, for `_covered_ns`."""
     gpu = events[events["kind"].isin(("kernel", "memcpy"))]
-    u = decompose._union(gpu[["start_ns", "end_ns"]].to_numpy(dtype=np.int64))
-    return u, np.concatenate([[0], np.cumsum(u[:, 1] - u[:, 0])])
-
-
-def _covered_ns(union: np.ndarray, prefix: np.ndarray, lo: int, hi: int) -> int:
-    """Length of a merged union inside [lo, hi], with `prefix` = cumulative lengths of its intervals."""
-    if hi <= lo or not len(union):
-        return 0
-    i = int(np.searchsorted(union[:, 1], lo, "right"))
-    j = int(np.searchsorted(union[:, 0], hi, "left"))
-    if j <= i:
-        return 0
-    tot = int(prefix[j] - prefix[i])
-    tot -= max(0, lo - int(union[i, 0]))
-    tot -= max(0, int(union[j - 1, 1]) - hi)
-    return max(tot, 0)
+    return decompose.union_with_prefix(gpu[["start_ns", "end_ns"]].to_numpy(dtype=np.int64))
 
 
 def packing_builds(events: pd.DataFrame) -> pd.DataFrame:
@@ -164,7 +149,7 @@ def packing_builds(events: pd.DataFrame) -> pd.DataFrame:
         k = int(rt_k[j])
         if k < a:  # the launch's kernel started before the build (cannot happen on one stream; skip)
             continue
-        idle = (k - a) - _covered_ns(u, prefix, int(a), k)
+        idle = (k - a) - decompose.covered_ns(u, prefix, int(a), k)
         lo, hi = np.searchsorted(mk_iv[:, 0], a, "left"), np.searchsorted(mk_iv[:, 0], k, "left")
         kern = decompose._length(decompose._union(decompose._clip(mk_iv[lo:hi], int(a), k))) if hi > lo else 0
         rows.append(dict(step=int(step), layer=_META_RE.match(name).group(1), idle_ms=idle / 1e6, kernel_ms=kern / 1e6,
@@ -189,7 +174,7 @@ def first_reload_lead(events: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for step, grp in cp.groupby("step"):
         first = grp.loc[grp["start_ns"].idxmin()]
-        rows.append(dict(step=int(step), lead_ms=_covered_ns(u, prefix, int(first["launch_ns"]),
+        rows.append(dict(step=int(step), lead_ms=decompose.covered_ns(u, prefix, int(first["launch_ns"]),
                                                              int(first["start_ns"])) / 1e6))
     return pd.DataFrame(rows, columns=cols)
 
@@ -590,7 +575,8 @@ def _events(run_dir: str, cmp_name: str, arm: str) -> pd.DataFrame | None:
 def measured_saving(results: pd.DataFrame, cmp_name: str, baseline: str, arm: str) -> dict:
     """The engine's paired saving (baseline - arm step ms) of a comparison: every pair, the rep as the unit."""
     from workbench import engine
-    r = results[(results["comparison"] == cmp_name) & (results["metric"] == "step_ms") & results["rep"].notna()]
+    from workbench.results import engine_step_rows
+    r = engine_step_rows(results[results["comparison"] == cmp_name])
     samples = [dict(arm=x.arm, rep=int(x.rep), step=int(x.step), batch=int(x.batch) if x.batch == x.batch else 0,
                     step_ms=float(x.value)) for x in r.itertuples()]
     b, o, reps = engine.pairs(samples, baseline, arm)

@@ -106,6 +106,26 @@ def _union(iv: np.ndarray) -> np.ndarray:
     return np.stack([out_s, out_e], axis=1)
 
 
+def union_with_prefix(iv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The merged union of intervals (n, 2) and its prefix lengths (n + 1), for `covered_ns`."""
+    u = _union(np.asarray(iv, dtype=np.int64).reshape(-1, 2))
+    return u, np.concatenate([[0], np.cumsum(u[:, 1] - u[:, 0])])
+
+
+def covered_ns(union: np.ndarray, prefix: np.ndarray, lo: int, hi: int) -> int:
+    """Length of a merged union inside [lo, hi], with `prefix` = cumulative lengths of its intervals."""
+    if hi <= lo or not len(union):
+        return 0
+    i = int(np.searchsorted(union[:, 1], lo, "right"))
+    j = int(np.searchsorted(union[:, 0], hi, "left"))
+    if j <= i:
+        return 0
+    tot = int(prefix[j] - prefix[i])
+    tot -= max(0, lo - int(union[i, 0]))
+    tot -= max(0, int(union[j - 1, 1]) - hi)
+    return max(tot, 0)
+
+
 def _length(u: np.ndarray) -> int:
     return int((u[:, 1] - u[:, 0]).sum()) if len(u) else 0
 
