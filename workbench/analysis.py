@@ -40,7 +40,8 @@ RUN_COLUMNS = ["path", "folder", "job", "command", "device", "gpu_name", "status
                "run_id", "git_sha", "torch", "transformers"]
 LEFT_OUT_COLUMNS = ["path", "folder", "job", "status", "device", "command", "complete_comparisons",
                     "missing_comparisons", "reason"]
-COMP_COLUMNS = ["folder", "job", "name", "opt", "model", "layers", "tokens", "attn", "precision", "gpu_name", "role",
+COMP_COLUMNS = ["folder", "job", "name", "opt", "model", "layers", "tokens", "attn", "precision", "gpu_name", "ranks",
+                "role",
                 "baseline", "arm", "baseline_ms", "arm_ms", "baseline_mean_ms", "arm_mean_ms", "speedup", "ci95_lo",
                 "ci95_hi", "ci_contains_1", "verdict", "n_pairs", "n_units", "outlier_pairs", "summary_speedup",
                 "summary_ci95_lo", "summary_ci95_hi", "summary_verdict", "summary_n_pairs", "equivalent",
@@ -283,7 +284,7 @@ def comparisons(profiles: str | None = None, include_incomplete_comparisons=Fals
                 rows.append({"folder": r["folder"], "job": r["job"], "name": _name(c), "gpu_name": r["gpu_name"]
                              or r["device"], **{k: c.get(k) for k in ("opt", "model", "layers", "tokens", "attn")},
                              "precision": c.get("precision") or _run_precision(r["path"]),
-                             "role": role, "baseline": b.get("arm"), "arm": a["arm"], "baseline_ms": b.get("step_ms"),
+                             "ranks": int((c.get("distributed") or {}).get("world_size") or 1), "role": role, "baseline": b.get("arm"), "arm": a["arm"], "baseline_ms": b.get("step_ms"),
                              "arm_ms": a.get("step_ms"),
                              "baseline_mean_ms": new.get("baseline_mean_ms", b.get("step_ms_mean")),
                              "arm_mean_ms": new.get("arm_mean_ms", a.get("step_ms_mean")),
@@ -1045,7 +1046,8 @@ def sweep_fits(profiles: str | None = None, points: pd.DataFrame | None = None, 
 
 # --- the same comparison across runs -------------------------------------------------------------------------------
 
-CONFIG_KEY = ["name", "model", "layers", "tokens", "baseline", "arm"]
+CONFIG_KEY = ["name", "model", "layers", "tokens", "baseline", "arm", "ranks"]
+"""The same comparison: ... and the same number of data-parallel ranks (a 2-GPU step is not a 1-GPU step)."""
 
 
 def _overlap(a_lo, a_hi, b_lo, b_hi) -> bool:
@@ -1078,8 +1080,8 @@ def runs_of(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
     return d
 
 
-REPEAT_KEY = ["name", "baseline", "arm", "model", "layers", "tokens", "precision", "gpu_name"]
-REPEAT_COLUMNS = ["name", "baseline", "arm", "model", "layers", "tokens", "precision", "gpu_name", "statistic", "folder_1",
+REPEAT_KEY = ["name", "baseline", "arm", "model", "layers", "tokens", "precision", "gpu_name", "ranks"]
+REPEAT_COLUMNS = ["name", "baseline", "arm", "model", "layers", "tokens", "precision", "gpu_name", "ranks", "statistic", "folder_1",
                   "speedup_1", "ci95_lo_1", "ci95_hi_1", "se_log_1", "folder_2", "speedup_2", "ci95_lo_2",
                   "ci95_hi_2", "se_log_2", "z", "z2"]
 

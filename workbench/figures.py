@@ -48,11 +48,12 @@ def headline_rows(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
     if d.empty:
         return pd.DataFrame(columns=FIGURE_COLUMNS)
     d["_o"] = d["opt"].map({o: i for i, o in enumerate(OPT_ORDER)}).fillna(len(OPT_ORDER))
-    d = d.sort_values(["_o", "tokens", "baseline"], kind="stable")
+    d["_ranks"] = pd.to_numeric(d["ranks"], errors="coerce").fillna(1) if "ranks" in d else 1
+    d = d.sort_values(["_o", "_ranks", "tokens", "baseline"], kind="stable")
     d["label"] = [f"{o}: {a} vs {b}" + (" (another run disagrees)" if sp else "")
-                  + f"\n{m} · {int(la)} layers · {_k(t)} tokens · {at}"
-                  for o, a, b, m, la, t, at, sp in zip(d["opt"], d["arm"], d["baseline"], d["model"], d["layers"],
-                                                       d["tokens"], d["attn"], d["_split"])]
+                  + f"\n{m} · {int(la)} layers · {_k(t)} tokens · {at}" + (f" · {int(n)} GPUs (FSDP2)" if n > 1 else "")
+                  for o, a, b, m, la, t, at, sp, n in zip(d["opt"], d["arm"], d["baseline"], d["model"], d["layers"],
+                                                          d["tokens"], d["attn"], d["_split"], d["_ranks"])]
     return d[FIGURE_COLUMNS].reset_index(drop=True)
 
 

@@ -135,12 +135,20 @@ class _Ctx:
 
 # --- the headline -------------------------------------------------------------------------------------------------
 
+def _label(r) -> str:
+    """A comparison's name, with its data-parallel ranks when more than one (FSDP2 under torchrun)."""
+    n = r.get("ranks")
+    return f"{r['name']} ({int(n)} ranks, FSDP2)" if n == n and n and int(n) > 1 else str(r["name"])
+
+
 def headline_speedups(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
     """Per optimization (packing, offload, moe, all): the optimized arm at the shape most runs measured (then: from
     the run with the most comparisons, then most pairs), from the run `analysis.runs_of(prefer=...)` chooses (the run
     of the headline's savings-model row where it is one of them: one run per optimization in the headline); with
     `runs` and `disagree` (how many runs of it disagree with that one)."""
     d = comps[(comps["role"] == "optimized") & ~comps["name"].astype(str).str.contains("@")]
+    if "ranks" in d:  # one GPU: the 2-GPU runs have their own section
+        d = d[pd.to_numeric(d["ranks"], errors="coerce").fillna(1) == 1]
     if d.empty:
         return d.assign(runs=pd.Series(dtype=int), disagree=pd.Series(dtype=int))
     d = an.runs_of(d, prefer)
@@ -306,7 +314,7 @@ def results_page(ctx: _Ctx) -> str:
         main = main.assign(_k=main[an.CONFIG_KEY].astype(str).agg("|".join, axis=1))
         first = {k: i for i, k in enumerate(dict.fromkeys(main["_k"]))}
         main = main.assign(_o=main["_k"].map(first)).sort_values(["_o", "folder"], kind="stable")
-        rows = [[r["name"], *_shape(r), f"{r['baseline']} -> {r['arm']}", _f(r["baseline_mean_ms"]),
+        rows = [[_label(r), *_shape(r), f"{r['baseline']} -> {r['arm']}", _f(r["baseline_mean_ms"]),
                  _f(r["arm_mean_ms"]), _ci(r), r["verdict"], _n(r),
                  f"{_f(r['syncs_baseline'], '{:g}')} -> {_f(r['syncs_arm'], '{:g}')}", _eq(r["equivalent"]),
                  _runs_cell(r), ctx.link(r["file"])] for r in main.to_dict("records")]
