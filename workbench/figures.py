@@ -51,9 +51,11 @@ def headline_rows(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
     d["_ranks"] = pd.to_numeric(d["ranks"], errors="coerce").fillna(1) if "ranks" in d else 1
     d = d.sort_values(["_o", "_ranks", "tokens", "baseline"], kind="stable")
     d["label"] = [f"{o}: {a} vs {b}" + (" (another run disagrees)" if sp else "")
-                  + f"\n{m} · {int(la)} layers · {_k(t)} tokens · {at}" + (f" · {int(n)} GPUs (FSDP2)" if n > 1 else "")
-                  for o, a, b, m, la, t, at, sp, n in zip(d["opt"], d["arm"], d["baseline"], d["model"], d["layers"],
-                                                          d["tokens"], d["attn"], d["_split"], d["_ranks"])]
+                  + f"\n{m} · {int(la)} layers · {_k(t)} tokens · {at}"
+                  + (f" · {int(n)} x {_gpu_short(g)} (FSDP2)" if n > 1 else f" · {_gpu_short(g)}")
+                  for o, a, b, m, la, t, at, sp, n, g in zip(d["opt"], d["arm"], d["baseline"], d["model"], d["layers"],
+                                                             d["tokens"], d["attn"], d["_split"], d["_ranks"],
+                                                             d["gpu_name"])]
     return d[FIGURE_COLUMNS].reset_index(drop=True)
 
 
@@ -66,6 +68,16 @@ def digest(rows: pd.DataFrame) -> str:
 
 def _colour(verdict) -> str:
     return VERDICT_COLOURS.get(str(verdict), NEUTRAL)
+
+
+LOG_AXIS_ABOVE = 3.0
+"""The headline figure's speedup axis is logarithmic when its range spans more than this ratio."""
+
+
+def _gpu_short(name) -> str:
+    """"NVIDIA H100 80GB HBM3" -> "H100"."""
+    parts = [p for p in str(name or "").replace("NVIDIA", "").split() if p]
+    return parts[0] if parts else ""
 
 
 def headline_figure(rows: pd.DataFrame, title: str = "Speedup over the baseline, 95% CI"):
@@ -92,7 +104,15 @@ def headline_figure(rows: pd.DataFrame, title: str = "Speedup over the baseline,
                         color=c, ecolor=c, capsize=4, markersize=6, lw=1.6)
             ax.text(1.02, y, f"{r.speedup:.3f}x [{r.ci95_lo:.3f}, {r.ci95_hi:.3f}]\n{r.verdict}, "
                              f"n={int(r.n_pairs)} pairs", va="center", fontsize=8, color=c, transform=right)
-        ax.set_xlim(lo - 0.05 * span, hi + 0.05 * span)
+        if hi / lo > LOG_AXIS_ABOVE:  # a wide span (an anchor arm at 8x) would flatten every other CI to a dot
+            ax.set_xscale("log")
+            ax.set_xlim(lo / (hi / lo) ** 0.03, hi * (hi / lo) ** 0.03)
+            grid = (1, 1.5, 2, 3, 5, 8, 10, 20) if hi / lo > 4 else (0.9, 1, 1.1, 1.25, 1.5, 2, 3)
+            ticks = [t for t in grid if lo * 0.97 <= t <= hi * 1.03]
+            ax.set_xticks(ticks, [f"{t:g}x" for t in ticks])
+            ax.minorticks_off()
+        else:
+            ax.set_xlim(lo - 0.05 * span, hi + 0.05 * span)
     else:
         ax.text(0.5, 0.5, "no complete GPU comparison in profiles/", ha="center", transform=ax.transAxes)
     ax.axvline(1.0, color="#57606a", ls=":", lw=1)
