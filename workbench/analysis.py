@@ -25,6 +25,7 @@ import pandas as pd
 
 from workbench import stats
 from workbench.report import (breakdown_figure, claims_figure, cost_figure, show, speedup_figure,  # noqa: F401
+                              speedup_figures,
                               steps_figure, sweep_figure, sweep_fit_figure,
                               timeline_figure)  # the figures live in report.py; re-exported here
 
@@ -1133,3 +1134,58 @@ def repeats(comps: pd.DataFrame, statistic: str = "rep") -> pd.DataFrame:
     out.attrs["mean_z2"] = float(out["z2"].mean()) if len(out) else None
     out.attrs["n"] = len(out)
     return out
+
+
+# --- what a notebook shows ----------------------------------------------------------------------------------------
+
+PREVIEW_ROWS = 15
+"""A notebook table shows at most this many rows; the whole table is on the results page (profiles/RESULTS.md) and
+in the DataFrame the cell keeps."""
+
+
+def preview(df: pd.DataFrame, what: str = "rows", n: int = PREVIEW_ROWS) -> pd.DataFrame:
+    """The first `n` rows of `df`, after printing how many more there are and where they are."""
+    if df is not None and len(df) > n:
+        print(f"{len(df)} {what}; the first {n} below, every one on the results page (profiles/RESULTS.md) and in "
+              "the DataFrame this cell keeps")
+        return df.head(n)
+    return df
+
+
+def headline_runs(comps: pd.DataFrame) -> set:
+    """(folder, comparison) of the one-GPU runs a headline reports per comparison (`runs_of`'s choice among the
+    optimized arms, sweeps left out): the runs a notebook draws step by step."""
+    d = comps[(comps["role"] == "optimized") & ~comps["name"].astype(str).str.contains("@")]
+    if "ranks" in d:
+        d = d[pd.to_numeric(d["ranks"], errors="coerce").fillna(1) == 1]
+    if d.empty:
+        return set()
+    d = runs_of(d)
+    return set(zip(d[d["chosen"]]["folder"], d[d["chosen"]]["name"]))
+
+
+def timeline_pairs(events: dict, comps: pd.DataFrame) -> list[tuple]:
+    """One (folder, comparison, baseline, optimized arm) per optimization whose two arms' trace events were kept:
+    the headline's run where it kept them, else the latest folder that did (sweep points left out)."""
+    d = comps[(comps["role"] == "optimized") & ~comps["name"].astype(str).str.contains("@")]
+    chosen = headline_runs(comps)
+    out = []
+    for name, g in d.groupby("name", sort=False):
+        have = [r for r in g.to_dict("records")
+                if (r["folder"], name, r["baseline"]) in events and (r["folder"], name, r["arm"]) in events]
+        if have:
+            best = sorted(have, key=lambda r: ((r["folder"], name) in chosen, r["folder"]))[-1]
+            out.append((best["folder"], name, best["baseline"], best["arm"]))
+    return out
+
+
+def pair_timeline(events: dict, pair: tuple, layers=("L00", "L01")) -> pd.DataFrame:
+    """`layer_timeline` of a pair's baseline and optimized arm in one frame, each lane prefixed by its arm (drawn as
+    one figure: the two arms one above the other, on one time axis from each step's start)."""
+    folder, name, base, arm = pair
+    frames = []
+    for a in (base, arm):
+        tl = layer_timeline(events[(folder, name, a)], step=0, layers=list(layers) if layers else None)
+        if len(tl):
+            frames.append(tl.assign(lane=f"{a} · " + tl["lane"].astype(str)))
+    return pd.concat(frames, ignore_index=True) if frames else _empty(TIMELINE_COLUMNS)

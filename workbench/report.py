@@ -179,15 +179,43 @@ def speedup_figure(comps: pd.DataFrame, title: str = "speedup over the baseline 
                                  error_x=_ci_errors(g, "speedup", "ci95_lo", "ci95_hi"), hovertext=g["hover"],
                                  hoverinfo="text"))
     fig.add_vline(x=1.0, line_dash="dot")
-    fig.update_layout(title=title, xaxis_title="speedup (mean baseline / mean arm)", height=220 + 28 * len(d))
+    fig.update_layout(title=title, xaxis_title="speedup (mean baseline / mean arm)", height=220 + 28 * len(d),
+                      legend=dict(orientation="h", y=-0.25))
+    if len(d):
+        lo, hi = min(float(d["ci95_lo"].min()), 1.0), max(float(d["ci95_hi"].max()), 1.0)
+        if lo > 0 and hi / lo > LOG_AXIS_ABOVE:
+            fig.update_xaxes(type="log")
     return _finish(fig, visualize)
 
 
-def steps_figure(st: pd.DataFrame, visualize: bool = False):
-    """Strip plot of the timed steps per arm, one panel per (folder, comparison); `st` = `steps(...)`."""
+MAX_ROWS = 15
+"""A figure of one row per comparison holds at most this many rows (the reader must see every CI)."""
+LOG_AXIS_ABOVE = 3.0
+"""A speedup axis spanning more than this ratio is logarithmic, so an 8x anchor does not flatten every other CI."""
+
+
+def speedup_figures(comps: pd.DataFrame, title: str = "speedup over the baseline (95% CI, t over reps)") -> list:
+    """`speedup_figure`s of `comps`, one per optimization (sweep points in their own figures), each at most
+    `MAX_ROWS` rows (a longer group is split into parts)."""
+    if comps is None or not len(comps):
+        return []
+    d = comps.assign(_sweep=comps["name"].astype(str).str.contains("@"))
+    out = []
+    for (opt, sweep), g in d.groupby(["opt", "_sweep"], sort=False):
+        parts = [g.iloc[i:i + MAX_ROWS] for i in range(0, len(g), MAX_ROWS)]
+        for k, part in enumerate(parts):
+            what = f"{opt}{' sweeps' if sweep else ''}" + (f" (part {k + 1} of {len(parts)})" if len(parts) > 1 else "")
+            out.append(speedup_figure(part.drop(columns="_sweep"), title=f"{what}: {title}"))
+    return out
+
+
+def steps_figure(st: pd.DataFrame, visualize: bool = False, max_panels: int = 6):
+    """Strip plot of the timed steps per arm, one panel per (folder, comparison); `st` = `steps(...)`; at most
+    `max_panels` panels (the first ones: pass the runs to show)."""
     import plotly.express as px
 
-    d = st.assign(panel=st["folder"].map(os.path.basename) + " · " + st["comparison"].astype(str))
+    d = st.assign(panel=st["folder"].astype(str) + " · " + st["comparison"].astype(str))
+    d = d[d["panel"].isin(list(dict.fromkeys(d["panel"]))[:max_panels])]
     fig = px.strip(d, x="arm", y="step_ms", color="arm", facet_col="panel", facet_col_wrap=3,
                    hover_data=["rep", "batch", "step"], title="timed steps per arm (every sample)")
     fig.update_xaxes(matches=None, showticklabels=True)
@@ -226,6 +254,7 @@ def cost_figure(cost: pd.DataFrame, visualize: bool = False):
 
     fig = go.Figure()
     c = cost[cost["instrument"] == "sync counter"]
+    c = c.reindex(c["cost_pct"].abs().sort_values(ascending=False).index).head(MAX_ROWS)  # the largest; all in the table
     fig.add_trace(go.Bar(x=c["folder"].map(os.path.basename) + " · " + c["comparison"] + " · " + c["arm"],
                          y=c["cost_pct"], name="sync counter (counted pass vs timed medians)"))
     n = cost[cost["instrument"] == "nvtx ranges"].copy()
@@ -235,7 +264,9 @@ def cost_figure(cost: pd.DataFrame, visualize: bool = False):
                                  mode="markers", name="NVTX ranges (95% CI)", error_y=_ci_errors(n, "cost_pct", "lo",
                                                                                                    "hi"),
                                  hovertext=[f"{v}, n={k} pairs" for v, k in zip(n["verdict"], n["n"])]))
-    fig.update_layout(title="instrument cost (% of the uninstrumented step)", yaxis_title="cost_pct")
+    fig.update_layout(title=f"instrument cost (% of the uninstrumented step; the sync counter's {MAX_ROWS} largest)",
+                      yaxis_title="cost_pct", height=520, margin=dict(b=160))
+    fig.update_xaxes(tickangle=35, automargin=True)
     return _finish(fig, visualize)
 
 
@@ -246,8 +277,10 @@ def claims_figure(cvo: pd.DataFrame, visualize: bool = False):
     d = cvo[cvo["claimed_low_pct"].notna()].copy()
     d["label"] = d["opt"] + " " + d["scope"] + " " + d["model"].fillna("").astype(str)
     cl = d.drop_duplicates("label")
-    fig = go.Figure([go.Bar(x=cl["label"], y=cl["claimed_high_pct"], name="claimed", hovertext=cl["claim"],
-                            opacity=0.5)])
+    low = cl["claimed_low_pct"].fillna(cl["claimed_high_pct"])
+    # a claim of 10-15% is the range 10..15 (a thin bar where the claim is one number), never a bar from 0 to 15
+    fig = go.Figure([go.Bar(x=cl["label"], y=(cl["claimed_high_pct"] - low).clip(lower=0.3), base=low,
+                            name="claimed range", hovertext=cl["claim"], opacity=0.5)])
     o = d[d["ours_pct"].notna()]
     if len(o):
         fig.add_trace(go.Scatter(x=o["label"], y=o["ours_pct"], mode="markers", name="ours (95% CI)",

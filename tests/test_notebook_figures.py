@@ -1,0 +1,123 @@
+"""The committed notebooks are readable: no figure with more rows than a reader can see (`report.MAX_ROWS`), no
+speedup figure on a linear axis that spans more than `report.LOG_AXIS_ABOVE`, no table longer than
+`analysis.PREVIEW_ROWS`, and each notebook's estimated page height under `MAX_PAGE_PX`. (That the outputs equal a
+fresh execution over profiles/ is tests/test_notebooks.py's.)"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+
+import pytest
+
+from workbench import analysis, report
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
+PLOTLY = "application/vnd.plotly.v1+json"
+MAX_PAGE_PX = 8000
+"""About what a reader scrolls through: figures at their layout height, table rows at ~24 px, text lines at ~18 px."""
+
+
+def _figures(nb):
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            fig = (out.get("data") or {}).get(PLOTLY)
+            if fig:
+                yield fig
+
+
+def _fig(fig):
+    """A plotly Figure of a notebook output or a figure (typed arrays decoded), validation off."""
+    import plotly.graph_objects as go
+
+    return fig if isinstance(fig, go.Figure) else go.Figure(fig, skip_invalid=True)
+
+
+def _seq(v) -> list:
+    return [] if v is None else list(v)
+
+
+def _title(fig) -> str:
+    return str(_fig(fig).layout.title.text or "")
+
+
+def _is_speedup(fig) -> bool:
+    f = _fig(fig)
+    return "speedup" in _title(f).lower() and any(getattr(t, "error_x", None) and t.error_x.array is not None
+                                                   for t in f.data)
+
+
+def _rows(fig) -> int:
+    """Distinct categories on the figure's category axis (y for horizontal CI plots, x for bars)."""
+    f = _fig(fig)
+    ys = {str(y) for t in f.data if t.type == "scatter" and t.error_x.array is not None for y in _seq(t.y)}
+    xs = {str(x) for t in f.data if t.type == "bar" and t.orientation != "h" for x in _seq(t.x)}
+    return max(len(ys), len(xs))
+
+
+def _span(fig) -> float:
+    lo, hi = float("inf"), 0.0
+    for t in _fig(fig).data:
+        if t.type != "scatter" or t.error_x.array is None:
+            continue
+        xs = _seq(t.x)
+        plus, minus = _seq(t.error_x.array), _seq(t.error_x.arrayminus) or _seq(t.error_x.array)
+        for x, p, m in zip(xs, plus, minus):
+            if isinstance(x, (int, float)):
+                lo, hi = min(lo, x - (m or 0)), max(hi, x + (p or 0))
+    return hi / lo if 0 < lo < hi else 1.0
+
+
+def _xaxis_type(fig) -> str | None:
+    return _fig(fig).layout.xaxis.type
+
+
+def _page_px(nb) -> int:
+    px = 0
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            px += 18 * max(1, len("".join(cell["source"])) // 110 + 1)
+        for out in cell.get("outputs", []):
+            data = out.get("data") or {}
+            if PLOTLY in data:
+                px += int((data[PLOTLY].get("layout") or {}).get("height") or 450)
+            elif "text/html" in data:
+                px += 24 * len(re.findall(r"<tr", "".join(data["text/html"])))
+            elif "text/plain" in data or out.get("text"):
+                px += 18 * len("".join(data.get("text/plain") or out.get("text") or "").splitlines())
+    return px
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[os.path.basename(p) for p in NOTEBOOKS])
+def test_committed_notebook_is_readable(path):
+    with open(path) as f:
+        nb = json.load(f)
+    for fig in _figures(nb):
+        title = _title(fig)
+        assert _rows(fig) <= report.MAX_ROWS, f"{title}: {_rows(fig)} rows"
+        if _is_speedup(fig) and _xaxis_type(fig) != "log":
+            assert _span(fig) <= report.LOG_AXIS_ABOVE, f"{title}: a linear axis spanning {_span(fig):.1f}x"
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            html = "".join((out.get("data") or {}).get("text/html") or "")
+            body = html.split("<tbody>", 1)[-1] if "<tbody>" in html else ""
+            assert body.count("<tr") <= analysis.PREVIEW_ROWS + 1, "a table longer than a reader reads"
+    assert _page_px(nb) <= MAX_PAGE_PX, f"about {_page_px(nb)} px"
+
+
+def test_the_rules_catch_a_long_linear_speedup_figure():
+    """Negative control: the checks above fail on the figures notebook 01 drew before (53 rows, 1x to 9.5x)."""
+    import pandas as pd
+
+    comps = pd.DataFrame({"job": "j", "name": [f"c{i}" for i in range(20)], "baseline": "b", "arm": "a",
+                          "speedup": [1.05] * 19 + [8.6], "ci95_lo": [1.0] * 19 + [7.8],
+                          "ci95_hi": [1.1] * 19 + [9.5], "n_pairs": 16, "n_units": 8, "verdict": "faster",
+                          "baseline_mean_ms": 10.0, "arm_mean_ms": 9.0, "file": "f", "role": "optimized",
+                          "opt": "moe"})
+    one = report.speedup_figure(comps)
+    assert _rows(one) > report.MAX_ROWS and _span(one) > report.LOG_AXIS_ABOVE
+    assert _xaxis_type(one) == "log"  # the figure itself switches to a log axis
+    parts = report.speedup_figures(comps)
+    assert len(parts) == 2 and all(_rows(p) <= report.MAX_ROWS for p in parts)
