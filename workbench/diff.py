@@ -12,11 +12,18 @@ Console table on stdout, JSON as the last stdout line. Bad input: one line on st
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from workbench import rundiff
-from workbench.results import _jsonable
+from workbench.cli import emit_json, run_main
+from workbench.errors import WorkbenchError
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are one line (a WorkbenchError: `cli.run_main` prints it, exit 2), no usage block."""
+
+    def error(self, message):
+        raise WorkbenchError(f"{message} (see --help)")
 
 
 def _ci(ci) -> str:
@@ -52,26 +59,22 @@ def table(d: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m workbench.diff", description=__doc__.split("\n\n")[1])
+    p = OneLineParser(prog="python -m workbench.diff", description=__doc__.split("\n\n")[1])
     p.add_argument("run_a", metavar="RUN_A")
     p.add_argument("run_b", metavar="RUN_B")
     p.add_argument("--comparison", default=None, help="comparison name (default: the only one both runs traced)")
     p.add_argument("--arm", default=None, help="arm (default: the comparison's optimized arm)")
     p.add_argument("--by", default="component", choices=("component", "layer"),
                    help="layer: every component per layer and pass of the NVTX ranges")
-    try:
-        a = p.parse_args(argv)
-    except SystemExit as e:
-        return int(e.code or 0)
+    a = p.parse_args(argv)
     try:
         d = rundiff.diff_runs(a.run_a, a.run_b, a.comparison, a.arm, a.by)
-    except (rundiff.DiffInputError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except OSError as e:
+        raise WorkbenchError(str(e)) from None
     print(table(d))
-    print(json.dumps(_jsonable(d), allow_nan=False))
+    emit_json(d)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
 from workbench import stats
+from workbench.errors import WorkbenchError
 from workbench.results import engine_step_rows, load_run, safe_name
 from workbench.traces import decompose
 from workbench.traces.events import load_events
@@ -35,7 +37,7 @@ from workbench.traces.events import load_events
 ALPHA = 1 - stats.CONFIDENCE
 
 
-class DiffInputError(ValueError):
+class DiffInputError(WorkbenchError, ValueError):
     """Bad input (a missing folder, comparison, arm or trace): the CLI prints it as one line and exits 2."""
 
 
@@ -124,7 +126,9 @@ def welch(a, b, confidence: float = stats.CONFIDENCE) -> dict:
         return out
     if np.ptp(a) == 0 and np.ptp(b) == 0:
         return {**out, "ci95": [d, d], "p": 0.0 if d != 0 else 1.0}
-    t = sps.ttest_ind(b, a, equal_var=False)
+    with warnings.catch_warnings():  # near-identical samples: scipy warns of precision loss, the answer stands
+        warnings.simplefilter("ignore", RuntimeWarning)
+        t = sps.ttest_ind(b, a, equal_var=False)
     ci = t.confidence_interval(confidence)
     return {**out, "ci95": [float(ci.low), float(ci.high)], "p": float(t.pvalue)}
 
