@@ -1,6 +1,7 @@
 """python -m workbench.gate --baseline RUN_DIR [--budget-s S] [--tolerance-pct X | --aa RUN_DIR]
 
-A performance regression gate: re-run the baseline run's comparison (its meta.json args) at HEAD, then fail
+A performance regression gate: re-run the baseline run (its meta.json args, so the same comparisons) at HEAD,
+then judge one comparison's arm (--comparison, --arm: default the only comparison and its optimized arm): fail
 (exit 1) only when the speedup CI of the new run over the baseline lies wholly below 1 - tolerance
 (`workbench.gate_stats`). The tolerance is given (--tolerance-pct), or derived from an A/A run folder on the same
 machine (--aa: its noise components as `python -m workbench.power --from` estimates them, the tolerance that keeps
@@ -11,15 +12,14 @@ commits would need both commits' code importable in one process (two copies of t
 reloaded per block): impractical and itself a source of difference. So the gate compares two runs, and the run
 effect a new process brings is what the tolerance absorbs.
 
-When the gate fails and both runs kept traces of the arm, `workbench.rundiff` names the component that moved.
+When both runs kept traces of the arm, `workbench.rundiff` names the component that moved (kernel class or idle
+cause, then the layer and pass).
 `--budget-s` bounds the re-run: reps = min(the baseline's, what fits the budget at the baseline's step time),
 passed to the engine with --budget-s. The re-run is injectable (`gate(..., rerun=fn)`), so tests feed synthetic
 run folders on a CPU. Console lines, JSON as the last stdout line; bad input: one line on stderr, exit 2.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
 import subprocess
@@ -27,13 +27,16 @@ import sys
 import tempfile
 
 from workbench import gate_stats, power, rundiff
-from workbench.results import _jsonable, load_run
+from workbench.cli import emit_json, run_main
+from workbench.diff import OneLineParser
+from workbench.errors import WorkbenchError
+from workbench.results import load_run
 
 SKIP_ARGS = {"out", "force", "budget_s", "reps"}
 """Baseline args the gate sets itself (the output folder, and the reps under the budget)."""
 
 
-class GateInputError(ValueError):
+class GateInputError(WorkbenchError, ValueError):
     """Bad input: one line on stderr, exit 2."""
 
 
@@ -128,16 +131,17 @@ def gate(baseline: str, *, budget_s: float | None = None, tolerance_pct: float |
     comparison, arm = pick_arm(summ, comparison, arm)
     design, step_ms = design_for(meta, results, comparison, budget_s)
     tol, how = tolerance(tolerance_pct, aa, design, sims=sims)
-    args = dict(meta["args"], only=comparison) if "only" in meta["args"] else dict(meta["args"])
-    new = rerun(args, out_dir or tempfile.mkdtemp(prefix="gate-"), design.reps, budget_s)
+    new = rerun(dict(meta["args"]), out_dir or tempfile.mkdtemp(prefix="gate-"), design.reps, budget_s)
     base_reps = rundiff.timed_rep_means(baseline, comparison, arm)
     new_reps = rundiff.timed_rep_means(new, comparison, arm)
     s = gate_stats.speedup_ci(base_reps, new_reps)
     verdict = gate_stats.decide(s["ci95"], tol)
     moved, why = [], None
     if rundiff.trace_path(baseline, comparison, arm) and rundiff.trace_path(new, comparison, arm):
-        d = rundiff.diff_runs(baseline, new, comparison, arm)
-        moved = [{k: r[k] for k in ("component", "layer", "pass", "delta_ms", "ci95")} for r in rundiff.moved(d)]
+        for by in ("component", "layer"):  # the class first (fewer tests: more power), then where it moved
+            d = rundiff.diff_runs(baseline, new, comparison, arm, by=by)
+            moved += [{"by": by, **{k: r[k] for k in ("component", "layer", "pass", "delta_ms", "ci95")}}
+                      for r in rundiff.moved(d)]
     else:
         why = "no traces of this arm in both runs (run the baseline with --trace torch to name the component)"
     return {"verdict": verdict, "comparison": comparison, "arm": arm, "baseline": baseline, "new": new,
@@ -146,8 +150,8 @@ def gate(baseline: str, *, budget_s: float | None = None, tolerance_pct: float |
             "budget_s": budget_s, "moved": moved, "moved_note": why}
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m workbench.gate", description=__doc__.split("\n\n")[1])
+def main(argv=None, rerun=subprocess_rerun) -> int:
+    p = OneLineParser(prog="python -m workbench.gate", description=__doc__.split("\n\n")[1])
     p.add_argument("--baseline", required=True, metavar="RUN_DIR")
     p.add_argument("--budget-s", type=float, default=None, metavar="S", help="bound on the re-run's timed steps")
     g = p.add_mutually_exclusive_group()
@@ -156,19 +160,20 @@ def main(argv=None) -> int:
     p.add_argument("--comparison", default=None)
     p.add_argument("--arm", default=None, help="default: the comparison's optimized arm")
     p.add_argument("--out", default=None, help="the re-run's folder (default: a new temporary folder)")
-    try:
-        a = p.parse_args(argv)
-    except SystemExit as e:
-        return int(e.code or 0)
+    a = p.parse_args(argv)
     if (a.budget_s is not None and a.budget_s <= 0) or (a.tolerance_pct is not None and a.tolerance_pct < 0):
-        print("error: --budget-s must be > 0 and --tolerance-pct >= 0", file=sys.stderr)
-        return 2
+        raise GateInputError("--budget-s must be > 0 and --tolerance-pct >= 0")
     try:
         r = gate(a.baseline, budget_s=a.budget_s, tolerance_pct=a.tolerance_pct, aa=a.aa, comparison=a.comparison,
-                 arm=a.arm, out_dir=a.out)
-    except (GateInputError, rundiff.DiffInputError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+                 arm=a.arm, out_dir=a.out, rerun=rerun)
+    except OSError as e:
+        raise GateInputError(str(e)) from None
+    report(r)
+    return {"pass": 0, "fail": 1}.get(r["verdict"], 0)
+
+
+def report(r: dict) -> None:
+    """The console lines and the JSON line of a gate result."""
     ci = r["ci95"]
     print(f"{r['comparison']} / {r['arm']}: new over baseline {r['speedup']:.4f}x "
           + (f"[{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "(no CI)")
@@ -182,9 +187,8 @@ def main(argv=None) -> int:
                                     + f" {m['delta_ms']:+.3f} ms" for m in r["moved"]))
     elif r["moved_note"]:
         print(f"moved: {r['moved_note']}")
-    print(json.dumps(_jsonable(r), allow_nan=False))
-    return {"pass": 0, "fail": 1}.get(r["verdict"], 0)
+    emit_json(r)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))
