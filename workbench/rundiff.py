@@ -64,6 +64,13 @@ def traced_pairs(run_dir: str) -> dict[str, list[str]]:
     return out
 
 
+def real_name(run_dir: str, comparison: str) -> str:
+    """The comparison's name in results.csv (`offload@layers=2`) for a name or its trace folder (`offload_layers_2`)."""
+    res, _, _ = load_run(run_dir)
+    names = [n for n in res["comparison"].dropna().unique() if safe_name(str(n)) == safe_name(comparison)]
+    return comparison if comparison in names or not names else str(names[0])
+
+
 def pick(run_a: str, run_b: str, comparison: str | None, arm: str | None) -> tuple[str, str]:
     """The (comparison, arm) both runs traced: as given, or the only one, or the summary's optimized arm."""
     for r in (run_a, run_b):
@@ -78,10 +85,11 @@ def pick(run_a: str, run_b: str, comparison: str | None, arm: str | None) -> tup
     if safe_name(comparison) not in common:
         raise DiffInputError(f"comparison {comparison!r} is not traced in both runs (both traced: "
                              f"{', '.join(common) or 'none'})")
+    comparison = real_name(run_a, comparison)
     arms = sorted(set(ta[safe_name(comparison)]) & set(tb[safe_name(comparison)]))
     if arm is None:
         _, summ, _ = load_run(run_a)
-        opt = [c.get("optimized", {}).get("arm") for c in summ.get("comparisons", []) or []
+        opt = [(c.get("optimized") or {}).get("arm") for c in summ.get("comparisons", []) or []
                if c.get("name") == comparison]
         arm = opt[0] if opt and opt[0] and safe_name(opt[0]) in arms else (arms[0] if len(arms) == 1 else None)
         if arm is None:
