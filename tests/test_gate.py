@@ -96,3 +96,10 @@ def test_bad_input_is_one_line_and_rc_2(baseline, argv, capsys):
     assert run_main(lambda v: gate.main(v, rerun=_injected(1.0, 0.0, 5)), argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("error: ")
+
+
+def test_a_rerun_without_the_arm_is_no_verdict_and_rc_2(baseline, tmp_path, capsys):
+    def empty(args, out_dir, reps, budget_s):
+        return write_run(out_dir, rng=np.random.default_rng(6), reps=reps, arms=("rebuild",))
+    assert gate.main(["--baseline", baseline, "--tolerance-pct", "1", "--out", str(tmp_path / "n")], rerun=empty) == 2
+    assert "no verdict" in capsys.readouterr().err

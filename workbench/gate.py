@@ -16,7 +16,8 @@ When both runs kept traces of the arm, `workbench.rundiff` names the component t
 cause, then the layer and pass).
 `--budget-s` bounds the re-run: reps = min(the baseline's, what fits the budget at the baseline's step time),
 passed to the engine with --budget-s. The re-run is injectable (`gate(..., rerun=fn)`), so tests feed synthetic
-run folders on a CPU. Console lines, JSON as the last stdout line; bad input: one line on stderr, exit 2.
+run folders on a CPU. Console lines, JSON as the last stdout line. Exit 0 pass, 1 fail, 2 bad input, a failed
+re-run or no verdict (fewer than 2 reps on a side: a gate that cannot measure must not pass), one line on stderr.
 """
 from __future__ import annotations
 
@@ -166,10 +167,14 @@ def main(argv=None, rerun=subprocess_rerun) -> int:
     try:
         r = gate(a.baseline, budget_s=a.budget_s, tolerance_pct=a.tolerance_pct, aa=a.aa, comparison=a.comparison,
                  arm=a.arm, out_dir=a.out, rerun=rerun)
-    except OSError as e:
-        raise GateInputError(str(e)) from None
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as e:
+        raise GateInputError(f"the re-run failed: {e}") from None
     report(r)
-    return {"pass": 0, "fail": 1}.get(r["verdict"], 0)
+    if r["verdict"] == "no verdict":  # a gate that cannot measure must not pass
+        print(f"error: no verdict: {r['n_base']} baseline and {r['n_new']} new reps of {r['arm']} (2 each needed)",
+              file=sys.stderr)
+        return 2
+    return 1 if r["verdict"] == "fail" else 0
 
 
 def report(r: dict) -> None:
