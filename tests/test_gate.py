@@ -3,7 +3,6 @@ is at most 5% (power's simulator, seeded), its detection rate for a 2% slowdown 
 whole gate runs on a CPU with the re-run injected (synthetic run folders)."""
 import json
 import os
-import shutil
 
 import numpy as np
 import pytest
