@@ -52,6 +52,62 @@ def test_trainer_leaves_the_model_as_built(setup):
     assert model.__dict__.keys() == before.keys()
 
 
+def _lora_autocast_states(model, run) -> list:
+    """torch.is_autocast_enabled("cpu") at every call of one LoRA A module while `run()` runs."""
+    seen = []
+    mod = next(m for n, m in model.named_modules() if n.endswith("lora_A.default"))
+    h = mod.register_forward_pre_hook(lambda m, a: seen.append(torch.is_autocast_enabled("cpu")))
+    try:
+        run()
+    finally:
+        h.remove()
+    return seen
+
+
+def test_every_trainer_autocasts_not_only_the_first(setup):
+    """accelerate marks a model it prepared and never wraps it again; a mark left behind made every Trainer after the
+    first run without autocast (fp32 adapters). With bf16=True on the CPU (autocast on the CPU), the second and third
+    Trainers must autocast the adapters' forward and recompute as the first did."""
+    model, cpu, _, reset, out = setup
+    runs = [_lora_autocast_states(model, lambda: fidelity.run_trainer(model, cpu, steps=1, lr=1e-4, cuda=False,
+                                                                        seed=0, out_dir=out, bf16=True))
+            for _ in range(3)]
+    reset()
+    assert all(r and all(r) for r in runs), runs
+    assert "_is_accelerate_prepared" not in model.__dict__
+
+
+def test_a_left_mark_turns_autocast_off(setup):
+    """Negative control: the mark accelerate leaves, set by hand, makes the Trainer skip its autocast wrapper."""
+    model, cpu, _, reset, out = setup
+    model._is_accelerate_prepared = True
+    try:
+        seen = _lora_autocast_states(model, lambda: _unmarked_trainer(model, cpu, out))
+    finally:
+        model.__dict__.pop("_is_accelerate_prepared", None)
+        reset()
+    assert seen and not any(seen), seen
+
+
+def _unmarked_trainer(model, cpu, out):
+    """One Trainer step with bf16=True that, unlike run_trainer, keeps the mark it finds (the old behaviour)."""
+    import tempfile
+
+    from transformers import TrainingArguments
+
+    args = TrainingArguments(output_dir=tempfile.mkdtemp(dir=out), max_steps=1, per_device_train_batch_size=1,
+                             bf16=True, use_cpu=True, report_to=[], save_strategy="no", remove_unused_columns=False,
+                             disable_tqdm=True)
+    saved = {k: model.__dict__[k] for k in ("forward", "_original_forward") if k in model.__dict__}
+    try:
+        fidelity._trainer_class()(model=model, args=args, train_dataset=fidelity.PackedDataset(cpu),
+                                  data_collator=fidelity.collate_packed).train()
+    finally:
+        for k in ("forward", "_original_forward"):
+            model.__dict__.pop(k, None)
+        model.__dict__.update(saved)
+
+
 def test_collator_yields_the_harness_tensors(setup):
     _, cpu, _, _, _ = setup
     got = fidelity.collate_packed([cpu[0]])

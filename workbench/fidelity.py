@@ -173,24 +173,31 @@ def trainer_settings(cuda: bool, lr: float) -> dict:
             "eval_strategy": "no", "remove_unused_columns": False, "disable_tqdm": True}
 
 
+ACCELERATE_MARKS = ("forward", "_original_forward", "_is_accelerate_prepared")
+"""What accelerate's `prepare_model` sets on the model instance: the autocast wrapper of `forward`, the forward it
+wrapped, and the flag that makes every later `prepare_model` return the model untouched ("can't double wrap")."""
+
+
 def run_trainer(model, cpu_batches, *, steps: int, lr: float, cuda: bool, seed: int, out_dir: str,
-                ranges=None, on_step=None, grad_hooks: dict | None = None):
+                ranges=None, on_step=None, grad_hooks: dict | None = None, bf16: bool | None = None):
     """`steps` Trainer steps over `cpu_batches` (in order, cycled); returns (per-step ms, the last loss tensor).
 
-    The model's forward is restored afterwards (accelerate replaces it with an autocast wrapper), so the harness and
-    the next Trainer see the model as built. `grad_hooks` ({name: param}) captures each LoRA gradient right after
-    backward accumulates it, before Trainer clips it: the dict gets {name: fp32 copy}.
+    The model leaves as it came (`ACCELERATE_MARKS` restored): accelerate wraps its forward in autocast and marks it
+    prepared, and a mark left behind makes the next Trainer's accelerate skip the wrapper, so that Trainer would run
+    without autocast (its fp32 adapters as fp32 GEMMs: what the fidelity runs of 2026-11-23 measured after their
+    first Trainer). `grad_hooks` ({name: param}) captures each LoRA gradient right after backward accumulates it,
+    before Trainer clips it: the dict gets {name: fp32 copy}. `bf16` (default: `cuda`) is TrainingArguments' flag.
     """
     from transformers import TrainingArguments
 
     from workbench.harness import make_optimizer
 
     args = TrainingArguments(output_dir=out_dir, max_steps=steps, per_device_train_batch_size=1, learning_rate=lr,
-                             bf16=cuda, use_cpu=not cuda, max_grad_norm=TRAINER_MAX_GRAD_NORM, report_to=[],
+                             bf16=cuda if bf16 is None else bf16, use_cpu=not cuda, max_grad_norm=TRAINER_MAX_GRAD_NORM, report_to=[],
                              save_strategy="no", eval_strategy="no", dataloader_num_workers=0,
                              remove_unused_columns=False, disable_tqdm=True, seed=seed)
     clock = _trainer_callback_class()(cuda, ranges=ranges, on_step=on_step)
-    saved = {k: model.__dict__[k] for k in ("forward", "_original_forward") if k in model.__dict__}
+    saved = {k: model.__dict__[k] for k in ACCELERATE_MARKS if k in model.__dict__}
     handles, captured = [], {}
     if grad_hooks is not None:
         for n, p in grad_hooks.items():
@@ -207,7 +214,7 @@ def run_trainer(model, cpu_batches, *, steps: int, lr: float, cuda: bool, seed: 
     finally:
         for h in handles:
             h.remove()
-        for k in ("forward", "_original_forward"):
+        for k in ACCELERATE_MARKS:
             model.__dict__.pop(k, None)
         model.__dict__.update(saved)
         del trainer
