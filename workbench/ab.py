@@ -12,9 +12,10 @@ How a comparison is measured (workbench/engine.py): the model is built once; eve
 --batches packed batches. Each rep runs every arm, the order rotated by one per rep; per arm: apply, warm up until
 the step time settles (at least --warmup steps and one pass over every batch, until a step is within --settle-pct
 of the previous step on the same batch, at most --warmup-max), then --steps timed steps with no instrument but NVTX
-ranges, then revert. Samples pair by (rep, step); the speedup is mean(baseline)/mean(arm) over the pairs, with a 95%
-paired-bootstrap CI (scipy) and a verdict: faster, slower, or no detectable difference (±x%). Steps beyond the
-outlier rule (5 x MAD within an arm and batch) are counted and reported. After the timed reps, a counted pass (one
+ranges, then revert. Samples pair by (rep, step); the rep is the unit (arms run as blocks per rep): the speedup is
+exp(mean over reps of log(mean baseline / mean arm)), with a 95% t-interval over reps (reps - 1 df) and a verdict
+from 4 reps: faster, slower, or no detectable difference (±x%). No step is dropped; steps beyond 5 x MAD within an
+arm and batch are listed. Under torchrun the samples are the slowest rank's step. After the timed reps, a counted pass (one
 step per batch, the sync counter on) gives syncs per step and `instrumented_step_ms` (the counter's cost); --trace
 adds profiled passes. Equivalence (workbench/equivalence.py, criterion fixed before the run and written to
 meta.json): one forward + backward of every arm on the first timed batch, relative L2 per LoRA gradient against the

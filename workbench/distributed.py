@@ -759,7 +759,11 @@ def runner_class():
                     self._progress(f"[{cmp.name}] wait for the slowest rank per layer (ms/step, mean over ranks):\n"
                                    + table.to_string(index=False))
                 d["wait_method"] = ("per matched collective (k-th NCCL kernel of a kind on every rank): wait_r = "
-                                    "max start - start_r, transfer = duration - wait (workbench/dist_waits.py)")
+                                    "max start - start_r, transfer = duration - wait (workbench/dist_waits.py). "
+                                    "Summed, these waits overlap (collectives wait on their own streams while "
+                                    "compute goes on, and two streams wait at once): not step time lost. The "
+                                    "exposed wait, what the skew costs the step, is `python -m workbench.straggler "
+                                    "--reduce`'s (dist_waits.exposed_waits)")
             elif self.args.trace == "torch":
                 d["wait_note"] = ("no collective kernels in the traces: the wait estimate needs NCCL kernels (GPUs); "
                                   "gloo runs collectives on host threads")
