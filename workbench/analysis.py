@@ -285,7 +285,8 @@ def comparisons(profiles: str | None = None, include_incomplete_comparisons=Fals
                 rows.append({"folder": r["folder"], "job": r["job"], "name": _name(c), "gpu_name": r["gpu_name"]
                              or r["device"], **{k: c.get(k) for k in ("opt", "model", "layers", "tokens", "attn")},
                              "precision": c.get("precision") or _run_precision(r["path"]),
-                             "ranks": int((c.get("distributed") or {}).get("world_size") or 1), "role": role, "baseline": b.get("arm"), "arm": a["arm"], "baseline_ms": b.get("step_ms"),
+                             "ranks": int((c.get("distributed") or {}).get("world_size") or 1), "role": role,
+                             "baseline": b.get("arm"), "arm": a["arm"], "baseline_ms": b.get("step_ms"),
                              "arm_ms": a.get("step_ms"),
                              "baseline_mean_ms": new.get("baseline_mean_ms", b.get("step_ms_mean")),
                              "arm_mean_ms": new.get("arm_mean_ms", a.get("step_ms_mean")),
@@ -1152,12 +1153,17 @@ def preview(df: pd.DataFrame, what: str = "rows", n: int = PREVIEW_ROWS) -> pd.D
     return df
 
 
+def one_gpu(comps: pd.DataFrame) -> pd.DataFrame:
+    """The rows of single-process runs (`ranks` 1 or unrecorded): what a one-GPU headline reports."""
+    if "ranks" not in comps:
+        return comps
+    return comps[pd.to_numeric(comps["ranks"], errors="coerce").fillna(1) == 1]
+
+
 def headline_runs(comps: pd.DataFrame) -> set:
     """(folder, comparison) of the one-GPU runs a headline reports per comparison (`runs_of`'s choice among the
     optimized arms, sweeps left out): the runs a notebook draws step by step."""
-    d = comps[(comps["role"] == "optimized") & ~comps["name"].astype(str).str.contains("@")]
-    if "ranks" in d:
-        d = d[pd.to_numeric(d["ranks"], errors="coerce").fillna(1) == 1]
+    d = one_gpu(comps[(comps["role"] == "optimized") & ~comps["name"].astype(str).str.contains("@")])
     if d.empty:
         return set()
     d = runs_of(d)

@@ -146,10 +146,8 @@ def headline_speedups(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
     the run with the most comparisons, then most pairs), from the run `analysis.runs_of(prefer=...)` chooses (the run
     of the headline's savings-model row where it is one of them: one run per optimization in the headline); with
     `runs` and `disagree` (how many runs of it disagree with that one)."""
-    d = comps[(comps["role"] == "optimized") & ~comps["name"].astype(str).str.contains("@")]
-    if "ranks" in d:  # one GPU: the 2-GPU runs have their own section
-        d = d[pd.to_numeric(d["ranks"], errors="coerce").fillna(1) == 1]
-    if d.empty:
+    d = an.one_gpu(comps[(comps["role"] == "optimized") & ~comps["name"].astype(str).str.contains("@")])
+    if d.empty:  # (the 2-GPU runs have their own section)
         return d.assign(runs=pd.Series(dtype=int), disagree=pd.Series(dtype=int))
     d = an.runs_of(d, prefer)
     per_run = comps.groupby("folder")["name"].nunique()

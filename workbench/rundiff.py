@@ -32,7 +32,7 @@ from workbench import stats
 from workbench.errors import WorkbenchError
 from workbench.results import engine_step_rows, load_run, safe_name
 from workbench.traces import decompose
-from workbench.traces.events import load_events
+from workbench.traces.events import events_path, load_events
 
 ALPHA = 1 - stats.CONFIDENCE
 
@@ -43,12 +43,8 @@ class DiffInputError(WorkbenchError, ValueError):
 
 # --- reading one side -----------------------------------------------------------------------------------------
 
-def trace_path(run_dir: str, comparison: str, arm: str) -> str | None:
-    stem = os.path.join(run_dir, "traces", safe_name(comparison), safe_name(arm))
-    for ext in (".events.parquet", ".events.csv.gz"):
-        if os.path.exists(stem + ext):
-            return stem + ext
-    return None
+trace_path = events_path
+"""The saved events of one traced arm (`traces.events.events_path`)."""
 
 
 def traced_pairs(run_dir: str) -> dict[str, list[str]]:

@@ -57,22 +57,20 @@ def reduce_traces(run_dir: str) -> "pd.DataFrame":
     import pandas as pd
 
     from workbench import dist_waits
-    from workbench.traces.events import load_events
+    from workbench.traces.events import events_path, load_events
 
     summary = _json(os.path.join(run_dir, "summary.json"))
     rows = []
     for c in summary.get("comparisons", []):
-        tdir = os.path.join(run_dir, "traces", c["name"])
         arms = [c["baseline"]["arm"], c["optimized"]["arm"]] + [o["arm"] for o in c.get("others", [])]
         for arm in arms:
             ev = {}
             for r in range(int((c.get("distributed") or {}).get("world_size") or 2)):
-                stem = os.path.join(tdir, f"{arm}.rank{r}")
-                if not os.path.exists(stem + ".events.parquet") and not os.path.exists(stem + ".events.csv.gz"):
+                path = events_path(run_dir, c["name"], f"{arm}.rank{r}")
+                if path is None:
                     break
-                e = load_events(stem + (".events.parquet" if os.path.exists(stem + ".events.parquet")
-                                        else ".events.csv.gz"))
-                ev[r] = dist_waits.absolute_events(e, dist_waits.trace_base_ns(stem + ".pt.trace.json.gz"))
+                raw = path.rsplit(".events.", 1)[0] + ".pt.trace.json.gz"  # its Chrome trace: the clock base
+                ev[r] = dist_waits.absolute_events(load_events(path), dist_waits.trace_base_ns(raw))
             if len(ev) < 2:
                 continue
             w, _ = dist_waits.collective_waits(ev)
@@ -177,10 +175,7 @@ def compare(one_dir: str, two_dir: str) -> list[dict]:
             continue
         pred = s1["mean"] + w["mean"]
         se_p = None if s1["se"] is None or w["se"] is None else math.sqrt(s1["se"] ** 2 + w["se"] ** 2)
-        df_p = None
-        if se_p:  # Welch-Satterthwaite over the two parts
-            parts = [(s1["se"], s1["df"]), (w["se"], w["df"])]
-            df_p = se_p ** 4 / sum(s ** 4 / d for s, d in parts if s and d)
+        df_p = verdicts._welch_df([(s1["se"] ** 2, s1["df"]), (w["se"] ** 2, w["df"])]) if se_p else None
         timed_base = c["baseline"].get("step_ms")
         bias = verdicts.bias_rel(w.get("traced_baseline_step_ms"), timed_base)
         j = verdicts.judge(pred, se_p, s2["mean"], s2["se"], s2["df"], predicted_df=df_p, bias_rel=bias,

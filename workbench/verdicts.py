@@ -563,13 +563,9 @@ def finalize(models: list[dict], measured: list[dict]) -> None:
 # --- a run folder ---------------------------------------------------------------------------------------------
 
 def _events(run_dir: str, cmp_name: str, arm: str) -> pd.DataFrame | None:
-    from workbench.traces.events import load_events
-    from workbench.results import safe_name
-    stem = os.path.join(run_dir, "traces", safe_name(cmp_name), safe_name(arm))
-    for ext in (".events.parquet", ".events.csv.gz"):
-        if os.path.exists(stem + ext):
-            return load_events(stem + ext)
-    return None
+    from workbench.traces.events import events_path, load_events
+    path = events_path(run_dir, cmp_name, arm)
+    return load_events(path) if path else None
 
 
 def measured_saving(results: pd.DataFrame, cmp_name: str, baseline: str, arm: str) -> dict:

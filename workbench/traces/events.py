@@ -268,6 +268,19 @@ def load_events(path: str) -> pd.DataFrame:
     raise ValueError(f"unknown trace file type: {path}")
 
 
+EVENTS_EXTS = (".events.parquet", ".events.csv.gz")
+"""What `save_events` writes, in the order a reader prefers them."""
+
+
+def events_path(run_dir: str, comparison: str, arm: str) -> str | None:
+    """The saved events of one traced arm of a run folder (`traces/<comparison>/<arm>` + `EVENTS_EXTS`; a rank's
+    file under torchrun is the arm `<arm>.rank<R>`), None when the run kept none."""
+    from workbench.results import safe_name
+
+    stem = os.path.join(run_dir, "traces", safe_name(comparison), safe_name(arm))
+    return next((stem + ext for ext in EVENTS_EXTS if os.path.exists(stem + ext)), None)
+
+
 def save_events(df: pd.DataFrame, path_stem: str) -> str:
     """Write events next to their trace (parquet when pyarrow is installed, else csv.gz); returns the path."""
     try:
