@@ -102,3 +102,10 @@ def test_a_rerun_without_the_arm_is_no_verdict_and_rc_2(baseline, tmp_path, caps
         return write_run(out_dir, rng=np.random.default_rng(6), reps=reps, arms=("rebuild",))
     assert gate.main(["--baseline", baseline, "--tolerance-pct", "1", "--out", str(tmp_path / "n")], rerun=empty) == 2
     assert "no verdict" in capsys.readouterr().err
+
+
+def test_an_aa_folder_too_small_to_estimate_noise_is_refused(baseline, tmp_path):
+    """An A/A run with under 3 timed steps per arm has no noise estimate: a tolerance of 0 from it would be a lie."""
+    aa = write_run(str(tmp_path / "aa"), rng=np.random.default_rng(3), arms=("rebuild", "rebuild#2"), reps=1, steps=1)
+    with pytest.raises(gate.GateInputError, match="too few timed steps"):
+        gate.gate(baseline, aa=aa, rerun=_injected(1.0, 0.0, 4), out_dir=str(tmp_path / "new"))

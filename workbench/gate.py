@@ -111,6 +111,9 @@ def tolerance(tolerance_pct: float | None, aa_dir: str | None, design: gate_stat
             noise, _, details = power.components_from_run(aa_dir)
         except (OSError, ValueError) as e:
             raise GateInputError(str(e)) from None
+        if not any(c.get("n_arms") for c in details["per_comparison"]):
+            raise GateInputError(f"{aa_dir}: too few timed steps per arm to estimate the noise (3 or more per arm "
+                                 "needed); run the A/A with more reps or steps")
         src = {"source": f"A/A run {aa_dir}", "per_comparison": details["per_comparison"]}
     else:
         noise, src = power.Noise(), {"source": "power's default components (no --aa given)"}

@@ -13,6 +13,7 @@ from typing import Callable
 
 import torch
 
+from workbench import inject
 from workbench.instrument.syncs import host_only
 from workbench.instrument import Ranges, StepTimer, SyncCounter, peak_mem_mib, reset_peak_mem, span, state
 from workbench.models import lora_parameters, model_inputs
@@ -88,6 +89,7 @@ def train_step(model, batch, optimizer, *, step: int = 0, ranges: Ranges | None 
             timer.mark("fwd")
             with state.phase(state.BACKWARD), span("wb/bwd"):
                 loss.backward()
+                inject.extra_gemms(device)  # nothing unless WORKBENCH_INJECT_GEMMS is set (the gate's check)
             timer.mark("bwd")
             with state.phase(state.OPTIMIZER), span("wb/opt"), host_only("AdamW step counters live on the host"):
                 optimizer.step()
