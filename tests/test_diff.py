@@ -101,3 +101,36 @@ def test_changes_figure_draws_a_stacked_bar(runs):
     fig = changes_figure(rundiff.diff_runs(runs[0], runs[2], by="layer"), top=3)
     ax = fig.axes[0]
     assert len(ax.patches) >= 3 + 1 + 2  # three named segments, "other", two step bars
+
+
+def test_pairing_by_batch_finds_a_change_that_batch_spread_hides():
+    """Steps that differ by batch (documents per batch move attention) hide a small per-batch change from Welch;
+    paired by batch it is found, and only it (a negative control: Welch on the same data flags nothing)."""
+    import pandas as pd
+    rng = np.random.default_rng(0)
+    batch_ms = np.array([500.0, 620.0, 540.0, 700.0])
+    a = pd.DataFrame({"attention": batch_ms + rng.normal(0, 0.3, 4), "gemm": 280 + rng.normal(0, 0.2, 4)})
+    b = pd.DataFrame({"attention": batch_ms + rng.normal(0, 0.3, 4), "gemm": 300 + rng.normal(0, 0.2, 4)})
+    b["attention"] += 5.0  # the change to find: +5 ms of attention on every batch
+    b["gemm"] = a["gemm"] + rng.normal(0, 0.2, 4)  # gemm unchanged
+    for df in (a, b):
+        df["step_ms"] = df["attention"] + df["gemm"]
+    paired = rundiff.diff_tables(a, b, pair=True)
+    assert paired["test"] == "paired by batch" and _flagged(paired) == [("attention", "", "")]
+    welch = rundiff.diff_tables(a, b, pair=False)
+    assert welch["test"] == "Welch" and _flagged(welch) == []
+
+
+def test_same_batches_needs_the_same_data_args_and_step_count(tmp_path):
+    import json
+    def run(name, **args):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "meta.json").write_text(json.dumps({"args": {"model": "m", "tokens": 64, "lengths": "fixed:8", "seed": 0,
+                                                          "batches": 2, "steps": 2, **args}}))
+        (d / "results.csv").write_text("comparison,arm,metric,value,rep\n")
+        return str(d)
+    a, b, c = run("a"), run("b", precision="fp32-adapters"), run("c", seed=1)
+    assert rundiff.same_batches(a, b, 2, 2)       # precision is not a data argument
+    assert not rundiff.same_batches(a, c, 2, 2)   # another seed: other batches
+    assert not rundiff.same_batches(a, b, 2, 3)   # another traced-step count

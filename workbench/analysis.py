@@ -84,6 +84,11 @@ def no_data(what: str, profiles: str | None = None) -> str:
 
 # --- discovery ---------------------------------------------------------------------------------------------------
 
+NOT_A_MEASUREMENT = "not a measurement"
+"""A campaign job status (commands.json) for a run that is left out of every table: a deliberately slowed run (the
+gate's detection check, `workbench.inject`; newer runs say so in meta.json's `injected`)."""
+
+
 def campaign_commands(folder: str) -> dict:
     """{job: {"command", "status", "note"}} of a campaign folder: `COMMAND.txt` `job: command` lines (preferred),
     `commands.json` jobs (status, note), `note:` lines of COMMAND.txt that start with a job's name."""
@@ -148,6 +153,8 @@ def _scan(profiles: str | None) -> list[dict]:
                        + (f": {camp['note']}" if camp.get("note") else "")
                        + f"; complete in summary.json: {rec['complete_comparisons'] or 'none'}"
                        + (f"; not complete: {rec['missing_comparisons']}" if rec["missing_comparisons"] else ""))
+        if m.get("injected") or camp.get("status") == NOT_A_MEASUREMENT:
+            why.append(f"not a measurement: deliberately slowed ({m.get('injected') or camp.get('note')})")
         rec["incomplete_reason"] = "; ".join(why) or None
         rec["cpu_reason"] = f"CPU run (device {device}): a smoke test, not a GPU result" if rec["cpu"] else None
         recs.append(rec)
@@ -765,7 +772,8 @@ def mfu(profiles: str | None = None, **kw) -> pd.DataFrame:
 
 # --- savings-model verdicts, step decompositions, breakdowns (summary.json of `workbench.verdicts`) ----------------
 
-VERDICT_COLUMNS = ["folder", "comparison", "opt", "model", "layers", "tokens", "attn", "baseline", "arm", "formula",
+VERDICT_COLUMNS = ["folder", "comparison", "opt", "model", "layers", "tokens", "attn", "precision", "baseline", "arm",
+                   "formula",
                    "predicted_ms", "predicted_ci95_lo", "predicted_ci95_hi", "measured_ms", "measured_ci95_lo",
                    "measured_ci95_hi", "n_pairs", "n_units", "n_steps", "bias_rel", "ratio", "ratio_ci90_lo",
                    "ratio_ci90_hi", "p_confirm", "p_confirm_holm", "p_refute", "p_refute_holm", "family_size",
@@ -782,9 +790,11 @@ def _lohi(ci) -> tuple:
 
 
 def _ctx(r: dict, c: dict) -> dict:
-    """The columns naming a comparison: folder, comparison, opt, model, layers, tokens, attn, baseline, arm."""
+    """The columns naming a comparison: folder, comparison, opt, model, layers, tokens, attn, precision, baseline,
+    arm."""
     return {"folder": r["folder"], "comparison": _name(c), **{k: c.get(k) for k in ("opt", "model", "layers",
                                                                                       "tokens", "attn")},
+            "precision": c.get("precision") or _run_precision(r["path"]),
             "baseline": (c.get("baseline") or {}).get("arm"), "arm": (c.get("optimized") or {}).get("arm")}
 
 
@@ -1048,8 +1058,9 @@ def sweep_fits(profiles: str | None = None, points: pd.DataFrame | None = None, 
 
 # --- the same comparison across runs -------------------------------------------------------------------------------
 
-CONFIG_KEY = ["name", "model", "layers", "tokens", "baseline", "arm", "ranks"]
-"""The same comparison: ... and the same number of data-parallel ranks (a 2-GPU step is not a 1-GPU step)."""
+CONFIG_KEY = ["name", "model", "layers", "tokens", "baseline", "arm", "precision", "ranks"]
+"""The same comparison: ..., the same precision (another recipe is another step) and the same number of data-parallel
+ranks (a 2-GPU step is not a 1-GPU step)."""
 
 
 def _overlap(a_lo, a_hi, b_lo, b_hi) -> bool:

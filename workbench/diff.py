@@ -1,8 +1,8 @@
 """python -m workbench.diff RUN_A RUN_B [--comparison NAME] [--arm ARM] [--by component|layer]
 
 Two run folders of the same comparison and arm (an earlier and a later commit, two machines, two settings): each
-traced component's change in ms per step (B - A) with its 95% Welch CI over the traced steps of each run, flagged
-(*) only when Holm over the table's components leaves it significant; the closure (the component changes add up to
+traced component's change in ms per step (B - A) with its 95% CI over the traced steps (paired by batch when both
+runs traced the same batches in the same order, else Welch), flagged (*) only when Holm over the table's components leaves it significant; the closure (the component changes add up to
 the traced step-time change; the residual is printed); and the timed step-time change (results.csv, the rep as the
 unit) beside the traced one, because the profiler's own cost moves the traced steps. The statistics are in
 `workbench.rundiff`; `workbench.diff_figure.changes_figure` draws the changes for notebook 04.
@@ -34,7 +34,8 @@ def table(d: dict) -> str:
     """The console table: one line per component with a change or a flag, then the step-time lines."""
     head = f"{'component':<18} {'layer':<5} {'pass':<9} {'A ms':>9} {'B ms':>9} {'B-A ms':>9} {'95% CI':>20} {'p_holm':>7}"
     lines = [f"{d['comparison']} / {d['arm']}: {d['run_b']} - {d['run_a']} "
-             f"({d['steps']['a']} and {d['steps']['b']} traced steps, {d['steps']['components']} components)", head]
+             f"({d['steps']['a']} and {d['steps']['b']} traced steps, {d['steps']['components']} components; "
+             f"{d.get('test', 'Welch')})", head]
     for r in sorted(d["rows"], key=lambda r: -abs(r["delta_ms"])):
         if not r["flagged"] and abs(r["delta_ms"]) < 1e-4:
             continue
@@ -43,7 +44,7 @@ def table(d: dict) -> str:
                      f"{r['delta_ms']:>+9.3f} {_ci(r['ci95']):>20} {ph:>7}{' *' if r['flagged'] else ''}")
     t, c, m = d["traced"], d["closure"], d["timed"]
     rp = f" ({c['residual_pct']:.2f}% of the change)" if c["residual_pct"] is not None else ""
-    lines += [f"traced step time: {t['delta_ms']:+.3f} ms {_ci(t['ci95'])} (Welch over traced steps)",
+    lines += [f"traced step time: {t['delta_ms']:+.3f} ms {_ci(t['ci95'])} ({d.get('test', 'Welch')} over traced steps)",
               f"sum of components: {c['sum_components_ms']:+.3f} ms; residual {c['residual_ms']:+.4f} ms{rp}",
               f"timed step time:  {m['delta_ms']:+.3f} ms {_ci(m['ci95'])}"
               + (f" = {m['pct']:+.2f}%" if m["pct"] is not None else "")

@@ -141,6 +141,11 @@ def _label(r) -> str:
     return f"{r['name']} ({int(n)} ranks, FSDP2)" if n == n and n and int(n) > 1 else str(r["name"])
 
 
+RECIPE = "autocast"
+"""The precision the headline reports where a comparison has runs of it (the CUDA default: Trainer's bf16=True);
+runs from before `--precision` timed fp32 adapters and are reported only where nothing newer exists."""
+
+
 def headline_speedups(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
     """Per optimization (packing, offload, moe, all): the optimized arm at the shape most runs measured (then: from
     the run with the most comparisons, then most pairs), from the run `analysis.runs_of(prefer=...)` chooses (the run
@@ -156,12 +161,12 @@ def headline_speedups(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
     d["disagree"] = 0
     for _, idx in d.groupby(d[an.CONFIG_KEY].astype(str).agg("|".join, axis=1), sort=False).groups.items():
         d.loc[idx, "disagree"] = int((~d.loc[idx, "agrees"].astype(bool)).sum())
-    chosen = d[d["chosen"]]
+    chosen = d[d["chosen"]].assign(_recipe=lambda x: x["precision"].astype(str) == RECIPE)
     out = []
     for opt in figures.OPT_ORDER:
         g = chosen[chosen["name"] == opt]
-        if len(g):
-            out.append(g.sort_values(["runs", "_in_run", "_n", "folder"], kind="stable").iloc[-1])
+        if len(g):  # the user's recipe first: a run of another precision times another step
+            out.append(g.sort_values(["_recipe", "runs", "_in_run", "_n", "folder"], kind="stable").iloc[-1])
     return pd.DataFrame(out)
 
 
@@ -172,16 +177,17 @@ def _prefer(verd: pd.DataFrame) -> set:
 
 
 def headline_verdicts(verd: pd.DataFrame) -> pd.DataFrame:
-    """Per savings model (packing, offload, moe): the verdict at the optimization's main comparison (no sweep) with
-    the most measured pairs (then the later folder); `runs` = how many runs judged that model there."""
+    """Per savings model (packing, offload, moe): the verdict at the optimization's main comparison (no sweep) of the
+    user's recipe (`RECIPE`) where one exists, with the most measured pairs (then the later folder); `runs` = how many runs judged that model there."""
     v = verd[verd["opt"].isin(MODELLED) & verd["verdict"].isin(JUDGED)
              & ~verd["comparison"].astype(str).str.contains("@")]
     out = []
     for opt in MODELLED:
         g = v[v["opt"] == opt]
         if len(g):
-            g = g.assign(_n=pd.to_numeric(g["n_pairs"], errors="coerce").fillna(0))
-            best = g.sort_values(["_n", "folder"], kind="stable").iloc[-1]
+            g = g.assign(_n=pd.to_numeric(g["n_pairs"], errors="coerce").fillna(0),
+                         _recipe=g["precision"].astype(str) == RECIPE if "precision" in g else False)
+            best = g.sort_values(["_recipe", "_n", "folder"], kind="stable").iloc[-1]
             out.append(best.copy())
             out[-1]["runs"] = len(g)
             out[-1]["agree"] = int((g["verdict"] == best["verdict"]).sum())

@@ -190,6 +190,9 @@ class RunWriter:
             "started": _dt.datetime.now().isoformat(timespec="seconds"), "ended": None,
         }
         self.meta.update(extra_meta or {})
+        from workbench import inject
+        if inject.spec() is not None:  # a deliberately slowed run (the gate's check): the analysis leaves it out
+            self.meta["injected"] = f"{inject.ENV}={os.environ[inject.ENV]}"
         self.env.setdefault("git_sha", self.meta["git_sha"])
         if self.env.get("git_sha") is None:
             self.env["git_sha"] = self.meta["git_sha"]

@@ -2,8 +2,11 @@
 CI, flagged only when the change is real after multiplicity; and the timed step time's change beside it.
 
 Why two kinds of unit. The traced steps of one run are the only samples of its components (the profiler traces a
-few steps of one rep), so a component's change is a Welch t on the two runs' traced steps (each step a unit; the
-runs are independent, their variances differ). The timed step time has reps: its change is a Welch t on the two
+few steps of one rep). When both runs traced the same batches in the same order (same model shape, data arguments
+and traced-step count: `same_batches`), traced step i of A and of B ran the same batch, so a component's change is a
+paired t on the per-batch differences: the batch-to-batch spread (documents per batch move attention by tens of
+percent) cancels. Otherwise it is a Welch t on the two runs' traced steps (each step a unit; the runs are
+independent, their variances differ). The timed step time has reps: its change is a Welch t on the two
 runs' per-rep mean step times (the rep is the unit of independence, `workbench.stats`), so the traced change is
 checked against a number the profiler did not touch.
 
@@ -14,7 +17,7 @@ present in one run only is 0 ms in the other; labels that exist in one run only 
 Closure. The decomposition partitions every step window exactly, so the component changes add up to the traced
 step-time change; the residual (traced change - sum of component changes) is stated, in ms and in percent.
 
-Multiplicity. Each component gets a Welch p-value; Holm's step-down (`stats.holm`) over the components of the
+Multiplicity. Each component gets a p-value (paired or Welch); Holm's step-down (`stats.holm`) over the components of the
 table decides which are flagged (adjusted p <= 0.05, i.e. its CI excludes 0 after Holm). The printed CIs are the
 unadjusted 95% intervals.
 """
@@ -137,36 +140,71 @@ def welch(a, b, confidence: float = stats.CONFIDENCE) -> dict:
     return {**out, "ci95": [float(ci.low), float(ci.high)], "p": float(t.pvalue)}
 
 
+def paired(a, b, confidence: float = stats.CONFIDENCE) -> dict:
+    """mean(b - a) over matched steps with its paired t interval and two-sided p (scipy's `ttest_rel`).
+
+    Constant differences: exact (p 0 when not 0, 1 when 0). Fewer than 2 pairs: no CI, p None."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    d = b - a
+    out = {"delta_ms": float(d.mean()) if d.size else math.nan, "ci95": None, "p": None,
+           "n_a": int(a.size), "n_b": int(b.size)}
+    if d.size < 2:
+        return out
+    if np.ptp(d) == 0:
+        return {**out, "ci95": [out["delta_ms"]] * 2, "p": 0.0 if out["delta_ms"] != 0 else 1.0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        t = sps.ttest_rel(b, a)
+    ci = t.confidence_interval(confidence)
+    return {**out, "ci95": [float(ci.low), float(ci.high)], "p": float(t.pvalue)}
+
+
+DATA_ARGS = ("model", "layers", "tokens", "lengths", "batches", "seed", "steps", "attn", "experts")
+"""meta.json args that decide which batch each traced step runs (`same_batches`)."""
+
+
+def same_batches(run_a: str, run_b: str, n_a: int, n_b: int) -> bool:
+    """Did traced step i of both runs run the same batch? The same data arguments (DATA_ARGS, as recorded in each
+    meta.json: the batches are a seeded function of them) and the same number of traced steps."""
+    if n_a != n_b or n_a < 2:
+        return False
+    args = [(load_run(r)[2] or {}).get("args") or {} for r in (run_a, run_b)]
+    return all(args[0].get(k) == args[1].get(k) for k in DATA_ARGS) and bool(args[0])
+
+
 def _split(key: str) -> dict:
     comp, _, rest = key.partition("|")
     layer, _, pass_ = rest.partition("|")
     return {"component": comp, "layer": layer, "pass": pass_}
 
 
-def diff_tables(steps_a: pd.DataFrame, steps_b: pd.DataFrame, *, alpha: float = ALPHA) -> dict:
-    """The change B - A of every component (ms per step) from two runs' `component_steps` tables.
+def diff_tables(steps_a: pd.DataFrame, steps_b: pd.DataFrame, *, alpha: float = ALPHA, pair: bool = False) -> dict:
+    """The change B - A of every component (ms per step) from two runs' `component_steps` tables; `pair`: row i of
+    both ran the same batch (paired t), else Welch.
 
     Returns {"rows": [{component, layer, pass, a_ms, b_ms, delta_ms, ci95, p, p_holm, flagged}], "traced": the
     step-time change (Welch), "closure": {sum_components_ms, residual_ms, residual_pct}, "steps": {a, b}}."""
     keys = sorted((set(steps_a.columns) | set(steps_b.columns)) - {"step_ms"})
     a = steps_a.reindex(columns=keys + ["step_ms"]).fillna(0.0)
     b = steps_b.reindex(columns=keys + ["step_ms"]).fillna(0.0)
+    test = paired if pair and len(a) == len(b) else welch
     rows = []
     for k in keys:
-        w = welch(a[k], b[k])
+        w = test(a[k], b[k])
         rows.append({**_split(k), "a_ms": float(a[k].mean()), "b_ms": float(b[k].mean()), **w})
     adj = stats.holm([r["p"] for r in rows])
     for r, p in zip(rows, adj):
         r["p_holm"] = p
         r["flagged"] = bool(p is not None and p <= alpha)
-    traced = welch(a["step_ms"], b["step_ms"])
+    traced = test(a["step_ms"], b["step_ms"])
     total = float(sum(r["delta_ms"] for r in rows))
     resid = traced["delta_ms"] - total
     step_change = traced["delta_ms"]
     return {"rows": rows, "traced": traced,
             "closure": {"sum_components_ms": total, "residual_ms": resid,
                         "residual_pct": 100 * abs(resid) / abs(step_change) if step_change else None},
-            "steps": {"a": int(len(a)), "b": int(len(b)), "components": len(keys)}}
+            "steps": {"a": int(len(a)), "b": int(len(b)), "components": len(keys)},
+            "test": "paired by batch" if test is paired else "Welch"}
 
 
 def timed_change(reps_a, reps_b) -> dict:
@@ -203,7 +241,7 @@ def diff_runs(run_a: str, run_b: str, comparison: str | None = None, arm: str | 
     sa, sb = (component_steps(e, by_layer=by == "layer") for e in ev)
     if sa.empty or sb.empty:
         raise DiffInputError(f"{comparison}/{arm}: no wb/step windows in {'A' if sa.empty else 'B'}'s trace")
-    out = diff_tables(sa, sb)
+    out = diff_tables(sa, sb, pair=same_batches(run_a, run_b, len(sa), len(sb)))
     out.update(run_a=run_a, run_b=run_b, comparison=comparison, arm=arm, by=by,
                timed=timed_change(timed_rep_means(run_a, comparison, arm), timed_rep_means(run_b, comparison, arm)),
                unmatched=unmatched(*ev))
