@@ -1171,14 +1171,23 @@ def one_gpu(comps: pd.DataFrame) -> pd.DataFrame:
     return comps[pd.to_numeric(comps["ranks"], errors="coerce").fillna(1) == 1]
 
 
+RECIPE = "autocast"
+"""The precision a headline reports where a comparison has runs of it (the CUDA default: Trainer's bf16=True); runs
+from before `--precision` timed fp32 adapters and are reported only where nothing newer exists."""
+
+
 def headline_runs(comps: pd.DataFrame) -> set:
-    """(folder, comparison) of the one-GPU runs a headline reports per comparison (`runs_of`'s choice among the
-    optimized arms, sweeps left out): the runs a notebook draws step by step."""
+    """(folder, comparison) of the one-GPU runs a headline reports, one per comparison (`runs_of`'s choice among the
+    optimized arms, sweeps left out; the user's recipe `RECIPE` first, then the most pairs, then the later folder):
+    the runs a notebook draws step by step."""
     d = one_gpu(comps[(comps["role"] == "optimized") & ~comps["name"].astype(str).str.contains("@")])
     if d.empty:
         return set()
     d = runs_of(d)
-    return set(zip(d[d["chosen"]]["folder"], d[d["chosen"]]["name"]))
+    c = d[d["chosen"]].assign(_recipe=lambda x: x["precision"].astype(str) == RECIPE,
+                              _n=lambda x: pd.to_numeric(x["n_pairs"], errors="coerce").fillna(0))
+    best = c.sort_values(["_recipe", "_n", "folder"], kind="stable").groupby("name", sort=False).tail(1)
+    return set(zip(best["folder"], best["name"]))
 
 
 def timeline_pairs(events: dict, comps: pd.DataFrame) -> list[tuple]:

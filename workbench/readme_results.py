@@ -141,9 +141,7 @@ def _label(r) -> str:
     return f"{r['name']} ({int(n)} ranks, FSDP2)" if n == n and n and int(n) > 1 else str(r["name"])
 
 
-RECIPE = "autocast"
-"""The precision the headline reports where a comparison has runs of it (the CUDA default: Trainer's bf16=True);
-runs from before `--precision` timed fp32 adapters and are reported only where nothing newer exists."""
+RECIPE = an.RECIPE
 
 
 def headline_speedups(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
