@@ -296,7 +296,8 @@ def test_parked_moves_the_model_off_cuda_and_back(monkeypatch):
         def to(self, d):
             moves.append(str(d))
             return self
-    monkeypatch.setattr(ab, "_free", lambda d: moves.append("free"))
+    from workbench.ab import arm
+    monkeypatch.setattr(arm, "_free", lambda d: moves.append("free"))
     with ab._Parked(M(), "cuda"):
         moves.append("child")
     assert moves == ["cpu", "free", "child", "cuda"]

@@ -164,7 +164,7 @@ def test_budget_and_nsys_refused_under_torchrun():
 
 
 def test_rank_writer(tmp_path):
-    W = distributed.rank_writer_class()
+    W = distributed.RankWriter
     w0 = W(str(tmp_path / "run"), "rid", rank=0)
     w1 = W(str(tmp_path / "run"), "rid", rank=1)
     try:

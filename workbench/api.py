@@ -96,23 +96,14 @@ def apply_optimizations(model, packing: str | None = None, offload: str | None =
         device = next(model.parameters()).device
     except StopIteration:
         raise WorkbenchError("apply_optimizations: the model has no parameters") from None
-    handles = []
-    try:
-        for o in ORDER:
-            if o not in mods:
-                continue
-            mod, arm = mods[o], chosen[o]
-            if arm not in mod.ARMS:
-                raise WorkbenchError(f"unknown {o} arm {arm!r}; arms: {', '.join(mod.ARMS)}")
-            u_kw = {k: v for k, v in per_opt[o].items() if k in _named_params(mod.unsupported)}
-            why = mod.unsupported(arm, model, device, **u_kw)
-            if why:
-                raise _opts_unsupported(f"{o}={arm}: {why}")
-            handles.append(mod.apply(model, arm, **per_opt[o]))
-    except BaseException:
-        for h in reversed(handles):
-            h.revert()
-        raise
+    arms = {o: chosen[o] for o in ORDER if o in mods}
+    for o, arm in arms.items():  # every arm named before any is applied
+        if arm not in mods[o].ARMS:
+            raise WorkbenchError(f"unknown arm {arm!r} for {o}; arms: {', '.join(mods[o].ARMS)}")
+    why = _opts.unsupported_reason(model, arms, device, per_opt)
+    if why:
+        raise _opts_unsupported(why)
+    handles = _opts.apply_all(model, arms, per_opt).handles  # the one loop that applies arms (ab uses it too)
     return Optimizations(handles)
 
 

@@ -20,8 +20,11 @@ runs its forward under `forward_context(of(model), device_type)`. In your own lo
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
 
 AUTOCAST = "autocast"
 BF16 = "bf16"
@@ -31,8 +34,6 @@ PRECISIONS = (AUTOCAST, BF16, FP32_ADAPTERS)
 """Resolved precisions."""
 CHOICES = (AUTO, *PRECISIONS)
 """What a CLI accepts (`--precision`)."""
-AUTOCAST_DTYPE = torch.bfloat16
-"""The dtype autocast computes in (Trainer bf16=True)."""
 
 HELP = ("precision of the timed step: autocast = bf16 base, fp32 LoRA adapters, forward and loss under "
         "torch.autocast(bfloat16) as transformers.Trainer(bf16=True) runs it; bf16 = adapters in the base dtype, no "
@@ -50,6 +51,8 @@ def resolve(device, requested: str = AUTO) -> str:
     `device` is a torch.device, a device string or a device type ("cuda", "cpu"). Raises ValueError for an unknown
     name (CLIs restrict choices first, so users see argparse's message).
     """
+    import torch  # lazily: `--help` of the CLIs must not import torch
+
     if requested not in CHOICES:
         raise ValueError(f"unknown precision {requested!r}; choose from {', '.join(CHOICES)}")
     if requested != AUTO:
@@ -60,6 +63,8 @@ def resolve(device, requested: str = AUTO) -> str:
 def model_dtype(precision: str, device) -> torch.dtype:
     """The base model's dtype when none is asked for: bf16 for autocast and bf16; for fp32-adapters bf16 on CUDA and
     fp32 on a CPU (workbench.models.default_dtype)."""
+    import torch  # lazily: `--help` of the CLIs must not import torch
+
     p = resolve(device, precision)
     if p in (AUTOCAST, BF16):
         return torch.bfloat16
@@ -74,8 +79,10 @@ def lora_kwargs(precision: str) -> dict:
 def forward_context(precision: str, device_type: str):
     """The context the forward (and loss) of a step runs in: `torch.autocast(device_type, dtype=bfloat16)` for
     autocast (cache on, as accelerate leaves it), a null context otherwise. The backward runs outside it."""
+    import torch  # lazily: `--help` of the CLIs must not import torch
+
     if precision == AUTOCAST:
-        return torch.autocast(device_type=device_type, dtype=AUTOCAST_DTYPE)
+        return torch.autocast(device_type=device_type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 
@@ -114,11 +121,15 @@ def overridden(model, precision: str):
 def compute_dtype(model) -> torch.dtype:
     """The dtype the step's matmuls run in, which picks the equivalence criterion's tolerance: bf16 under autocast
     (whatever the parameters hold), else the base parameters' dtype."""
+    import torch  # lazily: `--help` of the CLIs must not import torch
+
     if of(model) == AUTOCAST:
-        return AUTOCAST_DTYPE
+        return torch.bfloat16
     return next(_base(model).parameters()).dtype
 
 
 def criterion_dtype(precision: str, param_dtype: torch.dtype) -> torch.dtype:
     """`compute_dtype` before a model exists (meta.json's criterion): bf16 under autocast, else `param_dtype`."""
-    return AUTOCAST_DTYPE if precision == AUTOCAST else param_dtype
+    import torch  # lazily: `--help` of the CLIs must not import torch
+
+    return torch.bfloat16 if precision == AUTOCAST else param_dtype

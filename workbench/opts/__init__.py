@@ -77,3 +77,44 @@ class Combined:
     def revert(self) -> None:
         for h in reversed(self.handles):
             h.revert()
+
+
+def _filter_kwargs(fn, options: dict) -> dict:
+    """The keyword arguments of `options` that `fn` takes (all of them when it takes **kwargs)."""
+    import inspect
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return {}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return dict(options)
+    return {k: v for k, v in options.items() if k in params}
+
+
+def apply_all(model, arms: dict, options: dict | None = None) -> Combined:
+    """Apply {opt: arm} in order; `options` = {opt: apply kwargs}, each passed only where that opt's `apply` takes
+    it. Returns a `Combined` handle (reverted in reverse order); on an error the arms already applied are reverted.
+    The one loop that applies arms: `workbench.ab` and `workbench.api.apply_optimizations` both call it."""
+    handles = []
+    try:
+        for opt, arm in arms.items():
+            mod = module(opt)
+            if arm not in mod.ARMS:
+                raise WorkbenchError(f"unknown arm {arm!r} for {opt}; arms: {', '.join(mod.ARMS)}")
+            handles.append(mod.apply(model, arm, **_filter_kwargs(mod.apply, (options or {}).get(opt, {}))))
+    except BaseException:
+        for h in reversed(handles):
+            h.revert()
+        raise
+    return Combined(handles)
+
+
+def unsupported_reason(model, arms: dict, device, options: dict | None = None) -> str | None:
+    """Why this model / device cannot run {opt: arm} ("opt=arm: why"), None when it can."""
+    for opt, arm in arms.items():
+        mod = module(opt)
+        why = mod.unsupported(arm, model, device, **_filter_kwargs(mod.unsupported, (options or {}).get(opt, {})))
+        if why:
+            return f"{opt}={arm}: {why}"
+    return None
+

@@ -1,0 +1,199 @@
+"""The A/B runner's command line: argparse, its converters and the per-device defaults; no torch import, so
+`python -m workbench.ab --help` answers at once. `DOC` is the help's description (the runner's whole story)."""
+from __future__ import annotations
+
+import argparse
+
+from workbench.errors import WorkbenchError
+from workbench.precision import CHOICES as PRECISION_CHOICES, HELP as PRECISION_HELP
+
+DOC = 'Interleaved A/B comparisons of the optimizations: a paired speedup with its 95% CI and a verdict per comparison,\nequivalence checked on every run, sync counts and traces from separate passes.\n\n    python -m workbench.ab                                   # --opt all: tiny presets on a CPU (a few minutes)\n    python -m workbench.ab --opt packing --trace torch       # + a torch.profiler pass of every arm\n    python -m workbench.ab --opt packing --aa --reps 6       # A/A: the baseline against itself (the noise floor)\n    python -m workbench.ab --opt packing --sweep layers=4,8,16,28      # one comparison per layer count\n    python -m workbench.ab --opt moe --arms eager,grouped --target-ci 1 --budget-s 600\n    python -m workbench.ab --opt all --nvtx-cost             # + per comparison: NVTX ranges off against on\n\nHow a comparison is measured (workbench/engine.py): the model is built once; every arm sees the same sequence of\n--batches packed batches. Each rep runs every arm, the order rotated by one per rep; per arm: apply, warm up until\nthe step time settles (at least --warmup steps and one pass over every batch, until a step is within --settle-pct\nof the previous step on the same batch, at most --warmup-max), then --steps timed steps with no instrument but NVTX\nranges, then revert. Samples pair by (rep, step); the rep is the unit (arms run as blocks per rep): the speedup is\nexp(mean over reps of log(mean baseline / mean arm)), with a 95% t-interval over reps (reps - 1 df) and a verdict\nfrom 4 reps: faster, slower, or no detectable difference (±x%). No step is dropped; steps beyond 5 x MAD within an\narm and batch are listed. Under torchrun the samples are the slowest rank\'s step. After the timed reps, a counted pass (one\nstep per batch, the sync counter on) gives syncs per step and `instrumented_step_ms` (the counter\'s cost); --trace\nadds profiled passes. Equivalence (workbench/equivalence.py, criterion fixed before the run and written to\nmeta.json): one forward + backward of every arm on the first timed batch, relative L2 per LoRA gradient against the\nbaseline, or in bf16 against an fp32 run of the baseline on that batch.\n\nPrints one table per comparison, then, as the last stdout line, one JSON object: {"run_id", "device",\n"comparisons": [{"name", "opt", "model", "layers", "tokens", "baseline": ARM, "optimized": ARM, "others": [ARM],\n"speedup", "speedup_ci95", "verdict", "n_pairs", "equivalent", "savings_model", ...}], "complete", "status"}.\nProgress goes to stderr. Exit status 0 only when every comparison ran and every arm was equivalent; 2 for bad input\n(one line, nothing written); 130 / 143 when interrupted (Ctrl-C / SIGTERM: the folder is kept, marked incomplete).\nFiles: runs/<run_id>/ (or --out, which must be new or empty unless --force): results.csv, summary.json, meta.json,\nerrors.log when an arm failed, traces/ when asked (workbench/results.py describes the schema).'
+
+OPT_CHOICES = ("packing", "offload", "moe", "all")
+HF_ATTN = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3")
+ARMS_HELP = {"packing": "rebuild (baseline), cached (optimized), precomputed (floor)",
+             "offload": "sync_reload (baseline), double_buffer (optimized), no_offload (limit), none (memory ref.)",
+             "moe": "eager (baseline), sort_bincount (optimized), grouped (sync-free: torch._grouped_mm, or a Triton "
+                    "kernel where that is missing), hf_grouped_mm (transformers' own grouped_mm: the anchor), "
+                    "hf_batched_mm (opt-in: --arms only)"}
+SWEEPABLE = ("layers", "tokens")
+
+# default shapes: tiny presets on a CPU-only machine, real shapes (fewer layers where needed) on a GPU
+CPU_DEFAULTS = {"packing": dict(model="tiny-qwen3"), "offload": dict(model="tiny-qwen3"),
+                "moe": dict(model="tiny-gpt-oss"), "all": dict(model="tiny-qwen3-moe"),
+                "_run": dict(tokens=256, batches=2, steps=1, warmup=1, warmup_max=2, reps=2)}
+"""On a CPU the run is a functional check: syncs per step by layer and source, equivalence and FLOPs. Its timings
+exercise the engine and are labelled "not a result"; they give no speedup verdict."""
+GPU_DEFAULTS = {"packing": dict(model="qwen3-0.6b", tokens=16384), "offload": dict(model="llama-3.1-8b", layers=8),
+                "moe": dict(model="gpt-oss-20b", layers=4, tokens=8192),
+                "all": dict(model="qwen3-30b-a3b", layers=8, tokens=8192),
+                "_run": dict(tokens=16384, batches=2, steps=2, warmup=2, warmup_max=8, reps=8)}
+"""GPU protocol: the rep is the unit of independence (arms run as blocks per rep), so more, shorter reps: 8 reps x 2
+timed steps over 2 batches. `python -m workbench.power` finds this protocol's A/A false-verdict rate at 5% and its
+coverage at 0.95 under the rep effects and drift measured on the H100."""
+NOT_A_RESULT = "not a result (CPU timing)"
+"""The verdict of every CPU comparison: CPU step times depend on the machine's load, not on the GPU glue code."""
+
+DTYPE_CHOICES = ("auto", "fp32", "bf16", "fp16")
+"""--dtype: auto = bf16 on CUDA, fp32 on the CPU (workbench.models.default_dtype); `runner.DTYPES` maps them."""
+
+
+
+
+def parse_sweep(spec: str | None) -> tuple[str, list[int]] | None:
+    """`layers=4,8,16` -> ("layers", [4, 8, 16]); WorkbenchError on anything else."""
+    if not spec:
+        return None
+    key, _, vals = spec.partition("=")
+    if key not in SWEEPABLE or not vals:
+        raise WorkbenchError(f"bad --sweep {spec!r}: use {'|'.join(SWEEPABLE)}=N,N,... (e.g. layers=4,8,16,28)")
+    try:
+        out = [int(v) for v in vals.split(",") if v.strip()]
+    except ValueError:
+        raise WorkbenchError(f"bad --sweep {spec!r}: values must be integers") from None
+    if not out or any(v <= 0 for v in out):
+        raise WorkbenchError(f"bad --sweep {spec!r}: values must be positive integers")
+    return key, out
+
+
+# --- CLI ----------------------------------------------------------------------------------------------------
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown on every option; the module docstring kept as written."""
+
+
+def _epilog() -> str:
+    from workbench.presets import PRESETS
+
+    arms = "\n".join(f"  {o:8s} {h}" for o, h in ARMS_HELP.items())
+    cpu, gpu = CPU_DEFAULTS, GPU_DEFAULTS
+    shapes = "\n".join(f"  {o:8s} CPU {cpu[o]['model']}; GPU {gpu[o]['model']}"
+                       + (f" {gpu[o]['layers']} layers" if gpu[o].get("layers") else "")
+                       + f", {gpu[o].get('tokens', gpu['_run']['tokens'])} tokens" for o in OPT_CHOICES)
+    return (f"arms (baseline first):\n{arms}\n\ndefault shapes per --opt:\n{shapes}\n\n"
+            f"run defaults (None above = per device): CPU {cpu['_run']}; GPU {gpu['_run']}\n\n"
+            f"presets: {', '.join(PRESETS)}; or --model DIR, a local Hugging Face checkpoint\n\n"
+            "--lengths: fixed:N | uniform:LO:HI | lognormal:MU:SIGMA[:MIN] (natural-log parameters) | json:PATH "
+            "(a JSON list of lengths) | jsonl:PATH:TOKENIZER_DIR")
+
+
+def _lengths(spec: str) -> str:
+    from workbench.data import LengthSource
+
+    try:
+        LengthSource(spec)
+    except WorkbenchError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return spec
+
+
+def _positive(kind):
+    def conv(s):
+        try:
+            v = kind(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from None
+        if not v > 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {s}")
+        return v
+    return conv
+
+
+def _non_negative(s):
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {s}")
+    return v
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, no usage block
+        raise WorkbenchError(f"{message} (see --help)")
+
+
+def parse_args(argv=None):
+    from workbench.config import RunConfig
+
+    d = RunConfig()
+    p = _Parser(prog="python -m workbench.ab", description=DOC, formatter_class=_HelpFormatter,
+                epilog=_epilog())
+    p.add_argument("--opt", default="all", choices=OPT_CHOICES, help="the optimization to compare (all: each, then "
+                   "all three together, with two more MoE arms on top of the other two fixes: grouped, the floor, and "
+                   "hf_grouped_mm, transformers' own grouped_mm as the anchor)")
+    p.add_argument("--model", default=None, help="preset or local HF checkpoint dir (None: per --opt and device)")
+    p.add_argument("--layers", type=_positive(int), default=None, help="override the layer count (None: per --opt)")
+    p.add_argument("--tokens", type=_positive(int), default=None, help="packed tokens per batch (None: per device)")
+    p.add_argument("--attn", default=None, help="attention: HF's (sdpa, eager, flex_attention, flash_attention_2) or "
+                   "a workbench packing backend (varlen, sdpa, eager, flex); None: the family's default")
+    p.add_argument("--experts", default=None, help="HF experts implementation of MoE models (eager, grouped_mm, "
+                   "batched_mm); None: transformers' default")
+    p.add_argument("--lengths", type=_lengths, default=d.lengths, help="document lengths (format below)")
+    p.add_argument("--batches", type=_positive(int), default=None, help="distinct packed batches every arm cycles "
+                   "through (None: per device)")
+    p.add_argument("--steps", type=_positive(int), default=None, help="timed steps per arm per rep (None: per device)")
+    p.add_argument("--warmup", type=_non_negative, default=None, help="warmup steps per arm per rep, at least "
+                   "(also at least one pass over the batches + 1); None: per device")
+    p.add_argument("--warmup-max", type=_non_negative, default=None, help="warmup steps at most (None: per device)")
+    p.add_argument("--settle-pct", type=_positive(float), default=2.0, help="warmup ends when a step is within this "
+                   "%% of the previous step on the same batch")
+    p.add_argument("--reps", type=_positive(int), default=None, help="repetitions, at least; each runs every arm, "
+                   "order rotated (None: per device)")
+    p.add_argument("--target-ci", type=_positive(float), default=None, metavar="PCT", help="add reps until the "
+                   "speedup's 95%% CI half-width is under PCT %%")
+    p.add_argument("--budget-s", type=_positive(float), default=None, metavar="S", help="stop adding reps once a "
+                   "comparison has run S seconds")
+    p.add_argument("--max-reps", type=_positive(int), default=30, help="reps at most under --target-ci/--budget-s")
+    p.add_argument("--sweep", default=None, metavar="KEY=N,N,...", help="one comparison per value: layers=4,8,16,28 "
+                   "or tokens=8192,16384")
+    p.add_argument("--nvtx-cost", nargs="?", const="add", default="off", choices=("off", "add", "only"),
+                   help="the cost of NVTX ranges, the one instrument left on in timed steps: per comparison, its "
+                   "baseline arm with ranges off against on; `add` (the flag alone) runs it after each comparison, "
+                   "`only` runs it instead")
+    p.add_argument("--only", default=None, metavar="NAME,...", help="run only these comparisons of the plan (e.g. "
+                   "--opt all --only all: the three together; --nvtx-cost only --only nvtx:all)")
+    p.add_argument("--headline", action="store_true", help="each comparison's baseline and optimized arm only (the "
+                   "floor, limit and anchor arms are skipped): the headline comparisons, in half the time")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--trace", default="none", choices=("none", "torch", "nsys"),
+                   help="separate profiled passes per arm (never inside the timed steps)")
+    p.add_argument("--out", default=None, help="output folder, new or empty (None: runs/<run_id>)")
+    p.add_argument("--force", action="store_true", help="let --out name a folder that holds an earlier run: its run "
+                   "files are replaced")
+    p.add_argument("--arms", default=None, help="comma-separated arms of one --opt, baseline first "
+                   "(repeat one for an A/A: --arms rebuild,rebuild)")
+    p.add_argument("--aa", action="store_true", help="A/A: the baseline against itself (the noise floor; its CI "
+                   "should contain 1)")
+    p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="auto: bf16 on CUDA, fp32 on a CPU; bf16 "
+                   "on a CPU reproduces the GPU's rounding")
+    p.add_argument("--precision", default="auto", choices=PRECISION_CHOICES, help=PRECISION_HELP)
+    p.add_argument("--seed", type=int, default=d.seed, help="seeds weights, LoRA and data")
+    p.add_argument("--lora-rank", type=_positive(int), default=d.lora_rank)
+    p.add_argument("--lr", type=_positive(float), default=d.lr)
+    p.add_argument("--no-checkpointing", action="store_true", help="keep all activations (no recompute)")
+    p.add_argument("--cross-check", action="store_true", help="on CUDA, the counted pass also counts sync-debug-mode "
+                   "warnings (the second witness)")
+    p.add_argument("--_capture", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--_config", default=None, help=argparse.SUPPRESS)  # the nsys child: the parent's config, JSON
+    a = p.parse_args(argv)
+    if a._config:
+        import json
+        cfg = json.loads(a._config)
+        unknown = sorted(set(cfg) - set(vars(a)))
+        if unknown:
+            raise WorkbenchError(f"--_config has unknown keys: {', '.join(unknown)}")
+        for k, v in cfg.items():
+            setattr(a, k, v)
+        a._config = None
+    if a.sweep:
+        parse_sweep(a.sweep)
+        key = a.sweep.partition("=")[0]
+        if getattr(a, key) is not None:
+            raise WorkbenchError(f"--sweep {key}=... and --{key} both set; keep one")
+    if a.aa and a.arms:
+        raise WorkbenchError("--aa and --arms both set; for an A/A of one arm use --arms ARM,ARM")
+    if a.target_ci is None and a.budget_s is None and a.max_reps != 30:
+        raise WorkbenchError("--max-reps applies with --target-ci or --budget-s")
+    return a

@@ -1,0 +1,146 @@
+"""args -> validated comparisons: which arms each comparison runs, in which order, under which name."""
+from __future__ import annotations
+
+import dataclasses
+
+from workbench import opts as opts_registry
+from workbench.ab.cli import CPU_DEFAULTS, GPU_DEFAULTS, HF_ATTN, parse_sweep
+from workbench.errors import WorkbenchError
+
+
+# --- plan ---------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class ArmSpec:
+    label: str
+    """Name in reports: the arm (or `a+b+c` for --opt all; `arm#2` for a repeated arm; `+nvtx` / `-nvtx`)."""
+    arms: dict
+    """{opt: arm} applied in this order."""
+    ranges: bool = True
+    """NVTX ranges on in its timed steps (off only in the NVTX-cost comparison)."""
+
+
+@dataclasses.dataclass
+class Comparison:
+    opt: str
+    model: str
+    layers: int | None
+    tokens: int
+    attn: str | None
+    arms: list[ArmSpec]
+    baseline: str
+    optimized: str | None
+    explicit_arms: bool = False
+    excluded: dict = dataclasses.field(default_factory=dict)
+    """{opt: why} for --opt all: optimizations left out because the model cannot run them."""
+    name: str = ""
+    """Its name in results: the opt, `opt@layers=8` in a sweep, `nvtx:opt` for the NVTX-cost comparison."""
+
+    def __post_init__(self):
+        self.name = self.name or self.opt
+
+
+def _modules(opt_names) -> dict:
+    return {o: opts_registry.module(o) for o in opt_names}
+
+
+def _unique_labels(names: list[str]) -> list[str]:
+    seen: dict = {}
+    out = []
+    for n in names:
+        seen[n] = seen.get(n, 0) + 1
+        out.append(n if seen[n] == 1 else f"{n}#{seen[n]}")
+    return out
+
+
+
+def plan(args, device) -> list[Comparison]:
+    """The comparisons to run, validated (unknown opt / model / arm raise WorkbenchError)."""
+    from workbench.models import load_config
+
+    defaults = GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS
+    opt_list = list(opts_registry.OPTS) + ["all"] if args.opt == "all" else [args.opt]
+    if args.arms and args.opt == "all":
+        raise WorkbenchError("--arms needs a single --opt (packing, offload or moe); use --aa for an A/A of all")
+    if args.attn is not None and args.attn not in HF_ATTN:
+        backends = set(_packing_backends())
+        if args.attn not in backends:
+            raise WorkbenchError(f"unknown attention backend {args.attn!r}; choose from "
+                                 f"{', '.join(sorted(set(HF_ATTN) | backends))}")
+    sweep = parse_sweep(args.sweep)
+    comps = []
+    for opt in opt_list:
+        d = defaults[opt]
+        model = args.model or d["model"]
+        layers = args.layers if args.layers is not None else d.get("layers")
+        tokens = args.tokens or d.get("tokens") or defaults["_run"]["tokens"]
+        hf_attn = args.attn if (args.attn is None or args.attn in HF_ATTN) else None
+        load_config(model, layers, hf_attn, args.experts)  # unknown preset / bad checkpoint / experts -> error
+        if opt == "all":
+            mods = _modules(opts_registry.OPTS)
+            names = ["baseline", "optimized"] if not args.aa else ["baseline", "baseline"]
+            specs = [{o: (m.BASELINE if which == "baseline" else m.OPTIMIZED) for o, m in mods.items()}
+                     for which in names]
+            moe_arms = getattr(mods.get("moe"), "ARMS", ())
+            if not args.aa and "grouped" in moe_arms:
+                # the floor: the optimized arms with the sync-free grouped experts instead of the routing fix
+                specs.append({**specs[1], "moe": "grouped"})
+            if not args.aa and "hf_grouped_mm" in moe_arms:
+                # the anchor: the optimized arms with transformers' own grouped_mm experts instead of ours
+                specs.append({**specs[1], "moe": "hf_grouped_mm"})
+            labels = _unique_labels(["+".join(a.values()) for a in specs])
+            arms = [ArmSpec(lbl, a) for lbl, a in zip(labels, specs)]
+        else:
+            mod = opts_registry.module(opt)
+            if args.arms:
+                names = [a.strip() for a in args.arms.split(",") if a.strip()]
+                bad = [a for a in names if a not in mod.ARMS]
+                if bad:
+                    raise WorkbenchError(f"unknown arm {bad[0]!r} for --opt {opt}; arms: {', '.join(mod.ARMS)}")
+                if len(names) < 2:
+                    raise WorkbenchError("--arms needs at least two arms (the first is the baseline)")
+            elif args.aa:
+                names = [mod.BASELINE, mod.BASELINE]
+            else:
+                names = [mod.BASELINE, mod.OPTIMIZED] + [a for a in mod.ARMS if a not in (mod.BASELINE, mod.OPTIMIZED)
+                                                         and a not in getattr(mod, "OPT_IN_ARMS", ())]
+            labels = _unique_labels(names)
+            arms = [ArmSpec(lbl, {opt: a}) for lbl, a in zip(labels, names)]
+        if getattr(args, "headline", False) and not args.arms:
+            arms = arms[:2]  # the baseline and the optimized arm: the comparison the headline reports
+        base = Comparison(opt=opt, model=model, layers=layers, tokens=tokens, attn=args.attn, arms=arms,
+                          baseline=arms[0].label, optimized=arms[1].label if len(arms) > 1 else None,
+                          explicit_arms=bool(args.arms))
+        variants = [base]
+        if sweep:
+            key, values = sweep
+            variants = [dataclasses.replace(base, arms=[dataclasses.replace(s) for s in base.arms],
+                                            excluded={}, name=f"{opt}@{key}={v}", **{key: v}) for v in values]
+        for c in variants:
+            if args.nvtx_cost != "only":
+                comps.append(c)
+            if args.nvtx_cost in ("add", "only"):
+                b = c.arms[0]
+                comps.append(dataclasses.replace(
+                    c, name=f"nvtx:{c.name}", arms=[ArmSpec(f"{b.label}-nvtx", dict(b.arms), ranges=False),
+                                                    ArmSpec(f"{b.label}+nvtx", dict(b.arms), ranges=True)],
+                    baseline=f"{b.label}-nvtx", optimized=f"{b.label}+nvtx", excluded={}))
+    if args.only:
+        names = [n.strip() for n in args.only.split(",") if n.strip()]
+        bad = [n for n in names if n not in [c.name for c in comps]]
+        if bad:
+            raise WorkbenchError(f"--only {bad[0]!r} names no comparison of this run; its comparisons: "
+                                 f"{', '.join(c.name for c in comps)}")
+        comps = [c for c in comps if c.name in names]
+    return comps
+
+
+def _module_or_none(opt: str):
+    try:
+        return opts_registry.module(opt)
+    except Exception:  # noqa: BLE001 - a module still being written must not break the others
+        return None
+
+
+def _packing_backends() -> tuple:
+    return tuple(getattr(_module_or_none("packing"), "BACKENDS", ()))

@@ -1,0 +1,408 @@
+"""One comparison, phase by phase: build, which arms can run, equivalence, the engine's timed reps, the counted
+pass, the profiled passes (`passes`), the summary (`summary`)."""
+from __future__ import annotations
+
+import contextlib
+import sys
+import traceback
+
+import torch
+
+from workbench import opts as opts_registry
+from workbench import verdicts
+from workbench.ab import passes, summary
+from workbench.ab.arm import _Parked, _Session, _fresh, _free, _plain
+from workbench.ab.cli import HF_ATTN, NOT_A_RESULT
+from workbench.ab.planner import ArmSpec, Comparison, _module_or_none, _packing_backends
+from workbench.cli import progress
+from workbench.errors import WorkbenchError
+from workbench.opts import apply_all as apply_arms, unsupported_reason
+
+DTYPES = {"auto": None, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+"""--dtype names (`cli.DTYPE_CHOICES`) to torch dtypes; auto = the precision's (workbench.models.default_dtype)."""
+
+
+class Runner:
+    def __init__(self, args, device, writer, nvml=None):
+        self.args = args
+        self.device = device
+        self.writer = writer
+        self.nvml = nvml
+        self.failures: list[str] = []
+
+    def _progress(self, msg: str):
+        progress(msg)
+
+    def data_seed(self) -> int:
+        """The seed of this process's batches (workbench.distributed: offset per rank under torchrun)."""
+        return self.args.seed
+
+    def protocol(self):
+        from workbench.engine import Protocol
+
+        a = self.args
+        return Protocol(reps=a.reps, steps=a.steps, warmup_min=a.warmup, warmup_max=max(a.warmup_max, a.warmup),
+                        settle_pct=a.settle_pct, target_ci_pct=a.target_ci, budget_s=a.budget_s,
+                        max_reps=max(a.max_reps, a.reps))
+
+    def build(self, cmp: Comparison):
+        from workbench.harness import enable_checkpointing
+        from workbench.instrument import instrument_layers
+        from workbench.models import build_model
+
+        hf_attn = cmp.attn if (cmp.attn is None or cmp.attn in HF_ATTN) else None
+        model = build_model(cmp.model, layers=cmp.layers, attn=hf_attn, device=self.device, seed=self.args.seed,
+                            dtype=DTYPES[getattr(self.args, "dtype", "auto")],
+                            lora_rank=self.args.lora_rank, experts_implementation=self.args.experts,
+                            precision=getattr(self.args, "precision", "auto"))
+        if not self.args.no_checkpointing:
+            enable_checkpointing(model)
+        instrument_layers(model)
+        return model
+
+    def options(self, cmp: Comparison) -> dict:
+        """{opt: keyword arguments of its apply / unsupported}: the packing backend from --attn; one pinned host
+        pool per comparison for offload (pinned once, not once per repetition)."""
+        o: dict = {}
+        if cmp.attn is not None and cmp.attn in _packing_backends():
+            o["packing"] = {"backend": cmp.attn}
+        pool_cls = getattr(_module_or_none("offload"), "HostPool", None)
+        if pool_cls is not None:
+            if getattr(cmp, "_host_pool", None) is None:
+                cmp._host_pool = pool_cls(pin=self.device.type == "cuda")
+            o["offload"] = {"host_pool": cmp._host_pool}
+        o["moe"] = {"tokens": cmp.tokens}  # hf_batched_mm's memory check
+        return o
+
+    @contextlib.contextmanager
+    def session(self, model, cpu_batches, spec: ArmSpec, cmp, *, reset, options=None, infos=None):
+        """The arm applied (reverted on exit), its batches prepared and on the device, weights reset."""
+        from workbench.data import to_device
+
+        reset()
+        handle = apply_arms(model, spec.arms, options if options is not None else self.options(cmp))
+        try:
+            batches = to_device(_fresh(cpu_batches), self.device, prepare=handle.prepare_batch)
+            yield _Session(model, batches, handle, self.args.lr, spec.ranges)
+            if infos is not None:
+                info = {}
+                for h in handle.handles:
+                    info.update({f"{h.opt}.{k}": v for k, v in (h.info or {}).items() if _plain(v)})
+                infos[spec.label] = info
+        finally:
+            handle.revert()
+            del handle
+            _free(self.device)
+
+    def reference_fp32(self, model, run_one, batch, *, cmp, spec, options) -> dict:
+        """The fp32 reference of the baseline arm on `batch` (`equivalence.reference_fp32`; workbench.distributed
+        computes it on an unsharded copy: FSDP2 all-gathers from its own bf16 shards)."""
+        from workbench import equivalence
+
+        return equivalence.reference_fp32(model, run_one, batch, self._progress, self.device)
+
+    def reference_options(self, cmp, ran_attn) -> dict:
+        """Options of the fp32 reference pass: the varlen packing backend's kernels take only fp16 / bf16 on a GPU,
+        so there the reference computes the same block-diagonal attention with the sdpa backend (dense mask)."""
+        o = self.options(cmp)
+        if ran_attn == "varlen" and self.device.type == "cuda" and any("packing" in s.arms for s in cmp.arms):
+            o["packing"] = {**o.get("packing", {}), "backend": "sdpa"}
+        return o
+
+    def run_arm_steps(self, model, cpu_batches, spec: ArmSpec, cmp, *, steps, warmup, reset, on_step=None,
+                      count_syncs=False, optimizer=None, options=None):
+        """A fixed number of steps of one arm (trace passes, equivalence): `harness.train_steps`."""
+        from workbench.harness import train_steps
+        from workbench.instrument import Ranges
+
+        with self.session(model, cpu_batches, spec, cmp, reset=reset, options=options) as s:
+            return train_steps(model, s.batches, steps=steps, warmup=warmup, optimizer=optimizer or s.optimizer,
+                               ranges=Ranges(nvtx=True, profiler=True), count_syncs=count_syncs,
+                               cross_check=self.args.cross_check, inputs_fn=s.handle.inputs_fn, on_step=on_step)
+
+    def run(self, cmp: Comparison, index: int, total: int) -> dict:
+        from workbench import engine, equivalence
+        from workbench.data import make_batches
+        from workbench.models import lora_parameters, lora_resetter
+
+        a = self.args
+        tag = f"[{index}/{total} {cmp.name}]"
+        out = {"name": cmp.name, "opt": cmp.opt, "model": cmp.model, "layers": None, "tokens": cmp.tokens,
+               "attn": cmp.attn, "baseline": None, "optimized": None, "others": [], "speedup": None,
+               "speedup_ci95": None, "verdict": None, "n_pairs": 0, "equivalent": False,
+               "savings_model": {"formula": verdicts.FORMULAS.get(cmp.opt, "not modelled (the three together)"),
+                                 "predicted_ms": None, "measured_ms": None,
+                                 "reason": "the model's inputs come from traces: run with --trace torch or nsys"},
+               "status": "ok", "errors": []}
+        self._progress(f"{tag} building {cmp.model}" + (f" ({cmp.layers} layers)" if cmp.layers else ""))
+        model = self.build(cmp)
+        L = model.config.num_hidden_layers
+        out["layers"] = L
+        ran_attn = model.config._attn_implementation
+        if any("packing" in s.arms for s in cmp.arms):  # a workbench packing backend, through AttentionInterface
+            ran_attn = self.options(cmp).get("packing", {}).get("backend") or \
+                opts_registry.module("packing").default_backend(model, self.device)
+        env = dict(opt=cmp.opt, model=cmp.model, layers=L, tokens=cmp.tokens, attn=ran_attn)
+        out["attn"] = ran_attn
+        from workbench import precision
+        dtype = precision.compute_dtype(model)  # the equivalence tolerance's dtype: bf16 under autocast
+        reset_weights = lora_resetter(model)
+
+        # which arms can run here
+        if cmp.opt == "all":
+            for o in list(opts_registry.OPTS):
+                why = None
+                for spec in cmp.arms:
+                    why = why or unsupported_reason(model, {o: spec.arms[o]}, self.device, self.options(cmp))
+                if why:
+                    cmp.excluded[o] = why
+            for spec in cmp.arms:
+                spec.arms = {o: arm for o, arm in spec.arms.items() if o not in cmp.excluded}
+            if cmp.excluded:
+                self._progress(f"{tag} left out of the combination: " +
+                               "; ".join(f"{o} ({w})" for o, w in cmp.excluded.items()))
+            out["excluded"] = dict(cmp.excluded)
+        arm_status: dict[str, dict] = {}
+        runnable = []
+        for spec in cmp.arms:
+            why = unsupported_reason(model, spec.arms, self.device, self.options(cmp)) if spec.arms \
+                else "no optimization left to apply"
+            if why is None:
+                runnable.append(spec)
+                arm_status[spec.label] = {"status": "ok"}
+                continue
+            required = spec.label in (cmp.baseline, cmp.optimized) or cmp.explicit_arms
+            arm_status[spec.label] = {"status": "unsupported" if required else "skipped", "error": why}
+            msg = f"{cmp.name} arm {spec.label} cannot run here: {why}"
+            if required:
+                self.failures.append(msg)
+                out["errors"].append(msg)
+                progress(f"error: {msg}")
+            else:
+                self._progress(f"{tag} skipping arm {spec.label}: {why}")
+
+        cpu_batches = make_batches(a.lengths, cmp.tokens, a.batches, model.config.vocab_size, seed=self.data_seed())
+        out["batches"] = [{"tokens": b.tokens, "documents": len(b.doc_lens)} for b in cpu_batches]
+        try:  # model FLOPs per batch (workbench.flops): achieved TFLOP/s and MFU per arm
+            from workbench import flops
+            from workbench.models import base_model_of
+            cfg = base_model_of(model).config
+            self._batch_flops = [flops.step_flops(cfg, b.doc_lens, lora_rank=a.lora_rank,
+                                                  attention=flops.attention_mode(ran_attn),
+                                                  checkpointing=not a.no_checkpointing) for b in cpu_batches]
+        except Exception as e:  # noqa: BLE001 - a count this model's config does not fit must not stop the timing
+            self._batch_flops = []
+            self._progress(f"{tag} no FLOP count: {type(e).__name__}: {e}")
+
+        # equivalence: one forward+backward from the same weights on the first timed batch, every arm vs the baseline
+        def one_step(spec, batch, options=None):
+            cap = equivalence.GradCapture(lora_parameters(model))
+            recs = self.run_arm_steps(model, [batch], spec, cmp, steps=1, warmup=0, optimizer=cap,
+                                      reset=reset_weights, options=options)
+            return {"loss": recs[0].loss, "grads": cap.grads}
+
+        equiv, ref, ref32 = {}, None, None
+        base_spec = next((s for s in runnable if s.label == cmp.baseline), None)
+        for spec in runnable:
+            try:
+                res = one_step(spec, cpu_batches[0])
+                if spec.label == cmp.baseline:
+                    ref = res
+                    e = {"equivalent": True, "bitwise": True, "loss_abs_diff": 0.0, "grad_max_abs_diff": 0.0,
+                         "grad_max_rel_l2": 0.0}
+                elif ref is None:
+                    e = None
+                else:
+                    e = equivalence.compare(res, ref, dtype)
+                    if not e["equivalent"] and dtype in equivalence.LOW_PRECISION:
+                        if ref32 is None:
+                            self._progress(f"{tag} {spec.label} differs from {cmp.baseline} beyond the {dtype} "
+                                           f"criterion: judging both against an fp32 run of {cmp.baseline}")
+                            ref_opts = self.reference_options(cmp, ran_attn)
+                            ref32 = self.reference_fp32(
+                                model, lambda b: one_step(base_spec, b, ref_opts), cpu_batches[0], cmp=cmp,
+                                spec=base_spec, options=ref_opts)
+                            ref32["attn"] = ref_opts.get("packing", {}).get("backend", ran_attn)
+                        e.update(equivalence.judge_by_reference(res, ref, ref32, dtype))
+                        e["ref_chunks"] = ref32["chunks"]
+                        e["ref_attn"] = ref32["attn"]
+            except Exception as ex:  # noqa: BLE001 - one arm's failure must not stop the others
+                self._arm_failed(cmp, spec, ex, arm_status, out)
+                continue
+            arm_status[spec.label]["loss"] = res["loss"]
+            if e is None:
+                continue
+            equiv[spec.label] = e
+            self.writer.add(cmp.name, spec.label, "equiv_loss_abs_diff", e["loss_abs_diff"], "nats", **env)
+            self.writer.add(cmp.name, spec.label, "equiv_grad_max_rel_l2", e["grad_max_rel_l2"], "ratio", **env)
+            self.writer.add(cmp.name, spec.label, "equivalent", int(e["equivalent"]), "bool", **env)
+            via = (f"; against fp32 ({e['ref_chunks']} chunk(s) of the batch): grad rel L2 "
+                   f"{e['ref_grad_max_rel_l2']:.3g} vs the baseline's {e['ref_grad_max_rel_l2_baseline']:.3g}, "
+                   f"worst ratio {e['ref_worst_ratio']:.2f} ({e['ref_worst_grad']})") if "judged_by" in e else ""
+            self._progress(f"{tag} equivalence {spec.label}: {'ok' if e['equivalent'] else 'DIFFERS'} "
+                           f"(bitwise {e['bitwise']}, loss diff {e['loss_abs_diff']:.3g}, "
+                           f"grad max rel L2 {e['grad_max_rel_l2']:.3g}{via})")
+        ref32 = None
+        self.writer.flush()
+
+        # timing: the engine (rotated order, settled warmup, uninstrumented steps, paired CI)
+        live = [s for s in runnable if arm_status[s.label]["status"] == "ok"]
+        specs = {s.label: s for s in live}
+        infos: dict[str, dict] = {}
+
+        def open_session(label):
+            return self.session(model, cpu_batches, specs[label], cmp, reset=reset_weights, infos=infos)
+
+        from tqdm import tqdm
+        # a progress bar on a terminal; one line per timed step in a log (stderr not a terminal)
+        bar = tqdm(total=len(live) * (a.max_reps if a.target_ci else a.reps) * a.steps, desc=f"{tag} timed steps",
+                   unit="step", file=sys.stderr, disable=not sys.stderr.isatty(), dynamic_ncols=True)
+
+        def on_sample(s):
+            self.writer.add_sample(cmp.name, s, **env)
+            bar.update(1)
+            bar.set_postfix_str(f"rep {s['rep'] + 1} {s['arm']} {s['step_ms']:.0f} ms", refresh=False)
+            if bar.disable:
+                self._progress(f"{tag} rep {s['rep'] + 1} {s['arm']}: step {s['step'] + 1}/{a.steps} "
+                               f"(batch {s['batch']}) {s['step_ms']:.1f} ms")
+
+        def on_warmup(w):
+            for i, ms in enumerate(w.step_ms):
+                self.writer.add(cmp.name, w.arm, "warmup_step_ms", ms, "ms", rep=w.rep, step=i,
+                                batch=i % a.batches, **env)
+            self.writer.add(cmp.name, w.arm, "warmup_steps", w.steps, "count", rep=w.rep, **env)
+            self.writer.add(cmp.name, w.arm, "warmup_settled", int(w.settled), "bool", rep=w.rep, **env)
+            self._progress(f"{tag} rep {w.rep + 1} {w.arm}: warmup {w.steps} steps, "
+                           f"{'settled' if w.settled else 'not settled (cap reached)'}")
+
+        def on_rep(rep, c):
+            self.writer.flush()
+            if c is not None and c.get("ci95"):
+                v = c["verdict"] if self.device.type == "cuda" else NOT_A_RESULT
+                self._progress(f"{tag} after rep {rep}: speedup {c['speedup']:.4f} "
+                               f"[{c['ci95'][0]:.4f}, {c['ci95'][1]:.4f}] (n={c['n_units']} reps) {v}")
+
+        m = None
+        if base_spec is not None and arm_status[cmp.baseline]["status"] == "ok" and len(live) >= 1:
+            m = engine.measure([s.label for s in live], open_session, a.batches, self.protocol(),
+                               baseline=cmp.baseline,
+                               optimized=cmp.optimized if cmp.optimized in specs else None,
+                               on_sample=on_sample, on_warmup=on_warmup, on_rep=on_rep)
+            bar.close()
+            for label, e in m.failed.items():
+                self._arm_failed(cmp, specs[label], e, arm_status, out)
+            out["protocol"] = {"reps": m.reps, "stopped_by": m.stopped_by, "steps": a.steps, "batches": a.batches}
+            self.writer.add(cmp.name, None, "reps", m.reps, "count", **env)
+        self.writer.flush()
+
+        # the counted pass: the sync counter on, one step per batch, separate from the timings
+        counted: dict[str, list] = {}
+        for spec in live:
+            if arm_status[spec.label]["status"] != "ok":
+                continue
+            try:
+                from workbench.instrument import SyncCounter
+                with self.session(model, cpu_batches, spec, cmp, reset=reset_weights) as s:
+                    recs = []
+                    for i in range(a.batches):
+                        counter = SyncCounter(cross_check=a.cross_check, device_type=self.device.type)
+                        r = s.step(i, i, counter=counter)
+                        recs.append(r)
+                        self.writer.add_sample(cmp.name, {**r.as_row(), "arm": spec.label, "batch": i},
+                                               prefix="instrumented_", **env)
+                counted[spec.label] = recs
+                self._progress(f"{tag} counted pass {spec.label}: "
+                               f"{sum(r.syncs for r in recs) / len(recs):.1f} syncs/step")
+            except Exception as e:  # noqa: BLE001
+                self._arm_failed(cmp, spec, e, arm_status, out)
+        self.writer.flush()
+
+        # traces: separate passes
+        events = {}
+        if a.trace == "torch":
+            events = self.torch_traces(model, cpu_batches, cmp, live, arm_status, reset_weights, env)
+        elif a.trace == "nsys":
+            with _Parked(model, self.device):  # each capture is a child process that builds its own model
+                events = self.nsys_traces(cmp, live, arm_status)
+
+        # summary
+        samples = m.samples if m is not None else []
+        arm_dicts = {}
+        for spec in cmp.arms:
+            arm_dicts[spec.label] = self._arm_summary(spec.label, samples, m, counted.get(spec.label, []),
+                                                      arm_status, infos.get(spec.label, {}), equiv.get(spec.label),
+                                                      events)
+            if spec.label != cmp.baseline and m is not None and arm_status[spec.label]["status"] == "ok":
+                c = engine.paired_comparison(samples, cmp.baseline, spec.label)
+                if self.device.type != "cuda":  # no CI, no verdict: a CPU timing measures the machine's load
+                    c.update(verdict=NOT_A_RESULT, ci95=None, half_width_pct=None)
+                arm_dicts[spec.label]["vs_baseline"] = c
+                self._rows_for_comparison(cmp, spec.label, c, env)
+        out["baseline"] = arm_dicts[cmp.baseline]
+        out["optimized"] = arm_dicts[cmp.optimized] if cmp.optimized else None
+        out["others"] = [arm_dicts[s.label] for s in cmp.arms if s.label not in (cmp.baseline, cmp.optimized)]
+        out["equivalence"] = equiv
+        o = out["optimized"]
+        if o is not None and o.get("vs_baseline"):
+            c = o["vs_baseline"]
+            out.update(speedup=c["speedup"], speedup_ci95=c["ci95"], verdict=c["verdict"], n_pairs=c["n_pairs"],
+                       n_reps=c["n_units"], outlier_pairs=c["outlier_pairs"],
+                       variance_components=c["variance_components"])
+            b_ms, o_ms, reps = engine.pairs(samples, cmp.baseline, cmp.optimized)
+            if b_ms:
+                from workbench import stats
+                out["savings_model"]["measured_ms"] = stats.paired_difference(b_ms, o_ms, reps)["mean"]
+        ran_all = all(arm_status[s.label]["status"] in ("ok", "skipped") for s in cmp.arms)
+        out["equivalent"] = bool(ran_all and equiv and all(
+            equiv.get(s.label, {}).get("equivalent", False) for s in cmp.arms if arm_status[s.label]["status"] == "ok"))
+        for s in cmp.arms:
+            e = equiv.get(s.label)
+            if e is not None and not e["equivalent"]:
+                msg = (f"{cmp.name} arm {s.label} is not equivalent to {cmp.baseline}: loss diff "
+                       f"{e['loss_abs_diff']:.3g}, grad max rel L2 {e['grad_max_rel_l2']:.3g}"
+                       + (f" (against fp32: worst ratio {e['ref_worst_ratio']:.2f})" if "judged_by" in e else ""))
+                self.failures.append(msg)
+                out["errors"].append(msg)
+        if not ran_all or not out["equivalent"] or m is None:
+            out["status"] = "failed"
+        sm = out["savings_model"]
+        for k in ("predicted_ms", "measured_ms"):
+            if sm.get(k) is not None:
+                self.writer.add(cmp.name, cmp.optimized, f"savings_{k}", sm[k], "ms", **env)
+        self.writer.flush()
+        del model
+        _free(self.device)
+        return out
+
+    def _rows_for_comparison(self, cmp, label, c, env):
+        summary.speedup_rows(self.writer, cmp, label, c, env)
+
+    def _arm_failed(self, cmp, spec, e, arm_status, out):
+        if arm_status.get(spec.label, {}).get("status") == "failed":
+            return
+        oom = isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        reason = f"out of memory: {first}" if oom else f"{type(e).__name__}: {first}"
+        if isinstance(e, WorkbenchError):
+            reason = str(e)
+        arm_status[spec.label] = {"status": "failed", "error": reason}
+        msg = f"{cmp.name} arm {spec.label} failed: {reason}"
+        self.failures.append(msg)
+        out["errors"].append(msg)
+        progress(f"error: {msg}")
+        with open(self.writer.path("errors.log"), "a") as f:
+            f.write(f"--- {msg}\n{''.join(traceback.format_exception(e))}\n")
+        _free(self.device)
+
+    def _nvml_of(self, m, label) -> dict:
+        return summary.nvml_of(self.nvml, m, label)
+
+    def _arm_summary(self, label, samples, m, counted, arm_status, info, equiv, events) -> dict:
+        return summary.arm_summary(self, label, samples, m, counted, arm_status, info, equiv, events)
+
+    # -- traces (workbench.ab.passes) -----------------------------------------------------------------------------
+    def torch_traces(self, model, cpu_batches, cmp, runnable, arm_status, reset_weights, env) -> dict:
+        return passes.torch_traces(self, model, cpu_batches, cmp, runnable, arm_status, reset_weights, env)
+
+    def nsys_traces(self, cmp, runnable, arm_status) -> dict:
+        return passes.nsys_traces(self, cmp, runnable, arm_status)

@@ -1,0 +1,263 @@
+"""The run: the output folder and its writer, NVML, signals, the comparison loop, the verdicts step and the final
+JSON line. `main` is `python -m workbench.ab`'s entry point; under torchrun it hands over to
+`workbench.distributed`."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import traceback
+
+import torch
+
+from workbench import verdicts
+from workbench.ab.cli import CPU_DEFAULTS, GPU_DEFAULTS, parse_args
+from workbench.ab.arm import _fresh
+from workbench.ab.planner import ArmSpec, Comparison
+from workbench.ab.planner import plan
+from workbench.ab.runner import DTYPES, Runner, _free, apply_arms, unsupported_reason
+from workbench.cli import emit_json, progress
+from workbench.errors import UnsupportedArm, WorkbenchError
+
+
+class Terminated(BaseException):
+    """SIGTERM, handled like Ctrl-C: the folder is kept and marked incomplete."""
+
+
+def _verdicts(writer, summary: dict, failures: list) -> list:
+    """The savings models' verdicts from this run's traces (`workbench.verdicts`): printed, written into
+    summary.json; an input check that fails is a failure of the run (loud)."""
+    writer.flush()
+    writer.write_summary({**summary, "complete": False, "status": "running"})
+    try:
+        rows = verdicts.annotate(writer.out_dir)
+    except Exception as e:  # noqa: BLE001 - the timings stand; the verdicts are reported as failed
+        failures.append(f"savings-model verdicts failed: {type(e).__name__}: {e}")
+        progress(f"error: {failures[-1]}")
+        return summary["comparisons"]
+    from workbench.results import load_run
+    on_disk = load_run(writer.out_dir)[1]
+    annotated = on_disk.get("comparisons", summary["comparisons"])
+    summary["verdicts"] = on_disk.get("verdicts")
+    for r in rows:
+        progress(f"[{r['comparison']}] savings model {r['formula']}: predicted {verdicts.fmt_ms(r['predicted_ms'], r['predicted_ci95'])}, "
+                 f"measured {verdicts.fmt_ms(r['measured_ms'], r['measured_ci95'])}: {r['verdict']}"
+                 + (f" ({r['reason']})" if r.get("reason") else "")
+                 + (f"; largest missing component {r['largest_missing']} {r['largest_missing_ms']:.2f} ms"
+                    if r.get("verdict") == "refuted" and r.get("largest_missing") else ""))
+        if r["verdict"] == "input check failed":
+            failures.append(f"INPUT CHECK FAILED: {r['comparison']}: {r['reason']}")
+            progress(f"error: {failures[-1]}")
+    return annotated
+
+
+# --- the nsys child ---------------------------------------------------------------------------------------------
+
+def capture_child(args, device) -> int:
+    """Under `nsys profile -c cudaProfilerApi`: run one arm's warmup, then its timed steps between
+    torch.cuda.profiler.start() and stop()."""
+    from workbench.data import make_batches, to_device
+    from workbench.harness import train_steps
+    from workbench.instrument import Ranges
+
+    arms = dict(kv.split("=", 1) for kv in args._capture.split(","))
+    cmp = Comparison(opt=args.opt, model=args.model, layers=args.layers, tokens=args.tokens, attn=args.attn,
+                     arms=[ArmSpec("capture", arms)], baseline="capture", optimized=None)
+    r = Runner(args, device, writer=None)
+    model = r.build(cmp)
+    why = unsupported_reason(model, arms, device, r.options(cmp))
+    if why:
+        raise UnsupportedArm(why)
+    cpu_batches = make_batches(args.lengths, args.tokens, args.batches, model.config.vocab_size, seed=args.seed)
+    handle = apply_arms(model, arms, r.options(cmp))
+    try:
+        batches = to_device(_fresh(cpu_batches), device, prepare=handle.prepare_batch)
+        ranges = Ranges(nvtx=True, profiler=False)
+        from workbench.harness import make_optimizer
+        optim = make_optimizer(model, args.lr)
+        if args.warmup:
+            train_steps(model, batches, steps=args.warmup, optimizer=optim, ranges=ranges, count_syncs=False,
+                        inputs_fn=handle.inputs_fn)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        train_steps(model, batches, steps=args.steps, optimizer=optim, ranges=ranges, count_syncs=False,
+                    inputs_fn=handle.inputs_fn)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+    finally:
+        handle.revert()
+    return 0
+
+
+def _install_sigterm():
+    def handler(signum, frame):
+        raise Terminated()
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (tests calling main() from a worker)
+        return None
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    a = parse_args(argv)
+    # --- distributed: under torchrun, one process per rank, FSDP2 (workbench/distributed.py) ---
+    from workbench import distributed
+    if distributed.launched():
+        return distributed.main(a, argv, _main)
+    # ---
+    return _main(argv, a, None)
+
+
+def _main(argv, a, dctx) -> int:
+    """The run; `dctx` is this rank's `workbench.distributed.DistContext` under torchrun, else None."""
+    from workbench import report
+    from workbench.equivalence import describe
+    from workbench.instrument import NvmlSampler
+    from workbench.models import resolve_device
+    from workbench.results import RunWriter, check_out_dir, clear_run_files, device_info, new_run_id
+    from workbench.distributed import RankFailed
+
+    main_rank = dctx is None or dctx.is_main  # distributed: rank 0 alone prints and writes the folder
+    device = dctx.device if dctx is not None else resolve_device(a.device)
+    run_defaults = (GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS)["_run"]
+    from workbench import precision as _prec
+    a.precision = _prec.resolve(device, getattr(a, "precision", "auto"))  # resolved: meta.json's args, row columns
+    for k in ("steps", "warmup", "warmup_max", "reps", "batches"):
+        if getattr(a, k) is None:
+            setattr(a, k, run_defaults[k])
+    if a._capture:
+        if a.model is None or a.tokens is None:
+            raise WorkbenchError("--_capture needs --model and --tokens")
+        return capture_child(a, device)
+    if a.trace == "nsys":
+        if device.type != "cuda":
+            raise WorkbenchError("--trace nsys needs a CUDA device (use --trace torch on a CPU)")
+        from workbench.traces.capture import require_nsys
+        require_nsys()
+    run_id = new_run_id(f"{a.opt}-{device.type}" + (f"-x{dctx.world}" if dctx is not None else ""))
+    out_dir = a.out or os.path.join("runs", run_id)
+    if dctx is not None:  # one run id and folder for every rank; rank 0 checks the folder
+        run_id, out_dir = dctx.broadcast((run_id, out_dir))
+        dctx.on_main(check_out_dir, out_dir, force=a.force)
+    else:
+        check_out_dir(out_dir, force=a.force)
+    comps = plan(a, device)  # every bad name fails here, before anything is written
+
+    if a.force and os.path.isdir(out_dir) and main_rank:
+        clear_run_files(out_dir)
+    dinfo = device_info(device)
+    dtype = _prec.criterion_dtype(a.precision, DTYPES[a.dtype] or _prec.model_dtype(a.precision, device))
+    protocol = Runner(a, device, None).protocol()
+    meta = {"device": dinfo, "args": {k: v for k, v in vars(a).items() if k not in ("_capture", "_config")},
+            "protocol": protocol.describe(), "equivalence_criterion": describe(dtype),
+            "comparisons": [c.name for c in comps]}
+    wenv = dict(device=device.type, gpu_name=dinfo.get("name") if device.type == "cuda" else None,
+                precision=a.precision)
+    if dctx is not None:
+        from workbench.distributed import RankWriter
+        writer = RankWriter(out_dir, run_id, rank=dctx.rank, env=wenv, extra_meta={
+            **meta, "distributed": {k: v for k, v in dctx.describe().items() if k != "rank"}},
+            argv=["torchrun", f"--nproc-per-node={dctx.world}", "-m", "workbench.ab", *argv])
+        dctx.watch(writer)  # rank 0: a peer's failure marks the folder failed even while this thread waits
+    else:
+        writer = RunWriter(out_dir, run_id, argv=["python", "-m", "workbench.ab", *argv], env=wenv, extra_meta=meta)
+    if main_rank:
+        progress(f"run {run_id} on {device}" + (f" x {dctx.world} ranks (FSDP2, {dctx.backend})" if dctx else "")
+                 + f" -> {out_dir}")
+    if a.trace != "none" and device.type == "cuda":  # the offload model's second source of c (bytes / bandwidth)
+        from workbench.instrument.bandwidth import pinned_copy_gb_per_s
+        writer.meta["pinned_copy"] = pinned_copy_gb_per_s(device)
+        writer.write_meta()
+    sampler = NvmlSampler(device_index=(device.index or 0), period_s=0.25) if device.type == "cuda" else None
+    if dctx is not None:
+        from workbench.distributed import DistRunner
+        runner = DistRunner(a, device, writer, dctx, nvml=sampler)
+    else:
+        runner = Runner(a, device, writer, nvml=sampler)
+    runner.device_name = dinfo.get("name") if device.type == "cuda" else None
+    summary = {"run_id": run_id, "device": str(device), "comparisons": []}
+    t0 = time.perf_counter()
+    status, reason, rc = "incomplete", None, 1
+    old_term = _install_sigterm()
+    try:
+        if sampler is not None:
+            sampler.__enter__()
+        for i, cmp in enumerate(comps, 1):
+            try:
+                res = runner.run(cmp, i, len(comps))
+            except torch.OutOfMemoryError as e:
+                msg = f"{cmp.name}: out of memory while building or checking: {str(e).splitlines()[0][:200]}"
+                runner.failures.append(msg)
+                progress(f"error: {msg}")
+                res = {"name": cmp.name, "opt": cmp.opt, "model": cmp.model, "status": "failed", "errors": [msg],
+                       "equivalent": False}
+                _free(device)
+            except WorkbenchError as e:
+                msg = f"{cmp.name}: {e}"
+                runner.failures.append(msg)
+                progress(f"error: {msg}")
+                res = {"name": cmp.name, "opt": cmp.opt, "model": cmp.model, "status": "failed", "errors": [msg],
+                       "equivalent": False}
+            summary["comparisons"].append(res)
+            writer.write_summary({**summary, "complete": False, "status": "running"})
+            if res.get("baseline") is not None and main_rank:
+                print(report.comparison_table(res), flush=True)
+                print(flush=True)
+        if dctx is not None:
+            runner.gather_rows()  # rows of a comparison that stopped early on every rank
+        if a.trace != "none" and summary["comparisons"] and dctx is None:  # the savings models: one device
+            summary["comparisons"] = _verdicts(writer, summary, runner.failures)
+        status = "complete" if not runner.failures else "failed"
+        rc = 0 if status == "complete" else 1
+    except KeyboardInterrupt:
+        reason, rc = "interrupted (Ctrl-C)", 130
+    except Terminated:
+        reason, rc = "terminated (SIGTERM)", 143
+    except RankFailed as e:  # distributed: a rank failed (its own error, or a peer's from the store)
+        status, reason, rc = "failed", f"rank {e.rank}: {e.msg}", 1
+        runner.failures.append(f"failed: {reason}")
+        with open(writer.path("errors.log"), "a") as f:
+            f.write(f"--- rank {e.rank} failed\n{e.tb or e.msg}\n")
+    except Exception as e:  # noqa: BLE001 - a crash: one line here, the traceback in errors.log
+        status, reason, rc = "failed", f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}", 1
+        runner.failures.append(f"crashed: {reason}")
+        with open(writer.path("errors.log"), "a") as f:
+            f.write(f"--- crashed\n{''.join(traceback.format_exception(e))}\n")
+    finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
+        if sampler is not None:
+            sampler.__exit__(None, None, None)
+        nvml = {"summary": sampler.summary(), "samples": sampler.samples[-2000:]} if sampler is not None else {}
+        if sampler is not None:  # clocks and power over each arm's timed steps (drift, throttling, a noisy neighbour)
+            nvml["per_arm"] = {
+                c.get("name"): {a["arm"]: {k: a.get(k) for k in ("sm_clock_mhz_median", "power_w_median",
+                                                                 "nvml_samples")}
+                                for a in [c.get("baseline"), c.get("optimized"), *(c.get("others") or [])] if a}
+                for c in summary["comparisons"]}
+        summary["out"] = out_dir
+        summary["wall_s"] = time.perf_counter() - t0
+        summary["failures"] = runner.failures
+        summary["complete"] = status == "complete"
+        summary["status"] = status
+        writer.write_summary(summary)
+        writer.finish(status, nvml=nvml, failures=runner.failures, **({"reason": reason} if reason else {}))
+        if dctx is not None:
+            writer.close()
+    if not main_rank:
+        return rc
+    emit_json(summary)
+    if status == "incomplete":
+        progress(f"{reason}: results so far are in {out_dir} (meta.json status incomplete)")
+        return rc
+    if reason:
+        progress(f"failed: {reason} (traceback in {os.path.join(out_dir, 'errors.log')}); results so far are in "
+                 f"{out_dir}")
+        return rc
+    if runner.failures:
+        for f in runner.failures:
+            progress(f"FAILED: {f}")
+        return 1
+    return 0
