@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+import workbench.opts.moe  # noqa: F401 - registers the wb_* experts names
 from workbench.data import check_lengths, lengths_arg, make_batches
 from workbench.errors import WorkbenchError
 from workbench.models import (EXPERTS_CHOICES, build_model, check_attn, check_checkpoint, check_experts,

@@ -40,6 +40,7 @@ import time
 
 import torch
 
+import workbench.opts.moe  # noqa: F401 - registers the workbench's wb_* experts names (--experts)
 from workbench.cli import emit_json, progress, run_main
 from workbench.data import LENGTHS_HELP, lengths_arg
 from workbench.errors import WorkbenchError

@@ -95,19 +95,14 @@ def _interface_names(get_interface) -> list[str]:
         return []
 
 
-def _workbench_experts() -> dict[str, tuple[str, str]]:
-    """The workbench's own experts implementations (registered by workbench.opts.moe): name -> (arm, gemm)."""
-    try:
-        from workbench.opts import moe
-    except Exception:
-        return {}
-    out = {}
-    for arm in moe.ARMS:
-        for gemm in (moe.GEMMS if arm == "grouped" else ("auto",)):
-            name = moe.implementation_name(arm, gemm)
-            if name not in EXPERTS_CHOICES:
-                out[name] = (arm, gemm)
-    return out
+WORKBENCH_EXPERTS: dict = {}
+"""The workbench's own experts implementations: wb_* name -> a function that registers it in transformers'
+ExpertsInterface. `workbench.opts.moe` fills it when imported (the rooms that take --experts names import it), so
+this room knows no optimization."""
+
+
+def _workbench_experts() -> dict:
+    return WORKBENCH_EXPERTS
 
 
 def _attention_interface():
@@ -148,10 +143,8 @@ def _ensure_experts_registered(name: str) -> None:
     """A workbench experts name (wb_*) is registered in ExpertsInterface on first use, so HF can dispatch to it."""
     if name in _interface_names(_experts_interface):
         return
-    wb = _workbench_experts()
-    if name in wb:
-        from workbench.opts import moe
-        moe.register(*wb[name])
+    if name in WORKBENCH_EXPERTS:
+        WORKBENCH_EXPERTS[name]()
 
 
 def resolve_device(device: str) -> torch.device:

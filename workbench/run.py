@@ -12,6 +12,7 @@ import argparse
 import collections
 import sys
 
+import workbench.opts.moe  # noqa: F401 - registers the workbench's wb_* experts names (--experts)
 from workbench.cli import emit_json, progress, run_main
 from workbench.config import RunConfig
 from workbench.data import LENGTHS_HELP, lengths_arg

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import workbench.opts.moe  # noqa: F401 - registers the workbench's wb_* experts names (--experts)
 from workbench import opts as opts_registry
 from workbench.ab.cli import CPU_DEFAULTS, GPU_DEFAULTS, HF_ATTN, parse_sweep
 from workbench.errors import WorkbenchError

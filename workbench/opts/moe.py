@@ -43,6 +43,7 @@ from workbench.errors import UnsupportedArm, WorkbenchError
 from workbench.instrument import state
 from workbench.instrument.ranges import span
 from workbench.instrument.syncs import host_only
+from workbench import models
 from workbench.models import MOE_FAMILIES, base_model_of, family_of
 from workbench.opts import Handle
 
@@ -338,3 +339,16 @@ def apply(model, arm: str, gemm: str = "auto", check_routing: bool = True) -> Ha
     handle = Handle(opt="moe", arm=arm, info=info)
     handle.undo.append(lambda: base.set_experts_implementation(prev))
     return handle
+
+
+def _register_names() -> None:
+    """This module's wb_* experts names, offered to `workbench.models` (check_experts, build_model) on import."""
+    for arm in ARMS:
+        for gemm in (GEMMS if arm == "grouped" else ("auto",)):
+            name = implementation_name(arm, gemm)
+            if name not in models.EXPERTS_CHOICES:
+                models.WORKBENCH_EXPERTS.setdefault(name, functools.partial(register, arm, gemm))
+
+
+_register_names()
+
