@@ -253,6 +253,8 @@ def test_aa_all(capsys, tmp_path, fakes):
     (["--opt", "packing", "--max-reps", "5"], "--max-reps applies with --target-ci"),
     (["--opt", "packing", "--dtype", "fp8"], "invalid choice: 'fp8'"),
     (["--opt", "packing", "--device", "cpu", "--trace", "nsys"], "needs a CUDA device"),
+    (["--opt", "packing", "--lengths", "fixed:100000"], "longer than the token budget"),  # before the model is built
+    (["--opt", "packing", "--sweep", "tokens=512,64", "--lengths", "fixed:100"], "longer than the token budget (64)"),
 ])
 def test_bad_input_one_line(capsys, tmp_path, fakes, argv, msg):
     rc, lines, err = _run(capsys, [*argv, "--out", str(tmp_path / "x")])
@@ -396,3 +398,14 @@ def test_bf16_wrong_arm_fails_against_fp32_too(capsys, tmp_path, fakes, monkeypa
     e = _last_json(lines)["comparisons"][0]["equivalence"]["cached"]
     assert e["judged_by"].startswith("fp32") and not e["equivalent"]
     assert "against fp32" in err and "not equivalent" in err
+
+
+@pytest.mark.parametrize("out,msg", [("", "--out is empty"), ("/proc/wb-x", "cannot be created in /proc")])
+def test_an_out_folder_that_cannot_be_made_is_one_line(capsys, fakes, out, msg):
+    """Permission bits can say yes where the file system says no (/proc); an empty --out once meant runs/<id>."""
+    import os
+    if msg.startswith("cannot") and not os.path.isdir("/proc"):
+        pytest.skip("no /proc here")
+    rc, lines, err = _run(capsys, ["--opt", "packing", "--out", out])
+    assert rc == 2 and msg in err and "Traceback" not in err and lines == []
+

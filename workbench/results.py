@@ -158,6 +158,11 @@ def check_out_dir(path: str, force: bool = False) -> None:
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
         raise WorkbenchError(f"--out {path} cannot be created ({parent} is not a writable folder); name another")
+    import tempfile
+    try:  # permission bits can say yes where the file system says no (/proc, a read-only mount): try it
+        os.rmdir(tempfile.mkdtemp(prefix=".wb-out-check-", dir=parent))
+    except OSError as e:
+        raise WorkbenchError(f"--out {path} cannot be created in {parent} ({e.strerror}); name another folder") from None
 
 
 def clear_run_files(path: str) -> None:

@@ -192,6 +192,8 @@ def parse_args(argv=None):
         key = a.sweep.partition("=")[0]
         if getattr(a, key) is not None:
             raise WorkbenchError(f"--sweep {key}=... and --{key} both set; keep one")
+    if a.out is not None and not a.out.strip():
+        raise WorkbenchError("--out is empty; name a folder (or leave --out out for runs/<run_id>)")
     if a.aa and a.arms:
         raise WorkbenchError("--aa and --arms both set; for an A/A of one arm use --arms ARM,ARM")
     if a.target_ci is None and a.budget_s is None and a.max_reps != 30:

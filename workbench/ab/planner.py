@@ -76,7 +76,8 @@ def plan(args, device) -> list[Comparison]:
         layers = args.layers if args.layers is not None else d.get("layers")
         tokens = args.tokens or d.get("tokens") or defaults["_run"]["tokens"]
         hf_attn = args.attn if (args.attn is None or args.attn in HF_ATTN) else None
-        load_config(model, layers, hf_attn, args.experts)  # unknown preset / bad checkpoint / experts -> error
+        cfg = load_config(model, layers, hf_attn, args.experts)  # unknown preset / bad checkpoint / experts -> error
+        _check_lengths(args, tokens, cfg)
         if opt == "all":
             mods = _modules(opts_registry.OPTS)
             names = ["baseline", "optimized"] if not args.aa else ["baseline", "baseline"]
@@ -134,6 +135,16 @@ def plan(args, device) -> list[Comparison]:
                                  f"{', '.join(c.name for c in comps)}")
         comps = [c for c in comps if c.name in names]
     return comps
+
+
+def _check_lengths(args, tokens: int, cfg) -> None:
+    """One packed batch of this comparison's data, built before anything else (a document longer than the token
+    budget fails here, with one line, not after the model is built and a folder written)."""
+    from workbench.data import make_batches
+
+    for t in sorted({tokens, *((parse_sweep(args.sweep) or (None, []))[1] if (args.sweep or "").startswith("tokens")
+                               else [])}):
+        make_batches(args.lengths, t, 1, getattr(cfg, "vocab_size", None) or 32000, seed=args.seed)
 
 
 def _module_or_none(opt: str):
