@@ -40,7 +40,6 @@ import time
 
 import torch
 
-import workbench.opts.moe  # noqa: F401 - registers the workbench's wb_* experts names (--experts)
 from workbench.cli import emit_json, progress, run_main
 from workbench.data import LENGTHS_HELP, lengths_arg
 from workbench.errors import WorkbenchError
@@ -392,6 +391,8 @@ def parse_args(argv=None):
     if not a.lr > 0:
         raise WorkbenchError(f"--lr must be positive, got {a.lr}")
     if a.model is not None:
+        from workbench import opts
+        opts.load_all()  # the optimizations' own experts names (wb_*) are registered on import
         fam = family_of(load_config(a.model, a.layers, a.attn, a.experts))
         if fam in UNSUPPORTED_FAMILIES:
             raise WorkbenchError(f"--model {a.model}: the {fam} family is not supported by workbench.fidelity (its "

@@ -15,8 +15,10 @@ import os
 
 import pandas as pd
 
+from workbench import opt_registry
+
 DIGEST_KEY = "workbench-data-sha256"
-OPT_ORDER = ("packing", "offload", "moe", "all")
+OPT_ORDER = (*opt_registry.names(), "all")
 VERDICT_COLOURS = {"faster": "#1a7f37", "slower": "#cf222e"}
 NEUTRAL = "#6e7781"
 FIGURE_COLUMNS = ["label", "speedup", "ci95_lo", "ci95_hi", "verdict", "n_pairs"]

@@ -12,7 +12,6 @@ import argparse
 import collections
 import sys
 
-import workbench.opts.moe  # noqa: F401 - registers the workbench's wb_* experts names (--experts)
 from workbench.cli import emit_json, progress, run_main
 from workbench.config import RunConfig
 from workbench.data import LENGTHS_HELP, lengths_arg
@@ -92,6 +91,8 @@ def parse_args(argv=None) -> RunConfig:
     if cfg.attn is not None:
         check_attn(cfg.attn)
     if cfg.experts is not None:
+        from workbench import opts
+        opts.load_all()  # the optimizations' own experts names (wb_*) are registered on import
         check_experts(cfg.experts)
     load_config(cfg.model, cfg.layers, cfg.attn, cfg.experts)  # unknown preset, bad checkpoint directory
     return cfg

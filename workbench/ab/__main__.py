@@ -4,18 +4,28 @@ import sys
 
 from workbench.cli import run_main
 
+
+def _help(argv=None) -> int:
+    """--help without importing torch (the room that parses)."""
+    from workbench.ab.cli import parse_args
+    parse_args(argv)
+    return 0
+
+
+def _run(argv=None) -> int:
+    from workbench.ab.session import main  # imported here: a bad $WORKBENCH_OPTS is one line, not a traceback
+    return main(argv)
+
+
 if __name__ == "__main__":
-    if any(a in ("-h", "--help") for a in sys.argv[1:]):  # help without importing torch (the room that parses)
-        from workbench.ab.cli import parse_args
-        sys.exit(run_main(lambda argv=None: parse_args(argv) and 0))
-    from workbench.ab.session import main
-    _rc = run_main(main)
-    import torch
-    if torch.cuda.is_initialized():
-        # Everything is written and closed by now. On the H100 a traced run whose verdicts step had failed printed its
-        # last line and then never exited (interpreter teardown of CUDA / the profiler, not reproduced): skip the
-        # teardown rather than hold a campaign until its job limit.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(_rc)
+    _rc = run_main(_help if any(a in ("-h", "--help") for a in sys.argv[1:]) else _run)
+    if "torch" in sys.modules:
+        import torch
+        if torch.cuda.is_initialized():
+            # Everything is written and closed by now. On the H100 a traced run whose verdicts step had failed
+            # printed its last line and then never exited (interpreter teardown of CUDA / the profiler, not
+            # reproduced): skip the teardown rather than hold a campaign until its job limit.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(_rc)
     sys.exit(_rc)

@@ -5,27 +5,25 @@ from __future__ import annotations
 import argparse
 
 from workbench.errors import WorkbenchError
+from workbench import opt_registry as registry
 from workbench.precision import CHOICES as PRECISION_CHOICES, HELP as PRECISION_HELP
 
 DOC = 'Interleaved A/B comparisons of the optimizations: a paired speedup with its 95% CI and a verdict per comparison,\nequivalence checked on every run, sync counts and traces from separate passes.\n\n    python -m workbench.ab                                   # --opt all: tiny presets on a CPU (a few minutes)\n    python -m workbench.ab --opt packing --trace torch       # + a torch.profiler pass of every arm\n    python -m workbench.ab --opt packing --aa --reps 6       # A/A: the baseline against itself (the noise floor)\n    python -m workbench.ab --opt packing --sweep layers=4,8,16,28      # one comparison per layer count\n    python -m workbench.ab --opt moe --arms eager,grouped --target-ci 1 --budget-s 600\n    python -m workbench.ab --opt all --nvtx-cost             # + per comparison: NVTX ranges off against on\n\nHow a comparison is measured (workbench/engine.py): the model is built once; every arm sees the same sequence of\n--batches packed batches. Each rep runs every arm, the order rotated by one per rep; per arm: apply, warm up until\nthe step time settles (at least --warmup steps and one pass over every batch, until a step is within --settle-pct\nof the previous step on the same batch, at most --warmup-max), then --steps timed steps with no instrument but NVTX\nranges, then revert. Samples pair by (rep, step); the rep is the unit (arms run as blocks per rep): the speedup is\nexp(mean over reps of log(mean baseline / mean arm)), with a 95% t-interval over reps (reps - 1 df) and a verdict\nfrom 4 reps: faster, slower, or no detectable difference (±x%). No step is dropped; steps beyond 5 x MAD within an\narm and batch are listed. Under torchrun the samples are the slowest rank\'s step. After the timed reps, a counted pass (one\nstep per batch, the sync counter on) gives syncs per step and `instrumented_step_ms` (the counter\'s cost); --trace\nadds profiled passes. Equivalence (workbench/equivalence.py, criterion fixed before the run and written to\nmeta.json): one forward + backward of every arm on the first timed batch, relative L2 per LoRA gradient against the\nbaseline, or in bf16 against an fp32 run of the baseline on that batch.\n\nPrints one table per comparison, then, as the last stdout line, one JSON object: {"run_id", "device",\n"comparisons": [{"name", "opt", "model", "layers", "tokens", "baseline": ARM, "optimized": ARM, "others": [ARM],\n"speedup", "speedup_ci95", "verdict", "n_pairs", "equivalent", "savings_model", ...}], "complete", "status"}.\nProgress goes to stderr. Exit status 0 only when every comparison ran and every arm was equivalent; 2 for bad input\n(one line, nothing written); 130 / 143 when interrupted (Ctrl-C / SIGTERM: the folder is kept, marked incomplete).\nFiles: runs/<run_id>/ (or --out, which must be new or empty unless --force): results.csv, summary.json, meta.json,\nerrors.log when an arm failed, traces/ when asked (workbench/results.py describes the schema).'
 
-OPT_CHOICES = ("packing", "offload", "moe", "all")
+OPT_NAMES = registry.names()
+"""The optimizations (`workbench.opt_registry`: read from their modules' SPEC, nothing imported)."""
+OPT_CHOICES = (*OPT_NAMES, "all")
 HF_ATTN = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3")
-ARMS_HELP = {"packing": "rebuild (baseline), cached (optimized), precomputed (floor)",
-             "offload": "sync_reload (baseline), double_buffer (optimized), no_offload (limit), none (memory ref.)",
-             "moe": "eager (baseline), sort_bincount (optimized), grouped (sync-free: torch._grouped_mm, or a Triton "
-                    "kernel where that is missing), hf_grouped_mm (transformers' own grouped_mm: the anchor), "
-                    "hf_batched_mm (opt-in: --arms only)"}
+ARMS_HELP = {o: registry.spec(o)["help"] for o in OPT_NAMES}
 SWEEPABLE = ("layers", "tokens")
 
-# default shapes: tiny presets on a CPU-only machine, real shapes (fewer layers where needed) on a GPU
-CPU_DEFAULTS = {"packing": dict(model="tiny-qwen3"), "offload": dict(model="tiny-qwen3"),
-                "moe": dict(model="tiny-gpt-oss"), "all": dict(model="tiny-qwen3-moe"),
+# default shapes: tiny presets on a CPU-only machine, real shapes (fewer layers where needed) on a GPU; each
+# optimization's from its SPEC, `all` (every optimization together) here
+CPU_DEFAULTS = {**{o: dict(registry.spec(o)["cpu"]) for o in OPT_NAMES}, "all": dict(model="tiny-qwen3-moe"),
                 "_run": dict(tokens=256, batches=2, steps=1, warmup=1, warmup_max=2, reps=2)}
 """On a CPU the run is a functional check: syncs per step by layer and source, equivalence and FLOPs. Its timings
 exercise the engine and are labelled "not a result"; they give no speedup verdict."""
-GPU_DEFAULTS = {"packing": dict(model="qwen3-0.6b", tokens=16384), "offload": dict(model="llama-3.1-8b", layers=8),
-                "moe": dict(model="gpt-oss-20b", layers=4, tokens=8192),
+GPU_DEFAULTS = {**{o: dict(registry.spec(o)["gpu"]) for o in OPT_NAMES},
                 "all": dict(model="qwen3-30b-a3b", layers=8, tokens=8192),
                 "_run": dict(tokens=16384, batches=2, steps=2, warmup=2, warmup_max=8, reps=8)}
 """GPU protocol: the rep is the unit of independence (arms run as blocks per rep), so more, shorter reps: 8 reps x 2

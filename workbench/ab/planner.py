@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import workbench.opts.moe  # noqa: F401 - registers the workbench's wb_* experts names (--experts)
 from workbench import opts as opts_registry
 from workbench.ab.cli import CPU_DEFAULTS, GPU_DEFAULTS, HF_ATTN, parse_sweep
 from workbench.errors import WorkbenchError
@@ -59,12 +58,15 @@ def plan(args, device) -> list[Comparison]:
     """The comparisons to run, validated (unknown opt / model / arm raise WorkbenchError)."""
     from workbench.models import load_config
 
+    opts_registry.load_all()  # what the optimizations register on import (wb_* experts names) is there to check
+
     defaults = GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS
     opt_list = list(opts_registry.OPTS) + ["all"] if args.opt == "all" else [args.opt]
     if args.arms and args.opt == "all":
-        raise WorkbenchError("--arms needs a single --opt (packing, offload or moe); use --aa for an A/A of all")
+        raise WorkbenchError(f"--arms needs a single --opt ({', '.join(opts_registry.OPTS)}); use --aa for an A/A "
+                             "of all")
     if args.attn is not None and args.attn not in HF_ATTN:
-        backends = set(_packing_backends())
+        backends = set(_attention_backends())
         if args.attn not in backends:
             raise WorkbenchError(f"unknown attention backend {args.attn!r}; choose from "
                                  f"{', '.join(sorted(set(HF_ATTN) | backends))}")
@@ -83,13 +85,10 @@ def plan(args, device) -> list[Comparison]:
             names = ["baseline", "optimized"] if not args.aa else ["baseline", "baseline"]
             specs = [{o: (m.BASELINE if which == "baseline" else m.OPTIMIZED) for o, m in mods.items()}
                      for which in names]
-            moe_arms = getattr(mods.get("moe"), "ARMS", ())
-            if not args.aa and "grouped" in moe_arms:
-                # the floor: the optimized arms with the sync-free grouped experts instead of the routing fix
-                specs.append({**specs[1], "moe": "grouped"})
-            if not args.aa and "hf_grouped_mm" in moe_arms:
-                # the anchor: the optimized arms with transformers' own grouped_mm experts instead of ours
-                specs.append({**specs[1], "moe": "hf_grouped_mm"})
+            for o, m in mods.items():  # each optimization's floor / anchor arms in place of its optimized one
+                for variant in () if args.aa else _all_variants(o):
+                    if variant in getattr(m, "ARMS", ()):
+                        specs.append({**specs[1], o: variant})
             labels = _unique_labels(["+".join(a.values()) for a in specs])
             arms = [ArmSpec(lbl, a) for lbl, a in zip(labels, specs)]
         else:
@@ -154,5 +153,15 @@ def _module_or_none(opt: str):
         return None
 
 
-def _packing_backends() -> tuple:
-    return tuple(getattr(_module_or_none("packing"), "BACKENDS", ()))
+def _all_variants(opt: str) -> tuple:
+    """The arms that replace `opt`'s optimized arm in extra arms of --opt all (its SPEC; none for an unlisted one)."""
+    from workbench import opt_registry
+    try:
+        return tuple(opt_registry.spec(opt)["all_variants"])
+    except WorkbenchError:
+        return ()
+
+
+def _attention_backends() -> tuple:
+    """The attention backends the optimizations register (a module's BACKENDS): what --attn may name besides HF's."""
+    return tuple(b for o in opts_registry.OPTS for b in getattr(_module_or_none(o), "BACKENDS", ()))

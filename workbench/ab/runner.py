@@ -13,7 +13,7 @@ from workbench import verdicts
 from workbench.ab import passes, summary
 from workbench.ab.arm import _Parked, _Session, _fresh, _free, _plain
 from workbench.ab.cli import HF_ATTN, NOT_A_RESULT
-from workbench.ab.planner import ArmSpec, Comparison, _module_or_none, _packing_backends
+from workbench.ab.planner import ArmSpec, Comparison, _module_or_none
 from workbench.cli import progress
 from workbench.errors import WorkbenchError
 from workbench.opts import apply_all as apply_arms, unsupported_reason
@@ -29,6 +29,8 @@ class Runner:
         self.writer = writer
         self.nvml = nvml
         self.failures: list[str] = []
+        self._opt_state: dict = {}
+        """{comparison: {opt: state}}: what an optimization keeps for one comparison (a pinned pool)."""
 
     def _progress(self, msg: str):
         progress(msg)
@@ -61,17 +63,15 @@ class Runner:
         return model
 
     def options(self, cmp: Comparison) -> dict:
-        """{opt: keyword arguments of its apply / unsupported}: the packing backend from --attn; one pinned host
-        pool per comparison for offload (pinned once, not once per repetition)."""
+        """{opt: keyword arguments of its apply / unsupported} for this comparison: each optimization's
+        `comparison_options` hook (packing: the backend --attn names; offload: one pinned host pool per comparison,
+        pinned once, not once per repetition; moe: the tokens per batch), its state kept per comparison here."""
+        state = self._opt_state.setdefault(cmp.name, {})
         o: dict = {}
-        if cmp.attn is not None and cmp.attn in _packing_backends():
-            o["packing"] = {"backend": cmp.attn}
-        pool_cls = getattr(_module_or_none("offload"), "HostPool", None)
-        if pool_cls is not None:
-            if getattr(cmp, "_host_pool", None) is None:
-                cmp._host_pool = pool_cls(pin=self.device.type == "cuda")
-            o["offload"] = {"host_pool": cmp._host_pool}
-        o["moe"] = {"tokens": cmp.tokens}  # hf_batched_mm's memory check
+        for opt in opts_registry.OPTS:
+            hook = getattr(_module_or_none(opt), "comparison_options", None)
+            if hook is not None:
+                o[opt] = hook(cmp, self.device, state.setdefault(opt, {}))
         return o
 
     @contextlib.contextmanager
@@ -102,11 +102,13 @@ class Runner:
         return equivalence.reference_fp32(model, run_one, batch, self._progress, self.device)
 
     def reference_options(self, cmp, ran_attn) -> dict:
-        """Options of the fp32 reference pass: the varlen packing backend's kernels take only fp16 / bf16 on a GPU,
-        so there the reference computes the same block-diagonal attention with the sdpa backend (dense mask)."""
+        """Options of the fp32 reference pass: each optimization's `reference_options` hook (packing: the varlen
+        backend's kernels take only fp16 / bf16 on a GPU, so there the reference runs the sdpa backend)."""
         o = self.options(cmp)
-        if ran_attn == "varlen" and self.device.type == "cuda" and any("packing" in s.arms for s in cmp.arms):
-            o["packing"] = {**o.get("packing", {}), "backend": "sdpa"}
+        for opt in {x for s in cmp.arms for x in s.arms}:
+            hook = getattr(_module_or_none(opt), "reference_options", None)
+            if hook is not None:
+                o[opt] = hook(o.get(opt, {}), ran_attn, self.device)
         return o
 
     def run_arm_steps(self, model, cpu_batches, spec: ArmSpec, cmp, *, steps, warmup, reset, on_step=None,
@@ -130,7 +132,8 @@ class Runner:
         out = {"name": cmp.name, "opt": cmp.opt, "model": cmp.model, "layers": None, "tokens": cmp.tokens,
                "attn": cmp.attn, "baseline": None, "optimized": None, "others": [], "speedup": None,
                "speedup_ci95": None, "verdict": None, "n_pairs": 0, "equivalent": False,
-               "savings_model": {"formula": verdicts.FORMULAS.get(cmp.opt, "not modelled (the three together)"),
+               "savings_model": {"formula": verdicts.FORMULAS.get(cmp.opt, "not modelled" + (
+                   " (every optimization together)" if cmp.opt == "all" else "")),
                                  "predicted_ms": None, "measured_ms": None,
                                  "reason": "the model's inputs come from traces: run with --trace torch or nsys"},
                "status": "ok", "errors": []}
@@ -139,9 +142,11 @@ class Runner:
         L = model.config.num_hidden_layers
         out["layers"] = L
         ran_attn = model.config._attn_implementation
-        if any("packing" in s.arms for s in cmp.arms):  # a workbench packing backend, through AttentionInterface
-            ran_attn = self.options(cmp).get("packing", {}).get("backend") or \
-                opts_registry.module("packing").default_backend(model, self.device)
+        opts_o = self.options(cmp)
+        for opt in dict.fromkeys(x for s in cmp.arms for x in s.arms):  # a backend of ours, through AttentionInterface
+            hook = getattr(_module_or_none(opt), "attention_backend", None)
+            if hook is not None:
+                ran_attn = hook(model, self.device, opts_o.get(opt, {}))
         env = dict(opt=cmp.opt, model=cmp.model, layers=L, tokens=cmp.tokens, attn=ran_attn)
         out["attn"] = ran_attn
         from workbench import precision
@@ -222,7 +227,8 @@ class Runner:
                             ref32 = self.reference_fp32(
                                 model, lambda b: one_step(base_spec, b, ref_opts), cpu_batches[0], cmp=cmp,
                                 spec=base_spec, options=ref_opts)
-                            ref32["attn"] = ref_opts.get("packing", {}).get("backend", ran_attn)
+                            ref32["attn"] = next((v["backend"] for v in ref_opts.values()
+                                                  if isinstance(v, dict) and "backend" in v), ran_attn)
                         e.update(equivalence.judge_by_reference(res, ref, ref32, dtype))
                         e["ref_chunks"] = ref32["chunks"]
                         e["ref_attn"] = ref32["attn"]

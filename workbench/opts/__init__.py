@@ -1,6 +1,7 @@
 """Optimizations as registered, revertible model transforms.
 
-Each module in this package (`packing`, `offload`, `moe`) exposes:
+Each optimization (a module of this package with a `SPEC`, or one named in $WORKBENCH_OPTS: `workbench.opt_registry`)
+exposes:
 
     ARMS: tuple[str, ...]          every arm, baseline first
     BASELINE: str                  the faithful baseline arm
@@ -8,7 +9,8 @@ Each module in this package (`packing`, `offload`, `moe`) exposes:
     def unsupported(arm, model, device) -> str | None   why this device/model cannot run the arm (None: it can)
     def apply(model, arm, **options) -> Handle           change the model in place; handle.revert() undoes it
 
-The harness never branches on an optimization: everything an arm needs goes through the model (transformers'
+and the SPEC and optional hooks `workbench.opt_registry` describes. The harness never branches on an optimization:
+everything an arm needs goes through the model (transformers'
 extension points) or through the handle's `prepare_batch` (CPU, collate time) and `inputs_fn` (batch -> model
 kwargs).
 """
@@ -21,7 +23,10 @@ from typing import Callable
 from workbench.errors import WorkbenchError
 from workbench.models import model_inputs
 
-OPTS = ("packing", "offload", "moe")
+from workbench import opt_registry as registry
+
+OPTS = registry.names()
+"""The optimizations, in their order (`workbench.opt_registry`: this package's modules with a SPEC, and $WORKBENCH_OPTS)."""
 
 
 @dataclasses.dataclass
@@ -43,9 +48,14 @@ class Handle:
 
 
 def module(opt: str):
-    if opt not in OPTS:
-        raise WorkbenchError(f"unknown optimization {opt!r}; choose from {', '.join(OPTS)} (or all)")
-    return importlib.import_module(f"workbench.opts.{opt}")
+    return importlib.import_module(registry.module_path(opt))
+
+
+def load_all() -> None:
+    """Import every optimization, so what they register on import is there (opts/moe's wb_* experts names, which
+    `--experts` may name): the CLIs that take model options call it before checking them."""
+    for opt in OPTS:
+        module(opt)
 
 
 def apply(model, opt: str, arm: str, **options) -> Handle:

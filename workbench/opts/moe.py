@@ -47,6 +47,15 @@ from workbench import models
 from workbench.models import MOE_FAMILIES, base_model_of, family_of
 from workbench.opts import Handle
 
+SPEC = {"order": 3,
+        "help": "eager (baseline), sort_bincount (optimized), grouped (sync-free: torch._grouped_mm, or a Triton "
+                "kernel where that is missing), hf_grouped_mm (transformers' own grouped_mm: the anchor), "
+                "hf_batched_mm (opt-in: --arms only)",
+        "cpu": {"model": "tiny-gpt-oss"}, "gpu": {"model": "gpt-oss-20b", "layers": 4, "tokens": 8192},
+        "all_variants": ("grouped", "hf_grouped_mm")}
+"""What the CLIs say of this optimization (`workbench.opt_registry`): arms help, default shapes, and for `--opt all`
+the floor (our sync-free grouped experts) and the anchor (transformers' own grouped_mm) in place of the routing fix."""
+
 ARMS = ("eager", "sort_bincount", "grouped", "hf_grouped_mm", "hf_batched_mm")
 BASELINE = "eager"
 OPTIMIZED = "sort_bincount"
@@ -339,6 +348,12 @@ def apply(model, arm: str, gemm: str = "auto", check_routing: bool = True) -> Ha
     handle = Handle(opt="moe", arm=arm, info=info)
     handle.undo.append(lambda: base.set_experts_implementation(prev))
     return handle
+
+
+def comparison_options(cmp, device, state: dict) -> dict:
+    """This optimization's apply / unsupported keyword arguments for one comparison: the tokens per batch
+    (hf_batched_mm's memory check)."""
+    return {"tokens": cmp.tokens}
 
 
 def _register_names() -> None:

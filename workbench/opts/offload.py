@@ -52,6 +52,11 @@ from workbench.harness import disable_checkpointing, enable_checkpointing
 from workbench.instrument.ranges import find_decoder_layers, layer_label, span
 from workbench.opts import Handle
 
+SPEC = {"order": 2,
+        "help": "sync_reload (baseline), double_buffer (optimized), no_offload (limit), none (memory ref.)",
+        "cpu": {"model": "tiny-qwen3"}, "gpu": {"model": "llama-3.1-8b", "layers": 8}, "all_variants": ()}
+"""What the CLIs say of this optimization (`workbench.opt_registry`): arms help, default shapes."""
+
 ARMS = ("sync_reload", "double_buffer", "no_offload", "none")
 BASELINE = "sync_reload"
 OPTIMIZED = "double_buffer"
@@ -645,3 +650,11 @@ def layer_times_ms(handle: Handle) -> list[dict]:
     if ctl is None:
         raise WorkbenchError(f"offload arm {handle.arm!r} keeps no per-layer times (only the offload arms do)")
     return ctl.layer_times_ms()
+
+
+def comparison_options(cmp, device, state: dict) -> dict:
+    """This optimization's apply / unsupported keyword arguments for one comparison: one pinned host pool per
+    comparison (pinned once, not once per repetition), kept in the comparison's `state`."""
+    if "host_pool" not in state:
+        state["host_pool"] = HostPool(pin=torch.device(device).type == "cuda")
+    return {"host_pool": state["host_pool"]}

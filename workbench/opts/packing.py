@@ -50,6 +50,10 @@ from workbench.instrument import span, state
 from workbench.instrument.syncs import host_only
 from workbench.models import FAMILY_DEFAULT_ATTN, base_model_of, family_of
 
+SPEC = {"order": 1, "help": "rebuild (baseline), cached (optimized), precomputed (floor)",
+        "cpu": {"model": "tiny-qwen3"}, "gpu": {"model": "qwen3-0.6b", "tokens": 16384}, "all_variants": ()}
+"""What the CLIs say of this optimization (`workbench.opt_registry`): arms help, default shapes."""
+
 ARMS = ("rebuild", "cached", "precomputed")
 BASELINE = "rebuild"
 OPTIMIZED = "cached"
@@ -617,3 +621,21 @@ def apply(model, arm: str, backend: str | None = None, **options):
         h.prepare_batch = make_prepare_batch(hf, backend)
         h.inputs_fn = make_precomputed_inputs(hf, backend)
     return h
+
+
+def comparison_options(cmp, device, state: dict) -> dict:
+    """This optimization's apply / unsupported keyword arguments for one comparison: the backend --attn names."""
+    return {"backend": cmp.attn} if cmp.attn in BACKENDS else {}
+
+
+def attention_backend(model, device, options: dict) -> str:
+    """The attention backend the packing arms run (through transformers' AttentionInterface)."""
+    return options.get("backend") or default_backend(model, device)
+
+
+def reference_options(options: dict, ran_attn: str, device) -> dict:
+    """Options of the fp32 equivalence reference: the varlen backend's kernels take only fp16 / bf16 on a GPU, so
+    there the reference computes the same block-diagonal attention with the sdpa backend (dense mask)."""
+    if ran_attn == "varlen" and torch.device(device).type == "cuda":
+        return {**options, "backend": "sdpa"}
+    return options

@@ -1,0 +1,49 @@
+"""Adding an optimization is one new module: a fake one, written to a temporary folder, named in $WORKBENCH_OPTS,
+runs under `--opt all` on the CPU and shows in the tables, with no file of the workbench touched."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+FAKE = textwrap.dedent('''
+    """A do-nothing optimization: two arms that compute the same function."""
+    from workbench.opts import Handle
+
+    SPEC = {"order": 9, "help": "plain (baseline), same (optimized)", "cpu": {"model": "tiny-qwen3"},
+            "gpu": {"model": "qwen3-0.6b"}, "all_variants": ()}
+    ARMS = ("plain", "same")
+    BASELINE, OPTIMIZED = "plain", "same"
+
+
+    def unsupported(arm, model, device):
+        return None
+
+
+    def apply(model, arm, **options):
+        return Handle(opt="fakeopt", arm=arm)
+''')
+
+
+def test_a_new_module_is_a_new_optimization(tmp_path):
+    (tmp_path / "fakeopt.py").write_text(FAKE)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "WORKBENCH_OPTS": "fakeopt", "PYTHONPATH": os.pathsep.join([str(tmp_path), repo])}
+    help_ = subprocess.run([sys.executable, "-m", "workbench.ab", "--help"], env=env, capture_output=True, text=True)
+    assert help_.returncode == 0 and "fakeopt" in help_.stdout and "plain (baseline), same (optimized)" in help_.stdout
+    r = subprocess.run([sys.executable, "-m", "workbench.ab", "--opt", "all", "--only", "fakeopt",
+                        "--out", str(tmp_path / "run")], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    (c,) = summary["comparisons"]
+    assert (c["name"], c["baseline"]["arm"], c["optimized"]["arm"], c["equivalent"]) == ("fakeopt", "plain", "same",
+                                                                                         True)
+    assert "fakeopt" in r.stdout.split("\n{")[0]  # the printed comparison table
+
+
+def test_a_module_without_spec_is_refused_in_one_line(tmp_path):
+    (tmp_path / "nospec.py").write_text("ARMS = ('a', 'b')\n")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "WORKBENCH_OPTS": "nospec", "PYTHONPATH": os.pathsep.join([str(tmp_path), repo])}
+    r = subprocess.run([sys.executable, "-m", "workbench.ab", "--help"], env=env, capture_output=True, text=True)
+    assert r.returncode == 2 and "nospec has no SPEC" in r.stderr and "Traceback" not in r.stderr
