@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from workbench.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    from workbench.ab.config import ABConfig
 from workbench import opt_registry as registry
 from workbench.precision import CHOICES as PRECISION_CHOICES, HELP as PRECISION_HELP
 
@@ -112,7 +116,7 @@ class _Parser(argparse.ArgumentParser):
         raise WorkbenchError(f"{message} (see --help)")
 
 
-def parse_args(argv=None):
+def parse_args(argv=None) -> ABConfig:
     from workbench.config import RunConfig
 
     d = RunConfig()
@@ -175,25 +179,8 @@ def parse_args(argv=None):
                    "warnings (the second witness)")
     p.add_argument("--_capture", default=None, help=argparse.SUPPRESS)
     p.add_argument("--_config", default=None, help=argparse.SUPPRESS)  # the nsys child: the parent's config, JSON
-    a = p.parse_args(argv)
-    if a._config:
-        import json
-        cfg = json.loads(a._config)
-        unknown = sorted(set(cfg) - set(vars(a)))
-        if unknown:
-            raise WorkbenchError(f"--_config has unknown keys: {', '.join(unknown)}")
-        for k, v in cfg.items():
-            setattr(a, k, v)
-        a._config = None
-    if a.sweep:
-        parse_sweep(a.sweep)
-        key = a.sweep.partition("=")[0]
-        if getattr(a, key) is not None:
-            raise WorkbenchError(f"--sweep {key}=... and --{key} both set; keep one")
-    if a.out is not None and not a.out.strip():
-        raise WorkbenchError("--out is empty; name a folder (or leave --out out for runs/<run_id>)")
-    if a.aa and a.arms:
-        raise WorkbenchError("--aa and --arms both set; for an A/A of one arm use --arms ARM,ARM")
-    if a.target_ci is None and a.budget_s is None and a.max_reps != 30:
-        raise WorkbenchError("--max-reps applies with --target-ci or --budget-s")
-    return a
+    ns = p.parse_args(argv)
+    from workbench.ab.config import ABConfig
+    if ns._config:  # the nsys child: the parent's whole config
+        return ABConfig.from_json(ns._config)
+    return ABConfig(**vars(ns))  # the checks that involve several flags run here, once (ABConfig.__post_init__)

@@ -44,13 +44,12 @@ def torch_traces(runner, model, cpu_batches, cmp, runnable, arm_status, reset_we
 
 
 def child_config(args, cmp, spec, out: str) -> dict:
-    """The nsys child's whole configuration: every option of this run (its resolved argparse values, so nothing is
-    rebuilt flag by flag and none is dropped), with the comparison's shape, this arm, no trace and its own folder."""
-    cfg = {k: v for k, v in vars(args).items() if k not in ("_config", "_capture")}
-    cfg.update(opt=cmp.opt, model=cmp.model, layers=cmp.layers, tokens=cmp.tokens, attn=cmp.attn, device="cuda",
-               trace="none", out=out, sweep=None, only=None, arms=None, aa=False, nvtx_cost="off",
-               _capture=",".join(f"{o}={arm}" for o, arm in spec.arms.items()))
-    return cfg
+    """The nsys child's whole configuration: this run's `ABConfig` (nothing rebuilt flag by flag, none dropped),
+    with the comparison's shape, this arm, no trace and its own folder."""
+    return {**args.as_dict(), **dict(opt=cmp.opt, model=cmp.model, layers=cmp.layers, tokens=cmp.tokens,
+                                       attn=cmp.attn, device="cuda", trace="none", out=out, sweep=None, only=None,
+                                       arms=None, aa=False, nvtx_cost="off", _config=None,
+                                       _capture=",".join(f"{o}={arm}" for o, arm in spec.arms.items()))}
 
 
 def child_argv(args, cmp, spec, out: str) -> list[str]:

@@ -121,12 +121,8 @@ def _main(argv, a, dctx) -> int:
 
     main_rank = dctx is None or dctx.is_main  # distributed: rank 0 alone prints and writes the folder
     device = dctx.device if dctx is not None else resolve_device(a.device)
-    run_defaults = (GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS)["_run"]
     from workbench import precision as _prec
-    a.precision = _prec.resolve(device, getattr(a, "precision", "auto"))  # resolved: meta.json's args, row columns
-    for k in ("steps", "warmup", "warmup_max", "reps", "batches"):
-        if getattr(a, k) is None:
-            setattr(a, k, run_defaults[k])
+    a = a.resolved(device, (GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS)["_run"])  # meta.json's args
     if a._capture:
         if a.model is None or a.tokens is None:
             raise WorkbenchError("--_capture needs --model and --tokens")
@@ -150,7 +146,7 @@ def _main(argv, a, dctx) -> int:
     dinfo = device_info(device)
     dtype = _prec.criterion_dtype(a.precision, DTYPES[a.dtype] or _prec.model_dtype(a.precision, device))
     protocol = Runner(a, device, None).protocol()
-    meta = {"device": dinfo, "args": {k: v for k, v in vars(a).items() if k not in ("_capture", "_config")},
+    meta = {"device": dinfo, "args": {k: v for k, v in a.as_dict().items() if k not in ("_capture", "_config")},
             "protocol": protocol.describe(), "equivalence_criterion": describe(dtype),
             "comparisons": [c.name for c in comps]}
     wenv = dict(device=device.type, gpu_name=dinfo.get("name") if device.type == "cuda" else None,

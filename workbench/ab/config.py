@@ -1,0 +1,124 @@
+"""ABConfig: one A/B run's whole configuration, typed. The CLI builds it (`cli.parse_args`), it is checked once
+(`__post_init__`), resolved for the device once (`resolved`), and it travels as is: to the runner, into meta.json's
+`args`, and to each nsys child as one JSON argument (`to_json` / `from_json`), so no flag is rebuilt by hand.
+Field names are the CLI's (`--warmup-max` is `warmup_max`); `None` means "per device or per --opt"."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from workbench.errors import WorkbenchError
+
+
+@dataclasses.dataclass(kw_only=True)
+class ABConfig:
+    opt: str = "all"
+    """The optimization to compare (all: each on its own, then all together)."""
+    model: str | None = None
+    """Preset name or local Hugging Face checkpoint folder; None: the --opt's default for the device."""
+    layers: int | None = None
+    """Decoder layers; None: the --opt's default (the model's own count where it has none)."""
+    tokens: int | None = None
+    """Packed tokens per batch; None: per --opt and device."""
+    attn: str | None = None
+    """Attention: an HF implementation or a workbench packing backend; None: the family's default."""
+    experts: str | None = None
+    """HF experts implementation of MoE models; None: transformers' default."""
+    lengths: str = "lognormal:5.5:0.8:16"
+    """Document lengths (`workbench.data.LengthSource`)."""
+    batches: int | None = None
+    """Distinct packed batches every arm cycles through; None: per device."""
+    steps: int | None = None
+    """Timed steps per arm per rep; None: per device."""
+    warmup: int | None = None
+    """Warmup steps per arm per rep, at least; None: per device."""
+    warmup_max: int | None = None
+    """Warmup steps at most; None: per device."""
+    settle_pct: float = 2.0
+    """Warmup ends when a step is within this % of the previous step on the same batch."""
+    reps: int | None = None
+    """Repetitions, at least (each runs every arm, order rotated); None: per device."""
+    target_ci: float | None = None
+    """Add reps until the speedup's 95% CI half-width is under this %."""
+    budget_s: float | None = None
+    """Stop adding reps once a comparison has run this many seconds."""
+    max_reps: int = 30
+    """Reps at most under target_ci / budget_s."""
+    sweep: str | None = None
+    """One comparison per value: layers=4,8,16 or tokens=8192,16384."""
+    nvtx_cost: str = "off"
+    """off | add | only: the NVTX ranges' cost, the baseline arm with ranges off against on."""
+    only: str | None = None
+    """Run only these comparisons of the plan (comma-separated names)."""
+    headline: bool = False
+    """Each comparison's baseline and optimized arm only."""
+    device: str = "auto"
+    """auto | cpu | cuda."""
+    trace: str = "none"
+    """none | torch | nsys: separate profiled passes per arm."""
+    out: str | None = None
+    """Output folder, new or empty; None: runs/<run_id>."""
+    force: bool = False
+    """Let `out` name a folder holding an earlier run (its run files are replaced)."""
+    arms: str | None = None
+    """Comma-separated arms of one --opt, baseline first."""
+    aa: bool = False
+    """A/A: the baseline against itself."""
+    dtype: str = "auto"
+    """auto | fp32 | bf16 | fp16: the base weights' dtype (auto: the precision's)."""
+    precision: str = "auto"
+    """auto | autocast | bf16 | fp32-adapters (`workbench.precision`); resolved for the device before the run."""
+    seed: int = 0
+    """Seeds weights, LoRA and data."""
+    lora_rank: int = 16
+    """LoRA rank r."""
+    lr: float = 1e-4
+    """AdamW learning rate on the LoRA parameters."""
+    no_checkpointing: bool = False
+    """Keep all activations (no recompute)."""
+    cross_check: bool = False
+    """On CUDA the counted pass also counts sync-debug-mode warnings."""
+    _capture: str | None = None
+    """The nsys child only: the arms it captures (opt=arm,...)."""
+    _config: str | None = None
+    """The nsys child only: the parent's config as JSON (consumed by the CLI)."""
+
+    def __post_init__(self):
+        """The checks that involve more than one field (each field's own is the CLI's converter)."""
+        if self.sweep:
+            from workbench.ab.cli import parse_sweep
+            parse_sweep(self.sweep)
+            key = self.sweep.partition("=")[0]
+            if getattr(self, key) is not None:
+                raise WorkbenchError(f"--sweep {key}=... and --{key} both set; keep one")
+        if self.out is not None and not self.out.strip():
+            raise WorkbenchError("--out is empty; name a folder (or leave --out out for runs/<run_id>)")
+        if self.aa and self.arms:
+            raise WorkbenchError("--aa and --arms both set; for an A/A of one arm use --arms ARM,ARM")
+        if self.target_ci is None and self.budget_s is None and self.max_reps != 30:
+            raise WorkbenchError("--max-reps applies with --target-ci or --budget-s")
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self, **changes) -> str:
+        """This config with `changes`, as one JSON object (what an nsys child receives)."""
+        return json.dumps({**self.as_dict(), **changes}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ABConfig":
+        d = json.loads(text)
+        unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise WorkbenchError(f"--_config has unknown keys: {', '.join(unknown)}")
+        return cls(**d)
+
+    def resolved(self, device, run_defaults: dict) -> "ABConfig":
+        """The config the run uses on `device`: the precision resolved, the per-device run defaults filled in."""
+        from workbench import precision
+        fill = {k: run_defaults[k] for k in ("steps", "warmup", "warmup_max", "reps", "batches")
+                if getattr(self, k) is None}
+        return dataclasses.replace(self, precision=precision.resolve(device, self.precision), **fill)
+
+
+FIELDS = tuple(f.name for f in dataclasses.fields(ABConfig))
