@@ -32,6 +32,7 @@ errors.log when an arm failed, traces/ when asked (workbench/results.py describe
 The package, along the data flow (each room one job):
 
     cli      argparse, converters, per-device defaults (no torch import: --help answers at once)
+    config   ABConfig: the run's typed configuration, checked once
     planner  args -> validated comparisons (`plan`)
     session  folder, writer, NVML, signals, the comparison loop, verdicts, the final JSON (`main`), the nsys child
     runner   one comparison, phase by phase (`Runner`)
@@ -48,8 +49,8 @@ import importlib
 _HOME = {
     "main": "session", "_main": "session", "Terminated": "session", "_verdicts": "session",
     "_install_sigterm": "session",
-    "parse_args": "cli", "parse_sweep": "cli", "OPT_CHOICES": "cli", "HF_ATTN": "cli", "ARMS_HELP": "cli",
-    "SWEEPABLE": "cli", "CPU_DEFAULTS": "cli", "GPU_DEFAULTS": "cli", "NOT_A_RESULT": "cli", "DOC": "cli",
+    "parse_args": "cli", "parse_sweep": "config", "ABConfig": "config", "OPT_CHOICES": "cli", "HF_ATTN": "cli", "ARMS_HELP": "cli",
+    "SWEEPABLE": "config", "CPU_DEFAULTS": "cli", "GPU_DEFAULTS": "cli", "NOT_A_RESULT": "cli", "DOC": "cli",
     "DTYPE_CHOICES": "cli",
     "plan": "planner", "ArmSpec": "planner", "Comparison": "planner",
     "Runner": "runner", "_Session": "arm", "_free": "arm", "_fresh": "arm", "_plain": "arm",

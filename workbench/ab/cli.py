@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
 
 from workbench.errors import WorkbenchError
 
-if TYPE_CHECKING:
-    from workbench.ab.config import ABConfig
 from workbench import opt_registry as registry
+from workbench.ab.config import ABConfig
 from workbench.precision import CHOICES as PRECISION_CHOICES, HELP as PRECISION_HELP
 
 DOC = 'Interleaved A/B comparisons of the optimizations: a paired speedup with its 95% CI and a verdict per comparison,\nequivalence checked on every run, sync counts and traces from separate passes.\n\n    python -m workbench.ab                                   # --opt all: tiny presets on a CPU (a few minutes)\n    python -m workbench.ab --opt packing --trace torch       # + a torch.profiler pass of every arm\n    python -m workbench.ab --opt packing --aa --reps 6       # A/A: the baseline against itself (the noise floor)\n    python -m workbench.ab --opt packing --sweep layers=4,8,16,28      # one comparison per layer count\n    python -m workbench.ab --opt moe --arms eager,grouped --target-ci 1 --budget-s 600\n    python -m workbench.ab --opt all --nvtx-cost             # + per comparison: NVTX ranges off against on\n\nHow a comparison is measured (workbench/engine.py): the model is built once; every arm sees the same sequence of\n--batches packed batches. Each rep runs every arm, the order rotated by one per rep; per arm: apply, warm up until\nthe step time settles (at least --warmup steps and one pass over every batch, until a step is within --settle-pct\nof the previous step on the same batch, at most --warmup-max), then --steps timed steps with no instrument but NVTX\nranges, then revert. Samples pair by (rep, step); the rep is the unit (arms run as blocks per rep): the speedup is\nexp(mean over reps of log(mean baseline / mean arm)), with a 95% t-interval over reps (reps - 1 df) and a verdict\nfrom 4 reps: faster, slower, or no detectable difference (±x%). No step is dropped; steps beyond 5 x MAD within an\narm and batch are listed. Under torchrun the samples are the slowest rank\'s step. After the timed reps, a counted pass (one\nstep per batch, the sync counter on) gives syncs per step and `instrumented_step_ms` (the counter\'s cost); --trace\nadds profiled passes. Equivalence (workbench/equivalence.py, criterion fixed before the run and written to\nmeta.json): one forward + backward of every arm on the first timed batch, relative L2 per LoRA gradient against the\nbaseline, or in bf16 against an fp32 run of the baseline on that batch.\n\nPrints one table per comparison, then, as the last stdout line, one JSON object: {"run_id", "device",\n"comparisons": [{"name", "opt", "model", "layers", "tokens", "baseline": ARM, "optimized": ARM, "others": [ARM],\n"speedup", "speedup_ci95", "verdict", "n_pairs", "equivalent", "savings_model", ...}], "complete", "status"}.\nProgress goes to stderr. Exit status 0 only when every comparison ran and every arm was equivalent; 2 for bad input\n(one line, nothing written); 130 / 143 when interrupted (Ctrl-C / SIGTERM: the folder is kept, marked incomplete).\nFiles: runs/<run_id>/ (or --out, which must be new or empty unless --force): results.csv, summary.json, meta.json,\nerrors.log when an arm failed, traces/ when asked (workbench/results.py describes the schema).'
@@ -19,7 +17,6 @@ OPT_NAMES = registry.names()
 OPT_CHOICES = (*OPT_NAMES, "all")
 HF_ATTN = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3")
 ARMS_HELP = {o: registry.spec(o)["help"] for o in OPT_NAMES}
-SWEEPABLE = ("layers", "tokens")
 
 # default shapes: tiny presets on a CPU-only machine, real shapes (fewer layers where needed) on a GPU; each
 # optimization's from its SPEC, `all` (every optimization together) here
@@ -41,21 +38,6 @@ DTYPE_CHOICES = ("auto", "fp32", "bf16", "fp16")
 
 
 
-
-def parse_sweep(spec: str | None) -> tuple[str, list[int]] | None:
-    """`layers=4,8,16` -> ("layers", [4, 8, 16]); WorkbenchError on anything else."""
-    if not spec:
-        return None
-    key, _, vals = spec.partition("=")
-    if key not in SWEEPABLE or not vals:
-        raise WorkbenchError(f"bad --sweep {spec!r}: use {'|'.join(SWEEPABLE)}=N,N,... (e.g. layers=4,8,16,28)")
-    try:
-        out = [int(v) for v in vals.split(",") if v.strip()]
-    except ValueError:
-        raise WorkbenchError(f"bad --sweep {spec!r}: values must be integers") from None
-    if not out or any(v <= 0 for v in out):
-        raise WorkbenchError(f"bad --sweep {spec!r}: values must be positive integers")
-    return key, out
 
 
 # --- CLI ----------------------------------------------------------------------------------------------------
@@ -116,7 +98,7 @@ class _Parser(argparse.ArgumentParser):
         raise WorkbenchError(f"{message} (see --help)")
 
 
-def parse_args(argv=None) -> ABConfig:
+def parse_args(argv=None):
     from workbench.config import RunConfig
 
     d = RunConfig()
@@ -180,7 +162,6 @@ def parse_args(argv=None) -> ABConfig:
     p.add_argument("--_capture", default=None, help=argparse.SUPPRESS)
     p.add_argument("--_config", default=None, help=argparse.SUPPRESS)  # the nsys child: the parent's config, JSON
     ns = p.parse_args(argv)
-    from workbench.ab.config import ABConfig
     if ns._config:  # the nsys child: the parent's whole config
         return ABConfig.from_json(ns._config)
     return ABConfig(**vars(ns))  # the checks that involve several flags run here, once (ABConfig.__post_init__)

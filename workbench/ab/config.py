@@ -9,6 +9,9 @@ import json
 
 from workbench.errors import WorkbenchError
 
+SWEEPABLE = ("layers", "tokens")
+"""What --sweep may vary."""
+
 
 @dataclasses.dataclass(kw_only=True)
 class ABConfig:
@@ -86,7 +89,6 @@ class ABConfig:
     def __post_init__(self):
         """The checks that involve more than one field (each field's own is the CLI's converter)."""
         if self.sweep:
-            from workbench.ab.cli import parse_sweep
             parse_sweep(self.sweep)
             key = self.sweep.partition("=")[0]
             if getattr(self, key) is not None:
@@ -122,3 +124,18 @@ class ABConfig:
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(ABConfig))
+
+def parse_sweep(spec: str | None) -> tuple[str, list[int]] | None:
+    """`layers=4,8,16` -> ("layers", [4, 8, 16]); WorkbenchError on anything else."""
+    if not spec:
+        return None
+    key, _, vals = spec.partition("=")
+    if key not in SWEEPABLE or not vals:
+        raise WorkbenchError(f"bad --sweep {spec!r}: use {'|'.join(SWEEPABLE)}=N,N,... (e.g. layers=4,8,16,28)")
+    try:
+        out = [int(v) for v in vals.split(",") if v.strip()]
+    except ValueError:
+        raise WorkbenchError(f"bad --sweep {spec!r}: values must be integers") from None
+    if not out or any(v <= 0 for v in out):
+        raise WorkbenchError(f"bad --sweep {spec!r}: values must be positive integers")
+    return key, out

@@ -4,7 +4,8 @@ from __future__ import annotations
 import dataclasses
 
 from workbench import opts as opts_registry
-from workbench.ab.cli import CPU_DEFAULTS, GPU_DEFAULTS, HF_ATTN, parse_sweep
+from workbench.ab.cli import CPU_DEFAULTS, GPU_DEFAULTS, HF_ATTN
+from workbench.ab.config import parse_sweep
 from workbench.errors import WorkbenchError
 
 
