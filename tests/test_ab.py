@@ -254,6 +254,9 @@ def test_aa_all(capsys, tmp_path, fakes):
     (["--opt", "packing", "--dtype", "fp8"], "invalid choice: 'fp8'"),
     (["--opt", "packing", "--device", "cpu", "--trace", "nsys"], "needs a CUDA device"),
     (["--opt", "packing", "--lengths", "fixed:100000"], "longer than the token budget"),  # before the model is built
+    (["--opt", "packing", "--reps", "3", "--max-reps", "1", "--target-ci", "5"], "--max-reps 1 is below --reps 3"),
+    (["--opt", "packing", "--warmup", "5", "--warmup-max", "2"], "--warmup-max 2 is below --warmup 5"),
+    (["--opt", "packing", "--device", "cpu", "--dtype", "fp16"], "--dtype fp16 needs a CUDA device"),
     (["--opt", "packing", "--sweep", "tokens=512,64", "--lengths", "fixed:100"], "longer than the token budget (64)"),
 ])
 def test_bad_input_one_line(capsys, tmp_path, fakes, argv, msg):

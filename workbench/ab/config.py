@@ -99,6 +99,12 @@ class ABConfig:
             raise WorkbenchError("--aa and --arms both set; for an A/A of one arm use --arms ARM,ARM")
         if self.target_ci is None and self.budget_s is None and self.max_reps != 30:
             raise WorkbenchError("--max-reps applies with --target-ci or --budget-s")
+        if self.reps is not None and self.max_reps < self.reps and (self.target_ci or self.budget_s):
+            raise WorkbenchError(f"--max-reps {self.max_reps} is below --reps {self.reps} (the reps at least); "
+                                 "raise --max-reps or lower --reps")
+        if self.warmup is not None and self.warmup_max is not None and self.warmup_max < self.warmup:
+            raise WorkbenchError(f"--warmup-max {self.warmup_max} is below --warmup {self.warmup} (the warmup at "
+                                 "least); raise --warmup-max or lower --warmup")
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -123,6 +123,8 @@ def _main(argv, a, dctx) -> int:
     device = dctx.device if dctx is not None else resolve_device(a.device)
     from workbench import precision as _prec
     a = a.resolved(device, (GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS)["_run"])  # meta.json's args
+    if a.dtype == "fp16" and device.type != "cuda":
+        raise WorkbenchError("--dtype fp16 needs a CUDA device (on a CPU use fp32, or bf16 for the GPU's rounding)")
     if a._capture:
         if a.model is None or a.tokens is None:
             raise WorkbenchError("--_capture needs --model and --tokens")
