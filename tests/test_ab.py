@@ -110,7 +110,7 @@ def test_cli_all_end_to_end(capsys, tmp_path):
 @pytest.mark.skipif(not _have_all(), reason="the opt modules are not all in place")
 def test_torch_trace_runs_the_verdicts(capsys, tmp_path):
     out = tmp_path / "run"
-    rc, lines, err = _run(capsys, ["--opt", "packing", *FAST, "--warmup", "1", "--reps", "1", "--trace", "torch",
+    rc, lines, err = _run(capsys, ["--opt", "packing", *FAST, "--warmup", "1", "--warmup-max", "1", "--reps", "1", "--trace", "torch",
                                    "--arms", "rebuild,cached", "--out", str(out)])
     assert rc == 0, err[-3000:]
     c = _last_json(lines)["comparisons"][0]
