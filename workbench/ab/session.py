@@ -123,6 +123,9 @@ def _main(argv, a, dctx) -> int:
     device = dctx.device if dctx is not None else resolve_device(a.device)
     from workbench import precision as _prec
     a = a.resolved(device, (GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS)["_run"])  # meta.json's args
+    if device.type == "cuda" and a.reps < 4 and a.target_ci is None and a.budget_s is None and main_rank:
+        progress(f"note: --reps {a.reps} gives no speedup verdict (the rep is the unit: 4 reps at least); the run "
+                 "measures, but each comparison reports `no verdict`")
     if a.dtype == "fp16" and device.type != "cuda":
         raise WorkbenchError("--dtype fp16 needs a CUDA device (on a CPU use fp32, or bf16 for the GPU's rounding)")
     if a._capture:
