@@ -412,3 +412,14 @@ def test_an_out_folder_that_cannot_be_made_is_one_line(capsys, fakes, out, msg):
     rc, lines, err = _run(capsys, ["--opt", "packing", "--out", out])
     assert rc == 2 and msg in err and "Traceback" not in err and lines == []
 
+
+
+def test_lengths_are_checked_against_the_budgets_the_comparisons_use():
+    """A --sweep of token budgets replaces the default one: documents longer than the default (256 on a CPU) but
+    shorter than every swept budget plan fine; one swept budget too small is refused (the negative control)."""
+    from workbench.errors import WorkbenchError
+    a = ab.parse_args(["--opt", "packing", "--device", "cpu", "--sweep", "tokens=512,1024", "--lengths", "fixed:300"])
+    assert [c.tokens for c in ab.plan(a, torch.device("cpu"))] == [512, 1024]
+    a = ab.parse_args(["--opt", "packing", "--device", "cpu", "--sweep", "tokens=512,256", "--lengths", "fixed:300"])
+    with pytest.raises(WorkbenchError, match=r"longer than the token budget \(256\)"):
+        ab.plan(a, torch.device("cpu"))

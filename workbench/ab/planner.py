@@ -80,7 +80,6 @@ def plan(args, device) -> list[Comparison]:
         tokens = args.tokens or d.get("tokens") or defaults["_run"]["tokens"]
         hf_attn = args.attn if (args.attn is None or args.attn in HF_ATTN) else None
         cfg = load_config(model, layers, hf_attn, args.experts)  # unknown preset / bad checkpoint / experts -> error
-        _check_lengths(args, tokens, cfg)
         if opt == "all":
             mods = _modules(opts_registry.OPTS)
             names = ["baseline", "optimized"] if not args.aa else ["baseline", "baseline"]
@@ -118,6 +117,8 @@ def plan(args, device) -> list[Comparison]:
             key, values = sweep
             variants = [dataclasses.replace(base, arms=[dataclasses.replace(s) for s in base.arms],
                                             excluded={}, name=f"{opt}@{key}={v}", **{key: v}) for v in values]
+        for t in dict.fromkeys(c.tokens for c in variants):  # the token budgets this comparison will pack
+            _check_lengths(args, t, cfg.vocab_size)
         for c in variants:
             if args.nvtx_cost != "only":
                 comps.append(c)
@@ -137,14 +138,12 @@ def plan(args, device) -> list[Comparison]:
     return comps
 
 
-def _check_lengths(args, tokens: int, cfg) -> None:
-    """One packed batch of this comparison's data, built before anything else (a document longer than the token
+def _check_lengths(args, tokens: int, vocab_size: int) -> None:
+    """One packed batch of `tokens` from --lengths, built before anything else (a document longer than the token
     budget fails here, with one line, not after the model is built and a folder written)."""
     from workbench.data import make_batches
 
-    for t in sorted({tokens, *((parse_sweep(args.sweep) or (None, []))[1] if (args.sweep or "").startswith("tokens")
-                               else [])}):
-        make_batches(args.lengths, t, 1, getattr(cfg, "vocab_size", None) or 32000, seed=args.seed)
+    make_batches(args.lengths, tokens, 1, vocab_size, seed=args.seed)
 
 
 def _module_or_none(opt: str):
