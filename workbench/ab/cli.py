@@ -99,12 +99,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parse_args(argv=None):
-    from workbench.config import RunConfig
 
-    d = RunConfig()
+    d = ABConfig()  # every default is the config's own
     p = _Parser(prog="python -m workbench.ab", description=DOC, formatter_class=_HelpFormatter,
                 epilog=_epilog())
-    p.add_argument("--opt", default="all", choices=OPT_CHOICES, help="the optimization to compare (all: each, then "
+    p.add_argument("--opt", default=d.opt, choices=OPT_CHOICES, help="the optimization to compare (all: each, then "
                    "all three together, with two more MoE arms on top of the other two fixes: grouped, the floor, and "
                    "hf_grouped_mm, transformers' own grouped_mm as the anchor)")
     p.add_argument("--model", default=None, help="preset or local HF checkpoint dir (None: per --opt and device)")
@@ -121,7 +120,7 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=_non_negative, default=None, help="warmup steps per arm per rep, at least "
                    "(also at least one pass over the batches + 1); None: per device")
     p.add_argument("--warmup-max", type=_non_negative, default=None, help="warmup steps at most (None: per device)")
-    p.add_argument("--settle-pct", type=_positive(float), default=2.0, help="warmup ends when a step is within this "
+    p.add_argument("--settle-pct", type=_positive(float), default=d.settle_pct, help="warmup ends when a step is within this "
                    "%% of the previous step on the same batch")
     p.add_argument("--reps", type=_positive(int), default=None, help="repetitions, at least; each runs every arm, "
                    "order rotated (None: per device)")
@@ -129,10 +128,10 @@ def parse_args(argv=None):
                    "speedup's 95%% CI half-width is under PCT %%")
     p.add_argument("--budget-s", type=_positive(float), default=None, metavar="S", help="stop adding reps once a "
                    "comparison has run S seconds")
-    p.add_argument("--max-reps", type=_positive(int), default=30, help="reps at most under --target-ci/--budget-s")
+    p.add_argument("--max-reps", type=_positive(int), default=d.max_reps, help="reps at most under --target-ci/--budget-s")
     p.add_argument("--sweep", default=None, metavar="KEY=N,N,...", help="one comparison per value: layers=4,8,16,28 "
                    "or tokens=8192,16384")
-    p.add_argument("--nvtx-cost", nargs="?", const="add", default="off", choices=("off", "add", "only"),
+    p.add_argument("--nvtx-cost", nargs="?", const="add", default=d.nvtx_cost, choices=("off", "add", "only"),
                    help="the cost of NVTX ranges, the one instrument left on in timed steps: per comparison, its "
                    "baseline arm with ranges off against on; `add` (the flag alone) runs it after each comparison, "
                    "`only` runs it instead")
@@ -140,8 +139,8 @@ def parse_args(argv=None):
                    "--opt all --only all: the three together; --nvtx-cost only --only nvtx:all)")
     p.add_argument("--headline", action="store_true", help="each comparison's baseline and optimized arm only (the "
                    "floor, limit and anchor arms are skipped): the headline comparisons, in half the time")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    p.add_argument("--trace", default="none", choices=("none", "torch", "nsys"),
+    p.add_argument("--device", default=d.device, choices=("auto", "cpu", "cuda"))
+    p.add_argument("--trace", default=d.trace, choices=("none", "torch", "nsys"),
                    help="separate profiled passes per arm (never inside the timed steps)")
     p.add_argument("--out", default=None, help="output folder, new or empty (None: runs/<run_id>)")
     p.add_argument("--force", action="store_true", help="let --out name a folder that holds an earlier run: its run "
@@ -150,9 +149,9 @@ def parse_args(argv=None):
                    "(repeat one for an A/A: --arms rebuild,rebuild)")
     p.add_argument("--aa", action="store_true", help="A/A: the baseline against itself (the noise floor; its CI "
                    "should contain 1)")
-    p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="auto: bf16 on CUDA, fp32 on a CPU; bf16 "
+    p.add_argument("--dtype", default=d.dtype, choices=DTYPE_CHOICES, help="auto: bf16 on CUDA, fp32 on a CPU; bf16 "
                    "on a CPU reproduces the GPU's rounding")
-    p.add_argument("--precision", default="auto", choices=PRECISION_CHOICES, help=PRECISION_HELP)
+    p.add_argument("--precision", default=d.precision, choices=PRECISION_CHOICES, help=PRECISION_HELP)
     p.add_argument("--seed", type=int, default=d.seed, help="seeds weights, LoRA and data")
     p.add_argument("--lora-rank", type=_positive(int), default=d.lora_rank)
     p.add_argument("--lr", type=_positive(float), default=d.lr)

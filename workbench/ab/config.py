@@ -1,13 +1,19 @@
 """ABConfig: one A/B run's whole configuration, typed. The CLI builds it (`cli.parse_args`), it is checked once
 (`__post_init__`), resolved for the device once (`resolved`), and it travels as is: to the runner, into meta.json's
-`args`, and to each nsys child as one JSON argument (`to_json` / `from_json`), so no flag is rebuilt by hand.
+`args`, and to each nsys child as one JSON argument (`from_json`), so no flag is rebuilt by hand.
 Field names are the CLI's (`--warmup-max` is `warmup_max`); `None` means "per device or per --opt"."""
 from __future__ import annotations
 
 import dataclasses
 import json
 
+from workbench.config import RunConfig
 from workbench.errors import WorkbenchError
+
+_RUN = RunConfig()
+"""The single run's defaults (`workbench.run`): an A/B run shares its data, seed and LoRA defaults."""
+MAX_REPS = 30
+"""Reps at most under --target-ci / --budget-s, by default (giving another without either is refused)."""
 
 SWEEPABLE = ("layers", "tokens")
 """What --sweep may vary."""
@@ -27,7 +33,7 @@ class ABConfig:
     """Attention: an HF implementation or a workbench packing backend; None: the family's default."""
     experts: str | None = None
     """HF experts implementation of MoE models; None: transformers' default."""
-    lengths: str = "lognormal:5.5:0.8:16"
+    lengths: str = _RUN.lengths
     """Document lengths (`workbench.data.LengthSource`)."""
     batches: int | None = None
     """Distinct packed batches every arm cycles through; None: per device."""
@@ -45,7 +51,7 @@ class ABConfig:
     """Add reps until the speedup's 95% CI half-width is under this %."""
     budget_s: float | None = None
     """Stop adding reps once a comparison has run this many seconds."""
-    max_reps: int = 30
+    max_reps: int = MAX_REPS
     """Reps at most under target_ci / budget_s."""
     sweep: str | None = None
     """One comparison per value: layers=4,8,16 or tokens=8192,16384."""
@@ -71,11 +77,11 @@ class ABConfig:
     """auto | fp32 | bf16 | fp16: the base weights' dtype (auto: the precision's)."""
     precision: str = "auto"
     """auto | autocast | bf16 | fp32-adapters (`workbench.precision`); resolved for the device before the run."""
-    seed: int = 0
+    seed: int = _RUN.seed
     """Seeds weights, LoRA and data."""
-    lora_rank: int = 16
+    lora_rank: int = _RUN.lora_rank
     """LoRA rank r."""
-    lr: float = 1e-4
+    lr: float = _RUN.lr
     """AdamW learning rate on the LoRA parameters."""
     no_checkpointing: bool = False
     """Keep all activations (no recompute)."""
@@ -97,7 +103,7 @@ class ABConfig:
             raise WorkbenchError("--out is empty; name a folder (or leave --out out for runs/<run_id>)")
         if self.aa and self.arms:
             raise WorkbenchError("--aa and --arms both set; for an A/A of one arm use --arms ARM,ARM")
-        if self.target_ci is None and self.budget_s is None and self.max_reps != 30:
+        if self.target_ci is None and self.budget_s is None and self.max_reps != MAX_REPS:
             raise WorkbenchError("--max-reps applies with --target-ci or --budget-s")
         if self.reps is not None and self.max_reps < self.reps and (self.target_ci or self.budget_s):
             raise WorkbenchError(f"--max-reps {self.max_reps} is below --reps {self.reps} (the reps at least); "
@@ -108,10 +114,6 @@ class ABConfig:
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-    def to_json(self, **changes) -> str:
-        """This config with `changes`, as one JSON object (what an nsys child receives)."""
-        return json.dumps({**self.as_dict(), **changes}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "ABConfig":
@@ -130,6 +132,7 @@ class ABConfig:
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(ABConfig))
+
 
 def parse_sweep(spec: str | None) -> tuple[str, list[int]] | None:
     """`layers=4,8,16` -> ("layers", [4, 8, 16]); WorkbenchError on anything else."""

@@ -24,7 +24,7 @@ def torch_traces(runner, model, cpu_batches, cmp, runnable, arm_status, reset_we
 
         def run_steps(step_fn, _spec=spec):
             runner.run_arm_steps(model, cpu_batches, _spec, cmp, steps=a.warmup + a.steps, warmup=0,
-                               on_step=lambda r: step_fn(), reset=reset_weights)
+                                 on_step=lambda r: step_fn(), reset=reset_weights)
         try:
             torch_profile(run_steps, path, device=runner.device, warmup=a.warmup, steps=a.steps)
             ev = from_torch_trace(path)

@@ -107,7 +107,7 @@ def plan(args, device) -> list[Comparison]:
                                                          and a not in getattr(mod, "OPT_IN_ARMS", ())]
             labels = _unique_labels(names)
             arms = [ArmSpec(lbl, {opt: a}) for lbl, a in zip(labels, names)]
-        if getattr(args, "headline", False) and not args.arms:
+        if args.headline and not args.arms:
             arms = arms[:2]  # the baseline and the optimized arm: the comparison the headline reports
         base = Comparison(opt=opt, model=model, layers=layers, tokens=tokens, attn=args.attn, arms=arms,
                           baseline=arms[0].label, optimized=arms[1].label if len(arms) > 1 else None,

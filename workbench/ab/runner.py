@@ -54,9 +54,9 @@ class Runner:
 
         hf_attn = cmp.attn if (cmp.attn is None or cmp.attn in HF_ATTN) else None
         model = build_model(cmp.model, layers=cmp.layers, attn=hf_attn, device=self.device, seed=self.args.seed,
-                            dtype=DTYPES[getattr(self.args, "dtype", "auto")],
+                            dtype=DTYPES[self.args.dtype],
                             lora_rank=self.args.lora_rank, experts_implementation=self.args.experts,
-                            precision=getattr(self.args, "precision", "auto"))
+                            precision=self.args.precision)
         if not self.args.no_checkpointing:
             enable_checkpointing(model)
         instrument_layers(model)

@@ -84,8 +84,6 @@ def arm_summary(runner, label, samples, m, counted, arm_status, info, equiv, eve
                     "readbacks, and a trace's steps may include profiler warm-up")
     return d
 
-# -- traces ----------------------------------------------------------------------------------------------
-
 
 def speedup_rows(writer, cmp, label, c, env):
     """results.csv rows of one arm's paired comparison against the baseline."""
