@@ -59,7 +59,10 @@ def _found(extra: str) -> dict:
             if spec is not None:
                 out[fn[:-3]] = (f"workbench.opts.{fn[:-3]}", spec)
     for dotted in (x.strip() for x in extra.split(",") if x.strip()):
-        found = importlib.util.find_spec(dotted)
+        try:
+            found = importlib.util.find_spec(dotted)
+        except ModuleNotFoundError:  # a missing parent package of a dotted path
+            found = None
         if found is None or not found.origin:
             raise WorkbenchError(f"{ENV}: cannot find module {dotted!r} on the Python path")
         spec = _spec_of_source(found.origin)

@@ -185,7 +185,7 @@ def headline_verdicts(verd: pd.DataFrame) -> pd.DataFrame:
         g = v[v["opt"] == opt]
         if len(g):
             g = g.assign(_n=pd.to_numeric(g["n_pairs"], errors="coerce").fillna(0),
-                         _recipe=g["precision"].astype(str) == RECIPE if "precision" in g else False)
+                         _recipe=g["precision"].astype(str) == RECIPE)
             best = g.sort_values(["_recipe", "_n", "folder"], kind="stable").iloc[-1]
             out.append(best.copy())
             out[-1]["runs"] = len(g)

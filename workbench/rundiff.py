@@ -163,12 +163,22 @@ DATA_ARGS = ("model", "layers", "tokens", "lengths", "batches", "seed", "steps",
 """meta.json args that decide which batch each traced step runs (`same_batches`)."""
 
 
+def _meta_args(run_dir: str) -> dict:
+    """meta.json's `args` of a run folder ({} when it has none): read alone, not the whole run."""
+    import json
+    try:
+        with open(os.path.join(run_dir, "meta.json")) as f:
+            return json.load(f).get("args") or {}
+    except (OSError, ValueError):
+        return {}
+
+
 def same_batches(run_a: str, run_b: str, n_a: int, n_b: int) -> bool:
     """Did traced step i of both runs run the same batch? The same data arguments (DATA_ARGS, as recorded in each
     meta.json: the batches are a seeded function of them) and the same number of traced steps."""
     if n_a != n_b or n_a < 2:
         return False
-    args = [(load_run(r)[2] or {}).get("args") or {} for r in (run_a, run_b)]
+    args = [_meta_args(r) for r in (run_a, run_b)]
     return all(args[0].get(k) == args[1].get(k) for k in DATA_ARGS) and bool(args[0])
 
 
