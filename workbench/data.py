@@ -3,8 +3,9 @@
     # T = packed tokens of a batch, D = documents in it
 
 Length sources (`parse_lengths`): `fixed:N`, `uniform:LO:HI`, `lognormal:MU:SIGMA[:MIN]` (natural-log
-parameters), `json:PATH` (a JSON list of lengths), `jsonl:PATH:TOKENIZER_DIR` (a JSONL of {"text": ...}
-tokenized with a local tokenizer). A `PackedBatch` holds input_ids (1,T), position_ids restarting at 0 in
+parameters), `data:NAME` (a real corpus's lengths in data/, drawn with replacement: `workbench.length_data`),
+`json:PATH` (a JSON list of lengths), `jsonl:PATH:TOKENIZER_DIR` (a JSONL of {"text": ...} tokenized with a local
+tokenizer). The default, `lognormal:5.5:0.8:16`, is synthetic. A `PackedBatch` holds input_ids (1,T), position_ids restarting at 0 in
 every document, labels with each document's first token set to -100 (no prediction across a boundary), and
 the document lengths. Everything is deterministic for a seed; no token is lost or duplicated.
 """
@@ -19,15 +20,17 @@ import random
 
 import torch
 
+from workbench import length_data
 from workbench.errors import WorkbenchError
 
 IGNORE_INDEX = -100
 
 LENGTH_FORMS = {"fixed": "fixed:N", "uniform": "uniform:LO:HI", "lognormal": "lognormal:MU:SIGMA[:MIN]",
-                "json": "json:PATH", "jsonl": "jsonl:PATH:TOKENIZER_DIR"}
+                "data": "data:NAME", "json": "json:PATH", "jsonl": "jsonl:PATH:TOKENIZER_DIR"}
 """The `--lengths` forms, by kind."""
 LENGTHS_HELP = ("document lengths: fixed:N (every document N tokens), uniform:LO:HI (integers, LO <= HI), "
-                "lognormal:MU:SIGMA[:MIN] (natural-log mean and spread, lengths at least MIN), json:PATH (a JSON list "
+                "lognormal:MU:SIGMA[:MIN] (natural-log mean and spread, lengths at least MIN; the default "
+                "lognormal:5.5:0.8:16 is synthetic), " + length_data.help_text() + ", json:PATH (a JSON list "
                 "of lengths), jsonl:PATH:TOKENIZER_DIR (JSONL of {\"text\": ...}, tokenized with a local tokenizer)")
 """One-paragraph description of the forms, for CLI help."""
 
@@ -121,6 +124,8 @@ class LengthSource:
             if self.sigma < 0:
                 raise WorkbenchError(f"lognormal sigma must be >= 0, got {self.sigma}")
             self.min_len = _positive_int(parts[2], "lognormal min") if len(parts) == 3 else 1
+        elif kind == "data" and len(parts) == 1:
+            self.empirical = length_data.load(parts[0])
         elif kind == "json" and len(parts) >= 1 and ":".join(parts):
             self._docs = [Document(None, n) for n in _read_json_lengths(":".join(parts))]
         elif kind == "jsonl" and len(parts) >= 2:
@@ -150,6 +155,8 @@ class LengthSource:
             return self.n
         if self.kind == "uniform":
             return rng.randint(self.lo, self.hi)
+        if self.kind == "data":  # a real document longer than the budget is truncated to it
+            return min(rng.choice(self.empirical), max_len)
         x = rng.gauss(self.mu, self.sigma)
         # clamp in log space: exp of a large draw overflows (an int of inf), and anything >= max_len is max_len anyway
         n = max_len if x >= math.log(max_len) else int(round(math.exp(x)))

@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override the decoder layer count (fit a big shape); default: the published count")
     p.add_argument("--tokens", type=int, default=d.tokens, help="packed tokens per batch")
     p.add_argument("--lengths", type=lengths_arg, default=d.lengths,
-                   help="document lengths: fixed:N, uniform:LO:HI, lognormal:MU:SIGMA[:MIN], json:PATH or "
+                   help="document lengths: fixed:N, uniform:LO:HI, lognormal:MU:SIGMA[:MIN], data:NAME, json:PATH or "
                         "jsonl:PATH:TOKENIZER_DIR (forms below); checked before any model is built")
     p.add_argument("--steps", type=int, default=d.steps, help="timed steps")
     p.add_argument("--warmup", type=int, default=d.warmup, help="dropped warmup steps")

@@ -47,6 +47,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
 
 
 def _epilog() -> str:
+    from workbench import length_data
     from workbench.presets import PRESETS
 
     arms = "\n".join(f"  {o:8s} {h}" for o, h in ARMS_HELP.items())
@@ -57,8 +58,9 @@ def _epilog() -> str:
     return (f"arms (baseline first):\n{arms}\n\ndefault shapes per --opt:\n{shapes}\n\n"
             f"run defaults (None above = per device): CPU {cpu['_run']}; GPU {gpu['_run']}\n\n"
             f"presets: {', '.join(PRESETS)}; or --model DIR, a local Hugging Face checkpoint\n\n"
-            "--lengths: fixed:N | uniform:LO:HI | lognormal:MU:SIGMA[:MIN] (natural-log parameters) | json:PATH "
-            "(a JSON list of lengths) | jsonl:PATH:TOKENIZER_DIR")
+            "--lengths: fixed:N | uniform:LO:HI | lognormal:MU:SIGMA[:MIN] (natural-log parameters; the default is "
+            "this synthetic shape) | json:PATH (a JSON list of lengths) | jsonl:PATH:TOKENIZER_DIR | "
+            + length_data.help_text())
 
 
 def _lengths(spec: str) -> str:
