@@ -4,6 +4,7 @@
 # from data/ (data:chat, about 480 short documents per 16k batch; data:code, about 4 long ones).
 #
 #   bash profiles/lengths_campaign.sh OUT_DIR          # BUDGET_MIN=12 by default
+#   DISTS='code=data:code chat=data:chat' OPTS='packing moe' bash profiles/lengths_campaign.sh OUT_DIR   # a subset, in order
 #
 # Writes OUT_DIR/<distribution>/<opt>/ (one ab run folder each) and OUT_DIR/jobs.txt (start / end / rc per job).
 # Resumable: a run folder whose meta.json says "complete" is skipped, an unfinished one is rerun with --force.
@@ -23,8 +24,8 @@ case $BUDGET_MIN in ''|*[!0-9]*) echo "BUDGET_MIN must be a whole number of minu
 PY=${PYTHON:-python3}
 mkdir -p "$OUT" || exit 2
 J=$OUT/jobs.txt
-DISTS="synthetic=lognormal:5.5:0.8:16 chat=data:chat code=data:code"
-OPTS="packing offload moe"
+DISTS=${DISTS:-"synthetic=lognormal:5.5:0.8:16 chat=data:chat code=data:code"}  # TAG=SPEC ..., run in this order
+OPTS=${OPTS:-"packing offload moe"}
 est_s() { case $1 in packing) echo 100;; offload) echo 150;; moe) echo 270;; *) echo 200;; esac; }
 T0=$(date +%s)
 total=0; done_n=0
