@@ -68,6 +68,12 @@ def test_table_skips_folders_without_a_run(tmp_path, runs):
     assert sorted(ls.run_folders(str(tmp_path))) == sorted(runs)
 
 
+def test_varied_keeps_comparisons_run_on_two_or_more_distributions(runs):
+    v = ls.varied(ls.table(runs))
+    assert list(v["opt"]) == ["packing", "packing"]  # offload ran on data:code alone
+    assert ls.varied(ls.table(runs[2:])).empty and ls.varied(ls.table([])).empty
+
+
 def test_figure_one_line_per_optimization_with_ci(runs):
     t = ls.table(runs)
     fig = ls.figure(t)
