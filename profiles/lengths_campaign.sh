@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 25's sensitivity campaign: each optimization's headline comparison (baseline and optimized arm only, traced
 # for the savings-model verdict) on three document-length distributions: the synthetic default and two real ones
-# from data/ (data:chat, about 480 short documents per 16k batch; data:code, about 4 long ones).
+# from data/ (data:chat, 107 to 478 short documents per 16k batch; data:code, 1 to 12 long ones).
 #
 #   bash profiles/lengths_campaign.sh OUT_DIR          # BUDGET_MIN=12 by default
 #   DISTS='code=data:code chat=data:chat' OPTS='packing moe' bash profiles/lengths_campaign.sh OUT_DIR   # a subset, in order

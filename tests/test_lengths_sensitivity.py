@@ -68,6 +68,12 @@ def test_table_skips_folders_without_a_run(tmp_path, runs):
     assert sorted(ls.run_folders(str(tmp_path))) == sorted(runs)
 
 
+def test_varied_keeps_comparisons_run_on_two_or_more_distributions(runs):
+    v = ls.varied(ls.table(runs))
+    assert list(v["opt"]) == ["packing", "packing"]  # offload ran on data:code alone
+    assert ls.varied(ls.table(runs[2:])).empty and ls.varied(ls.table([])).empty
+
+
 def test_figure_one_line_per_optimization_with_ci(runs):
     t = ls.table(runs)
     fig = ls.figure(t)
@@ -93,7 +99,8 @@ def _stub(tmp_path):
 
 
 def _campaign(tmp_path, out, budget=None):
-    env = {**os.environ, "PYTHON": _stub(tmp_path), "PYTHONPATH": REPO}
+    env = {**{k: v for k, v in os.environ.items() if k not in ("DISTS", "OPTS", "BUDGET_MIN")},
+           "PYTHON": _stub(tmp_path), "PYTHONPATH": REPO}
     if budget is not None:
         env["BUDGET_MIN"] = str(budget)
     return subprocess.run(["bash", CAMPAIGN, *([out] if out else [])], capture_output=True, text=True, env=env,
@@ -114,6 +121,16 @@ def test_campaign_runs_nine_headline_comparisons_and_resumes(tmp_path):
     assert "--headline --trace torch --lengths data:chat" in log and "--lengths lognormal:5.5:0.8:16" in log
     r = _campaign(tmp_path, out)  # everything complete: nothing reruns
     assert "skip code/moe: complete already" in r.stdout and len((tmp_path / "calls").read_text().split()) == 9
+
+
+def test_campaign_runs_a_subset_in_the_order_given(tmp_path, monkeypatch):
+    monkeypatch.setenv("DISTS", "code=data:code chat=data:chat")
+    monkeypatch.setenv("OPTS", "moe")
+    out = str(tmp_path / "camp")
+    r = subprocess.run(["bash", CAMPAIGN, out], capture_output=True, text=True, cwd=REPO, timeout=120,
+                       env={**os.environ, "PYTHON": _stub(tmp_path), "PYTHONPATH": REPO})
+    assert r.returncode == 0 and "ALL DONE: 2 of 2" in r.stdout
+    assert [os.path.relpath(c, out) for c in (tmp_path / "calls").read_text().split()] == ["code/moe", "chat/moe"]
 
 
 def test_campaign_bad_arguments_are_rc_2(tmp_path):

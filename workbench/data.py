@@ -3,11 +3,12 @@
     # T = packed tokens of a batch, D = documents in it
 
 Length sources (`parse_lengths`): `fixed:N`, `uniform:LO:HI`, `lognormal:MU:SIGMA[:MIN]` (natural-log
-parameters), `data:NAME` (a real corpus's lengths in data/, drawn with replacement: `workbench.length_data`),
-`json:PATH` (a JSON list of lengths), `jsonl:PATH:TOKENIZER_DIR` (a JSONL of {"text": ...} tokenized with a local
-tokenizer). The default, `lognormal:5.5:0.8:16`, is synthetic. A `PackedBatch` holds input_ids (1,T), position_ids restarting at 0 in
-every document, labels with each document's first token set to -100 (no prediction across a boundary), and
-the document lengths. Everything is deterministic for a seed; no token is lost or duplicated.
+parameters), `data:NAME` (a real corpus's lengths in data/, drawn with replacement, one longer than the budget
+truncated to it: `workbench.length_data`), `json:PATH` (a JSON list of lengths), `jsonl:PATH:TOKENIZER_DIR` (a JSONL
+of {"text": ...} tokenized with a local tokenizer). The default, `lognormal:5.5:0.8:16`, is synthetic. A
+`PackedBatch` holds input_ids (1,T), position_ids restarting at 0 in every document, labels with each document's
+first token set to -100 (no prediction across a boundary), and the document lengths. Everything is deterministic for
+a seed; packing loses or duplicates no token.
 """
 from __future__ import annotations
 

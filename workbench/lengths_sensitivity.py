@@ -7,7 +7,8 @@ SPEC` runs (`profiles/lengths_campaign.sh` makes them): the `--lengths` the run 
 min, max over the run's packed batches, summary.json's `batches`), the speedup with its 95% CI and verdict recomputed
 from results.csv with today's statistics (`analysis.recomputed`: the rep is the unit), and the savings-model verdict
 with measured / predicted and its 90% CI (summary.json's `savings_model`, written by `python -m workbench.verdicts`).
-`figure(table)`: speedup with its 95% CI against mean D per batch, one line per optimization.
+`varied(table)`: the comparisons that ran on two or more distributions. `figure(table)`: speedup with its 95% CI
+against mean D per batch, one line per optimization.
 """
 from __future__ import annotations
 
@@ -72,6 +73,16 @@ def table(run_folders) -> pd.DataFrame:
     for col in NUMERIC:
         df[col] = pd.to_numeric(df[col], errors="coerce")
     return df.sort_values(["opt", "docs_per_batch_mean"], kind="stable", ignore_index=True)
+
+
+def varied(tab: pd.DataFrame) -> pd.DataFrame:
+    """The rows of `tab` whose comparison (opt, model, layers, tokens, baseline, arm) ran on two or more `--lengths`
+    distributions: what a sensitivity can be read from (one distribution alone says nothing about the dependence)."""
+    key = ["opt", "model", "layers", "tokens", "baseline", "arm"]
+    if tab.empty:
+        return tab
+    n = tab.fillna({k: "" for k in key}).groupby(key, sort=False)["lengths"].transform("nunique")
+    return tab[n.values >= 2].reset_index(drop=True)
 
 
 def run_folders(root: str) -> list[str]:
