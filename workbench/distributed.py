@@ -124,12 +124,14 @@ class DistContext:
                 "data": f"rank r: seed + r * {DATA_SEED_STRIDE}", "speedup_basis": SPEEDUP_BASIS}
 
     # -- messages (the gloo control group) --------------------------------------------------------------------
-    def _guard(self, fn):
+    @contextlib.contextmanager
+    def guard(self):
+        """An error inside stops every rank: it is raised as `fail(e)` (a peer's failure when one was posted, e.g. a
+        collective that failed because a peer left; else this rank's own, posted to the store). A `RankFailed` or a
+        KeyboardInterrupt passes as it is."""
         try:
-            return fn()
-        except RankFailed:
-            raise
-        except Exception as e:  # noqa: BLE001 - a peer gone: its error, from the store
+            yield
+        except Exception as e:  # noqa: BLE001 - RankFailed and KeyboardInterrupt are BaseExceptions: not caught
             raise self.fail(e) from e
 
     def broadcast(self, obj):
@@ -137,7 +139,8 @@ class DistContext:
         import torch.distributed as dist
 
         box = [obj]
-        self._guard(lambda: dist.broadcast_object_list(box, src=0, group=self.control))
+        with self.guard():
+            dist.broadcast_object_list(box, src=0, group=self.control)
         return box[0]
 
     def gather(self, obj) -> list | None:
@@ -145,21 +148,24 @@ class DistContext:
         import torch.distributed as dist
 
         out = [None] * self.world if self.is_main else None
-        self._guard(lambda: dist.gather_object(obj, out, dst=0, group=self.control))
+        with self.guard():
+            dist.gather_object(obj, out, dst=0, group=self.control)
         return out
 
     def all_max(self, x: float) -> float:
         import torch.distributed as dist
 
         t = torch.tensor([float(x)], dtype=torch.float64)
-        self._guard(lambda: dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.control))
+        with self.guard():
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.control)
         return float(t.item())
 
     def all_mean(self, x: float) -> float:
         import torch.distributed as dist
 
         t = torch.tensor([float(x)], dtype=torch.float64)
-        self._guard(lambda: dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.control))
+        with self.guard():
+            dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.control)
         return float(t.item()) / self.world
 
     def on_main(self, fn, *args, **kwargs):
@@ -462,13 +468,9 @@ class _DistSession:
         return getattr(self._inner, k)
 
     def step(self, index: int, step: int, counter=None):
-        try:
+        with self._ctx.guard():
             self._ctx.maybe_inject()
             rec = self._inner.step(index, step, counter=counter)
-        except RankFailed:
-            raise
-        except Exception as e:  # noqa: BLE001
-            raise self._ctx.fail(e) from e
         if counter is None:
             own = rec.step_ms
             rec.step_ms = self._ctx.all_max(own)
@@ -496,12 +498,8 @@ class DistRunner(Runner):
         return Runner.build(self, cmp)
 
     def build(self, cmp):
-        try:
+        with self.ctx.guard():
             return shard(self.build_unsharded(cmp), self.ctx.mesh)
-        except RankFailed:
-            raise
-        except Exception as e:  # noqa: BLE001
-            raise self.ctx.fail(e) from e
 
     @contextlib.contextmanager
     def session(self, *args, **kw):
@@ -511,7 +509,7 @@ class DistRunner(Runner):
     def run_arm_steps(self, model, cpu_batches, spec, cmp, *, optimizer=None, **kw):
         from workbench.equivalence import GradCapture
 
-        try:
+        with self.ctx.guard():
             self.ctx.maybe_inject()
             recs = super().run_arm_steps(model, cpu_batches, spec, cmp, optimizer=optimizer, **kw)
             if isinstance(optimizer, GradCapture) and optimizer.grads is not None:
@@ -521,10 +519,6 @@ class DistRunner(Runner):
                 for r in recs:
                     r.loss = self.ctx.all_mean(r.loss)
             return recs
-        except RankFailed:
-            raise
-        except Exception as e:  # noqa: BLE001
-            raise self.ctx.fail(e) from e
 
     def torch_traces(self, model, cpu_batches, cmp, runnable, arm_status, reset_weights, env) -> dict:
         from workbench import dist_waits
@@ -549,13 +543,13 @@ class DistRunner(Runner):
         from workbench.models import lora_parameters
 
         self._progress(f"[{cmp.name}] fp32 reference: the unsharded model on every rank, averaged over ranks")
-        try:
+        with self.ctx.guard():
             plain = self.build_unsharded(cmp)
             try:
                 with equivalence.Upcast(plain):
                     cap = equivalence.GradCapture(lora_parameters(plain))
                     recs = Runner.run_arm_steps(self, plain, [batch], spec, cmp, steps=1, warmup=0,
-                                                   optimizer=cap, reset=lambda: None, options=options)
+                                                optimizer=cap, reset=lambda: None, options=options)
                     loss = recs[0].loss
                     shapes = {n: p.shape for n, p in lora_parameters(plain)}
                     grads = {n: (g.detach().float().cpu() if g is not None else None)
@@ -564,18 +558,15 @@ class DistRunner(Runner):
             finally:
                 del plain
                 _free(self.device)
-        except RankFailed:
-            raise
-        except Exception as e:  # noqa: BLE001
-            raise self.ctx.fail(e) from e
         import torch.distributed as dist
 
         out = {}
         for n, g in grads.items():  # the same order on every rank (lora_parameters' order); a rank without a
             has = torch.tensor([0.0 if g is None else 1.0], dtype=torch.float64)  # gradient adds zeros
             g = torch.zeros(shapes[n], dtype=torch.float32) if g is None else g
-            self.ctx._guard(lambda g=g: dist.all_reduce(g, op=dist.ReduceOp.SUM, group=self.ctx.control))
-            self.ctx._guard(lambda h=has: dist.all_reduce(h, op=dist.ReduceOp.SUM, group=self.ctx.control))
+            with self.ctx.guard():
+                dist.all_reduce(g, op=dist.ReduceOp.SUM, group=self.ctx.control)
+                dist.all_reduce(has, op=dist.ReduceOp.SUM, group=self.ctx.control)
             out[n] = None if has.item() == 0 else (g / self.ctx.world).to(self.device)
         return {"loss": self.ctx.all_mean(loss), "grads": out, "chunks": 1}
 
@@ -596,7 +587,7 @@ class DistRunner(Runner):
             batch = make_batches(a.lengths, cmp.tokens, a.batches, model.config.vocab_size,
                                  seed=self.data_seed())[0]
             drop = os.environ.get(DROP_ENV, "").strip() == str(self.ctx.rank)
-            try:
+            with self.ctx.guard():
                 self.ctx.maybe_inject()
                 with Runner.session(self, model, [batch], spec, cmp, reset=lambda: None) as s:
                     loss = model(**s.handle.inputs_fn(model, s.batches[0])).loss
@@ -606,10 +597,6 @@ class DistRunner(Runner):
                              for n, p in lora_parameters(model)}
                     for _, p in lora_parameters(model):
                         p.grad = None
-            except RankFailed:
-                raise
-            except Exception as e:  # noqa: BLE001
-                raise self.ctx.fail(e) from e
         finally:
             del model
             _free(self.device)
@@ -654,12 +641,8 @@ class DistRunner(Runner):
         else:
             dcheck = {"equivalent": None, "skipped": f"the FSDP2 vs single-process check runs in fp32 (this run: "
                                                      f"{dtype}; --dtype fp32 runs it)"}
-        try:
+        with self.ctx.guard():  # an error on one rank only would leave the others waiting
             res = super().run(cmp, index, total)
-        except (RankFailed, KeyboardInterrupt):
-            raise
-        except Exception as e:  # noqa: BLE001 - on one rank only it would leave the others waiting
-            raise self.ctx.fail(e) from e
         return self.merge(cmp, res, dcheck, mark)
 
     def gather_rows(self, cmp_name=None, mark=None, extra=None):
