@@ -1,5 +1,5 @@
 """Which optimizations exist, and what the CLIs say of them, without importing one (no torch: `--help` is instant).
-It stands outside `workbench/opts/` because that package's face imports torch.
+It stands outside `workbench/opts/` and never imports an optimization (their modules import torch).
 
 An optimization is a module with a module-level `SPEC` dict literal (read here with `ast`, never executed) and the
 contract of `workbench.opts` (ARMS, BASELINE, OPTIMIZED, unsupported, apply). The registry holds:
