@@ -10,8 +10,6 @@ from workbench.analysis.loader import _arms, _ctx, _frame, _included, _name
 
 BREAKDOWN_COLUMNS = ["folder", "comparison", "opt", "model", "layers", "tokens", "attn", "arm", "role", "component",
                      "group", "ms", "share", "file"]
-
-
 TOP_KERNEL_COLUMNS = ["folder", "comparison", "arm", "role", "rank", "name", "cls", "count", "ms", "share", "file"]
 
 

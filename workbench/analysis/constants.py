@@ -6,38 +6,24 @@ import os
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
 DEFAULT_PROFILES = os.path.join(REPO, "profiles")
-
-
 KEEP_FROM_INCOMPLETE = ("nvtx_cost", "packing_sweep_llama")
 """Cut-off runs whose complete comparisons the README and the notebooks report (`include_incomplete_comparisons`):
 profiles/2026-11-23_h100_engine/nvtx_cost was killed in its 4th comparison (nvtx:all, re-run as nvtx_cost_all); its
 first three are complete in its summary.json (COMMAND.txt says so). profiles/2026-11-23_h100_verdicts/
 packing_sweep_llama says "failed": its timings, counted pass and traces completed, then its verdicts step failed on
 the device; its verdicts were computed afterwards from the committed events (that folder's COMMAND.txt says so)."""
-
-
 NOT_A_MEASUREMENT = "not a measurement"
 """A campaign job status (commands.json) for a run that is left out of every table: a deliberately slowed run (the
 gate's detection check, `workbench.inject`; newer runs say so in meta.json's `injected`)."""
-
-
 SWEEP_CONFIDENCE = 0.90
 """The equivalence tests at L = 1 use the fit's 90% CI (two one-sided tests at 5%)."""
-
-
 PREVIEW_ROWS = 15
 """A notebook table shows at most this many rows; the whole table is on the results page (profiles/RESULTS.md) and
 in the DataFrame the cell keeps."""
-
-
 RECIPE = "autocast"
 """The precision a headline reports where a comparison has runs of it (the CUDA default: Trainer's bf16=True); runs
 from before `--precision` timed fp32 adapters and are reported only where nothing newer exists."""
-
-
 _NAN = float("nan")
 CLAIMS = (
     ("packing", "unsloth #4243", "qwen3-14b", None, "fwd", 43.3, 43.3, None, "Qwen3-14B QLoRA SFT: forward +43.3%"),

@@ -13,8 +13,6 @@ from workbench.analysis.constants import DEFAULT_PROFILES, NOT_A_MEASUREMENT, PR
 
 RUN_COLUMNS = ["path", "folder", "job", "command", "device", "gpu_name", "status", "complete", "comparisons",
                "run_id", "git_sha", "torch", "transformers"]
-
-
 LEFT_OUT_COLUMNS = ["path", "folder", "job", "status", "device", "command", "complete_comparisons",
                     "missing_comparisons", "reason"]
 

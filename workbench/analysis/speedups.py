@@ -120,8 +120,6 @@ def runs_of(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
 
 
 REPEAT_KEY = ["name", "baseline", "arm", "model", "layers", "tokens", "precision", "gpu_name", "ranks"]
-
-
 REPEAT_COLUMNS = ["name", "baseline", "arm", "model", "layers", "tokens", "precision", "gpu_name", "ranks", "statistic", "folder_1",
                   "speedup_1", "ci95_lo_1", "ci95_hi_1", "se_log_1", "folder_2", "speedup_2", "ci95_lo_2",
                   "ci95_hi_2", "se_log_2", "z", "z2"]

@@ -61,8 +61,6 @@ def sweep(comps: pd.DataFrame, stat: str = "mean") -> tuple[pd.DataFrame, pd.Dat
 SWEEP_POINT_COLUMNS = ["folder", "group", "key", "x", "opt", "model", "tokens", "attn", "baseline", "arm",
                        "measured_ms", "measured_ci95_lo", "measured_ci95_hi", "measured_se_ms", "measured_df",
                        "n_pairs", "n_units", "measured_from", "predicted_ms", "verdict", "file"]
-
-
 SWEEP_FIT_COLUMNS = ["folder", "group", "key", "opt", "model", "tokens", "attn", "baseline", "arm", "n_points", "xs",
                      "weighted", "slope_ms", "slope_ci95_lo", "slope_ci95_hi", "intercept_ms", "intercept_ci95_lo",
                      "intercept_ci95_hi", "r2", "at1_ms", "at1_ci95_lo", "at1_ci95_hi", "at1_ci90_lo", "at1_ci90_hi",

@@ -17,27 +17,15 @@ from workbench.errors import WorkbenchError
 
 
 FAIL_ENV = "WORKBENCH_TEST_FAIL_RANK"
-
-
 DROP_ENV = "WORKBENCH_TEST_DROP_BATCH_RANK"
-
-
 TIMEOUT_ENV = "WORKBENCH_DIST_TIMEOUT_S"
-
-
 WATCH_PERIOD_S, WATCH_GRACE_S = 0.5, 3.0
 """Rank 0's watcher polls the store every WATCH_PERIOD_S for a peer's failure; when its main thread has not taken
 it over within WATCH_GRACE_S (blocked in a collective the failed peer will never join), the watcher writes."""
-
-
 DATA_SEED_STRIDE = 1_000_003
 """Rank r's batches come from seed `--seed + r * DATA_SEED_STRIDE`."""
-
-
 SPEEDUP_BASIS = ("max across ranks per step: a synchronous data-parallel step lasts as long as its slowest rank; "
                  "pairs by (rep, step) as in a single-process run")
-
-
 _COMM_ERRORS = ("connection closed", "connection reset", "gloo", "nccl", "timed out", "timeout", "broken pipe",
                 "peer", "process group", "processgroup")
 
