@@ -60,3 +60,16 @@ def test_a_module_without_spec_is_refused_in_one_line(tmp_path):
     env = {**os.environ, "WORKBENCH_OPTS": "nospec", "PYTHONPATH": os.pathsep.join([str(tmp_path), repo])}
     r = subprocess.run([sys.executable, "-m", "workbench.ab", "--help"], env=env, capture_output=True, text=True)
     assert r.returncode == 2 and "nospec has no SPEC" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_savings_model_is_found_through_the_spec_alone(tmp_path, monkeypatch):
+    (tmp_path / "fakeopt.py").write_text(FAKE)
+    (tmp_path / "plainopt.py").write_text(FAKE.replace(', "savings": "fakeopt"', "").replace('"order": 9', '"order": 10'))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("WORKBENCH_OPTS", "fakeopt,plainopt")
+    from workbench import savings
+
+    assert savings.modelled()[-1] == "fakeopt" and "plainopt" not in savings.modelled()
+    assert savings.formula("fakeopt") == "0 (the fake saves nothing)" and savings.model_terms("fakeopt") == ()
+    assert savings.module("plainopt") is None and savings.formula("plainopt") is None  # no `savings`: not modelled
+    assert savings.module("all") is None  # not an optimization
