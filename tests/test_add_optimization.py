@@ -7,11 +7,19 @@ import sys
 import textwrap
 
 FAKE = textwrap.dedent('''
-    """A do-nothing optimization: two arms that compute the same function."""
+    """A do-nothing optimization: two arms that compute the same function; its savings model in the same module."""
     from workbench.opts import Handle
 
     SPEC = {"order": 9, "help": "plain (baseline), same (optimized)", "cpu": {"model": "tiny-qwen3"},
-            "gpu": {"model": "qwen3-0.6b"}, "all_variants": ()}
+            "gpu": {"model": "qwen3-0.6b"}, "all_variants": (), "savings": "fakeopt"}
+    FORMULA = "0 (the fake saves nothing)"
+    MODEL_TERMS = ()
+    TRACED_ARMS = ("baseline",)
+
+
+    def from_run(traced, c, meta, *, baseline, arm):
+        return {"predicted_ms": 0.0, "predicted_se_ms": 0.0, "predicted_ci95": [0.0, 0.0], "n_steps": 1,
+                "formula": FORMULA, "inputs": {}, "terms": {}}
     ARMS = ("plain", "same")
     BASELINE, OPTIMIZED = "plain", "same"
 
@@ -39,6 +47,11 @@ def test_a_new_module_is_a_new_optimization(tmp_path):
     assert (c["name"], c["baseline"]["arm"], c["optimized"]["arm"], c["equivalent"]) == ("fakeopt", "plain", "same",
                                                                                          True)
     assert "fakeopt" in r.stdout.split("\n{")[0]  # the printed comparison table
+    assert c["savings_model"]["formula"] == "0 (the fake saves nothing)"  # its savings model, from its SPEC
+    from workbench import analysis as an
+    comps = an.comparisons(str(tmp_path / "run"), include_cpu=True)
+    assert comps[["opt", "baseline", "arm"]].values.tolist() == [["fakeopt", "plain", "same"]]
+    assert an.savings(str(tmp_path / "run"), include_cpu=True)["formula"].tolist() == ["0 (the fake saves nothing)"]
 
 
 def test_a_module_without_spec_is_refused_in_one_line(tmp_path):
@@ -47,3 +60,16 @@ def test_a_module_without_spec_is_refused_in_one_line(tmp_path):
     env = {**os.environ, "WORKBENCH_OPTS": "nospec", "PYTHONPATH": os.pathsep.join([str(tmp_path), repo])}
     r = subprocess.run([sys.executable, "-m", "workbench.ab", "--help"], env=env, capture_output=True, text=True)
     assert r.returncode == 2 and "nospec has no SPEC" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_savings_model_is_found_through_the_spec_alone(tmp_path, monkeypatch):
+    (tmp_path / "fakeopt.py").write_text(FAKE)
+    (tmp_path / "plainopt.py").write_text(FAKE.replace(', "savings": "fakeopt"', "").replace('"order": 9', '"order": 10'))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("WORKBENCH_OPTS", "fakeopt,plainopt")
+    from workbench import savings
+
+    assert savings.modelled()[-1] == "fakeopt" and "plainopt" not in savings.modelled()
+    assert savings.formula("fakeopt") == "0 (the fake saves nothing)" and savings.model_terms("fakeopt") == ()
+    assert savings.module("plainopt") is None and savings.formula("plainopt") is None  # no `savings`: not modelled
+    assert savings.module("all") is None  # not an optimization

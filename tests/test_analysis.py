@@ -141,6 +141,26 @@ def test_discover_keeps_complete_gpu_runs_and_says_what_it_left_out(folder):
     assert one["job"].tolist() == ["gpu"] and one["folder"].tolist() == ["gpu"]
 
 
+def test_runs_are_read_once_per_root_until_a_file_changes(folder, monkeypatch):
+    from workbench.analysis import loader
+
+    reads = []
+    real = loader._read_runs
+    monkeypatch.setattr(loader, "_read_runs", lambda root, dirs: reads.append(root) or real(root, dirs))
+    loader._RUNS.clear()
+    first = an.comparisons(folder)
+    an.discover(folder), an.left_out(folder), an.syncs(folder), an.comparisons(folder)
+    assert len(reads) == 1  # every table after the first takes the cached runs
+    p = os.path.join(folder, "camp", "aa", "summary.json")
+    s = json.load(open(p))
+    s["comparisons"][0]["optimized"]["arm"] = "renamed#2"
+    with open(p, "w") as f:
+        json.dump(s, f)
+    os.utime(p, ns=(os.stat(p).st_atime_ns, os.stat(p).st_mtime_ns + 10**9))  # a new stamp even on a coarse clock
+    again = an.comparisons(folder)
+    assert len(reads) == 2 and "renamed#2" in again["arm"].tolist() and "renamed#2" not in first["arm"].tolist()
+
+
 def test_wb_profiles_env_is_the_default_root(folder, monkeypatch):
     monkeypatch.setenv("WB_PROFILES", folder)
     assert sorted(an.discover()["job"]) == ["aa", "gpu"]

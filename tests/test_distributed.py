@@ -1,4 +1,4 @@
-"""The A/B under torchrun + FSDP2 (workbench/distributed.py) on the CPU with gloo, and the collective wait estimator
+"""The A/B under torchrun + FSDP2 (workbench/ab/distributed/) on the CPU with gloo, and the collective wait estimator
 (workbench/dist_waits.py) on synthetic per-rank events.
 
 The end-to-end tests launch `python -m torch.distributed.run --standalone --nproc-per-node 2 -m workbench.ab` on a
@@ -14,7 +14,8 @@ import sys
 import pandas as pd
 import pytest
 
-from workbench import dist_waits, distributed
+from workbench import dist_waits
+from workbench.ab import distributed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--opt", "packing", "--model", "tiny-llama", "--tokens", "64", "--steps", "1", "--reps", "1", "--warmup",

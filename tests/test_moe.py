@@ -255,7 +255,7 @@ def test_non_moe_model_is_unsupported():
 # --- the savings model -----------------------------------------------------------------------------------------
 
 def test_routing_savings_model_is_the_sum_of_its_parts():
-    from workbench.savings import moe_saving
+    from workbench.opts.moe_savings import moe_saving
 
     r = moe_saving(syncs_removed=1000, drain_stall_per_sync_ms=0.02, launch_gap_removed_ms=15.0, gemm_removed_ms=-3.0)
     assert r["predicted_ms"] == pytest.approx(1000 * 0.02 + 15.0 - 3.0)

@@ -15,7 +15,7 @@ from workbench.harness import train_steps
 from workbench.instrument import Ranges, instrument_layers
 from workbench.models import build_model, lora_parameters, model_inputs
 from workbench.opts import offload
-from workbench.savings import offload_saving, reload_ms_from_bandwidth
+from workbench.opts.offload_savings import offload_saving, reload_ms_from_bandwidth
 
 OFFLOAD_ARMS = ("sync_reload", "double_buffer")
 TOL = dict(rtol=1e-5, atol=1e-6)  # float32: `none` keeps activations instead of recomputing them

@@ -11,7 +11,7 @@ from workbench.harness import enable_checkpointing, train_steps
 from workbench.instrument import SyncCounter, instrument_layers, state
 from workbench.models import build_model, model_inputs
 from workbench.opts import packing
-from workbench.savings import packing_saving
+from workbench.opts.packing_savings import packing_saving
 
 from conftest import TINY, per_document_reference as _per_document_reference
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from synthetic_traces import offload_trace, packing_trace
-from workbench import stats, verdicts
+from workbench import savings, stats, verdicts
+from workbench.opts import offload_savings, packing_savings
 
 
 def _measured(mean, half, reps=12):
@@ -19,7 +20,7 @@ def _measured(mean, half, reps=12):
 
 def test_packing_builds_measure_idle_and_kernel_per_build():
     ev = packing_trace(layers=3, passes=2, steps=2, idle_us=5.0, kernel_us=2.0)
-    b = verdicts.packing_builds(ev)
+    b = packing_savings.packing_builds(ev)
     assert len(b) == 12
     assert b["idle_ms"].to_numpy() * 1e3 == pytest.approx(np.full(12, 5.5))
     assert b["kernel_ms"].to_numpy() * 1e3 == pytest.approx(np.full(12, 2.0))
@@ -27,7 +28,7 @@ def test_packing_builds_measure_idle_and_kernel_per_build():
 
 def test_packing_model_confirmed_with_the_right_L():
     ev = packing_trace(layers=4, passes=2, steps=3)
-    m = verdicts.packing_model(ev, layers=4, checkpointing=True, arm="cached")
+    m = packing_savings.packing_model(ev, layers=4, checkpointing=True, arm="cached")
     s_ms = (5.5 + 2.0) / 1e3
     assert m["predicted_ms"] == pytest.approx(7 * s_ms)  # L*p - 1 builds removed
     v = verdicts.check("packing", m, _measured(7 * s_ms, 0.001), None)
@@ -36,14 +37,14 @@ def test_packing_model_confirmed_with_the_right_L():
 
 def test_packing_wrong_L_fails_the_build_count_check():
     ev = packing_trace(layers=4, passes=2, steps=2)
-    with pytest.raises(verdicts.InputCheckFailed, match="expected L\\*p"):
-        verdicts.packing_model(ev, layers=8, checkpointing=True, arm="cached")
+    with pytest.raises(savings.InputCheckFailed, match="expected L\\*p"):
+        packing_savings.packing_model(ev, layers=8, checkpointing=True, arm="cached")
 
 
 def test_packing_wrong_L_is_refuted_by_the_measurement():
     """With the count check bypassed (a trace of 8 layers, a model told 2), the prediction misses the saving."""
-    true = verdicts.packing_model(packing_trace(layers=8, steps=3), layers=8, checkpointing=True, arm="cached")
-    wrong = verdicts.packing_model(packing_trace(layers=2, steps=3), layers=2, checkpointing=True, arm="cached")
+    true = packing_savings.packing_model(packing_trace(layers=8, steps=3), layers=8, checkpointing=True, arm="cached")
+    wrong = packing_savings.packing_model(packing_trace(layers=2, steps=3), layers=2, checkpointing=True, arm="cached")
     measured = _measured(true["predicted_ms"], 0.05 * true["predicted_ms"])
     assert verdicts.check("packing", true, measured, None)["verdict"] == "confirmed"
     assert verdicts.check("packing", wrong, measured, None)["verdict"] == "refuted"
@@ -56,7 +57,7 @@ G = [50.0, 60.0, 20.0, 70.0]
 
 
 def test_offload_inputs_are_the_copy_and_the_layer_kernels():
-    lay = verdicts.offload_layers(offload_trace(C, G, steps=2))
+    lay = offload_savings.offload_layers(offload_trace(C, G, steps=2))
     one = lay[lay["step"] == 0].set_index("layer")
     assert one["c_ms"].to_numpy() * 1e3 == pytest.approx(C)
     assert one["g_ms"].to_numpy() * 1e3 == pytest.approx(G)
@@ -64,9 +65,9 @@ def test_offload_inputs_are_the_copy_and_the_layer_kernels():
 
 def test_offload_model_and_c_g_swapped_is_refuted():
     true_ms = sum(min(C[i - 1], G[i]) for i in range(1, 4)) / 1e3  # 30 + 10 + 40 = 80 us
-    m = verdicts.offload_model(offload_trace(C, G, steps=3))
+    m = offload_savings.offload_model(offload_trace(C, G, steps=3))
     assert m["predicted_ms"] == pytest.approx(true_ms)
-    swapped = verdicts.offload_model(offload_trace(G, C, steps=3))
+    swapped = offload_savings.offload_model(offload_trace(G, C, steps=3))
     measured = _measured(true_ms, 0.05 * true_ms)
     assert verdicts.check("offload", m, measured, None)["verdict"] == "confirmed"
     assert swapped["predicted_ms"] != pytest.approx(true_ms)
@@ -78,11 +79,11 @@ def test_offload_first_reload_hides_behind_the_work_queued_ahead_of_it():
     the published (L-1) form beside it."""
     c = C[:-1] + [40.0]  # a last reload as long as the third: the first-reload term is half the published form
     published = sum(min(c[i - 1], G[i]) for i in range(1, 4)) / 1e3
-    assert verdicts.first_reload_lead(offload_trace(c, G, steps=2))["lead_ms"].tolist() == [0.0, 0.0]
+    assert offload_savings.first_reload_lead(offload_trace(c, G, steps=2))["lead_ms"].tolist() == [0.0, 0.0]
     for lead_us, first_us in [(45.0, 40.0), (4.0, 4.0)]:  # c_(L-1) = 40 us: h caps it, or c does
         ev = offload_trace(c, G, steps=3, lead_us=lead_us)
-        assert verdicts.first_reload_lead(ev)["lead_ms"].to_numpy() * 1e3 == pytest.approx([lead_us + 0.5] * 3)
-        m = verdicts.offload_model(ev)
+        assert offload_savings.first_reload_lead(ev)["lead_ms"].to_numpy() * 1e3 == pytest.approx([lead_us + 0.5] * 3)
+        m = offload_savings.offload_model(ev)
         assert m["inputs"]["c_ms"]["value"] == pytest.approx([x / 1e3 for x in c])  # the lead does not leak into c
         assert m["published"]["predicted_ms"] == pytest.approx(published)
         assert m["predicted_ms"] == pytest.approx(published + min(c[-1], lead_us + 0.5) / 1e3)
@@ -95,13 +96,13 @@ def test_offload_first_reload_hides_behind_the_work_queued_ahead_of_it():
 
 def test_offload_c_checked_against_bytes_over_bandwidth():
     ev = offload_trace(C, G, steps=2)  # bytes = c_us * 1000: 1 GB/s gives c exactly
-    assert verdicts.offload_model(ev, h2d_gb_per_s=1.0)["inputs"]["c_from_bandwidth_ms"]["value"] > 0
-    with pytest.raises(verdicts.InputCheckFailed, match="bandwidth"):
-        verdicts.offload_model(ev, h2d_gb_per_s=2.0)
+    assert offload_savings.offload_model(ev, h2d_gb_per_s=1.0)["inputs"]["c_from_bandwidth_ms"]["value"] > 0
+    with pytest.raises(savings.InputCheckFailed, match="bandwidth"):
+        offload_savings.offload_model(ev, h2d_gb_per_s=2.0)
 
 
 def test_offload_uncertainty_from_the_spread_across_steps():
-    m = verdicts.offload_model(offload_trace(C, G, steps=4, jitter_us=2.0))
+    m = offload_savings.offload_model(offload_trace(C, G, steps=4, jitter_us=2.0))
     lo, hi = m["predicted_ci95"]
     assert lo < m["predicted_ms"] < hi and m["n_steps"] == 4
 

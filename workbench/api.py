@@ -28,12 +28,16 @@ from __future__ import annotations
 
 import inspect
 
+from workbench import opt_registry
 from workbench import opts as _opts
 from workbench.errors import WorkbenchError
 from workbench.precision import forward_context, lora_kwargs  # noqa: F401 - public: the timed step's precision
 
-ORDER = ("packing", "moe", "offload")
-"""Application order (reverted in reverse): attention, experts, then the checkpoint function."""
+def _order() -> tuple[str, ...]:
+    """The optimizations in application order (SPEC `apply_order`, else `order`; reverted in reverse): attention,
+    experts, then the checkpoint function."""
+    return tuple(sorted(opt_registry.names(), key=lambda o: opt_registry.spec(o).get("apply_order",
+                                                                                      opt_registry.spec(o)["order"])))
 
 
 class Optimizations(_opts.Combined):
@@ -66,23 +70,25 @@ def _named_params(fn) -> set[str]:
     return {n for n, p in ps.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"model", "arm"}
 
 
-def apply_optimizations(model, packing: str | None = None, offload: str | None = None, moe: str | None = None,
-                        **options) -> Optimizations:
+def apply_optimizations(model, **arms_and_options) -> Optimizations:
     """Apply the chosen arm of each optimization to `model` (HF or peft-wrapped) in place.
 
-    packing: "rebuild" | "cached" | "precomputed" (or None); offload: "sync_reload" | "double_buffer" |
-    "no_offload" | "none"; moe: "eager" | "sort_bincount" | "grouped" (MoE models). `options` go to the `apply`
-    of the optimization that takes them (e.g. `backend="sdpa"` for packing, `min_free_mib=` for offload,
-    `gemm="triton"` for moe); `packing_options={...}` etc. pass them to one optimization explicitly.
+    One keyword per optimization of the registry (`workbench.opt_registry`), its value an arm name (None leaves it
+    alone), e.g. packing="cached", offload="double_buffer", moe="sort_bincount"; each module's `ARMS` lists its arms
+    (`python -m workbench.ab --help` too). The other keywords are options that go to the `apply` of the optimization
+    that takes them (e.g. `backend="sdpa"` for packing, `min_free_mib=` for offload, `gemm="triton"` for moe);
+    `<opt>_options={...}` passes them to one optimization explicitly.
 
     Raises WorkbenchError for an unknown arm or option, or an arm this model / device cannot run; nothing stays
     applied when it raises. Returns an `Optimizations` handle whose `revert()` undoes everything.
     """
-    chosen = {"packing": packing, "offload": offload, "moe": moe}
-    per_opt = {o: dict(options.pop(f"{o}_options", None) or {}) for o in ORDER}
-    mods = {o: _opts.module(o) for o in ORDER if chosen[o] is not None}
+    order = _order()
+    options = dict(arms_and_options)
+    chosen = {o: options.pop(o, None) for o in order}
+    per_opt = {o: dict(options.pop(f"{o}_options", None) or {}) for o in order}
+    mods = {o: _opts.module(o) for o in order if chosen[o] is not None}
     if not mods:
-        raise WorkbenchError("apply_optimizations: choose at least one of packing=, offload=, moe=")
+        raise WorkbenchError("apply_optimizations: choose at least one of " + ", ".join(f"{o}=" for o in order))
     used = set()
     for o, mod in mods.items():
         for k in _named_params(mod.apply) & set(options):
@@ -96,7 +102,7 @@ def apply_optimizations(model, packing: str | None = None, offload: str | None =
         device = next(model.parameters()).device
     except StopIteration:
         raise WorkbenchError("apply_optimizations: the model has no parameters") from None
-    arms = {o: chosen[o] for o in ORDER if o in mods}
+    arms = {o: chosen[o] for o in mods}
     for o, arm in arms.items():  # every arm named before any is applied
         if arm not in mods[o].ARMS:
             raise WorkbenchError(f"unknown arm {arm!r} for {o}; arms: {', '.join(mods[o].ARMS)}")
@@ -105,6 +111,17 @@ def apply_optimizations(model, packing: str | None = None, offload: str | None =
         raise _opts_unsupported(why)
     handles = _opts.apply_all(model, arms, per_opt).handles  # the one loop that applies arms (ab uses it too)
     return Optimizations(handles)
+
+
+def _signature() -> inspect.Signature:
+    """apply_optimizations(model, <opt>=None for each optimization, **options): what help() and IDEs show."""
+    P = inspect.Parameter
+    return inspect.Signature([P("model", P.POSITIONAL_OR_KEYWORD)]
+                             + [P(o, P.KEYWORD_ONLY, default=None, annotation="str | None") for o in _order()]
+                             + [P("options", P.VAR_KEYWORD)], return_annotation="Optimizations")
+
+
+apply_optimizations.__signature__ = _signature()
 
 
 def _opts_unsupported(msg: str):

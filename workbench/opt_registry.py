@@ -1,5 +1,5 @@
 """Which optimizations exist, and what the CLIs say of them, without importing one (no torch: `--help` is instant).
-It stands outside `workbench/opts/` because that package's face imports torch.
+It stands outside `workbench/opts/` and never imports an optimization (their modules import torch).
 
 An optimization is a module with a module-level `SPEC` dict literal (read here with `ast`, never executed) and the
 contract of `workbench.opts` (ARMS, BASELINE, OPTIMIZED, unsupported, apply). The registry holds:
@@ -15,6 +15,10 @@ SPEC keys:
     cpu: dict            default shape on a CPU (model, and layers / tokens where they differ from the run's)
     gpu: dict            default shape on a GPU
     all_variants: tuple  arms that replace its optimized arm in extra arms of `--opt all` (floor, anchor); may be ()
+    savings: str         optional: the dotted path of its savings-model module (torch-free; `workbench.savings`
+                         states its contract), e.g. "workbench.opts.packing_savings"; absent: not modelled
+    apply_order: int     optional: where `workbench.apply_optimizations` applies it (reverted in reverse); default
+                         `order`
 
 Optional hooks in the module itself (called with torch loaded): `comparison_options(cmp, device, state)` -> its
 apply / unsupported keyword arguments for one comparison (`state`: a dict per comparison the module may keep things
@@ -90,3 +94,8 @@ def spec(opt: str) -> dict:
 def module_path(opt: str) -> str:
     spec(opt)
     return found()[opt][0]
+
+
+def savings_path(opt: str) -> str | None:
+    """The dotted path of the optimization's savings-model module (SPEC `savings`), None when it has none."""
+    return spec(opt).get("savings")

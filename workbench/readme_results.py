@@ -35,7 +35,7 @@ import sys
 import pandas as pd
 
 from workbench import analysis as an
-from workbench import opt_registry, verdicts
+from workbench import savings
 from workbench import figures
 
 RESULTS_MARKERS = ("<!-- results -->", "<!-- /results -->")
@@ -44,7 +44,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE_NAME = "RESULTS.md"
 FIGURE_NAME = "headline.png"
 HEADLINE_MAX_ROWS = 8
-MODELLED = tuple(o for o in opt_registry.names() if o in verdicts.FORMULAS)
+MODELLED = savings.modelled()
 JUDGED = ("confirmed", "refuted", "inconclusive", "input check failed")
 
 

@@ -4,8 +4,6 @@ refuted model lacks.
 
     python -m workbench.verdicts RUN_DIR [RUN_DIR ...]     # fills each traced comparison of summary.json
 
-    # L = decoder layers, p = passes that build packed metadata (2 with checkpointing: forward + recompute)
-
 Per comparison of a run folder whose baseline and optimized arms were traced (`--trace torch|nsys`):
 
 - `decomposition`: `workbench.traces.decompose.compare` of the two arms' traces (components' ms per step, saving
@@ -15,24 +13,9 @@ Per comparison of a run folder whose baseline and optimized arms were traced (`-
   its 90% CI, the verdict (confirmed / refuted / inconclusive) with its p-values, and for a refuted model the
   largest component it lacks and the exploratory corrected model (the model plus that component's traced saving).
 
-Models (inputs measured in situ, per traced step, so their spread across steps gives the uncertainty):
-
-    packing   (L·p - b)·s                   b = 1 (cached) / 0 (precomputed); s per build = the GPU idle the build
-                                            causes (from the build's start until the GPU gets the first kernel
-                                            launched after it, less the GPU work in that window) + the build's
-                                            own kernel time; builds per step must equal L·p (else the check fails)
-    offload   min(c_{L-1}, h) + Σ_{i=1}^{L-1} min(c_{i-1}, g_i)
-                                            c_i = layer i's reload: its host-to-device copy in the trace (checked
-                                            against bytes / the pinned bandwidth measured in the same run: 20%);
-                                            g_i = layer i's recompute + backward kernel time (union); h = the GPU
-                                            work queued ahead of the first reload (from its launch to its copy's
-                                            start, the blocking arm's trace). The published form (without the
-                                            first reload's term) is judged beside it (`published`): the term was
-                                            added after H100 sweeps measured more than it predicts (RESULTS.md)
-    moe       ΔS·d + ΔG_launch + ΔK_gemm    ΔS = syncs removed per step (the counter; checked against the traces'
-                                            readbacks: 20%), d = in-situ drain stall per sync (the baseline's
-                                            sync_stall / its syncs), ΔG_launch = launch-bound idle removed,
-                                            ΔK_gemm = GEMM kernel time removed (per-expert matmuls -> grouped)
+Models: each optimization's savings module (its SPEC's `savings`, `workbench.savings` states the contract:
+`workbench/opts/<name>_savings.py`) builds its model from in-situ inputs, per traced step, so their spread across
+steps gives the uncertainty; its docstring states the formula and where each input comes from.
 
 Uncertainty: the prediction is f(mean of the per-step inputs), its se by the delta method (`stats.delta_method`,
 n-1 df over the traced steps). Measured: the mean paired saving baseline - arm over every (rep, step) pair, the rep
@@ -65,21 +48,16 @@ consistent" / "exploratory: refuted" / "exploratory: inconclusive"), until a new
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
-import re
 import sys
 
-import numpy as np
 import pandas as pd
 from scipy import stats as _sps
 
 from workbench import savings, stats
 from workbench.traces import decompose
 
-AGREE_TOL = 0.20
-"""Two sources of the same input may differ by at most this fraction; more fails the check (loudly)."""
 BAND = (0.8, 1.25)
 """measured / predicted inside this band (90% CI): the model holds; its CI entirely outside: it does not."""
 CONFIDENCE_MODEL = 0.90
@@ -87,258 +65,10 @@ CONFIDENCE_MODEL = 0.90
 ALPHA = (1 - CONFIDENCE_MODEL) / 2
 """Each one-sided test's level (and the Holm-adjusted p a verdict needs): 0.05."""
 CANNOT_DECIDE = "more reps cannot decide: the prediction's own uncertainty spans the band"
-
-MODEL_TERMS = {"packing": ("glue", "sync_stall", "launch_gap"),
-               "offload": ("exposed_copy",),
-               "moe": ("sync_stall", "launch_gap", "gemm")}
-"""The decomposition components each model accounts for (the rest are candidates for the term it lacks)."""
-
-FORMULAS = {"packing": "(L*p - b) * s,  s = GPU idle per build + build kernel time",
-            "offload": "min(c_{L-1}, h) + sum_{i=1}^{L-1} min(c_{i-1}, g_i)",
-            "moe": "syncs_removed * drain_stall_per_sync + launch_gap_removed + gemm_kernel_removed"}
-
-_META_RE = re.compile(r"^wb/(L\d+)/attn/meta$")
-
-
-class InputCheckFailed(Exception):
-    """Two sources of one model input disagree, or a count differs from what the model assumes."""
-
-
-# --- per-step helpers -----------------------------------------------------------------------------------------
-
-def _step_of(events: pd.DataFrame, windows: pd.DataFrame) -> np.ndarray:
-    """Step index of each event by its start (-1 outside every window)."""
-    out = np.full(len(events), -1, dtype=int)
-    st = events["start_ns"].to_numpy()
-    for w in windows.itertuples():
-        out[(st >= w.start_ns) & (st < w.end_ns)] = w.step
-    return out
-
-
-def _gpu_busy(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """The merged union of all GPU work (kernels and copies, any stream) and its prefix lengths, for `_covered_ns`."""
-    gpu = events[events["kind"].isin(("kernel", "memcpy"))]
-    return decompose.union_with_prefix(gpu[["start_ns", "end_ns"]].to_numpy(dtype=np.int64))
-
-
-def packing_builds(events: pd.DataFrame) -> pd.DataFrame:
-    """One row per `wb/Lxx/attn/meta` build: step, layer, idle_ms, kernel_ms, s_ms (= idle + kernel).
-
-    idle: from the build's start a until k, the GPU start of the first kernel launched after the build's end,
-    minus the GPU work (any stream) in [a, k]; kernel: the union of the build's own kernels (part attn/meta)."""
-    cols = ["step", "layer", "idle_ms", "kernel_ms", "s_ms"]
-    r = events[(events["kind"] == "range") & events["stream"].isna() & events["name"].astype(str).str.match(_META_RE)]
-    if r.empty:
-        return pd.DataFrame(columns=cols)
-    win = decompose.step_windows(events)
-    gpu = events[events["kind"].isin(("kernel", "memcpy"))]
-    u, prefix = _gpu_busy(events)
-    first_gpu = gpu[gpu["correlation"].notna()].groupby("correlation")["start_ns"].min()
-    rt = events[(events["kind"] == "runtime") & events["name"].astype(str).str.contains("Launch", case=False)
-                & events["correlation"].isin(first_gpu.index)].sort_values("start_ns")
-    rt_start = rt["start_ns"].to_numpy()
-    rt_k = first_gpu.reindex(rt["correlation"]).to_numpy()
-    mk = gpu[(gpu["kind"] == "kernel") & (gpu["part"] == "attn/meta")].sort_values("start_ns")
-    mk_iv = mk[["start_ns", "end_ns"]].to_numpy(dtype=np.int64)
-    steps = _step_of(r, win) if len(win) else np.zeros(len(r), int)
-    rows = []
-    for (a, b, name), step in zip(r[["start_ns", "end_ns", "name"]].itertuples(index=False), steps):
-        j = int(np.searchsorted(rt_start, b, "left"))
-        if j >= len(rt_start):
-            continue
-        k = int(rt_k[j])
-        if k < a:  # the launch's kernel started before the build (cannot happen on one stream; skip)
-            continue
-        idle = (k - a) - decompose.covered_ns(u, prefix, int(a), k)
-        lo, hi = np.searchsorted(mk_iv[:, 0], a, "left"), np.searchsorted(mk_iv[:, 0], k, "left")
-        kern = decompose._length(decompose._union(decompose._clip(mk_iv[lo:hi], int(a), k))) if hi > lo else 0
-        rows.append(dict(step=int(step), layer=_META_RE.match(name).group(1), idle_ms=idle / 1e6, kernel_ms=kern / 1e6,
-                         s_ms=(idle + kern) / 1e6))
-    return pd.DataFrame(rows, columns=cols)
-
-
-def first_reload_lead(events: pd.DataFrame) -> pd.DataFrame:
-    """Per step, h (`lead_ms`): the GPU work (kernels and copies, any stream; union) between the host's launch of
-    the step's first reload copy and the copy's start. In the blocking arm the copy waits behind all of it."""
-    cols = ["step", "lead_ms"]
-    win = decompose.step_windows(events)
-    cp = events[(events["kind"] == "memcpy") & (events["name"] == "HtoD") & (events["part"] == "reload")
-                & events["layer"].notna() & events["correlation"].notna()]
-    if win.empty or cp.empty:
-        return pd.DataFrame(columns=cols)
-    launch = events[(events["kind"] == "runtime") & events["correlation"].isin(cp["correlation"])]
-    launch = launch.groupby("correlation")["start_ns"].min()
-    cp = cp.assign(step=_step_of(cp, win), launch_ns=cp["correlation"].map(launch))
-    cp = cp[(cp["step"] >= 0) & cp["launch_ns"].notna()]
-    u, prefix = _gpu_busy(events)
-    rows = []
-    for step, grp in cp.groupby("step"):
-        first = grp.loc[grp["start_ns"].idxmin()]
-        rows.append(dict(step=int(step), lead_ms=decompose.covered_ns(u, prefix, int(first["launch_ns"]),
-                                                             int(first["start_ns"])) / 1e6))
-    return pd.DataFrame(rows, columns=cols)
-
-
-def offload_layers(events: pd.DataFrame) -> pd.DataFrame:
-    """Per step and layer: c_ms (the layer's reload: host-to-device copies launched in `wb/Lxx/reload`), bytes, and
-    g_ms (the union of the layer's recompute + backward kernels)."""
-    cols = ["step", "layer", "c_ms", "bytes", "g_ms"]
-    win = decompose.step_windows(events)
-    if win.empty:
-        return pd.DataFrame(columns=cols)
-    cp = events[(events["kind"] == "memcpy") & (events["name"] == "HtoD") & (events["part"] == "reload")
-                & events["layer"].notna()].copy()
-    cp["step"] = _step_of(cp, win)
-    cp["dur_ms"] = (cp["end_ns"] - cp["start_ns"]) / 1e6
-    c = cp[cp["step"] >= 0].groupby(["step", "layer"]).agg(c_ms=("dur_ms", "sum"), bytes=("bytes", "sum"))
-    k = events[(events["kind"] == "kernel") & events["layer"].notna() & events["pass"].isin(("recompute", "bwd"))].copy()
-    k["step"] = _step_of(k, win)
-    g = {}
-    for (step, layer), grp in k[k["step"] >= 0].groupby(["step", "layer"]):
-        g[(step, layer)] = decompose._length(decompose._union(grp[["start_ns", "end_ns"]].to_numpy(dtype=np.int64))) / 1e6
-    out = c.reset_index()
-    out["g_ms"] = [g.get((s, l), float("nan")) for s, l in zip(out["step"], out["layer"])]
-    return out[cols].sort_values(["step", "layer"]).reset_index(drop=True)
-
-
-# --- models ---------------------------------------------------------------------------------------------------
-
-def _pred(f, X) -> dict:
-    d = stats.delta_method(f, X)
-    return {"predicted_ms": d["estimate"], "predicted_se_ms": d["se"], "predicted_ci95": d["ci95"], "n_steps": d["n"]}
-
-
-def packing_model(base_events: pd.DataFrame, *, layers: int, checkpointing: bool, arm: str,
-                  batches: list | None = None, trace_batch_of_step=None) -> dict:
-    """The packing model from the baseline (rebuild) arm's trace; raises InputCheckFailed when builds per step
-    differ from L·p."""
-    passes = 2 if checkpointing else 1
-    b_after = 1 if arm == "cached" else 0
-    removed = layers * passes - b_after
-    builds = packing_builds(base_events)
-    if builds.empty:
-        raise InputCheckFailed("packing: no wb/Lxx/attn/meta builds in the baseline's trace")
-    per = builds.groupby("step").agg(builds=("s_ms", "size"), s_ms=("s_ms", "mean"), idle_ms=("idle_ms", "mean"),
-                                     kernel_ms=("kernel_ms", "mean")).reset_index()
-    bad = per[per["builds"] != layers * passes]
-    if len(bad):
-        raise InputCheckFailed(f"packing: {int(bad['builds'].iloc[0])} builds in traced step {int(bad['step'].iloc[0])}, "
-                               f"expected L*p = {layers}*{passes} = {layers * passes}")
-    X = per[["idle_ms", "kernel_ms"]].to_numpy()
-    out = _pred(lambda v: savings.packing_saving(layers, max(v[0] + v[1], 0.0), checkpointing=checkpointing,
-                                                 arm=arm)["predicted_ms"], X)
-    per_batch = []
-    for r in per.itertuples():
-        bi = trace_batch_of_step(r.step) if trace_batch_of_step else None
-        docs = (batches[bi].get("documents") if batches and bi is not None and bi < len(batches) else None)
-        per_batch.append(dict(step=int(r.step), batch=bi, documents=docs, builds=int(r.builds), s_ms=r.s_ms,
-                              idle_ms=r.idle_ms, kernel_ms=r.kernel_ms))
-    idle, kern = float(X[:, 0].mean()), float(X[:, 1].mean())
-    out.update(formula=FORMULAS["packing"],
-               inputs={"L": {"value": layers, "source": "the comparison's layer count"},
-                       "p": {"value": passes, "source": "forward + recompute (checkpointing)" if checkpointing
-                             else "forward (no checkpointing)"},
-                       "b": {"value": b_after, "source": f"builds left in the {arm} arm"},
-                       "builds_per_step": {"value": float(per["builds"].mean()),
-                                           "source": "wb/Lxx/attn/meta ranges per traced step (= L*p, checked)"},
-                       "s_idle_ms": {"value": idle, "source": "GPU idle per build, baseline trace"},
-                       "s_kernel_ms": {"value": kern, "source": "build kernels per build, baseline trace"},
-                       "s_ms": {"value": idle + kern, "source": "s_idle_ms + s_kernel_ms"}},
-               terms={"builds removed x idle per build": removed * idle,
-                      "builds removed x build kernels": removed * kern},
-               per_batch=per_batch)
-    return out
-
-
-def offload_model(base_events: pd.DataFrame, *, h2d_gb_per_s: float | None = None) -> dict:
-    """The offload model from the baseline (sync_reload) arm's trace; raises InputCheckFailed when c and
-    bytes / bandwidth disagree by more than AGREE_TOL."""
-    lay = offload_layers(base_events)
-    if lay.empty:
-        raise InputCheckFailed("offload: no reload copies (HtoD memcpy in wb/Lxx/reload) in the baseline's trace")
-    layers = sorted(lay["layer"].unique())
-    L = len(layers)
-    c = lay.pivot(index="step", columns="layer", values="c_ms").reindex(columns=layers)
-    g = lay.pivot(index="step", columns="layer", values="g_ms").reindex(columns=layers)
-    full = c.notna().all(axis=1) & g.notna().all(axis=1)
-    c, g = c[full], g[full]
-    if c.empty:
-        raise InputCheckFailed("offload: no traced step has a reload and a backward for every layer")
-    lead = first_reload_lead(base_events).set_index("step")["lead_ms"].reindex(c.index)
-    if lead.isna().any():
-        raise InputCheckFailed("offload: a traced step has no launch of its first reload copy (h unknown)")
-    X = np.concatenate([c.to_numpy(), g.to_numpy(), lead.to_numpy()[:, None]], axis=1)
-
-    def f(v, part="predicted_ms"):
-        return savings.offload_saving(np.maximum(v[:L], 0.0).tolist(), np.maximum(v[L:2 * L], 0.0).tolist(),
-                                      lead_ms=max(v[2 * L], 0.0))[part]
-    out = _pred(f, X)
-    pub = stats.delta_method(lambda v: f(v, "published_ms"), X)
-    c_mean, g_mean = c.mean().to_numpy(), g.mean().to_numpy()
-    nbytes = float(lay["bytes"].median())
-    inputs = {"L": {"value": L, "source": "layers with a reload in the trace"},
-              "c_ms": {"value": [float(x) for x in c_mean], "source": "HtoD copy per layer (wb/Lxx/reload), trace"},
-              "g_ms": {"value": [float(x) for x in g_mean],
-                       "source": "recompute + backward kernels per layer (union), trace"},
-              "reload_bytes": {"value": nbytes, "source": "bytes of the HtoD copy per layer, trace"},
-              "h_ms": {"value": float(lead.mean()), "source": "GPU work queued ahead of the first reload: from its "
-                                                            "launch to its copy's start, baseline trace"}}
-    if h2d_gb_per_s:
-        c_bw = savings.reload_ms_from_bandwidth(nbytes, h2d_gb_per_s)
-        c_med = float(np.median(c_mean))
-        inputs["c_from_bandwidth_ms"] = {"value": c_bw, "source": f"reload_bytes / pinned H2D {h2d_gb_per_s:.1f} GB/s "
-                                                                   "(measured in the same run)"}
-        inputs["h2d_gb_per_s"] = {"value": h2d_gb_per_s, "source": "meta.json pinned_copy"}
-        if abs(c_med - c_bw) > AGREE_TOL * c_bw:
-            raise InputCheckFailed(f"offload: c from the trace {c_med:.3f} ms vs bytes / bandwidth {c_bw:.3f} ms "
-                                   f"differ by more than {AGREE_TOL:.0%}")
-    out.update(formula=FORMULAS["offload"], inputs=inputs,
-               terms={"sum of min(c_(i-1), g_i)": pub["estimate"],
-                      "min(c_(L-1), h): the first reload behind the queued work": out["predicted_ms"] - pub["estimate"]},
-               published={"formula": "sum_{i=1}^{L-1} min(c_{i-1}, g_i)  ~ (L-1)*min(c,g)",
-                          "predicted_ms": pub["estimate"], "predicted_ci95": pub["ci95"], "predicted_se_ms": pub["se"]},
-               bound="reload" if c_mean.sum() > g_mean.sum() else "compute")
-    return out
-
-
-def moe_model(base_events: pd.DataFrame, arm_events: pd.DataFrame, *, syncs_base: float, syncs_arm: float,
-              readbacks_removed: float | None = None) -> dict:
-    """The MoE routing model from both arms' traces (paired by traced step) and the counter's syncs; raises
-    InputCheckFailed when the counter's syncs removed and the traces' readbacks removed differ by > AGREE_TOL."""
-    removed = float(syncs_base) - float(syncs_arm)
-    if readbacks_removed is not None and removed > 0 and abs(readbacks_removed - removed) > AGREE_TOL * removed:
-        raise InputCheckFailed(f"moe: syncs removed {removed:.0f}/step (counter) vs {readbacks_removed:.0f}/step "
-                               f"(trace readbacks) differ by more than {AGREE_TOL:.0%}")
-    a, b = decompose.per_step(base_events), decompose.per_step(arm_events)
-    n = min(len(a), len(b))
-    if n == 0:
-        raise InputCheckFailed("moe: no wb/step windows in the traces")
-    a, b = a.iloc[:n], b.iloc[:n]
-    X = np.stack([a["sync_stall"].to_numpy(), a["launch_gap"].to_numpy(), b["launch_gap"].to_numpy(),
-                  a["gemm"].to_numpy(), b["gemm"].to_numpy()], axis=1)
-    share = removed / syncs_base if syncs_base else 0.0
-
-    def f(v):
-        return savings.moe_saving(syncs_removed=removed, drain_stall_per_sync_ms=v[0] / syncs_base if syncs_base else 0.0,
-                                  launch_gap_removed_ms=v[1] - v[2], gemm_removed_ms=v[3] - v[4])["predicted_ms"]
-    out = _pred(f, X)
-    m = X.mean(axis=0)
-    terms = {"syncs removed x drain stall per sync": share * m[0], "launch gaps removed": m[1] - m[2],
-             "GEMM kernel time removed": m[3] - m[4]}
-    tot = sum(abs(v) for v in terms.values()) or 1.0
-    out.update(formula=FORMULAS["moe"],
-               inputs={"syncs_removed": {"value": removed, "source": "sync counter (counted pass), baseline - arm"},
-                       "drain_stall_per_sync_ms": {"value": m[0] / syncs_base if syncs_base else float("nan"),
-                                                   "source": "baseline trace: sync_stall / syncs per step"},
-                       "launch_gap_baseline_ms": {"value": m[1], "source": "baseline trace"},
-                       "launch_gap_arm_ms": {"value": m[2], "source": "arm trace"},
-                       "gemm_baseline_ms": {"value": m[3], "source": "baseline trace"},
-                       "gemm_arm_ms": {"value": m[4], "source": "arm trace"},
-                       **({"readbacks_removed": {"value": readbacks_removed,
-                                                 "source": "traces: small DtoH copies per step, baseline - arm"}}
-                          if readbacks_removed is not None else {})},
-               terms=terms, term_shares={k: abs(v) / tot for k, v in terms.items()})
-    return out
+FORMULAS = {o: savings.formula(o) for o in savings.modelled()}
+"""{opt: its model's formula}, from each optimization's savings module (the registry's order)."""
+MODEL_TERMS = {o: savings.model_terms(o) for o in savings.modelled()}
+"""{opt: the decomposition components its model accounts for}."""
 
 
 # --- verdict --------------------------------------------------------------------------------------------------
@@ -515,8 +245,9 @@ def check(opt: str, model: dict, measured: dict, decomposition: pd.DataFrame | N
         out["published"] = {**pub, "bias_rel": bias, **pj}
     if decomposition is not None and len(decomposition):
         d = decomposition.set_index("component")["saved_ms"]
-        lacking = {c: float(d[c]) for c in decompose.COMPONENTS if c in d and c not in MODEL_TERMS.get(opt, ())}
-        own = [c for c in MODEL_TERMS.get(opt, ()) if c in d]
+        terms = savings.model_terms(opt)
+        lacking = {c: float(d[c]) for c in decompose.COMPONENTS if c in d and c not in terms}
+        own = [c for c in terms if c in d]
         if own:  # what the model's own components saved in the traces beyond what it predicts
             lacking[f"{'+'.join(own)} beyond the model"] = float(sum(d[c] for c in own)) - model["predicted_ms"]
         if "residual_ms" in d:
@@ -585,11 +316,11 @@ def _arms(c: dict) -> dict:
 
 def comparison_verdict(run_dir: str, c: dict, results: pd.DataFrame, meta: dict) -> dict:
     """decomposition, breakdown and savings_model of one comparison dict of summary.json (updated in place)."""
-    from workbench.traces.analysis import readbacks_per_step
     base = (c.get("baseline") or {}).get("arm")
     opt_arm = (c.get("optimized") or {}).get("arm")
     name, opt = c.get("name"), c.get("opt")
-    sm = {"formula": FORMULAS.get(opt, "the sum of the three models")}
+    mod = savings.module(opt)
+    sm = {"formula": mod.FORMULA if mod else "the sum of the optimizations' models"}
     if not base or not opt_arm or str(name).startswith(("nvtx:", "aa:")) or opt_arm == base:
         return c
     measured = measured_saving(results, name, base, opt_arm)
@@ -609,36 +340,21 @@ def comparison_verdict(run_dir: str, c: dict, results: pd.DataFrame, meta: dict)
     if base in traced and opt_arm in traced:
         decomp = decompose.compare(traced[base], traced[opt_arm], measured_ms=measured["mean"])
         c["decomposition"] = decomp.to_dict("records")
-    if opt not in MODEL_TERMS:
-        sm.update(verdict="not modelled", reason="the three together are judged through each model on its own "
-                                                 "comparison")
+    if mod is None:
+        sm.update(verdict="not modelled", reason="optimizations together are judged through each one's model on its "
+                                                 "own comparison")
         c["savings_model"] = sm
         return c
-    if base not in traced or (opt == "moe" and opt_arm not in traced):
+    if any({"baseline": base, "arm": opt_arm}[a] not in traced for a in mod.TRACED_ARMS):
         why = ("the traces hold no GPU events (a CPU run): the model's inputs are GPU idle and kernel times"
                if any(e is not None for e in ev.values()) else
                "the model's inputs come from traces: run with --trace torch or nsys")
         sm.update(verdict="no trace", reason=why)
         c["savings_model"] = sm
         return c
-    args = meta.get("args") or {}
-    nb = int((c.get("protocol") or {}).get("batches") or args.get("batches") or 1)
-    warm = int(args.get("warmup") or 0)
     try:
-        if opt == "packing":
-            arm_name = opt_arm if opt_arm in ("cached", "precomputed") else "cached"
-            model = packing_model(traced[base], layers=int(c["layers"]), checkpointing=not args.get("no_checkpointing"),
-                                  arm=arm_name, batches=c.get("batches"),
-                                  trace_batch_of_step=lambda k: (warm + k) % nb)
-        elif opt == "offload":
-            bw = (meta.get("pinned_copy") or {}).get("h2d_gb_per_s")
-            model = offload_model(traced[base], h2d_gb_per_s=bw)
-        else:
-            arms = _arms(c)
-            rb = (readbacks_per_step(traced[base]) - readbacks_per_step(traced[opt_arm]))
-            model = moe_model(traced[base], traced[opt_arm], syncs_base=arms[base].get("syncs_per_step") or 0.0,
-                              syncs_arm=arms[opt_arm].get("syncs_per_step") or 0.0, readbacks_removed=rb)
-    except InputCheckFailed as e:
+        model = mod.from_run(traced, c, meta, baseline=base, arm=opt_arm)
+    except savings.InputCheckFailed as e:
         sm.update(verdict="input check failed", reason=str(e))
         c["savings_model"] = sm
         return c

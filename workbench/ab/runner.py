@@ -9,7 +9,7 @@ import traceback
 import torch
 
 from workbench import opts as opts_registry
-from workbench import verdicts
+from workbench import savings
 from workbench.ab import passes, summary
 from workbench.ab.arm import _Parked, _Session, _fresh, _free, _plain
 from workbench.ab.cli import HF_ATTN, NOT_A_RESULT
@@ -36,7 +36,7 @@ class Runner:
         progress(msg)
 
     def data_seed(self) -> int:
-        """The seed of this process's batches (workbench.distributed: offset per rank under torchrun)."""
+        """The seed of this process's batches (workbench.ab.distributed: offset per rank under torchrun)."""
         return self.args.seed
 
     def protocol(self):
@@ -95,7 +95,7 @@ class Runner:
             _free(self.device)
 
     def reference_fp32(self, model, run_one, batch, *, cmp, spec, options) -> dict:
-        """The fp32 reference of the baseline arm on `batch` (`equivalence.reference_fp32`; workbench.distributed
+        """The fp32 reference of the baseline arm on `batch` (`equivalence.reference_fp32`; workbench.ab.distributed
         computes it on an unsharded copy: FSDP2 all-gathers from its own bf16 shards)."""
         from workbench import equivalence
 
@@ -132,7 +132,7 @@ class Runner:
         out = {"name": cmp.name, "opt": cmp.opt, "model": cmp.model, "layers": None, "tokens": cmp.tokens,
                "attn": cmp.attn, "baseline": None, "optimized": None, "others": [], "speedup": None,
                "speedup_ci95": None, "verdict": None, "n_pairs": 0, "equivalent": False,
-               "savings_model": {"formula": verdicts.FORMULAS.get(cmp.opt, "not modelled" + (
+               "savings_model": {"formula": savings.formula(cmp.opt) or ("not modelled" + (
                    " (every optimization together)" if cmp.opt == "all" else "")),
                                  "predicted_ms": None, "measured_ms": None,
                                  "reason": "the model's inputs come from traces: run with --trace torch or nsys"},

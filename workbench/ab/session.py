@@ -1,6 +1,6 @@
 """The run: the output folder and its writer, NVML, signals, the comparison loop, the verdicts step and the final
 JSON line. `main` is `python -m workbench.ab`'s entry point; under torchrun it hands over to
-`workbench.distributed`."""
+`workbench.ab.distributed`."""
 from __future__ import annotations
 
 import os
@@ -102,8 +102,8 @@ def _install_sigterm():
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     a = parse_args(argv)
-    # --- distributed: under torchrun, one process per rank, FSDP2 (workbench/distributed.py) ---
-    from workbench import distributed
+    # --- distributed: under torchrun, one process per rank, FSDP2 (workbench/ab/distributed/) ---
+    from workbench.ab import distributed
     if distributed.launched():
         return distributed.main(a, argv, _main)
     # ---
@@ -111,13 +111,13 @@ def main(argv=None) -> int:
 
 
 def _main(argv, a, dctx) -> int:
-    """The run; `dctx` is this rank's `workbench.distributed.DistContext` under torchrun, else None."""
+    """The run; `dctx` is this rank's `workbench.ab.distributed.DistContext` under torchrun, else None."""
     from workbench import report
     from workbench.equivalence import describe
     from workbench.instrument import NvmlSampler
     from workbench.models import resolve_device
     from workbench.results import RunWriter, check_out_dir, clear_run_files, device_info, new_run_id
-    from workbench.distributed import RankFailed
+    from workbench.ab.distributed import RankFailed
 
     main_rank = dctx is None or dctx.is_main  # distributed: rank 0 alone prints and writes the folder
     device = dctx.device if dctx is not None else resolve_device(a.device)
@@ -157,7 +157,7 @@ def _main(argv, a, dctx) -> int:
     wenv = dict(device=device.type, gpu_name=dinfo.get("name") if device.type == "cuda" else None,
                 precision=a.precision)
     if dctx is not None:
-        from workbench.distributed import RankWriter
+        from workbench.ab.distributed import RankWriter
         writer = RankWriter(out_dir, run_id, rank=dctx.rank, env=wenv, extra_meta={
             **meta, "distributed": {k: v for k, v in dctx.describe().items() if k != "rank"}},
             argv=["torchrun", f"--nproc-per-node={dctx.world}", "-m", "workbench.ab", *argv])
@@ -173,7 +173,7 @@ def _main(argv, a, dctx) -> int:
         writer.write_meta()
     sampler = NvmlSampler(device_index=(device.index or 0), period_s=0.25) if device.type == "cuda" else None
     if dctx is not None:
-        from workbench.distributed import DistRunner
+        from workbench.ab.distributed import DistRunner
         runner = DistRunner(a, device, writer, dctx, nvml=sampler)
     else:
         runner = Runner(a, device, writer, nvml=sampler)

@@ -21,7 +21,6 @@ import importlib
 from typing import Callable
 
 from workbench.errors import WorkbenchError
-from workbench.models import model_inputs
 
 from workbench import opt_registry as registry
 
@@ -73,6 +72,8 @@ class Combined:
 
     @property
     def inputs_fn(self) -> Callable:
+        from workbench.models import model_inputs  # (this package's face stays torch-free: the savings modules)
+
         fns = [h.inputs_fn for h in self.handles if h.inputs_fn is not None]
         if len(fns) > 1:
             raise WorkbenchError("two optimizations both replace the model inputs; they cannot be combined")

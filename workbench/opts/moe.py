@@ -47,7 +47,7 @@ from workbench import models
 from workbench.models import MOE_FAMILIES, base_model_of, family_of
 from workbench.opts import Handle
 
-SPEC = {"order": 3,
+SPEC = {"order": 3, "apply_order": 2, "savings": "workbench.opts.moe_savings",
         "help": "eager (baseline), sort_bincount (optimized), grouped (sync-free: torch._grouped_mm, or a Triton "
                 "kernel where that is missing), hf_grouped_mm (transformers' own grouped_mm: the anchor), "
                 "hf_batched_mm (opt-in: --arms only)",

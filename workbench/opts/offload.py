@@ -52,7 +52,7 @@ from workbench.harness import disable_checkpointing, enable_checkpointing
 from workbench.instrument.ranges import find_decoder_layers, layer_label, span
 from workbench.opts import Handle
 
-SPEC = {"order": 2,
+SPEC = {"order": 2, "apply_order": 3, "savings": "workbench.opts.offload_savings",
         "help": "sync_reload (baseline), double_buffer (optimized), no_offload (limit), none (memory ref.)",
         "cpu": {"model": "tiny-qwen3"}, "gpu": {"model": "llama-3.1-8b", "layers": 8}, "all_variants": ()}
 """What the CLIs say of this optimization (`workbench.opt_registry`): arms help, default shapes."""

@@ -1,0 +1,61 @@
+"""Tables and figures from run folders of the one results schema (`workbench/results.py`): what the notebooks and
+`python -m workbench.readme_results` show.
+
+    from workbench import analysis as an
+    runs = an.discover("profiles")           # complete GPU runs; an.left_out("profiles") says what was not taken, why
+    comps = an.comparisons("profiles")       # one row per comparison and arm: speedup, 95% CI, verdict, n pairs
+    points, fit = an.sweep(comps)            # saving per layer count, linear fit (slope ms/layer with its CI)
+    an.show(an.speedup_figure(comps))
+
+A run folder holds `summary.json` (+ `meta.json`, `results.csv`; `traces/<comparison>/<arm>.events.parquet` with
+`--trace`). A profiles root is a folder of such folders at any depth, or one run folder; a campaign folder's
+`COMMAND.txt` (`job: command` lines) or `commands.json` names each sub-folder's command. Runs are kept when complete
+(meta.json status "complete") and on a GPU; the others are listed by `left_out` with the reason.
+Every statistic comes from `workbench.stats`; every frame has its units in its column names; figures take a frame
+and return a plotly figure (`visualize=True` shows it). Notebooks only load, call and plot.
+
+A facade over one module per topic (HolisticTraceAnalysis's pattern): `loader` (run folders, read once per root and
+cached), `speedups`, `sweeps`, `costs`, `models` (the savings models' verdicts), `breakdowns`, `timelines`, `claims`;
+the data they share (folders, the articles' claims, the cut-off runs still reported) is `constants`.
+"""
+from __future__ import annotations
+
+from workbench.analysis.loader import (
+    LEFT_OUT_COLUMNS, RUN_COLUMNS, _json, campaign_commands, discover, left_out, no_data, preview, profiles_root,
+    recomputed, shown_path, step_samples)
+from workbench.analysis.speedups import (
+    COMP_COLUMNS, CONFIG_KEY, REPEAT_COLUMNS, REPEAT_KEY, STEP_COLUMNS, comparisons, headline_runs, one_gpu,
+    repeats, runs_of, steps, warmups)
+from workbench.analysis.sweeps import (
+    SWEEP_FIT_COLUMNS, SWEEP_POINT_COLUMNS, equivalence, sweep, sweep_fits, sweep_points)
+from workbench.analysis.costs import (
+    COST_COLUMNS, MFU_COLUMNS, SYNC_COLUMNS, instrument_cost, mfu, syncs, witness_ops)
+from workbench.analysis.models import (
+    DECOMPOSITION_COLUMNS, SAVINGS_COLUMNS, VERDICT_COLUMNS, decomposition, savings, verdicts)
+from workbench.analysis.breakdowns import (
+    BREAKDOWN_COLUMNS, LEVER_COLUMNS, TOP_KERNEL_COLUMNS, breakdown, levers, top_kernels)
+from workbench.analysis.timelines import (
+    STREAM_COLUMNS, TIMELINE_COLUMNS, arm_events, layer_timeline, load_trace, meta_builds, pair_timeline,
+    step_windows, stream_roles, timeline_pairs, trace_diffs)
+from workbench.analysis.claims import (
+    CLAIM_COLUMNS, claims_table, claims_vs_ours, same_model)
+from workbench.analysis.constants import (
+    DEFAULT_PROFILES, KEEP_FROM_INCOMPLETE, NOT_A_MEASUREMENT, PREVIEW_ROWS, RECIPE, REPO, SWEEP_CONFIDENCE)
+from workbench.report import (  # the figures live in report.py; re-exported here
+    breakdown_figure, claims_figure, cost_figure, show, speedup_figure, speedup_figures, steps_figure,
+    sweep_figure, sweep_fit_figure, timeline_figure)
+
+__all__ = [
+    "LEFT_OUT_COLUMNS", "RUN_COLUMNS", "_json", "campaign_commands", "discover", "left_out", "no_data", "preview",
+    "profiles_root", "recomputed", "shown_path", "step_samples", "COMP_COLUMNS", "CONFIG_KEY", "REPEAT_COLUMNS",
+    "REPEAT_KEY", "STEP_COLUMNS", "comparisons", "headline_runs", "one_gpu", "repeats", "runs_of", "steps",
+    "warmups", "SWEEP_FIT_COLUMNS", "SWEEP_POINT_COLUMNS", "equivalence", "sweep", "sweep_fits", "sweep_points",
+    "COST_COLUMNS", "MFU_COLUMNS", "SYNC_COLUMNS", "instrument_cost", "mfu", "syncs", "witness_ops",
+    "DECOMPOSITION_COLUMNS", "SAVINGS_COLUMNS", "VERDICT_COLUMNS", "decomposition", "savings", "verdicts",
+    "BREAKDOWN_COLUMNS", "LEVER_COLUMNS", "TOP_KERNEL_COLUMNS", "breakdown", "levers", "top_kernels",
+    "STREAM_COLUMNS", "TIMELINE_COLUMNS", "arm_events", "layer_timeline", "load_trace", "meta_builds",
+    "pair_timeline", "step_windows", "stream_roles", "timeline_pairs", "trace_diffs", "CLAIM_COLUMNS",
+    "claims_table", "claims_vs_ours", "same_model", "DEFAULT_PROFILES", "KEEP_FROM_INCOMPLETE", "NOT_A_MEASUREMENT",
+    "PREVIEW_ROWS", "RECIPE", "REPO", "SWEEP_CONFIDENCE", "breakdown_figure", "claims_figure", "cost_figure",
+    "show", "speedup_figure", "speedup_figures", "steps_figure", "sweep_figure", "sweep_fit_figure",
+    "timeline_figure"]

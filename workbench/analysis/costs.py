@@ -1,0 +1,115 @@
+"""What things cost: the instruments (sync counter, NVTX ranges), syncs per step with their sources, model FLOPs
+and MFU, the op-by-op sync witness."""
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+
+from workbench.analysis.loader import _arms, _frame, _included, _json, _name, profiles_root, recomputed
+
+
+COST_COLUMNS = ["instrument", "folder", "comparison", "arm", "role", "off_ms", "on_ms", "cost_pct", "speedup",
+                "ci95_lo", "ci95_hi", "verdict", "n", "file"]
+
+
+def instrument_cost(profiles: str | None = None, **kw) -> pd.DataFrame:
+    """What the instruments cost (`COST_COLUMNS`). "sync counter": per arm of every comparison but the nvtx ones,
+    off_ms = median timed step, on_ms = median step of the counted pass (counter on, one step per batch: n),
+    cost_pct = 100 * (on/off - 1), no CI (the two are not paired). "nvtx ranges": per `nvtx:` comparison, off_ms /
+    on_ms the means of the `-nvtx` / `+nvtx` arms, speedup over paired steps with its CI and verdict, recomputed
+    from results.csv (`recomputed`: the rep as the unit); cost_pct = 100 * (1/speedup - 1)."""
+    rows = []
+    for r, comps in _included(profiles, **kw):
+        base = {"folder": r["folder"], "file": os.path.join(r["folder"], "summary.json")}
+        for c in comps:
+            if _name(c).startswith("nvtx:"):
+                off, on = c.get("baseline") or {}, c.get("optimized") or {}
+                new = recomputed(r["path"], _name(c), off.get("arm"), on.get("arm")) or {}
+                sp = new.get("speedup")
+                lo, hi = new.get("ci95") or [None, None]
+                rows.append({**base, "instrument": "nvtx ranges", "comparison": _name(c), "role": "nvtx",
+                             "arm": (off.get("arm") or "").removesuffix("-nvtx"),
+                             "off_ms": new.get("baseline_mean_ms", off.get("step_ms_mean")),
+                             "on_ms": new.get("arm_mean_ms", on.get("step_ms_mean")),
+                             "cost_pct": 100 * (1 / sp - 1) if sp else None,
+                             "speedup": sp, "ci95_lo": lo, "ci95_hi": hi, "verdict": new.get("verdict"),
+                             "n": new.get("n_pairs")})
+                continue
+            for a, role in _arms(c):
+                off, on = a.get("step_ms"), a.get("instrumented_step_ms")
+                rows.append({**base, "instrument": "sync counter", "comparison": _name(c), "arm": a["arm"],
+                             "role": role, "off_ms": off, "on_ms": on,
+                             "cost_pct": 100 * (on / off - 1) if on and off else None,
+                             "n": (c.get("protocol") or {}).get("batches")})
+    return _frame(rows, COST_COLUMNS, ("off_ms", "on_ms", "cost_pct", "speedup", "ci95_lo", "ci95_hi"))
+
+
+SYNC_COLUMNS = ["folder", "comparison", "arm", "role", "syncs_per_step", "source", "source_syncs_per_step", "rank",
+                "file"]
+
+
+def syncs(profiles: str | None = None, top: int | None = 3, **kw) -> pd.DataFrame:
+    """Syncs per step of every arm (counted pass) with its `top` source lines (`sync_sources_per_step`), one row per
+    (arm, source), sources ranked by syncs per step; an arm without sources keeps one row with source None."""
+    rows = []
+    for r, comps in _included(profiles, **kw):
+        for c in comps:
+            for a, role in _arms(c):
+                base = {"folder": r["folder"], "comparison": _name(c), "arm": a["arm"], "role": role,
+                        "syncs_per_step": a.get("syncs_per_step"), "file": os.path.join(r["folder"], "summary.json")}
+                src = sorted((a.get("sync_sources_per_step") or {}).items(), key=lambda kv: (-kv[1], kv[0]))
+                rows += [{**base, "source": s, "source_syncs_per_step": n, "rank": k + 1}
+                         for k, (s, n) in enumerate(src[:top] if top else src)] or [base]
+    return _frame(rows, SYNC_COLUMNS)
+
+
+def witness_ops(profiles: str | None = None) -> pd.DataFrame:
+    """The op-by-op sync witness of a campaign (`witness_ops/witness.json`: op, counter, cpu_only,
+    cuda_debug_warnings), with `agree` = the counter and CUDA's debug mode count the same."""
+    rows = []
+    for d, _, files in os.walk(profiles_root(profiles)):
+        if "witness.json" in files:
+            rows += [{**w, "folder": d, "agree": w.get("counter") == w.get("cuda_debug_warnings")}
+                     for w in _json(os.path.join(d, "witness.json")) or []]
+    return pd.DataFrame(rows, columns=["folder", "op", "counter", "cpu_only", "cuda_debug_warnings", "agree"])
+
+
+MFU_COLUMNS = ["folder", "name", "model", "layers", "tokens", "attn", "attention_flops", "model_tflop_per_step",
+               "arm", "step_mean_ms", "achieved_tflops", "mfu", "peak_tflops", "file"]
+
+
+def mfu(profiles: str | None = None, **kw) -> pd.DataFrame:
+    """Per arm of every comparison (`MFU_COLUMNS`): the model FLOPs of a step (`workbench.flops`, counted from the
+    config and the run's own batches, rebuilt from meta.json's arguments; recompute left out), the achieved TFLOP/s
+    over the arm's mean step time, and MFU against the device's dense bf16 peak (`flops.PEAK_BF16_DENSE_TFLOPS`).
+    A run whose summary.json already holds `achieved_tflops` (runs since the FLOP count) is read as written."""
+    from workbench import flops
+
+    rows = []
+    for r, comps in _included(profiles, **kw):
+        args = (_json(os.path.join(r["path"], "meta.json")) or {}).get("args") or {}
+        for c in comps:
+            if _name(c).startswith("nvtx:"):
+                continue
+            try:
+                per_batch = flops.for_comparison(
+                    c["model"], c.get("layers"), c["tokens"], c.get("attn"), lengths=args["lengths"],
+                    batches=args.get("batches") or len(c.get("batches") or []) or 1, seed=args.get("seed", 0),
+                    lora_rank=args.get("lora_rank", 16), checkpointing=not args.get("no_checkpointing", False),
+                    experts=args.get("experts"))
+            except Exception:  # noqa: BLE001 - a run whose shape the count cannot rebuild is left out of this table
+                continue
+            model_flops = sum(f["model"] for f in per_batch) / len(per_batch)
+            peak = flops.peak_tflops(r["gpu_name"] or "")
+            for a, _ in _arms(c):
+                ms = a.get("step_ms_mean") or a.get("step_ms")
+                if not ms:
+                    continue
+                tf = a.get("achieved_tflops") or model_flops / (ms / 1e3) / 1e12
+                rows.append({"folder": r["folder"], "name": _name(c), **{k: c.get(k) for k in
+                             ("model", "layers", "tokens", "attn")}, "attention_flops": per_batch[0]["attention"],
+                             "model_tflop_per_step": model_flops / 1e12, "arm": a["arm"], "step_mean_ms": ms,
+                             "achieved_tflops": tf, "mfu": tf / peak if peak else None, "peak_tflops": peak,
+                             "file": os.path.join(r["folder"], "summary.json")})
+    return _frame(rows, MFU_COLUMNS, ("model_tflop_per_step", "step_mean_ms", "achieved_tflops", "mfu"))

@@ -1,0 +1,195 @@
+"""Speedups: one row per comparison and arm, recomputed from results.csv; timed and warmup steps; the same
+comparison across runs (`runs_of`, `repeats`) and the run a headline reports."""
+from __future__ import annotations
+
+import math
+import os
+
+import pandas as pd
+
+from workbench.analysis.constants import RECIPE
+from workbench.analysis.loader import _arms, _empty, _frame, _included, _name, _rows, _run_precision, recomputed
+
+
+COMP_COLUMNS = ["folder", "job", "name", "opt", "model", "layers", "tokens", "attn", "precision", "gpu_name", "ranks",
+                "role",
+                "baseline", "arm", "baseline_ms", "arm_ms", "baseline_mean_ms", "arm_mean_ms", "speedup", "ci95_lo",
+                "ci95_hi", "ci_contains_1", "verdict", "n_pairs", "n_units", "outlier_pairs", "summary_speedup",
+                "summary_ci95_lo", "summary_ci95_hi", "summary_verdict", "summary_n_pairs", "equivalent",
+                "syncs_baseline", "syncs_arm", "instrument_cost_pct", "run_status", "file", "command"]
+
+
+def comparisons(profiles: str | None = None, include_incomplete_comparisons=False, **discover_kw) -> pd.DataFrame:
+    """One row per (run, comparison, arm other than the baseline) (`COMP_COLUMNS`): `speedup` = exp(mean per-rep
+    log(mean baseline / mean arm)) over the paired steps with its 95% CI (t over reps, `ci95_lo/hi`), verdict,
+    pairs and reps (`n_units`), recomputed from each run's results.csv (`recomputed`: the rep is the unit, every
+    pair counts); `baseline_mean_ms` / `arm_mean_ms` are the arms' mean timed steps (what the speedup is a ratio
+    of), `baseline_ms` / `arm_ms` their medians; `summary_*` the figures the run's summary.json holds (for runs
+    before the rep-level statistics: the pair bootstrap, outliers dropped); `role` optimized / other / aa (A/A: the
+    baseline against itself) / nvtx (NVTX ranges off -> on); `file` the summary.json it comes from.
+    `include_incomplete_comparisons`: True, or job names (e.g. `KEEP_FROM_INCOMPLETE`), to take the comparisons
+    whose own status is ok out of incomplete runs; `discover_kw`: include_cpu, include_incomplete."""
+    rows = []
+    for r, comps in _included(profiles, include_incomplete_comparisons=include_incomplete_comparisons,
+                              **discover_kw):
+        for c in comps:
+            b = c.get("baseline") or {}
+            for a, role in _arms(c)[1:]:
+                v = a.get("vs_baseline") or {}
+                olo, ohi = v.get("ci95") or [None, None]
+                new = recomputed(r["path"], _name(c), b.get("arm"), a["arm"]) or {}
+                lo, hi = new.get("ci95") or [None, None]
+                rows.append({"folder": r["folder"], "job": r["job"], "name": _name(c), "gpu_name": r["gpu_name"]
+                             or r["device"], **{k: c.get(k) for k in ("opt", "model", "layers", "tokens", "attn")},
+                             "precision": c.get("precision") or _run_precision(r["path"]),
+                             "ranks": int((c.get("distributed") or {}).get("world_size") or 1), "role": role,
+                             "baseline": b.get("arm"), "arm": a["arm"], "baseline_ms": b.get("step_ms"),
+                             "arm_ms": a.get("step_ms"),
+                             "baseline_mean_ms": new.get("baseline_mean_ms", b.get("step_ms_mean")),
+                             "arm_mean_ms": new.get("arm_mean_ms", a.get("step_ms_mean")),
+                             "speedup": new.get("speedup"), "ci95_lo": lo,
+                             "ci95_hi": hi, "ci_contains_1": None if lo is None else lo <= 1 <= hi,
+                             "verdict": new.get("verdict"), "n_pairs": new.get("n_pairs"),
+                             "n_units": new.get("n_units"), "outlier_pairs": new.get("outlier_pairs"),
+                             "summary_speedup": v.get("speedup"), "summary_ci95_lo": olo, "summary_ci95_hi": ohi,
+                             "summary_verdict": v.get("verdict"), "summary_n_pairs": v.get("n_pairs"),
+                             "equivalent": a.get("equivalent"),
+                             "syncs_baseline": b.get("syncs_per_step"), "syncs_arm": a.get("syncs_per_step"),
+                             "instrument_cost_pct": a.get("instrument_cost_pct"), "run_status": r["status"],
+                             "file": os.path.join(r["folder"], "summary.json"), "command": r["command"]})
+    return _frame(rows, COMP_COLUMNS, ("baseline_ms", "arm_ms", "baseline_mean_ms", "arm_mean_ms", "speedup",
+                                       "ci95_lo", "ci95_hi", "syncs_baseline", "syncs_arm", "instrument_cost_pct",
+                                       "summary_speedup", "summary_ci95_lo", "summary_ci95_hi"))
+
+
+STEP_COLUMNS = ["folder", "comparison", "arm", "rep", "batch", "step", "step_ms", "opt", "model", "layers", "tokens"]
+
+
+def steps(profiles: str | None = None, **kw) -> pd.DataFrame:
+    """The timed steps (results.csv `step_ms` rows) of the comparisons `comparisons(...)` reads (`STEP_COLUMNS`)."""
+    df = _rows(profiles, ["step_ms"], **kw)
+    return _empty(STEP_COLUMNS) if df.empty else df.rename(columns={"value": "step_ms"})[STEP_COLUMNS]
+
+
+def warmups(profiles: str | None = None, **kw) -> pd.DataFrame:
+    """Warmup steps (`warmup_step_ms` rows: rep, batch, step) with each (arm, rep)'s `warmup_steps` and whether it
+    settled (`warmup_settled`, 1/0) beside them."""
+    cols = ["folder", "comparison", "arm", "rep", "batch", "step", "warmup_step_ms", "warmup_steps", "warmup_settled"]
+    df = _rows(profiles, ["warmup_step_ms", "warmup_steps", "warmup_settled"], **kw)
+    if df.empty:
+        return _empty(cols)
+    key = ["folder", "comparison", "arm", "rep"]
+    per = df[df["metric"] != "warmup_step_ms"].pivot_table(index=key, columns="metric", values="value").reset_index()
+    w = df[df["metric"] == "warmup_step_ms"].rename(columns={"value": "warmup_step_ms"})
+    return w.merge(per, on=key, how="left").reindex(columns=cols)
+
+
+CONFIG_KEY = ["name", "model", "layers", "tokens", "baseline", "arm", "precision", "ranks"]
+"""The same comparison: ..., the same precision (another recipe is another step) and the same number of data-parallel
+ranks (a 2-GPU step is not a 1-GPU step)."""
+
+
+def _overlap(a_lo, a_hi, b_lo, b_hi) -> bool:
+    return a_lo <= b_hi and b_lo <= a_hi
+
+
+def runs_of(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
+    """`comps` (`comparisons(...)`) with, per row, how many runs hold the same comparison (`CONFIG_KEY`: comparison,
+    model, layers, tokens, baseline -> arm): `runs`, `chosen` (the run a headline reports: one of `prefer`, a set of
+    (folder, comparison) such as the runs a savings-model verdict comes from, else the most pairs, then the later
+    folder) and `agrees` (its 95% CI overlaps the chosen run's and the verdict is the same; True for the chosen)."""
+    d = comps.copy()
+    d["runs"], d["chosen"], d["agrees"] = 0, False, True
+    if d.empty:
+        return d
+    want = set(prefer or ())
+    key = d[CONFIG_KEY].astype(str).agg("|".join, axis=1)
+    for _, idx in d.groupby(key, sort=False).groups.items():
+        g = d.loc[idx].assign(_n=pd.to_numeric(d.loc[idx, "n_pairs"], errors="coerce").fillna(0),
+                              _p=[(f, n) in want for f, n in zip(d.loc[idx, "folder"], d.loc[idx, "name"])])
+        best = g.sort_values(["_p", "_n", "folder"], kind="stable").index[-1]
+        b = d.loc[best]
+        d.loc[idx, "runs"] = len(idx)
+        d.loc[best, "chosen"] = True
+        for i in idx:
+            r = d.loc[i]
+            ok = r["verdict"] == b["verdict"] and (pd.isna(r["ci95_lo"]) or pd.isna(b["ci95_lo"]) or _overlap(
+                r["ci95_lo"], r["ci95_hi"], b["ci95_lo"], b["ci95_hi"]))
+            d.loc[i, "agrees"] = bool(ok)
+    return d
+
+
+REPEAT_KEY = ["name", "baseline", "arm", "model", "layers", "tokens", "precision", "gpu_name", "ranks"]
+REPEAT_COLUMNS = ["name", "baseline", "arm", "model", "layers", "tokens", "precision", "gpu_name", "ranks", "statistic", "folder_1",
+                  "speedup_1", "ci95_lo_1", "ci95_hi_1", "se_log_1", "folder_2", "speedup_2", "ci95_lo_2",
+                  "ci95_hi_2", "se_log_2", "z", "z2"]
+
+
+def repeats(comps: pd.DataFrame, statistic: str = "rep") -> pd.DataFrame:
+    """Do repeat runs agree? For each comparison (`REPEAT_KEY`: name (a sweep point's without its `@key=value`: the
+    same shape is the same comparison), baseline -> arm, model, layers, tokens, precision where recorded) measured in two or more run folders, one row per pair of runs (`REPEAT_COLUMNS`):
+    z = (log s1 - log s2) / sqrt(se1² + se2²), se = the log CI's half width / t. `statistic` "rep": the speedups
+    `comparisons` recomputes (the rep as the unit, t with n_units - 1 df); "summary": the figures each summary.json
+    holds (t with n_units - 1 df where its vs_baseline has n_units, else the pair bootstrap's CI with the normal
+    quantile 1.96). Honest CIs give a mean z² near 1 (`df.attrs["mean_z2"]`, `df.attrs["n"]`)."""
+    from scipy import stats as sps
+
+    cols = {"rep": ("speedup", "ci95_lo", "ci95_hi", "n_units"),
+            "summary": ("summary_speedup", "summary_ci95_lo", "summary_ci95_hi", None)}[statistic]
+    d = comps.copy()
+    for k in REPEAT_KEY:
+        if k not in d:
+            d[k] = None
+    d["name"] = d["name"].astype(str).str.split("@").str[0]  # a sweep point at the main shape is the same comparison
+    d = d[d[cols[0]].notna() & d[cols[1]].notna()]
+    rows = []
+    for _, g in ([] if d.empty else d.groupby(d[REPEAT_KEY].map(str).agg("|".join, axis=1), sort=False)):
+        if g["folder"].nunique() < 2:
+            continue
+        recs = g.sort_values("folder", kind="stable").to_dict("records")
+
+        def se(r):
+            s_, lo, hi = (float(r[c]) for c in cols[:3])
+            n = r.get(cols[3]) if cols[3] else None
+            q = float(sps.t.ppf(0.975, int(n) - 1)) if n is not None and n == n and n >= 2 else 1.96
+            return (math.log(hi) - math.log(lo)) / 2 / q
+
+        for i in range(len(recs)):
+            for j in range(i + 1, len(recs)):
+                a, b = recs[i], recs[j]
+                if a["folder"] == b["folder"]:
+                    continue
+                sa, sb = se(a), se(b)
+                z = (math.log(a[cols[0]]) - math.log(b[cols[0]])) / math.sqrt(sa ** 2 + sb ** 2) \
+                    if sa > 0 or sb > 0 else math.nan
+                rows.append({**{k: a.get(k) for k in REPEAT_KEY}, "statistic": statistic,
+                             "folder_1": a["folder"], "speedup_1": a[cols[0]], "ci95_lo_1": a[cols[1]],
+                             "ci95_hi_1": a[cols[2]], "se_log_1": sa, "folder_2": b["folder"],
+                             "speedup_2": b[cols[0]], "ci95_lo_2": b[cols[1]], "ci95_hi_2": b[cols[2]],
+                             "se_log_2": sb, "z": z, "z2": z * z})
+    out = _frame(rows, REPEAT_COLUMNS, ("speedup_1", "ci95_lo_1", "ci95_hi_1", "se_log_1", "speedup_2", "ci95_lo_2",
+                                        "ci95_hi_2", "se_log_2", "z", "z2"))
+    out.attrs["mean_z2"] = float(out["z2"].mean()) if len(out) else None
+    out.attrs["n"] = len(out)
+    return out
+
+
+def one_gpu(comps: pd.DataFrame) -> pd.DataFrame:
+    """The rows of single-process runs (`ranks` 1 or unrecorded): what a one-GPU headline reports."""
+    if "ranks" not in comps:
+        return comps
+    return comps[pd.to_numeric(comps["ranks"], errors="coerce").fillna(1) == 1]
+
+
+def headline_runs(comps: pd.DataFrame) -> set:
+    """(folder, comparison) of the one-GPU runs a headline reports, one per comparison (`runs_of`'s choice among the
+    optimized arms, sweeps left out; the user's recipe `RECIPE` first, then the most pairs, then the later folder):
+    the runs a notebook draws step by step."""
+    d = one_gpu(comps[(comps["role"] == "optimized") & ~comps["name"].astype(str).str.contains("@")])
+    if d.empty:
+        return set()
+    d = runs_of(d)
+    c = d[d["chosen"]].assign(_recipe=lambda x: x["precision"].astype(str) == RECIPE,
+                              _n=lambda x: pd.to_numeric(x["n_pairs"], errors="coerce").fillna(0))
+    best = c.sort_values(["_recipe", "_n", "folder"], kind="stable").groupby("name", sort=False).tail(1)
+    return set(zip(best["folder"], best["name"]))

@@ -1,0 +1,161 @@
+"""The packing savings model: the analytic saving (L-1)·s of caching the packed-attention metadata, its inputs
+from a trace, and the model of a run (`workbench.savings` states the contract; torch-free).
+
+    # L = decoder layers, p = passes that build packed metadata (2 with checkpointing: forward + recompute)
+
+In situ (`workbench.verdicts`; inputs per traced step, their spread the uncertainty):
+
+    packing   (L·p - b)·s                   b = 1 (cached) / 0 (precomputed); s per build = the GPU idle the build
+                                            causes (from the build's start until the GPU gets the first kernel
+                                            launched after it, less the GPU work in that window) + the build's
+                                            own kernel time; builds per step must equal L·p (else the check fails)
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from workbench import savings
+from workbench.traces import decompose
+
+FORMULA = "(L*p - b) * s,  s = GPU idle per build + build kernel time"
+"""The model as `workbench.verdicts` judges it (in situ, per traced step)."""
+MODEL_TERMS = ("glue", "sync_stall", "launch_gap")
+"""The decomposition components the model accounts for (the rest are candidates for the term it lacks)."""
+TRACED_ARMS = ("baseline",)
+"""The arms whose traces the model's inputs come from."""
+
+
+_META_RE = re.compile(r"^wb/(L\d+)/attn/meta$")
+
+
+def packing_saving(layers: int, s_ms: float, *, checkpointing: bool = True, arm: str = "cached",
+                   measured_ms: float | None = None) -> dict:
+    """Packed-metadata caching vs per-layer rebuild: predicted saving per step (L-1)·s per rebuilding pass.
+
+    The `rebuild` arm builds the metadata in every layer of every pass that runs attention: the forward, plus
+    the recompute under checkpointing, so p = 2 with checkpointing, else 1, and L·p builds per step. `cached`
+    builds once per step (the recompute reuses the forward's build); `precomputed` builds on the CPU at collate
+    time, none inside the step:
+
+        builds removed   n = L·p - b,  b = 1 (cached) or 0 (precomputed)
+        predicted_ms     = n·s
+                         = (L-1)·s·p + (p-1)·s      for cached: the (L-1)·s per pass of the Unsloth article, plus
+                                                    the recompute's first layer, which also hits the cache
+        implied_s_ms     = measured_ms / n
+
+    Inputs: L = decoder layers; `s_ms` = measured cost of one build, including the stall its syncs cause (e.g.
+    wall time of back-to-back builds with a sync after each, or the `wb/Lxx/attn/meta` ranges of a trace);
+    `measured_ms` = median step time of rebuild minus that of the arm (same batches, interleaved runs).
+    """
+    if layers <= 0:
+        raise ValueError(f"layers must be positive, got {layers}")
+    if s_ms < 0:
+        raise ValueError(f"s_ms must be non-negative, got {s_ms}")
+    if arm not in ("cached", "precomputed"):
+        raise ValueError(f"arm must be cached or precomputed, got {arm!r}")
+    passes = 2 if checkpointing else 1
+    builds_after = 1 if arm == "cached" else 0
+    removed = layers * passes - builds_after
+    predicted = removed * float(s_ms)
+    return {
+        "formula": "(L*p - b)*s = (L-1)*s*p + (p-1)*s  (b=1 cached, 0 precomputed: L*p*s)" if arm == "cached"
+        else "L*p*s  (precomputed: every in-step build removed)",
+        "predicted_ms": predicted,
+        "measured_ms": None if measured_ms is None else float(measured_ms),
+        "implied_s_ms": None if measured_ms is None else float(measured_ms) / removed,
+        "inputs": {"layers": layers, "s_ms": float(s_ms), "passes": passes, "checkpointing": checkpointing,
+                   "arm": arm, "builds_rebuild": layers * passes, "builds_arm": builds_after,
+                   "builds_removed": removed},
+    }
+
+
+def packing_builds(events: pd.DataFrame) -> pd.DataFrame:
+    """One row per `wb/Lxx/attn/meta` build: step, layer, idle_ms, kernel_ms, s_ms (= idle + kernel).
+
+    idle: from the build's start a until k, the GPU start of the first kernel launched after the build's end,
+    minus the GPU work (any stream) in [a, k]; kernel: the union of the build's own kernels (part attn/meta)."""
+    cols = ["step", "layer", "idle_ms", "kernel_ms", "s_ms"]
+    r = events[(events["kind"] == "range") & events["stream"].isna() & events["name"].astype(str).str.match(_META_RE)]
+    if r.empty:
+        return pd.DataFrame(columns=cols)
+    win = decompose.step_windows(events)
+    gpu = events[events["kind"].isin(("kernel", "memcpy"))]
+    u, prefix = savings.gpu_busy(events)
+    first_gpu = gpu[gpu["correlation"].notna()].groupby("correlation")["start_ns"].min()
+    rt = events[(events["kind"] == "runtime") & events["name"].astype(str).str.contains("Launch", case=False)
+                & events["correlation"].isin(first_gpu.index)].sort_values("start_ns")
+    rt_start = rt["start_ns"].to_numpy()
+    rt_k = first_gpu.reindex(rt["correlation"]).to_numpy()
+    mk = gpu[(gpu["kind"] == "kernel") & (gpu["part"] == "attn/meta")].sort_values("start_ns")
+    mk_iv = mk[["start_ns", "end_ns"]].to_numpy(dtype=np.int64)
+    steps = savings.step_of(r, win) if len(win) else np.zeros(len(r), int)
+    rows = []
+    for (a, b, name), step in zip(r[["start_ns", "end_ns", "name"]].itertuples(index=False), steps):
+        j = int(np.searchsorted(rt_start, b, "left"))
+        if j >= len(rt_start):
+            continue
+        k = int(rt_k[j])
+        if k < a:  # the launch's kernel started before the build (cannot happen on one stream; skip)
+            continue
+        idle = (k - a) - decompose.covered_ns(u, prefix, int(a), k)
+        lo, hi = np.searchsorted(mk_iv[:, 0], a, "left"), np.searchsorted(mk_iv[:, 0], k, "left")
+        kern = decompose._length(decompose._union(decompose._clip(mk_iv[lo:hi], int(a), k))) if hi > lo else 0
+        rows.append(dict(step=int(step), layer=_META_RE.match(name).group(1), idle_ms=idle / 1e6, kernel_ms=kern / 1e6,
+                         s_ms=(idle + kern) / 1e6))
+    return pd.DataFrame(rows, columns=cols)
+
+
+def packing_model(base_events: pd.DataFrame, *, layers: int, checkpointing: bool, arm: str,
+                  batches: list | None = None, trace_batch_of_step=None) -> dict:
+    """The packing model from the baseline (rebuild) arm's trace; raises savings.InputCheckFailed when builds per step
+    differ from L·p."""
+    passes = 2 if checkpointing else 1
+    b_after = 1 if arm == "cached" else 0
+    removed = layers * passes - b_after
+    builds = packing_builds(base_events)
+    if builds.empty:
+        raise savings.InputCheckFailed("packing: no wb/Lxx/attn/meta builds in the baseline's trace")
+    per = builds.groupby("step").agg(builds=("s_ms", "size"), s_ms=("s_ms", "mean"), idle_ms=("idle_ms", "mean"),
+                                     kernel_ms=("kernel_ms", "mean")).reset_index()
+    bad = per[per["builds"] != layers * passes]
+    if len(bad):
+        raise savings.InputCheckFailed(f"packing: {int(bad['builds'].iloc[0])} builds in traced step {int(bad['step'].iloc[0])}, "
+                               f"expected L*p = {layers}*{passes} = {layers * passes}")
+    X = per[["idle_ms", "kernel_ms"]].to_numpy()
+    out = savings.predicted(lambda v: packing_saving(layers, max(v[0] + v[1], 0.0), checkpointing=checkpointing,
+                                                 arm=arm)["predicted_ms"], X)
+    per_batch = []
+    for r in per.itertuples():
+        bi = trace_batch_of_step(r.step) if trace_batch_of_step else None
+        docs = (batches[bi].get("documents") if batches and bi is not None and bi < len(batches) else None)
+        per_batch.append(dict(step=int(r.step), batch=bi, documents=docs, builds=int(r.builds), s_ms=r.s_ms,
+                              idle_ms=r.idle_ms, kernel_ms=r.kernel_ms))
+    idle, kern = float(X[:, 0].mean()), float(X[:, 1].mean())
+    out.update(formula=FORMULA,
+               inputs={"L": {"value": layers, "source": "the comparison's layer count"},
+                       "p": {"value": passes, "source": "forward + recompute (checkpointing)" if checkpointing
+                             else "forward (no checkpointing)"},
+                       "b": {"value": b_after, "source": f"builds left in the {arm} arm"},
+                       "builds_per_step": {"value": float(per["builds"].mean()),
+                                           "source": "wb/Lxx/attn/meta ranges per traced step (= L*p, checked)"},
+                       "s_idle_ms": {"value": idle, "source": "GPU idle per build, baseline trace"},
+                       "s_kernel_ms": {"value": kern, "source": "build kernels per build, baseline trace"},
+                       "s_ms": {"value": idle + kern, "source": "s_idle_ms + s_kernel_ms"}},
+               terms={"builds removed x idle per build": removed * idle,
+                      "builds removed x build kernels": removed * kern},
+               per_batch=per_batch)
+    return out
+
+
+def from_run(traced: dict, c: dict, meta: dict, *, baseline: str, arm: str) -> dict:
+    """The model of a comparison of a run: the baseline (rebuild) arm's trace, the run's layers, checkpointing and
+    batches (the traced step k ran batch (warmup + k) mod batches)."""
+    args = meta.get("args") or {}
+    nb = int((c.get("protocol") or {}).get("batches") or args.get("batches") or 1)
+    warm = int(args.get("warmup") or 0)
+    return packing_model(traced[baseline], layers=int(c["layers"]), checkpointing=not args.get("no_checkpointing"),
+                         arm=arm if arm in ("cached", "precomputed") else "cached", batches=c.get("batches"),
+                         trace_batch_of_step=lambda k: (warm + k) % nb)
