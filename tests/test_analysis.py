@@ -643,3 +643,12 @@ def test_repeats_z_and_mean_z2(tmp_path):
     want_old = (np.log(1.1) - np.log(1.11)) / np.sqrt(se_old(1.08, 1.13) ** 2 + se_old(1.09, 1.14) ** 2)
     assert old["z"] == pytest.approx(want_old, rel=1e-3)
     assert an.repeats(c[c["folder"] == os.path.join("p", "repeat_a")]).empty
+
+
+def test_default_lengths_agrees_with_the_run_config_and_a_headline_keeps_only_runs_of_it():
+    import pandas as pd
+    from workbench import config
+    from workbench.analysis import constants, default_lengths
+    assert constants.DEFAULT_LENGTHS == config.RunConfig.__dataclass_fields__["lengths"].default
+    df = pd.DataFrame({"lengths": [constants.DEFAULT_LENGTHS, "data:chat", None], "x": [1, 2, 3]})
+    assert default_lengths(df)["x"].tolist() == [1, 3]  # an unrecorded distribution is the default

@@ -40,7 +40,8 @@ def headline_rows(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
     disjoint, or another verdict: the results page lists both)."""
     from workbench.analysis import runs_of
 
-    d = comps[comps["role"].isin(["optimized", "other"]) & ~comps["name"].astype(str).str.contains("@")]
+    from workbench.analysis import default_lengths
+    d = default_lengths(comps[comps["role"].isin(["optimized", "other"]) & ~comps["name"].astype(str).str.contains("@")])
     d = runs_of(d, prefer)
     from workbench.analysis import CONFIG_KEY
     key = d[CONFIG_KEY].astype(str).agg("|".join, axis=1)

@@ -150,7 +150,8 @@ def headline_speedups(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
     the run with the most comparisons, then most pairs), from the run `analysis.runs_of(prefer=...)` chooses (the run
     of the headline's savings-model row where it is one of them: one run per optimization in the headline); with
     `runs` and `disagree` (how many runs of it disagree with that one)."""
-    d = an.one_gpu(comps[(comps["role"] == "optimized") & ~comps["name"].astype(str).str.contains("@")])
+    d = an.default_lengths(an.one_gpu(comps[(comps["role"] == "optimized")
+                                            & ~comps["name"].astype(str).str.contains("@")]))
     if d.empty:  # (the 2-GPU runs have their own section)
         return d.assign(runs=pd.Series(dtype=int), disagree=pd.Series(dtype=int))
     d = an.runs_of(d, prefer)
@@ -178,8 +179,8 @@ def _prefer(verd: pd.DataFrame) -> set:
 def headline_verdicts(verd: pd.DataFrame) -> pd.DataFrame:
     """Per savings model (packing, offload, moe): the verdict at the optimization's main comparison (no sweep) of the
     user's recipe (`RECIPE`) where one exists, with the most measured pairs (then the later folder); `runs` = how many runs judged that model there."""
-    v = verd[verd["opt"].isin(MODELLED) & verd["verdict"].isin(JUDGED)
-             & ~verd["comparison"].astype(str).str.contains("@")]
+    v = an.default_lengths(verd[verd["opt"].isin(MODELLED) & verd["verdict"].isin(JUDGED)
+                                & ~verd["comparison"].astype(str).str.contains("@")])
     out = []
     for opt in MODELLED:
         g = v[v["opt"] == opt]

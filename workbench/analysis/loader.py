@@ -8,7 +8,7 @@ import re
 
 import pandas as pd
 
-from workbench.analysis.constants import DEFAULT_PROFILES, NOT_A_MEASUREMENT, PREVIEW_ROWS, REPO
+from workbench.analysis.constants import DEFAULT_LENGTHS, DEFAULT_PROFILES, NOT_A_MEASUREMENT, PREVIEW_ROWS, REPO
 
 
 RUN_COLUMNS = ["path", "folder", "job", "command", "device", "gpu_name", "status", "complete", "comparisons",
@@ -251,6 +251,21 @@ def recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict 
     return {**res, "baseline_mean_ms": mean(baseline), "arm_mean_ms": mean(arm)}
 
 
+def _run_lengths(path: str) -> str:
+    """The document-length distribution a run packed (meta.json's `--lengths`); runs from before the flag was recorded
+    packed the default (`constants.DEFAULT_LENGTHS`)."""
+    args = (_json(os.path.join(path, "meta.json")) or {}).get("args") or {}
+    return args.get("lengths") or DEFAULT_LENGTHS
+
+
+def default_lengths(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of runs that packed the default length distribution: what a headline reports (another distribution
+    is another comparison: `workbench.lengths_sensitivity`)."""
+    if df is None or df.empty or "lengths" not in df:
+        return df
+    return df[df["lengths"].fillna(DEFAULT_LENGTHS).astype(str) == DEFAULT_LENGTHS]
+
+
 def _run_precision(path: str) -> str:
     """The precision a run timed (meta.json's resolved `--precision`); runs from before the flag timed
     fp32 adapters without autocast on a bf16 base, so they read "fp32-adapters"."""
@@ -279,7 +294,7 @@ def _ctx(r: dict, c: dict) -> dict:
     arm."""
     return {"folder": r["folder"], "comparison": _name(c), **{k: c.get(k) for k in ("opt", "model", "layers",
                                                                                       "tokens", "attn")},
-            "precision": c.get("precision") or _run_precision(r["path"]),
+            "precision": c.get("precision") or _run_precision(r["path"]), "lengths": _run_lengths(r["path"]),
             "baseline": (c.get("baseline") or {}).get("arm"), "arm": (c.get("optimized") or {}).get("arm")}
 
 

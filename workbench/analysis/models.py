@@ -33,7 +33,8 @@ def savings(profiles: str | None = None, **kw) -> pd.DataFrame:
     return _frame(rows, SAVINGS_COLUMNS, ("predicted_ms", "measured_ms", "measured_over_predicted"))
 
 
-VERDICT_COLUMNS = ["folder", "comparison", "opt", "model", "layers", "tokens", "attn", "precision", "baseline", "arm",
+VERDICT_COLUMNS = ["folder", "comparison", "opt", "model", "layers", "tokens", "attn", "precision", "lengths", "baseline",
+                   "arm",
                    "formula",
                    "predicted_ms", "predicted_ci95_lo", "predicted_ci95_hi", "measured_ms", "measured_ci95_lo",
                    "measured_ci95_hi", "n_pairs", "n_units", "n_steps", "bias_rel", "ratio", "ratio_ci90_lo",

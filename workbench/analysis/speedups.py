@@ -8,11 +8,12 @@ import os
 import pandas as pd
 
 from workbench.analysis.constants import RECIPE
-from workbench.analysis.loader import _arms, _empty, _frame, _included, _name, _rows, _run_precision, recomputed
+from workbench.analysis.loader import (_arms, _empty, _frame, _included, _name, _rows, _run_lengths, _run_precision,
+                                       default_lengths, recomputed)
 
 
-COMP_COLUMNS = ["folder", "job", "name", "opt", "model", "layers", "tokens", "attn", "precision", "gpu_name", "ranks",
-                "role",
+COMP_COLUMNS = ["folder", "job", "name", "opt", "model", "layers", "tokens", "attn", "precision", "lengths", "gpu_name",
+                "ranks", "role",
                 "baseline", "arm", "baseline_ms", "arm_ms", "baseline_mean_ms", "arm_mean_ms", "speedup", "ci95_lo",
                 "ci95_hi", "ci_contains_1", "verdict", "n_pairs", "n_units", "outlier_pairs", "summary_speedup",
                 "summary_ci95_lo", "summary_ci95_hi", "summary_verdict", "summary_n_pairs", "equivalent",
@@ -42,6 +43,7 @@ def comparisons(profiles: str | None = None, include_incomplete_comparisons=Fals
                 rows.append({"folder": r["folder"], "job": r["job"], "name": _name(c), "gpu_name": r["gpu_name"]
                              or r["device"], **{k: c.get(k) for k in ("opt", "model", "layers", "tokens", "attn")},
                              "precision": c.get("precision") or _run_precision(r["path"]),
+                             "lengths": _run_lengths(r["path"]),
                              "ranks": int((c.get("distributed") or {}).get("world_size") or 1), "role": role,
                              "baseline": b.get("arm"), "arm": a["arm"], "baseline_ms": b.get("step_ms"),
                              "arm_ms": a.get("step_ms"),
@@ -84,8 +86,9 @@ def warmups(profiles: str | None = None, **kw) -> pd.DataFrame:
     return w.merge(per, on=key, how="left").reindex(columns=cols)
 
 
-CONFIG_KEY = ["name", "model", "layers", "tokens", "baseline", "arm", "precision", "ranks"]
-"""The same comparison: ..., the same precision (another recipe is another step) and the same number of data-parallel
+CONFIG_KEY = ["name", "model", "layers", "tokens", "baseline", "arm", "precision", "lengths", "ranks"]
+"""The same comparison: ..., the same precision (another recipe is another step), the same document-length
+distribution (another mix is another comparison) and the same number of data-parallel
 ranks (a 2-GPU step is not a 1-GPU step)."""
 
 
@@ -119,8 +122,8 @@ def runs_of(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
     return d
 
 
-REPEAT_KEY = ["name", "baseline", "arm", "model", "layers", "tokens", "precision", "gpu_name", "ranks"]
-REPEAT_COLUMNS = ["name", "baseline", "arm", "model", "layers", "tokens", "precision", "gpu_name", "ranks", "statistic", "folder_1",
+REPEAT_KEY = ["name", "baseline", "arm", "model", "layers", "tokens", "precision", "lengths", "gpu_name", "ranks"]
+REPEAT_COLUMNS = ["name", "baseline", "arm", "model", "layers", "tokens", "precision", "lengths", "gpu_name", "ranks", "statistic", "folder_1",
                   "speedup_1", "ci95_lo_1", "ci95_hi_1", "se_log_1", "folder_2", "speedup_2", "ci95_lo_2",
                   "ci95_hi_2", "se_log_2", "z", "z2"]
 
@@ -185,7 +188,7 @@ def headline_runs(comps: pd.DataFrame) -> set:
     """(folder, comparison) of the one-GPU runs a headline reports, one per comparison (`runs_of`'s choice among the
     optimized arms, sweeps left out; the user's recipe `RECIPE` first, then the most pairs, then the later folder):
     the runs a notebook draws step by step."""
-    d = one_gpu(comps[(comps["role"] == "optimized") & ~comps["name"].astype(str).str.contains("@")])
+    d = default_lengths(one_gpu(comps[(comps["role"] == "optimized") & ~comps["name"].astype(str).str.contains("@")]))
     if d.empty:
         return set()
     d = runs_of(d)
