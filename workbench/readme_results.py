@@ -651,9 +651,9 @@ cause; tested to sum to the step on synthetic traces with known answers and on t
 
 # --- executed notebooks -------------------------------------------------------------------------------------------
 
-NOTEBOOK_RENDERER = "plotly_mimetype+notebook_connected"
-"""Plotly renderer of the committed notebooks: the figure as JSON (JupyterLab, VS Code) and as HTML that loads
-plotly.js from its CDN (nbviewer), not plotly.js itself (4 MB) in every notebook."""
+NOTEBOOK_RENDERER = "plotly_mimetype+png"
+"""Plotly renderer of the committed notebooks: the figure as JSON (JupyterLab, VS Code: interactive) and a static PNG
+(kaleido; nbconvert HTML, static viewers) in one output, with no script and nothing loaded from a network."""
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 

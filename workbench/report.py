@@ -306,14 +306,22 @@ def timeline_figure(tl: pd.DataFrame, title: str = "one step, per layer", visual
     return _finish(fig, visualize)
 
 
+PNG_WIDTH_PX = 1000
+"""Width of the static PNG beside each interactive figure (its height is the figure's layout height)."""
+
+
 def show(fig, png: str | None = None) -> None:
     """Show a figure ($WB_PLOTLY_RENDERER, default "plotly_mimetype+notebook": plotly.js embedded once per notebook,
-    viewable offline); also write a PNG to `png` (or $WB_PNG_DIR/<title>.png) when kaleido is installed."""
+    viewable offline; the committed notebooks use "plotly_mimetype+png": the figure's JSON for JupyterLab and a
+    static PNG (kaleido) for nbconvert HTML and static viewers, no script); also write a PNG to `png` (or
+    $WB_PNG_DIR/<title>.png) when kaleido is installed."""
     import plotly.io as pio
 
     wanted = os.environ.get("WB_PLOTLY_RENDERER", "plotly_mimetype+notebook")
     if pio.renderers.default != wanted:  # set once: plotly.js is embedded at activation, not in every figure
         pio.renderers.default = wanted
+    if "png" in wanted.split("+"):
+        pio.renderers["png"].width = PNG_WIDTH_PX
     fig.show()
     out = png
     if out is None and os.environ.get("WB_PNG_DIR"):
