@@ -1,7 +1,10 @@
 """The committed notebooks are readable: no figure with more rows than a reader can see (`report.MAX_ROWS`), no
 speedup figure on a linear axis that spans more than `report.LOG_AXIS_ABOVE`, no table longer than
-`analysis.PREVIEW_ROWS`, and each notebook's estimated page height under `MAX_PAGE_PX`. (That the outputs equal a
-fresh execution over profiles/ is tests/test_notebooks.py's.)"""
+`analysis.PREVIEW_ROWS`, and each notebook's estimated page height under `MAX_PAGE_PX` (`python -m
+workbench.notebook_pages` measures it in headless Chromium). They render offline and need no trust: every figure
+carries a static PNG beside its plotly JSON, no output holds a script, and nbconvert HTML with
+`notebooks/offline.html.j2` loads nothing from a network. (That the outputs equal a fresh execution over profiles/ is
+tests/test_notebooks.py's.)"""
 from __future__ import annotations
 
 import glob
@@ -11,13 +14,14 @@ import re
 
 import pytest
 
-from workbench import analysis, report
+from workbench import analysis, notebook_pages, report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
 PLOTLY = "application/vnd.plotly.v1+json"
-MAX_PAGE_PX = 8000
-"""About what a reader scrolls through: figures at their layout height, table rows at ~24 px, text lines at ~18 px."""
+MAX_PAGE_PX = notebook_pages.MAX_PAGE_PX
+"""About what a reader scrolls through: figures at their PNG's height, table rows at ~24 px, a collapsed table one
+line, text lines at ~18 px."""
 
 
 def _figures(nb):
@@ -74,6 +78,15 @@ def _xaxis_type(fig) -> str | None:
     return _fig(fig).layout.xaxis.type
 
 
+def _png_px(b64) -> tuple[int, int]:
+    """(width, height) from a base64 PNG's IHDR chunk."""
+    import base64
+    import struct
+
+    head = base64.b64decode("".join(b64)[:64])
+    return struct.unpack(">II", head[16:24])
+
+
 def _page_px(nb) -> int:
     px = 0
     for cell in nb["cells"]:
@@ -81,10 +94,13 @@ def _page_px(nb) -> int:
             px += 18 * max(1, len("".join(cell["source"])) // 110 + 1)
         for out in cell.get("outputs", []):
             data = out.get("data") or {}
-            if PLOTLY in data:
+            html = "".join(data.get("text/html") or "")
+            if "image/png" in data:
+                px += _png_px(data["image/png"])[1]
+            elif PLOTLY in data:
                 px += int((data[PLOTLY].get("layout") or {}).get("height") or 450)
-            elif "text/html" in data:
-                px += 24 * len(re.findall(r"<tr", "".join(data["text/html"])))
+            elif html:
+                px += 30 if html.lstrip().startswith("<details") else 24 * len(re.findall(r"<tr", html))
             elif "text/plain" in data or out.get("text"):
                 px += 18 * len("".join(data.get("text/plain") or out.get("text") or "").splitlines())
     return px
@@ -121,3 +137,38 @@ def test_the_rules_catch_a_long_linear_speedup_figure():
     assert _xaxis_type(one) == "log"  # the figure itself switches to a log axis
     parts = report.speedup_figures(comps)
     assert len(parts) == 2 and all(_rows(p) <= report.MAX_ROWS for p in parts)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[os.path.basename(p) for p in NOTEBOOKS])
+def test_committed_notebook_renders_offline_without_trust(path):
+    """Every figure has a static PNG beside its JSON (nbconvert HTML and static viewers show it; JupyterLab draws the
+    JSON); no output is a script or HTML holding one (an untrusted notebook would not run it, an offline one could not
+    load it); the file is byte-for-byte what nbformat writes, with no kernel timing, so opening and saving it changes
+    nothing."""
+    nbformat = pytest.importorskip("nbformat")
+    raw = open(path).read()
+    nb = json.loads(raw)
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            data = out.get("data") or {}
+            assert "application/javascript" not in data
+            assert "<script" not in "".join(data.get("text/html") or ""), "an output holds a script"
+            if PLOTLY in data:
+                w, h = _png_px(data["image/png"])
+                assert w == report.PNG_WIDTH_PX and h > 0
+    assert set(nb["metadata"]) <= {"kernelspec", "language_info"}
+    assert nbformat.writes(nbformat.reads(raw, as_version=4)) + "\n" == raw
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[os.path.basename(p) for p in NOTEBOOKS])
+def test_nbconvert_html_loads_nothing_remote(path):
+    pytest.importorskip("nbconvert")
+    page = notebook_pages.html(path)
+    assert notebook_pages.remote_loads(page) == []
+    assert "<img" in page or "no data" in page
+
+
+def test_remote_loads_negative_control():
+    page = '<script src="https://cdn.example/plotly.min.js"></script><link href="//x.example/a.css" rel=stylesheet>'
+    assert len(notebook_pages.remote_loads(page)) == 2
+    assert notebook_pages.remote_loads('<script>var a = "https://x";</script><img src="data:image/png;base64,AA">') == []

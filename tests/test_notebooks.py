@@ -42,7 +42,7 @@ def kernel_env(tmp_path_factory, monkeypatch_module):
         "display_name": "Python 3 (workbench tests)", "language": "python"}))
     monkeypatch_module.setenv("JUPYTER_PATH", str(d))
     monkeypatch_module.setenv("PYTHONPATH", ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    monkeypatch_module.setenv("WB_PLOTLY_RENDERER", "json")  # small outputs; the HTML renderer is the default
+    monkeypatch_module.setenv("WB_PLOTLY_RENDERER", "plotly_mimetype")  # the committed figures' JSON, no PNG (kaleido)
     monkeypatch_module.setenv("TOKENIZERS_PARALLELISM", "false")
     monkeypatch_module.setenv("OMP_NUM_THREADS", "1")
     return d
@@ -61,6 +61,18 @@ def _execute(path: str, env: dict) -> "nbformat.NotebookNode":
 def _stdout(nb) -> str:
     return "\n".join(o["text"] for c in nb.cells for o in c.get("outputs", [])
                      if o.get("output_type") == "stream" and o.get("name") == "stdout")
+
+
+def _figures(nb) -> list:
+    """Each figure's data and layout (the PNG beside it is drawn from them)."""
+    figs = [o["data"]["application/vnd.plotly.v1+json"] for c in nb.cells for o in c.get("outputs", [])
+            if "application/vnd.plotly.v1+json" in (o.get("data") or {})]
+    return [json.loads(json.dumps({"data": f["data"], "layout": f["layout"]})) for f in figs]
+
+
+def _tables(nb) -> list:
+    return [str(o["data"]["text/html"]) for c in nb.cells for o in c.get("outputs", [])
+            if "text/html" in (o.get("data") or {})]
 
 
 def _text(nb) -> str:
@@ -115,6 +127,10 @@ def test_notebook_runs_on_committed_profiles(name, kernel_env):
     normalize_outputs(nb)
     committed = nbformat.read(os.path.join(ROOT, "notebooks", name), as_version=4)
     assert _stdout(nb) == _stdout(committed), "committed outputs are stale: python -m workbench.readme_results " \
+                                              "--notebooks"
+    assert _figures(nb) == _figures(committed), "committed figures are stale: python -m workbench.readme_results " \
+                                                "--notebooks"
+    assert _tables(nb) == _tables(committed), "committed tables are stale: python -m workbench.readme_results " \
                                               "--notebooks"
     if name.startswith("01"):
         assert "qwen3-0.6b" in text and "rebuild#2" in text  # ab_all and the A/A run

@@ -619,6 +619,16 @@ DIR`, or a single `python -m workbench.ab --out DIR`; `WB_INCLUDE_CPU=1` for a C
 for the complete comparisons of cut-off runs). They run headless too:
 `jupyter nbconvert --to notebook --execute notebooks/01_speedup_tables.ipynb`.
 
+They render offline, and untrusted. Each figure is its plotly JSON (interactive in JupyterLab) with a static PNG
+beside it (kaleido, which draws with a Chrome or Chromium it finds; nbconvert HTML and static viewers show the PNG); no
+output is a script or loads anything from a network, and long tables are collapsed under a one-line summary.
+`jupyter nbconvert --to html --template-file notebooks/offline.html.j2 notebooks/01_speedup_tables.ipynb` writes a
+page that loads nothing remote. JupyterLab opens them "not trusted": trust is a signature kept in your own local
+database (`jupyter trust`), which no repository can carry, and the outputs (tables, PNG, plotly JSON) display without
+it. `python -m workbench.notebook_pages` renders each page in headless Chromium at 1400 px wide, prints its height and
+saves a screenshot: [01](notebooks/img/01_speedup_tables.png), [02](notebooks/img/02_savings_models.png),
+[03](notebooks/img/03_sync_anatomy.png), [04](notebooks/img/04_traces.png).
+
 - `01_speedup_tables`: the Unsloth / NVIDIA claims (README, "The claims we check") beside our speedups; every
   comparison with its 95% CI; the A/A runs; MFU; every timed step per arm.
 - `02_savings_models`: one verdict row per savings model and configuration (predicted ± CI, measured ± CI,
@@ -628,7 +638,8 @@ for the complete comparisons of cut-off runs). They run headless too:
   counter and NVTX ranges cost.
 - `04_traces`: each traced comparison's step decomposition (saving per component), a stacked bar per arm of its
   busy (gemm, attention, glue, copy, norm_elementwise, optimizer, other) and idle (exposed_copy, sync_stall,
-  launch_gap) time, its top kernels; per-layer timelines where the run kept its trace events.
+  launch_gap) time, its top kernels; one traced step per optimization, baseline against optimized arm, with each
+  arm's breakdown beside it, where the run kept its trace events.
 
 **Traces.** `python -m workbench.ab --trace torch` writes `traces/<comparison>/<arm>.pt.trace.json.gz` (open it in
 [Perfetto](https://ui.perfetto.dev) or `chrome://tracing`; TensorBoard's profiler plugin reads it too);

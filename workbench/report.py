@@ -214,13 +214,16 @@ def steps_figure(st: pd.DataFrame, visualize: bool = False, max_panels: int = 6)
     `max_panels` panels (the first ones: pass the runs to show)."""
     import plotly.express as px
 
-    d = st.assign(panel=st["folder"].astype(str) + " · " + st["comparison"].astype(str))
+    d = st.assign(panel=st["comparison"].astype(str) + " (" + st["folder"].astype(str).map(os.path.basename) + ")")
     d = d[d["panel"].isin(list(dict.fromkeys(d["panel"]))[:max_panels])]
-    fig = px.strip(d, x="arm", y="step_ms", color="arm", facet_col="panel", facet_col_wrap=3,
-                   hover_data=["rep", "batch", "step"], title="timed steps per arm (every sample)")
-    fig.update_xaxes(matches=None, showticklabels=True)
-    fig.update_yaxes(matches=None, showticklabels=True)
-    fig.update_layout(height=300 * max(1, -(-d["panel"].nunique() // 3)), showlegend=False)
+    cols = min(4, max(1, d["panel"].nunique()))
+    fig = px.strip(d, x="arm", y="step_ms", color="arm", facet_col="panel", facet_col_wrap=cols,
+                   facet_col_spacing=0.06, facet_row_spacing=0.25, hover_data=["rep", "batch", "step"],
+                   title="timed steps per arm (every sample), ms")
+    fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
+    fig.update_xaxes(matches=None, showticklabels=True, title_text="", tickangle=30)
+    fig.update_yaxes(matches=None, showticklabels=True, title_text="")
+    fig.update_layout(height=120 + 340 * max(1, -(-d["panel"].nunique() // cols)), showlegend=False)
     return _finish(fig, visualize)
 
 
@@ -247,26 +250,35 @@ def sweep_figure(points: pd.DataFrame, fit: pd.DataFrame, visualize: bool = Fals
     return _finish(fig, visualize)
 
 
+def _cost_label(folder, comparison, arm=None) -> str:
+    return f"{comparison}" + (f" · {arm}" if arm is not None else "") + f" ({os.path.basename(str(folder))})"
+
+
 def cost_figure(cost: pd.DataFrame, visualize: bool = False):
-    """The instruments' cost in percent of the step: the sync counter per arm (bars) and NVTX ranges per comparison
-    (points with the 95% CI of 1/speedup - 1)."""
+    """What each instrument costs, in percent of the uninstrumented step, one panel each: NVTX ranges per comparison
+    (points with the 95% CI of 1/speedup - 1) and the sync counter per arm (bars: the `MAX_ROWS` largest; every row
+    in the table), each row labelled comparison · arm (run folder)."""
+    from plotly.subplots import make_subplots
     import plotly.graph_objects as go
 
-    fig = go.Figure()
-    c = cost[cost["instrument"] == "sync counter"]
-    c = c.reindex(c["cost_pct"].abs().sort_values(ascending=False).index).head(MAX_ROWS)  # the largest; all in the table
-    fig.add_trace(go.Bar(x=c["folder"].map(os.path.basename) + " · " + c["comparison"] + " · " + c["arm"],
-                         y=c["cost_pct"], name="sync counter (counted pass vs timed medians)"))
     n = cost[cost["instrument"] == "nvtx ranges"].copy()
+    c = cost[cost["instrument"] == "sync counter"]
+    c = c.reindex(c["cost_pct"].abs().sort_values(ascending=False).index).head(MAX_ROWS).iloc[::-1]
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.32, subplot_titles=(
+        "NVTX ranges: on vs off (paired, 95% CI)", f"sync counter: counted pass vs timed medians ({len(c)} largest)"))
     if len(n):
         n["lo"], n["hi"] = 100 * (1 / n["ci95_hi"] - 1), 100 * (1 / n["ci95_lo"] - 1)
-        fig.add_trace(go.Scatter(x=n["folder"].map(os.path.basename) + " · " + n["comparison"], y=n["cost_pct"],
-                                 mode="markers", name="NVTX ranges (95% CI)", error_y=_ci_errors(n, "cost_pct", "lo",
-                                                                                                   "hi"),
-                                 hovertext=[f"{v}, n={k} pairs" for v, k in zip(n["verdict"], n["n"])]))
-    fig.update_layout(title=f"instrument cost (% of the uninstrumented step; the sync counter's {MAX_ROWS} largest)",
-                      yaxis_title="cost_pct", height=520, margin=dict(b=160))
-    fig.update_xaxes(tickangle=35, automargin=True)
+        fig.add_trace(go.Scatter(y=[_cost_label(f, k) for f, k in zip(n["folder"], n["comparison"])], x=n["cost_pct"],
+                                 mode="markers", name="NVTX ranges (95% CI)",
+                                 error_x=_ci_errors(n, "cost_pct", "lo", "hi"),
+                                 hovertext=[f"{v}, n={k} pairs" for v, k in zip(n["verdict"], n["n"])]), row=1, col=1)
+        fig.add_vline(x=0.0, line_dash="dot", row=1, col=1)
+    fig.add_trace(go.Bar(y=[_cost_label(f, k, a) for f, k, a in zip(c["folder"], c["comparison"], c["arm"])],
+                         x=c["cost_pct"], orientation="h", name="sync counter"), row=1, col=2)
+    fig.update_xaxes(title_text="cost_pct (% of the step)")
+    fig.update_yaxes(automargin=True, tickfont_size=10)
+    fig.update_layout(title="what the instruments cost (% of the uninstrumented step)", showlegend=False,
+                      height=200 + 24 * max(len(c), len(n), 1))
     return _finish(fig, visualize)
 
 
@@ -303,6 +315,41 @@ def timeline_figure(tl: pd.DataFrame, title: str = "one step, per layer", visual
                              hoverinfo="text"))
     fig.update_layout(barmode="overlay", title=title, xaxis_title="ms from step start",
                       height=250 + 40 * max(1, tl["lane"].nunique() if len(tl) else 1))
+    return _finish(fig, visualize)
+
+
+def timeline_breakdown_figure(tl: pd.DataFrame, bd: pd.DataFrame, arms: list, title: str = "one step",
+                              visualize: bool = False):
+    """One traced step of a baseline and its optimized arm (`timeline_figure`'s lanes, left) beside each arm's step
+    breakdown (stacked bars of `analysis.breakdown` rows of those `arms`, right: busy time by kernel class, idle time
+    by cause, ms per traced step), so the timeline's detail and the whole step's totals read together."""
+    from plotly.subplots import make_subplots
+    import plotly.graph_objects as go
+
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.74, 0.26], horizontal_spacing=0.08,
+                        subplot_titles=("timeline from the step's start (ms)", "whole step (ms per traced step)"))
+    for cat, g in tl.groupby("category", sort=False):
+        fig.add_trace(go.Bar(y=g["lane"], x=g["dur_ms"], base=g["start_ms"], orientation="h", name=str(cat),
+                             hovertext=[f"{n}<br>{la or ''} {p or ''} {pt or ''}<br>{d:.3f} ms" for n, la, p, pt, d in
+                                        zip(g["name"], g["layer"], g["pass"], g["part"], g["dur_ms"])],
+                             hoverinfo="text", legend="legend"), row=1, col=1)
+    d = bd[bd["arm"].isin(arms)] if len(bd) else bd
+    base = [0.0] * len(arms)  # stacked by hand: the timeline's bars overlay, so the figure's barmode is "overlay"
+    for comp, colour in {**BUSY_COLOURS, **IDLE_COLOURS}.items():
+        g = d[d["component"] == comp].set_index("arm").reindex(arms) if len(d) else pd.DataFrame()
+        if len(g) and g["ms"].notna().any():
+            ms = g["ms"].fillna(0).tolist()
+            fig.add_trace(go.Bar(x=arms, y=ms, base=list(base), marker_color=colour, legend="legend2",
+                                 name=comp + (" (idle)" if comp in IDLE_COLOURS else ""),
+                                 hovertext=[f"{comp}: {m:.1f} ms ({sh:.1%} of the step)" if m == m else "" for m, sh in
+                                            zip(g["ms"], g["share"].fillna(0))], hoverinfo="text"), row=1, col=2)
+            base = [b + m for b, m in zip(base, ms)]
+    lanes = tl["lane"].nunique() if len(tl) else 1
+    fig.update_layout(barmode="overlay", title=title, height=max(420, 230 + 34 * lanes),
+                      legend=dict(orientation="h", y=-0.18, x=0, font_size=10, title_text="timeline"),
+                      legend2=dict(x=1.02, y=1, font_size=10, title_text="step breakdown", traceorder="normal"))
+    fig.update_yaxes(automargin=True, tickfont_size=10, row=1, col=1)
+    fig.update_xaxes(title_text="ms from step start", row=1, col=1)
     return _finish(fig, visualize)
 
 
@@ -366,34 +413,53 @@ def breakdown_figure(bd: pd.DataFrame, title: str = "step breakdown per arm (ms 
 
 
 def sweep_fit_figure(points: pd.DataFrame, fits: pd.DataFrame, visualize: bool = False):
-    """The measured saving per layer count with its 95% CI (error bars), the weighted fitted line per sweep, and the
-    fitted saving at L = 1 with its 90% CI (the (L-1) test: the form holds when that CI lies inside ± half of one
-    layer's saving, `analysis.sweep_fits`)."""
+    """One panel per sweep: the measured saving per layer count with its 95% CI (error bars), the weighted fitted
+    line, and the fitted saving at L = 1 with its 90% CI (the (L-1) test: the form holds when that CI lies inside ±
+    half of one layer's saving, `analysis.sweep_fits`); the slope and the test's verdict in the panel's title, the
+    test's reasoning in the hover (no legend wider than the plot)."""
+    from plotly.subplots import make_subplots
     import plotly.graph_objects as go
 
-    fig = go.Figure()
-    for (folder, group, arm), g in points.groupby(["folder", "group", "arm"], sort=False):
-        name = f"{os.path.basename(folder)} · {group} · {g['model'].iloc[0]} · {arm}"
-        fig.add_trace(go.Scatter(x=g["x"], y=g["measured_ms"], mode="markers", name=name,
+    groups = list(points.groupby(["folder", "group", "arm"], sort=False))
+    cols = min(3, max(1, len(groups)))
+    rows = max(1, -(-len(groups) // cols))
+    titles = []
+    for (folder, group, arm), g in groups:
+        f = fits[(fits["folder"] == folder) & (fits["group"] == group) & (fits["arm"] == arm)]
+        fit = (f"<br>{f['slope_ms'].iloc[0]:.2f} ms/layer; (L-1) {f['l_minus_1'].iloc[0]}"
+               if len(f) and pd.notna(f["slope_ms"].iloc[0]) else "<br>no fit")
+        titles.append(f"{os.path.basename(folder)} · {g['model'].iloc[0]} · {arm}{fit}")
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles or None, horizontal_spacing=0.08,
+                        vertical_spacing=0.22 if rows > 1 else 0.1)
+    for i, ((folder, group, arm), g) in enumerate(groups):
+        r, c = i // cols + 1, i % cols + 1
+        fig.add_trace(go.Scatter(x=g["x"], y=g["measured_ms"], mode="markers", name="measured (95% CI)",
+                                 marker_color="#0969da", showlegend=i == 0, legendgroup="m",
                                  error_y=_ci_errors(g, "measured_ms", "measured_ci95_lo", "measured_ci95_hi"),
                                  hovertext=[f"L={x:g}: {m:.1f} ms [{lo:.1f}, {hi:.1f}], n={n} pairs" for x, m, lo, hi, n
                                             in zip(g["x"], g["measured_ms"], g["measured_ci95_lo"],
-                                                   g["measured_ci95_hi"], g["n_pairs"])], hoverinfo="text"))
+                                                   g["measured_ci95_hi"], g["n_pairs"])], hoverinfo="text"),
+                      row=r, col=c)
         f = fits[(fits["folder"] == folder) & (fits["group"] == group) & (fits["arm"] == arm)]
         if len(f) and pd.notna(f["slope_ms"].iloc[0]):
             f = f.iloc[0]
             xs = [1.0, float(g["x"].max())]
             fig.add_trace(go.Scatter(x=xs, y=[f["slope_ms"] * x + f["intercept_ms"] for x in xs], mode="lines",
-                                     line_dash="dash", name=f"fit: {f['slope_ms']:.2f} ms/layer; (L-1) "
-                                                            f"{f['l_minus_1']}"))
+                                     line_dash="dash", line_color="#57606a", name="weighted fit", showlegend=i == 0,
+                                     legendgroup="f"), row=r, col=c)
             lo, hi = (f["at1_ci90_lo"], f["at1_ci90_hi"]) if "at1_ci90_lo" in f else (f["at1_ci95_lo"], f["at1_ci95_hi"])
             if pd.notna(lo):
                 fig.add_trace(go.Scatter(x=[1.0], y=[f["at1_ms"]], mode="markers", marker_symbol="diamond-open",
-                                         marker_size=11, name=f"fitted at L=1 (90% CI): {f['l_minus_1_by']}",
+                                         marker_size=11, marker_color="#cf222e", name="fitted at L=1 (90% CI)",
+                                         showlegend=i == 0, legendgroup="a", hovertext=[str(f["l_minus_1_by"])],
+                                         hoverinfo="text",
                                          error_y=dict(type="data", symmetric=False, array=[hi - f["at1_ms"]],
-                                                      arrayminus=[f["at1_ms"] - lo])))
-    fig.add_hline(y=0.0, line_dash="dot")
+                                                      arrayminus=[f["at1_ms"] - lo])), row=r, col=c)
+        fig.add_hline(y=0.0, line_dash="dot", row=r, col=c)
+    fig.update_annotations(font_size=11)
+    fig.update_xaxes(title_text="layers")
+    fig.update_yaxes(title_text="saving ms/step", col=1)
     fig.update_layout(title="measured saving (baseline - arm, paired mean, 95% CI over reps) against layers; weighted "
-                            "fit and L = 1 (90% CI)",
-                      xaxis_title="layers", yaxis_title="saving ms per step", height=500)
+                            "fit and L = 1 (90% CI)", height=160 + 300 * rows, margin=dict(t=120),
+                      legend=dict(orientation="h", y=-0.12 if rows > 1 else -0.25))
     return _finish(fig, visualize)
