@@ -172,3 +172,26 @@ def test_remote_loads_negative_control():
     page = '<script src="https://cdn.example/plotly.min.js"></script><link href="//x.example/a.css" rel=stylesheet>'
     assert len(notebook_pages.remote_loads(page)) == 2
     assert notebook_pages.remote_loads('<script>var a = "https://x";</script><img src="data:image/png;base64,AA">') == []
+
+
+def test_long_tables_collapse_under_a_summary_and_short_ones_stay_open():
+    import pandas as pd
+
+    from workbench import nbview
+
+    short = pd.DataFrame({"a": range(nbview.OPEN_ROWS)})
+    assert nbview.table(short, "rows") is short
+    long = pd.DataFrame({"a": range(40)})
+    t = nbview.table(long, "comparison rows")
+    html = t._repr_html_()
+    assert html.startswith("<details><summary>40 comparison rows") and "the first 15 here" in html
+    assert html.split("<tbody>", 1)[1].count("<tr") == nbview.PREVIEW_ROWS  # the rest: the results page
+    assert repr(t).splitlines()[0] == nbview.summary(long, "comparison rows")
+    assert "the first" not in nbview.table(pd.DataFrame({"a": range(10)}), "rows")._repr_html_()
+
+
+def test_notebook_pages_refuses_bad_input_in_one_line(capsys, tmp_path):
+    assert notebook_pages.main([str(tmp_path / "nope.ipynb")]) == 2
+    assert notebook_pages.main(["--chromium", str(tmp_path / "no-chromium"), "--no-screenshot", NOTEBOOKS[0]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(x.startswith("notebook_pages: ") for x in err) and "Traceback" not in "".join(err)

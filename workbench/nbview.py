@@ -32,14 +32,18 @@ class Collapsed:
         return f"{self.summary}\n{self.df.head(self.n).to_string()}"
 
 
-def summary(df: pd.DataFrame, what: str, n: int = PREVIEW_ROWS) -> str:
-    more = (f"; the first {n} here, every one on the results page (profiles/RESULTS.md) and in the DataFrame this "
-            "cell keeps") if len(df) > n else ""
+RESULTS = "every one on the results page (profiles/RESULTS.md) and in the DataFrame this cell keeps"
+
+
+def summary(df: pd.DataFrame, what: str, n: int = PREVIEW_ROWS, where: str = RESULTS) -> str:
+    more = f"; the first {n} here, {where}" if len(df) > n else ""
     return f"{len(df)} {what} (click to open){more}"
 
 
-def table(df: pd.DataFrame, what: str = "rows", n: int = PREVIEW_ROWS, open_rows: int = OPEN_ROWS):
-    """`df` itself when it has at most `open_rows` rows, else its first `n` rows collapsed under a summary line."""
+def table(df: pd.DataFrame, what: str = "rows", n: int = PREVIEW_ROWS, open_rows: int = OPEN_ROWS,
+          where: str = RESULTS):
+    """`df` itself when it has at most `open_rows` rows, else its first `n` rows collapsed under a summary line that
+    says where the rest are (`where`)."""
     if df is None or len(df) <= open_rows:
         return df
-    return Collapsed(df, summary(df, what, n), n)
+    return Collapsed(df, summary(df, what, n, where), n)

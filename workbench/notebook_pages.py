@@ -25,6 +25,10 @@ MAX_PAGE_PX = 8000
 CHROMIUMS = ("chromium", "chromium-browser", "google-chrome", "chrome")
 REMOTE = re.compile(r"<(?:script|link)[^>]+(?:src|href)=[\"']?(?:https?:)?//", re.I)
 """A script or stylesheet loaded from a network."""
+class PageError(Exception):
+    """A page that cannot be rendered or measured here (no Chromium, a remote load): one line, rc 2."""
+
+
 _MEASURE = ("<script>window.addEventListener('load', function () {"
             "document.body.setAttribute('data-page-px', document.documentElement.scrollHeight);});</script>")
 
@@ -44,10 +48,15 @@ def remote_loads(page: str) -> list[str]:
 
 
 def chromium(explicit: str | None = None) -> str:
-    for c in (explicit, os.environ.get("CHROMIUM"), *CHROMIUMS):
+    """The Chromium binary: `explicit` (which must exist), else $CHROMIUM, else the first of `CHROMIUMS` on PATH."""
+    if explicit:
+        if not shutil.which(explicit):
+            raise PageError(f"notebook_pages: no Chromium at {explicit}")
+        return shutil.which(explicit)
+    for c in (os.environ.get("CHROMIUM"), *CHROMIUMS):
         if c and shutil.which(c):
             return shutil.which(c)
-    raise SystemExit("notebook_pages: no Chromium found (pass --chromium PATH or set CHROMIUM)")
+    raise PageError("notebook_pages: no Chromium found (pass --chromium PATH or set CHROMIUM)")
 
 
 def _chrome(exe: str, *args: str) -> str:
@@ -55,7 +64,7 @@ def _chrome(exe: str, *args: str) -> str:
            "--virtual-time-budget=10000", *args]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if r.returncode:
-        raise SystemExit(f"notebook_pages: chromium failed (rc {r.returncode}): {r.stderr.strip()[-300:]}")
+        raise PageError(f"notebook_pages: chromium failed (rc {r.returncode}): {r.stderr.strip()[-300:]}")
     return r.stdout
 
 
@@ -64,7 +73,7 @@ def page_px(exe: str, html_path: str) -> int:
     dom = _chrome(exe, f"--window-size={WIDTH_PX},1000", "--dump-dom", "file://" + html_path)
     m = re.search(r'data-page-px="(\d+)"', dom)
     if not m:
-        raise SystemExit(f"notebook_pages: no height measured for {html_path}")
+        raise PageError(f"notebook_pages: no height measured for {html_path}")
     return int(m.group(1))
 
 
@@ -85,7 +94,7 @@ def measure(paths: list[str], shots: str | None, exe: str) -> dict[str, int]:
             page = html(p)
             bad = remote_loads(page)
             if bad:
-                raise SystemExit(f"notebook_pages: {name} loads from a network: {bad[0][:120]}")
+                raise PageError(f"notebook_pages: {name} loads from a network: {bad[0][:120]}")
             hp = os.path.join(d, name + ".html")
             with open(hp, "w") as f:
                 f.write(page.replace("</body>", _MEASURE + "</body>", 1))
@@ -109,7 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"notebook_pages: no such notebook: {missing[0]}", file=sys.stderr)
         return 2
-    heights = measure(paths, None if a.no_screenshot else a.img, chromium(a.chromium))
+    try:
+        heights = measure(paths, None if a.no_screenshot else a.img, chromium(a.chromium))
+    except PageError as e:
+        print(e, file=sys.stderr)
+        return 2
     for name, px in heights.items():
         print(f"{name}: {px} px at {WIDTH_PX} px wide" + ("" if px <= MAX_PAGE_PX else f" (over {MAX_PAGE_PX})"))
     return 0 if all(px <= MAX_PAGE_PX for px in heights.values()) else 1

@@ -179,8 +179,8 @@ def speedup_figure(comps: pd.DataFrame, title: str = "speedup over the baseline 
                                  error_x=_ci_errors(g, "speedup", "ci95_lo", "ci95_hi"), hovertext=g["hover"],
                                  hoverinfo="text"))
     fig.add_vline(x=1.0, line_dash="dot")
-    fig.update_layout(title=title, xaxis_title="speedup (mean baseline / mean arm)", height=220 + 28 * len(d),
-                      legend=dict(orientation="h", y=-0.25))
+    fig.update_layout(title=title, xaxis_title="speedup (mean baseline / mean arm)", height=170 + 26 * len(d),
+                      legend=dict(orientation="h", y=1.0, yanchor="bottom", x=1.0, xanchor="right"))
     if len(d):
         lo, hi = min(float(d["ci95_lo"].min()), 1.0), max(float(d["ci95_hi"].max()), 1.0)
         if lo > 0 and hi / lo > LOG_AXIS_ABOVE:
@@ -345,7 +345,7 @@ def timeline_breakdown_figure(tl: pd.DataFrame, bd: pd.DataFrame, arms: list, ti
                                             zip(g["ms"], g["share"].fillna(0))], hoverinfo="text"), row=1, col=2)
             base = [b + m for b, m in zip(base, ms)]
     lanes = tl["lane"].nunique() if len(tl) else 1
-    fig.update_layout(barmode="overlay", title=title, height=max(420, 230 + 34 * lanes),
+    fig.update_layout(barmode="overlay", title=title, height=max(460, 200 + 30 * lanes), margin=dict(t=110),
                       legend=dict(orientation="h", y=-0.18, x=0, font_size=10, title_text="timeline"),
                       legend2=dict(x=1.02, y=1, font_size=10, title_text="step breakdown", traceorder="normal"))
     fig.update_yaxes(automargin=True, tickfont_size=10, row=1, col=1)
