@@ -265,7 +265,7 @@ def cost_figure(cost: pd.DataFrame, visualize: bool = False):
     c = cost[cost["instrument"] == "sync counter"]
     c = c.reindex(c["cost_pct"].abs().sort_values(ascending=False).index).head(MAX_ROWS).iloc[::-1]
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.32, subplot_titles=(
-        "NVTX ranges: on vs off (paired, 95% CI)", f"sync counter: counted pass vs timed medians ({len(c)} largest)"))
+        "NVTX ranges: on vs off (paired, 95% CI)", f"sync counter: counted vs timed ({len(c)} largest)"))
     if len(n):
         n["lo"], n["hi"] = 100 * (1 / n["ci95_hi"] - 1), 100 * (1 / n["ci95_lo"] - 1)
         fig.add_trace(go.Scatter(y=[_cost_label(f, k) for f, k in zip(n["folder"], n["comparison"])], x=n["cost_pct"],
@@ -459,7 +459,8 @@ def sweep_fit_figure(points: pd.DataFrame, fits: pd.DataFrame, visualize: bool =
     fig.update_annotations(font_size=11)
     fig.update_xaxes(title_text="layers")
     fig.update_yaxes(title_text="saving ms/step", col=1)
-    fig.update_layout(title="measured saving (baseline - arm, paired mean, 95% CI over reps) against layers; weighted "
-                            "fit and L = 1 (90% CI)", height=160 + 300 * rows, margin=dict(t=120),
+    fig.update_layout(title="measured saving per step against layers (95% CI over reps)<br><sup>baseline - arm, "
+                            "paired mean; weighted fit; the fit at L = 1 with its 90% CI</sup>",
+                      height=160 + 300 * rows, margin=dict(t=130),
                       legend=dict(orientation="h", y=-0.12 if rows > 1 else -0.25))
     return _finish(fig, visualize)
