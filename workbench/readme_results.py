@@ -670,8 +670,8 @@ _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12
 
 def normalize_outputs(nb, repo: str = REPO) -> None:
     """Make an executed notebook's outputs stable across runs and machines: plotly's random div ids become
-    numbered ones, the checkout's absolute path becomes `.`, stderr (library warnings) is dropped, no execution
-    timings, execution counts from 1."""
+    numbered ones, the checkout's absolute path becomes `.`, stderr (library warnings) is dropped, consecutive stdout
+    streams are one, no execution timings, execution counts from 1."""
     ids: dict = {}
 
     def fix(text: str) -> str:
@@ -687,6 +687,14 @@ def normalize_outputs(nb, repo: str = REPO) -> None:
         c.execution_count = n if c.get("outputs") is not None else None
         c.outputs = [o for o in c.get("outputs", []) if not (o.get("output_type") == "stream"
                                                               and o.get("name") == "stderr")]  # warnings: not results
+        merged = []
+        for o in c.outputs:  # one stream per run of prints, however the kernel happened to flush it
+            if merged and o.get("output_type") == "stream" and merged[-1].get("output_type") == "stream" \
+                    and merged[-1].get("name") == o.get("name"):
+                merged[-1]["text"] += o["text"]
+            else:
+                merged.append(o)
+        c.outputs = merged
         for o in c.outputs:
             if "execution_count" in o:
                 o["execution_count"] = n
