@@ -207,3 +207,25 @@ def test_saved_fraction():
     assert attention.saved_fraction([16]) == 0.0
     assert attention.saved_fraction([8, 8]) == 0.5
     assert attention.saved_fraction([]) == 0.0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="flex's backward (compiled) needs a GPU")
+@pytest.mark.parametrize("preset", PRESETS)
+def test_flex_on_cuda_trains_like_the_models_own_attention(preset):
+    """On a GPU the flex arm runs the compiled kernel forward and backward (GPT-OSS: gradients through its LSE):
+    fp32 loss and LoRA gradients against the model's own attention (sdpa; eager with sinks)."""
+    from workbench.data import to_device
+    model = build_model(preset, layers=2, device="cuda", dtype=torch.float32, precision="fp32-adapters",
+                        experts_implementation="eager")
+    enable_checkpointing(model)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.endswith("sinks"):
+                p.copy_(torch.randn(p.shape))
+    batch = batch_from_lengths([300, 17, 500, 140, 67], 1024, seed=1)
+    ref = _step(model, model_inputs(model, to_device([batch], "cuda")[0]))
+    h = attention.apply(model, "flex")
+    got = _step(model, h.inputs_fn(model, to_device([batch], "cuda", prepare=h.prepare_batch)[0]))
+    torch.testing.assert_close(got[0], ref[0], rtol=1e-4, atol=1e-5)
+    for x, y in zip(got[1], ref[1]):
+        assert float((x - y).norm() / y.norm().clamp_min(1e-30)) < 1e-3

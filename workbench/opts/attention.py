@@ -52,6 +52,8 @@ ARMS = ("dense", "flex", "varlen")
 BASELINE = "dense"
 OPTIMIZED = "flex"
 FLEX_BLOCK = packing.FLEX_BLOCK
+ATTENTION_FLOPS = {"dense": "dense", "flex": "block_diagonal", "varlen": "block_diagonal"}
+"""Each arm's attention count for `workbench.flops.step_flops(attention=...)`: dense computes T^2 scores."""
 _KEY = "attention"
 
 
