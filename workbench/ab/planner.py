@@ -62,7 +62,7 @@ def plan(args, device) -> list[Comparison]:
     opts_registry.load_all()  # what the optimizations register on import (wb_* experts names) is there to check
 
     defaults = GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS
-    opt_list = list(opts_registry.OPTS) + ["all"] if args.opt == "all" else [args.opt]
+    opt_list = list(opts_in_all()) + ["all"] if args.opt == "all" else [args.opt]
     if args.arms and args.opt == "all":
         raise WorkbenchError(f"--arms needs a single --opt ({', '.join(opts_registry.OPTS)}); use --aa for an A/A "
                              "of all")
@@ -81,7 +81,7 @@ def plan(args, device) -> list[Comparison]:
         hf_attn = args.attn if (args.attn is None or args.attn in HF_ATTN) else None
         cfg = load_config(model, layers, hf_attn, args.experts)  # unknown preset / bad checkpoint / experts -> error
         if opt == "all":
-            mods = _modules(opts_registry.OPTS)
+            mods = _modules(opts_in_all())
             names = ["baseline", "optimized"] if not args.aa else ["baseline", "baseline"]
             specs = [{o: (m.BASELINE if which == "baseline" else m.OPTIMIZED) for o, m in mods.items()}
                      for which in names]
@@ -160,6 +160,12 @@ def _all_variants(opt: str) -> tuple:
         return tuple(opt_registry.spec(opt)["all_variants"])
     except WorkbenchError:
         return ()
+
+
+def opts_in_all() -> tuple:
+    """The optimizations `--opt all` runs and combines: those whose SPEC does not say `in_all: False` (levers)."""
+    from workbench import opt_registry
+    return tuple(o for o in opts_registry.OPTS if opt_registry.spec(o).get("in_all", True))
 
 
 def _attention_backends() -> tuple:
