@@ -212,3 +212,15 @@ def test_spec_names_the_slice_gradient_lever_outside_opt_all():
                                    {"name": levers.ADD, "count": 64, "ms": 1.0}], 10.0)["component"] == spec["lever"]
     assert expert_lora.ARMS[0] == expert_lora.BASELINE == "eager" and expert_lora.OPTIMIZED == "split"
     assert 0 < expert_lora.SAVED_FRACTION <= 1
+
+
+def test_experts_name_builds_a_model_that_trains_like_eager(reference):
+    """`--experts wb_split_lora` (build_model's experts_implementation) runs the split arm from the start."""
+    from workbench.models import build_model, check_experts
+
+    preset, _, batch, ref_loss, ref_grads = reference
+    for gemm in ("auto", "dense"):
+        check_experts(expert_lora.implementation_name("split", gemm))
+    model = build_model(preset, experts_implementation="wb_split_lora", layers=2)
+    loss, grads = _loss_and_grads(model, batch)
+    _assert_matches(loss, grads, ref_loss, ref_grads, f"{preset} built with wb_split_lora")
