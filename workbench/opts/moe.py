@@ -94,7 +94,7 @@ def _expert_params(self):
     return w_up, b_up, w_down, b_down
 
 
-def _activation(self, h):
+def activation(self, h):
     """GPT-OSS: interleaved gate/up, clamp 7.0, alpha 1.702 (its own `_apply_gate`); Qwen3-MoE: chunked silu."""
     return self._apply_gate(h) if getattr(self, "has_gate", True) else self.act_fn(h)
 
@@ -122,7 +122,7 @@ def _device_assert(cond: torch.Tensor, msg: str) -> None:
         torch._assert_async(cond)
 
 
-def _combine(self, y_SH, order_S, top_k_weights_Nk, N: int, k: int, dtype):
+def combine(self, y_SH, order_S, top_k_weights_Nk, N: int, k: int, dtype):
     """Routing weights, back to token order, sum over each token's k experts (deterministic; no atomics)."""
     if getattr(self, "has_post_expert_norm", False):
         y_SH = self.post_expert_norm(y_SH)
@@ -160,13 +160,13 @@ def sort_bincount_experts_forward(self, hidden_states, top_k_index, top_k_weight
         h = x_SH[start:start + n] @ w_up[e]
         if b_up is not None:
             h = h + b_up[e]
-        y = _activation(self, h) @ w_down[e]
+        y = activation(self, h) @ w_down[e]
         if b_down is not None:
             y = y + b_down[e]
         parts.append(y)
         start += n
     y_SH = torch.cat(parts) if parts else hidden_states.new_zeros((0, H))
-    return _combine(self, y_SH, order_S, top_k_weights, N, k, hidden_states.dtype)
+    return combine(self, y_SH, order_S, top_k_weights, N, k, hidden_states.dtype)
 
 
 # --- grouped: sync-free ---------------------------------------------------------------------------------------
@@ -230,11 +230,15 @@ def grouped_gemm(kind: str, x_SK, w_EKN, offs_E, ids_S):
     raise WorkbenchError(f"unknown gemm kind {kind!r}")
 
 
-def grouped_experts_forward(self, hidden_states, top_k_index, top_k_weights, *, gemm: str = "auto",
-                            check_routing: bool = True, info: dict | None = None):
-    """Sort, device counts, cumsum offsets, grouped GEMMs: no host read (hidden (N,H), ids/weights (N,k) -> (N,H))."""
+def route_no_sync(self, hidden_states, top_k_index, check_routing: bool = True):
+    """The routed rows sorted by expert, without a host read: (x_SH, ids_sorted_S, order_S, offs_E).
+
+    Stable sort of the expert ids, `histc` counts and int32 `cumsum` offsets on the device (what a grouped GEMM
+    takes). check_routing: ids outside [0, E) raise WorkbenchError (CPU: a host check, declared CPU-only) or trip a
+    device-side assert (CUDA, no sync).
+    """
     _check_layout(self)
-    N, H = hidden_states.shape
+    N = hidden_states.shape[0]
     k = top_k_index.shape[-1]
     E = self.num_experts
     S = N * k
@@ -250,8 +254,17 @@ def grouped_experts_forward(self, hidden_states, top_k_index, top_k_weights, *, 
                 raise _range_error(E, counted, S)
         else:
             _device_assert(offs_E[-1] == S, "MoE router returned expert ids outside [0, num_experts)")
+    return hidden_states[order_S // k], ids_sorted_S, order_S, offs_E
+
+
+def grouped_experts_forward(self, hidden_states, top_k_index, top_k_weights, *, gemm: str = "auto",
+                            check_routing: bool = True, info: dict | None = None):
+    """Sort, device counts, cumsum offsets, grouped GEMMs: no host read (hidden (N,H), ids/weights (N,k) -> (N,H))."""
+    N = hidden_states.shape[0]
+    k = top_k_index.shape[-1]
+    E = self.num_experts
+    x_SH, ids_sorted_S, order_S, offs_E = route_no_sync(self, hidden_states, top_k_index, check_routing)
     ids_safe_S = ids_sorted_S.clamp(0, E - 1)  # bias gathers stay in bounds even with checks off
-    x_SH = hidden_states[order_S // k]
     w_up, b_up, w_down, b_down = _expert_params(self)
     w_up, w_down = w_up.to(x_SH.dtype), w_down.to(x_SH.dtype)  # no-ops unless the weights differ in dtype
     kind = resolve_gemm(gemm, x_SH, w_up)
@@ -260,11 +273,11 @@ def grouped_experts_forward(self, hidden_states, top_k_index, top_k_weights, *, 
     h = grouped_gemm(kind, x_SH, w_up, offs_E, ids_sorted_S)
     if b_up is not None:
         h = h + b_up[ids_safe_S]
-    h = _activation(self, h)
+    h = activation(self, h)
     y = grouped_gemm(kind, h, w_down, offs_E, ids_sorted_S)
     if b_down is not None:
         y = y + b_down[ids_safe_S]
-    return _combine(self, y, order_S, top_k_weights, N, k, hidden_states.dtype)
+    return combine(self, y, order_S, top_k_weights, N, k, hidden_states.dtype)
 
 
 # --- the opt-module contract ----------------------------------------------------------------------------------
