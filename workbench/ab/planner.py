@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 
 from workbench import opts as opts_registry
+from workbench.ab import preflight
 from workbench.ab.cli import CPU_DEFAULTS, GPU_DEFAULTS, HF_ATTN
 from workbench.ab.config import parse_sweep
 from workbench.errors import WorkbenchError
@@ -117,6 +118,7 @@ def plan(args, device) -> list[Comparison]:
             key, values = sweep
             variants = [dataclasses.replace(base, arms=[dataclasses.replace(s) for s in base.arms],
                                             excluded={}, name=f"{opt}@{key}={v}", **{key: v}) for v in values]
+        preflight.check_model(args, device, cfg, variants)  # --experts on a dense model; the memory lower bound
         for t in dict.fromkeys(c.tokens for c in variants):  # the token budgets this comparison will pack
             _check_lengths(args, t, cfg.vocab_size)
         for c in variants:

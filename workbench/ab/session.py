@@ -123,11 +123,8 @@ def _main(argv, a, dctx) -> int:
     device = dctx.device if dctx is not None else resolve_device(a.device)
     from workbench import precision as _prec
     a = a.resolved(device, (GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS)["_run"])  # meta.json's args
-    if device.type == "cuda" and a.reps < 4 and a.target_ci is None and a.budget_s is None and main_rank:
-        progress(f"note: --reps {a.reps} gives no speedup verdict (the rep is the unit: 4 reps at least); the run "
-                 "measures, but each comparison reports `no verdict`")
-    if a.dtype == "fp16" and device.type != "cuda":
-        raise WorkbenchError("--dtype fp16 needs a CUDA device (on a CPU use fp32, or bf16 for the GPU's rounding)")
+    from workbench.ab import preflight
+    preflight.check_run(a, device, note=progress if main_rank else None)  # dtype, attention, protocol: no model yet
     if a._capture:
         if a.model is None or a.tokens is None:
             raise WorkbenchError("--_capture needs --model and --tokens")

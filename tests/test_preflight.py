@@ -1,0 +1,197 @@
+"""Issue 24, item 1: every mistake that needs no model is refused before a model is built or a folder written.
+
+The checks are called directly (`preflight.check_run`, `preflight.check_model`, `check_out_dir`) and through the CLI
+in-process (`run_main(ab.main, argv)`), asserting exit status 2, exactly one stderr line, no traceback and nothing
+created in the working directory. Each refusal has its negative control (the same flags, one changed, pass)."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+
+import pytest
+import torch
+
+from workbench import ab, memory_estimate as me
+from workbench.ab import preflight
+from workbench.ab.config import ABConfig
+from workbench.cli import run_main
+from workbench.errors import WorkbenchError
+from workbench.models import load_config
+from workbench.results import check_out_dir
+
+CPU = torch.device("cpu")
+GPU = types.SimpleNamespace(type="cuda")  # check_run reads only device.type
+RUN = dict(steps=1, warmup=1, warmup_max=2, batches=2)
+
+
+def _cfg(**kw) -> ABConfig:
+    return ABConfig(**{**RUN, "reps": 8, **kw})
+
+
+def _one_line(fn, *args, match, **kw) -> str:
+    with pytest.raises(WorkbenchError, match=match) as e:
+        fn(*args, **kw)
+    assert "\n" not in str(e.value)
+    return str(e.value)
+
+
+def _cli(capsys, tmp_path, monkeypatch, argv):
+    """`python -m workbench.ab ARGV` in-process in an empty working directory: (rc, stderr lines, cwd entries)."""
+    monkeypatch.chdir(tmp_path)
+    rc = run_main(ab.main, ["--device", "cpu", *argv])
+    out, err = capsys.readouterr()
+    return rc, [ln for ln in err.splitlines() if ln.strip()], os.listdir(tmp_path)
+
+
+def _refused(capsys, tmp_path, monkeypatch, argv, *words):
+    rc, lines, made = _cli(capsys, tmp_path, monkeypatch, argv)
+    assert rc == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("error: ") and all(w in lines[0] for w in words), lines[0]
+    assert "Traceback" not in lines[0] and made == []
+
+
+# --- the flags against the device (check_run) -------------------------------------------------------------------
+
+def test_fp16_on_a_cpu_is_refused_bf16_is_not():
+    _one_line(preflight.check_run, _cfg(dtype="fp16"), CPU, match="fp16 needs a CUDA device")
+    preflight.check_run(_cfg(dtype="bf16"), CPU)
+
+
+@pytest.mark.parametrize("attn", ["flash_attention_2", "flash_attention_3"])
+def test_flash_attention_on_a_cpu_is_refused(attn):
+    _one_line(preflight.check_run, _cfg(attn=attn), CPU, match=f"--attn {attn} needs a CUDA device")
+    preflight.check_run(_cfg(attn="sdpa"), CPU)
+
+
+def test_flash_attention_on_a_gpu_without_its_package_is_refused(monkeypatch):
+    import transformers.utils as tu
+    monkeypatch.setattr(tu, "is_flash_attn_2_available", lambda: False)
+    _one_line(preflight.check_run, _cfg(attn="flash_attention_2"), GPU, match="package is not installed")
+    monkeypatch.setattr(tu, "is_flash_attn_2_available", lambda: True)
+    preflight.check_run(_cfg(attn="flash_attention_2"), GPU)
+
+
+def test_a_gpu_protocol_that_can_never_give_a_verdict_is_refused():
+    """--reps 1 on a GPU: no verdict is possible (4 reps at least). Allowed with reps added by --target-ci, or when
+    the run is for traces or sync counts (with a note); never refused on a CPU (no timing verdict there anyway)."""
+    _one_line(preflight.check_run, _cfg(reps=1), GPU, match="--reps 1 on a GPU can never give a verdict")
+    _one_line(preflight.check_run, _cfg(reps=3), GPU, match="--reps 3")
+    preflight.check_run(_cfg(reps=4), GPU)
+    preflight.check_run(_cfg(reps=1, target_ci=2.0), GPU)
+    preflight.check_run(_cfg(reps=1), CPU)
+    notes = []
+    preflight.check_run(_cfg(reps=1, trace="torch"), GPU, note=notes.append)
+    preflight.check_run(_cfg(reps=1, cross_check=True), GPU, note=notes.append)
+    assert len(notes) == 2 and "--trace" in notes[0] and "--cross-check" in notes[1]
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(reps=3, max_reps=1, target_ci=5.0), "--max-reps 1 is below --reps 3"),
+    (dict(warmup=5, warmup_max=2), "--warmup-max 2 is below --warmup 5"),
+    (dict(out=""), "--out is empty"),
+    (dict(out="   "), "--out is empty"),
+])
+def test_contradictory_flags_are_refused_by_the_config(kw, match):
+    _one_line(ABConfig, **kw, match=match)
+
+
+def test_consistent_flags_pass_the_config():
+    ABConfig(reps=3, max_reps=3, target_ci=5.0)
+    ABConfig(warmup=2, warmup_max=2)
+
+
+@pytest.mark.parametrize("out", ["/proc/x", "/proc/self/x/y", "/sys/x"])
+def test_out_on_a_special_file_system_is_refused_and_nothing_created(out):
+    _one_line(check_out_dir, out, match="cannot be created")
+    assert not os.path.exists(out)
+
+
+def test_out_in_a_writable_folder_passes(tmp_path):
+    check_out_dir(str(tmp_path / "new" / "run"))
+    assert os.listdir(tmp_path) == []
+
+
+# --- the model config (check_model) -----------------------------------------------------------------------------
+
+def _cmp(model="tiny-qwen3", tokens=256, layers=None, attn=None, name="packing"):
+    return types.SimpleNamespace(model=model, tokens=tokens, layers=layers, attn=attn, name=name)
+
+
+def test_experts_on_a_dense_model_is_refused():
+    dense, moe = load_config("tiny-qwen3"), load_config("tiny-qwen3-moe")
+    _one_line(preflight.check_model, _cfg(opt="packing", experts="eager"), CPU, dense, [_cmp()],
+              match="--experts eager applies to MoE models")
+    _one_line(preflight.check_model, _cfg(opt="all", model="tiny-qwen3", experts="eager"), CPU, dense, [_cmp()],
+              match="dense qwen3 model")
+    preflight.check_model(_cfg(opt="moe", experts="eager"), CPU, moe, [_cmp("tiny-qwen3-moe")])
+    # --opt all: the packing comparison's default model is dense, the others MoE: --experts is for those
+    preflight.check_model(_cfg(opt="all", experts="eager"), CPU, dense, [_cmp()])
+
+
+def test_a_run_that_cannot_fit_host_ram_is_refused_unless_forced(monkeypatch):
+    monkeypatch.setattr(me, "host_ram_bytes", lambda: 8 * me.GIB)
+    cfg = load_config("tiny-qwen3")
+    msg = _one_line(preflight.check_model, _cfg(opt="packing"), CPU, cfg, [_cmp(tokens=50_000_000)],
+                    match="needs at least")
+    # logits alone: 50e6 tokens x 256 vocab x 4 bytes (fp32 on a CPU) = 47.7 GiB
+    assert "logits 47.7" in msg and "8.0 GiB of host RAM" in msg and "--force" in msg
+    preflight.check_model(_cfg(opt="packing", force=True), CPU, cfg, [_cmp(tokens=50_000_000)])
+    preflight.check_model(_cfg(opt="packing"), CPU, cfg, [_cmp(tokens=256)])
+
+
+def test_eager_attention_counts_its_t_by_t_scores(monkeypatch):
+    """T = 65536 on a tiny model: negligible without eager attention; eager's (4 heads + mask) x T^2 x 4 bytes =
+    80 GiB is refused against 64 GiB."""
+    monkeypatch.setattr(me, "host_ram_bytes", lambda: 64 * me.GIB)
+    cfg = load_config("tiny-qwen3")
+    preflight.check_model(_cfg(opt="packing"), CPU, cfg, [_cmp(tokens=65536, attn="sdpa")])
+    msg = _one_line(preflight.check_model, _cfg(opt="packing"), CPU, cfg, [_cmp(tokens=65536, attn="eager")],
+                    match="eager T x T scores 80.0")
+    assert "64.0 GiB" in msg
+
+
+def test_the_cli_refuses_a_huge_token_budget_before_anything(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(me, "host_ram_bytes", lambda: 8 * me.GIB)
+    _refused(capsys, tmp_path, monkeypatch, ["--opt", "packing", "--tokens", "50000000"], "needs at least",
+             "host RAM", "--force")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--opt", "packing", "--lengths", "fixed:100000"], ["100000 tokens", "token budget (256)"]),
+    (["--opt", "packing", "--attn", "flash_attention_2"], ["needs a CUDA device"]),
+    (["--opt", "packing", "--experts", "eager"], ["applies to MoE models"]),
+    (["--dtype", "fp16"], ["fp16 needs a CUDA device"]),
+    (["--out", "/proc/x"], ["cannot be created"]),
+    (["--out", ""], ["--out is empty"]),
+    (["--reps", "3", "--max-reps", "1", "--target-ci", "5"], ["--max-reps 1 is below --reps 3"]),
+    (["--warmup", "5", "--warmup-max", "2"], ["--warmup-max 2 is below --warmup 5"]),
+])
+def test_the_cli_refuses_each_mistake_with_one_line_and_no_folder(capsys, tmp_path, monkeypatch, argv, words):
+    _refused(capsys, tmp_path, monkeypatch, argv, *words)
+
+
+# --- the estimate -----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen3", "tiny-qwen3-moe", "tiny-gpt-oss"])
+def test_weight_count_is_the_built_models_less_its_norms_and_biases(preset):
+    """Exact: the estimate's parameters are the built model's, less the norms, sinks and biases (GPT-OSS's experts'
+    are 2-D) it leaves out. Catches a family whose experts, head or tied embedding are counted wrong."""
+    from transformers import AutoModelForCausalLM
+    cfg = load_config(preset)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    matrices = sum(p.numel() for n, p in model.named_parameters() if p.dim() >= 2 and "bias" not in n)
+    assert me.weight_params(cfg) == matrices
+
+
+def test_estimate_terms_are_exact_for_a_small_shape():
+    cfg = load_config("tiny-qwen3")  # L 2, hidden 64, 4 heads x 16, 2 kv heads, MLP 128, vocab 256
+    e = me.estimate(cfg, 1000, dtype_bytes=2)
+    assert e.activations_bytes == 2 * 1000 * 64 * 2
+    assert e.logits_bytes == 1000 * 256 * (2 + 4)
+    assert e.eager_scores_bytes == 0
+    full = me.estimate(cfg, 1000, dtype_bytes=4, checkpointing=False, eager_attention=True)
+    assert full.activations_bytes == 2 * 1000 * (2 * 64 + 2 * 64 + 2 * 32 + 3 * 128) * 4
+    assert full.logits_bytes == 1000 * 256 * 4 and full.eager_scores_bytes == 5 * 1000 * 1000 * 4
+    assert dataclasses.asdict(full) and full.total_bytes == sum(dataclasses.asdict(full).values())
