@@ -12,7 +12,8 @@ The one schema every result of the project uses (A/B comparisons, sweeps, instru
   ("running" | "complete" | "incomplete" | "failed").
 
 Every write is atomic (temp file + os.replace): a Ctrl-C leaves the earlier files intact and the run marked
-incomplete. `load_run(dir)` reads a run back for notebooks.
+incomplete. `load_run(dir)` reads a run back for notebooks. The state is also a file named for it (`workbench.markers`: RUNNING
+with a heartbeat, INCOMPLETE, FAILED; none when complete), and a dead writer's folder reads as status "died".
 """
 from __future__ import annotations
 
@@ -129,7 +130,7 @@ def device_info(device) -> dict:
     return info
 
 
-RUN_FILES = ("results.csv", "summary.json", "meta.json", "errors.log", "traces")
+RUN_FILES = ("results.csv", "summary.json", "meta.json", "errors.log", "traces", "RUNNING", "INCOMPLETE", "FAILED")
 """What a run writes into its folder: `--force` removes exactly these before a new run."""
 
 
@@ -185,6 +186,8 @@ class RunWriter:
         self.out_dir = out_dir
         self.run_id = run_id
         os.makedirs(out_dir, exist_ok=True)
+        from workbench import markers
+        self.heartbeat = markers.Heartbeat(out_dir)  # RUNNING before any other file: a folder is never unmarked
         self.env = {c: None for c in ENV_COLUMNS}
         self.env.update(env or {})
         self.rows: list[dict] = []
@@ -261,6 +264,9 @@ class RunWriter:
         self.meta["ended"] = _dt.datetime.now().isoformat(timespec="seconds")
         self.flush()
         self.write_meta()
+        from workbench import markers
+        markers.finish(self.out_dir, status, self.heartbeat, failures=extra.get("failures") or (),
+                       reason=extra.get("reason"))
 
 
 def load_run(run_dir: str) -> tuple[pd.DataFrame, dict, dict]:
@@ -273,7 +279,12 @@ def load_run(run_dir: str) -> tuple[pd.DataFrame, dict, dict]:
             return {}
         with open(p) as f:
             return json.load(f)
-    return df, j("summary.json"), j("meta.json")
+    meta = j("meta.json")
+    from workbench import markers
+    state, why = markers.state(run_dir, meta)
+    if meta and state != meta.get("status"):  # a dead writer's "running" (or a marker the JSON lacks) is what shows
+        meta = {**meta, "status": state, **({"reason": why} if why and not meta.get("reason") else {})}
+    return df, j("summary.json"), meta
 
 
 def engine_step_rows(df: pd.DataFrame) -> pd.DataFrame:

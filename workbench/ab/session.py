@@ -153,6 +153,8 @@ def _main(argv, a, dctx) -> int:
             "comparisons": [c.name for c in comps]}
     wenv = dict(device=device.type, gpu_name=dinfo.get("name") if device.type == "cuda" else None,
                 precision=a.precision)
+    from workbench import interrupts
+    interrupts.raise_from_now_on()  # a Ctrl-C from here on marks the folder incomplete
     if dctx is not None:
         from workbench.ab.distributed import RankWriter
         writer = RankWriter(out_dir, run_id, rank=dctx.rank, env=wenv, extra_meta={
@@ -161,14 +163,18 @@ def _main(argv, a, dctx) -> int:
         dctx.watch(writer)  # rank 0: a peer's failure marks the folder failed even while this thread waits
     else:
         writer = RunWriter(out_dir, run_id, argv=["python", "-m", "workbench.ab", *argv], env=wenv, extra_meta=meta)
-    if main_rank:
-        progress(f"run {run_id} on {device}" + (f" x {dctx.world} ranks (FSDP2, {dctx.backend})" if dctx else "")
-                 + f" -> {out_dir}")
-    if a.trace != "none" and device.type == "cuda":  # the offload model's second source of c (bytes / bandwidth)
-        from workbench.instrument.bandwidth import pinned_copy_gb_per_s
-        writer.meta["pinned_copy"] = pinned_copy_gb_per_s(device)
-        writer.write_meta()
-    sampler = NvmlSampler(device_index=(device.index or 0), period_s=0.25) if device.type == "cuda" else None
+    try:  # a Ctrl-C before the comparison loop's own handler: the folder is marked, not left RUNNING
+        if main_rank:
+            progress(f"run {run_id} on {device}" + (f" x {dctx.world} ranks (FSDP2, {dctx.backend})" if dctx else "")
+                     + f" -> {out_dir}")
+        if a.trace != "none" and device.type == "cuda":  # the offload model's second source of c (bytes / bandwidth)
+            from workbench.instrument.bandwidth import pinned_copy_gb_per_s
+            writer.meta["pinned_copy"] = pinned_copy_gb_per_s(device)
+            writer.write_meta()
+        sampler = NvmlSampler(device_index=(device.index or 0), period_s=0.25) if device.type == "cuda" else None
+    except KeyboardInterrupt:
+        writer.finish("incomplete", reason="interrupted (Ctrl-C)")
+        raise
     if dctx is not None:
         from workbench.ab.distributed import DistRunner
         runner = DistRunner(a, device, writer, dctx, nvml=sampler)

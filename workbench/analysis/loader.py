@@ -8,6 +8,7 @@ import re
 
 import pandas as pd
 
+from workbench import markers
 from workbench.analysis.constants import DEFAULT_LENGTHS, DEFAULT_PROFILES, NOT_A_MEASUREMENT, PREVIEW_ROWS, REPO
 
 
@@ -105,10 +106,11 @@ def _scan(profiles: str | None) -> list[dict]:
     unchanged; callers read the records, never change them."""
     root = profiles_root(profiles)
     dirs = _run_dirs(root) if os.path.isdir(root) else []
-    stamps = _stamps([os.path.join(d, f) for d in dirs for f in ("summary.json", "meta.json")]
+    stamps = _stamps([os.path.join(d, f) for d in dirs for f in ("summary.json", "meta.json", *markers.MARKERS)]
                      + [os.path.join(c, f) for c in sorted({os.path.dirname(d) for d in dirs})
                         for f in ("commands.json", "COMMAND.txt")])
-    if _RUNS.get(root, (None,))[0] != stamps:
+    live = any(st is not None for p, st, _ in stamps if os.path.basename(p) == markers.RUNNING)
+    if _RUNS.get(root, (None,))[0] != stamps or live:  # a RUNNING folder's writer may die with no file changed
         _RUNS[root] = (stamps, _read_runs(root, dirs))
     return _RUNS[root][1]
 
@@ -123,7 +125,15 @@ def _read_runs(root: str, dirs: list[str]) -> list[dict]:
         camp = campaign_commands(os.path.dirname(d)).get(job, {})
         dev = m.get("device") if isinstance(m.get("device"), dict) else {}
         device = dev.get("type") or str(s.get("device") or "").split(":")[0] or None
-        status = m.get("status") or s.get("status") or "unknown"
+        status, why_state = markers.state(d, m)  # RUNNING / INCOMPLETE / FAILED files; a dead writer is "died"
+        if status == "unknown":
+            status = s.get("status") or "unknown"
+        said = m.get("status")
+        if status == "died":  # the writer is gone: what meta.json still says, and why it is not so
+            said = f"{said!r}, read as 'died'"
+            m = {**m, "reason": why_state}
+        else:
+            said = repr(status)
         comps = s.get("comparisons", [])
         v = m.get("versions") or {}
         rec = {"path": d, "folder": os.path.relpath(d, base), "job": job,
@@ -139,7 +149,7 @@ def _read_runs(root: str, dirs: list[str]) -> list[dict]:
         if not s:
             why.append("no summary.json")
         elif not rec["complete"]:
-            why.append(f"meta.json status {status!r}" + (f" ({m['reason']})" if m.get("reason") else "")
+            why.append(f"meta.json status {said}" + (f" ({m['reason']})" if m.get("reason") else "")
                        + (f"; campaign status {camp['status']!r}" if camp.get("status") else "")
                        + (f": {camp['note']}" if camp.get("note") else "")
                        + f"; complete in summary.json: {rec['complete_comparisons'] or 'none'}"
