@@ -195,3 +195,53 @@ def test_estimate_terms_are_exact_for_a_small_shape():
     assert full.activations_bytes == 2 * 1000 * (2 * 64 + 2 * 64 + 2 * 32 + 3 * 128) * 4
     assert full.logits_bytes == 1000 * 256 * 4 and full.eager_scores_bytes == 5 * 1000 * 1000 * 4
     assert dataclasses.asdict(full) and full.total_bytes == sum(dataclasses.asdict(full).values())
+
+
+# --- the help and the library modules' command lines (issue 24, "the README and the help") ---------------------
+
+def test_help_shows_every_default(capsys):
+    from workbench.ab.cli import parse_args
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for flag in ("--device", "--lora-rank", "--lr"):
+        opt = out[out.rindex(f"{flag} "):]
+        assert "(default: " in opt[:200], flag
+
+
+@pytest.mark.parametrize("module", ["levers", "report", "analysis", "figures"])
+def test_library_modules_answer_help(capsys, module):
+    from workbench.library_clis import MAINS
+    with pytest.raises(SystemExit) as e:
+        MAINS[module](["--help"])
+    assert e.value.code == 0 and f"python -m workbench.{module}" in capsys.readouterr().out
+
+
+def test_levers_prints_every_lever(capsys):
+    from workbench import levers
+    from workbench.library_clis import levers_main
+    assert levers_main([]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == len(levers.LEVERS) and all(line.split()[0] in levers.LEVERS for line in out)
+
+
+def test_report_prints_a_folders_state_and_refuses_a_non_run(capsys, tmp_path):
+    from workbench.library_clis import report_main
+    from workbench.results import RunWriter
+    w = RunWriter(str(tmp_path / "run"), "r1", argv=["python", "-m", "workbench.ab"])
+    w.write_summary({"comparisons": [{"name": "packing", "status": "failed", "errors": ["boom"]}]})
+    w.finish("failed", failures=["packing: boom"])
+    assert report_main([str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{tmp_path / 'run'}: failed (failed: packing: boom)") and "packing: failed: boom" in out
+    assert run_main(report_main, [str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {tmp_path} is not a run folder (no results.csv)"
+
+
+def test_analysis_lists_kept_and_left_out_folders(capsys, tmp_path):
+    from workbench.library_clis import analysis_main
+    from workbench.results import RunWriter
+    RunWriter(str(tmp_path / "cpu_run"), "r1").finish("complete")
+    assert analysis_main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("0 run folders kept") and out[1] == "1 left out:" and "cpu_run" in out[2]

@@ -220,3 +220,8 @@ def save_breakdown(rows: pd.DataFrame, path: str, title: str = "Where each trace
     for s in ("top", "right"):
         ax.spines[s].set_visible(False)
     return _save_png(fig, path, breakdown_digest(rows))
+
+
+if __name__ == "__main__":
+    from workbench.library_clis import run
+    run("figures")

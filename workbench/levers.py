@@ -75,3 +75,8 @@ def levers(components: list[dict], *, attention_flops: str | None = None, min_sh
                              f"as GEMM: {100 * (gemm or {}).get('share', 0):.0f}% of the step): a varlen / flash "
                              "kernel computes only the documents' blocks"})
     return out
+
+
+if __name__ == "__main__":
+    from workbench.library_clis import run
+    run("levers")

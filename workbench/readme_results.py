@@ -645,7 +645,8 @@ saves a screenshot: [01](notebooks/img/01_speedup_tables.png), [02](notebooks/im
 [Perfetto](https://ui.perfetto.dev) or `chrome://tracing`; TensorBoard's profiler plugin reads it too);
 `--trace nsys` writes `traces/<comparison>/<arm>.nsys-rep` (open it in Nsight Systems: `nsys-ui X.nsys-rep`; `nsys
 stats --report nvtx_sum,cuda_gpu_kern_sum X.nsys-rep` for tables) and its `.sqlite` export. Both are parsed into
-`traces/<comparison>/<arm>.events.parquet` (`workbench.traces.load_events`). Ranges are named `wb/L07/fwd`,
+`traces/<comparison>/<arm>.events.parquet` (`.events.csv.gz` where pyarrow, a `[dev]` extra, is not installed;
+`workbench.traces.load_events` reads either). Ranges are named `wb/L07/fwd`,
 `wb/L07/attn/meta`, `wb/L07/recompute`, `wb/L07/bwd`, `wb/L07/reload`. For GPU torch traces, Meta's
 [HolisticTraceAnalysis](https://github.com/facebookresearch/HolisticTraceAnalysis) gives temporal / idle
 breakdowns and `TraceDiff` between arms: `TraceAnalysis(trace_dir="profiles/RUN/traces/packing")`.
@@ -880,6 +881,14 @@ def main(argv=None) -> int:
         if problems:
             print("run python -m workbench.readme_results (and fix the prose figures named above)", file=sys.stderr)
             return 1
+        checked = [f"{os.path.relpath(readme, repo)}: the results block is current",
+                   f"{os.path.relpath(page, repo)}: current", f"{os.path.relpath(figure, repo)}: drawn from the "
+                   f"{len(rows)} comparisons profiles/ holds"]
+        if not bd_rows.empty:
+            checked.append(f"{os.path.relpath(bd_path, repo)}: drawn from the {len(bd_rows)} rows profiles/ holds")
+        checked += [f"{os.path.relpath(t, repo)}: every speedup quoted in its prose matches a comparison "
+                    f"(of {len(comps)})" for t in (readme, other) if os.path.exists(t)]
+        print("ok: " + "; ".join(checked))
         return 0
     for path, txt in ((readme, new), (page, page_text)):
         print(f"updated {path}" if _write(path, txt) else f"{path} already up to date")

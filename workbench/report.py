@@ -464,3 +464,8 @@ def sweep_fit_figure(points: pd.DataFrame, fits: pd.DataFrame, visualize: bool =
                       height=160 + 300 * rows, margin=dict(t=130),
                       legend=dict(orientation="h", y=-0.12 if rows > 1 else -0.25))
     return _finish(fig, visualize)
+
+
+if __name__ == "__main__":
+    from workbench.library_clis import run
+    run("report")

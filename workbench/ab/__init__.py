@@ -27,7 +27,8 @@ Prints one table per comparison, then, as the last stdout line, one JSON object:
 Progress goes to stderr. Exit status 0 only when every comparison ran and every arm was equivalent; 2 for bad input
 (one line, nothing written); 130 / 143 when interrupted (Ctrl-C / SIGTERM: the folder is kept, marked incomplete).
 Files: runs/<run_id>/ (or --out, which must be new or empty unless --force): results.csv, summary.json, meta.json,
-errors.log when an arm failed, traces/ when asked (workbench/results.py describes the schema).
+errors.log on every failure, traces/ when asked (workbench/results.py describes the schema), and a file named
+for the state while it is not complete: RUNNING (pid and heartbeat), INCOMPLETE or FAILED (workbench/markers.py).
 
 The package, along the data flow (each room one job):
 

@@ -135,7 +135,9 @@ class Runner:
                "savings_model": {"formula": savings.formula(cmp.opt) or ("not modelled" + (
                    " (every optimization together)" if cmp.opt == "all" else "")),
                                  "predicted_ms": None, "measured_ms": None,
-                                 "reason": "the model's inputs come from traces: run with --trace torch or nsys"},
+                                 "reason": "the model's inputs come from traces: run with --trace torch or nsys"
+                                 if a.trace == "none" else f"judged from this run's --trace {a.trace} traces once "
+                                 "every comparison has run"},
                "status": "ok", "errors": []}
         self._progress(f"{tag} building {cmp.model}" + (f" ({cmp.layers} layers)" if cmp.layers else ""))
         model = self.build(cmp)
