@@ -119,6 +119,8 @@ def finish(out_dir: str, status: str, heartbeat: Heartbeat | None = None, failur
         if missing:
             with open(log, "a") as f:
                 f.write("".join(f"{ln}\n" for ln in missing))
+    for m in (INCOMPLETE, FAILED):  # finished twice (a rank's failure, then the session): the last word stands
+        _remove(os.path.join(out_dir, m))
     if status in ("incomplete", "failed"):
         _write(os.path.join(out_dir, INCOMPLETE if status == "incomplete" else FAILED),
                f"{status}: {(lines or ['no reason given'])[0]}\n")
