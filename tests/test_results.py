@@ -157,7 +157,8 @@ def test_clear_run_files_leaves_foreign_files(tmp_path):
     clear_run_files(str(tmp_path))
     assert sorted(os.listdir(tmp_path)) == ["mine", "notes.txt", "results.csv.bak"]
     assert (tmp_path / "mine" / "results.csv").read_text() == "keep"
-    assert set(RUN_FILES) == {"results.csv", "summary.json", "meta.json", "errors.log", "traces"}
+    assert set(RUN_FILES) == {"results.csv", "summary.json", "meta.json", "errors.log", "traces", "RUNNING", "INCOMPLETE",
+                              "FAILED"}
     clear_run_files(str(tmp_path))  # nothing to remove: no error
 
 
