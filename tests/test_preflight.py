@@ -195,6 +195,7 @@ def test_estimate_terms_are_exact_for_a_small_shape():
     assert full.activations_bytes == 2 * 1000 * (2 * 64 + 2 * 64 + 2 * 32 + 3 * 128) * 4
     assert full.logits_bytes == 1000 * 256 * 4 and full.eager_scores_bytes == 5 * 1000 * 1000 * 4
     assert dataclasses.asdict(full) and full.total_bytes == sum(dataclasses.asdict(full).values())
+    assert me.estimate(cfg, 1000, weight_shards=2).weights_bytes == me.weight_params(cfg) * 4 // 2  # FSDP2, 2 ranks
 
 
 # --- the help and the library modules' command lines (issue 24, "the README and the help") ---------------------

@@ -3,7 +3,8 @@
     bytes >= weights + activations + logits + eager attention scores
 
 - weights: the base model's parameters (embeddings, the LM head unless tied, attention projections, the MLP or
-  every expert), in the model dtype; norms, biases, LoRA and the optimizer's state are left out (small).
+  every expert), in the model dtype, divided over the ranks under FSDP2; norms, biases, LoRA and the optimizer's
+  state are left out (small).
 - activations: under activation checkpointing, each layer's input (T x hidden) kept for the recompute; without it,
   per layer the norm outputs, q/k/v and the attention output, and the MLP's gate, up and product (T x top_k x the
   expert width for a MoE layer).
@@ -81,8 +82,9 @@ def weight_params(config, layers: int | None = None) -> int:
 
 
 def estimate(config, tokens: int, *, layers: int | None = None, dtype_bytes: int = 4, checkpointing: bool = True,
-             eager_attention: bool = False) -> Estimate:
-    """The lower bound for one step of `tokens` packed tokens (see the module docstring)."""
+             eager_attention: bool = False, weight_shards: int = 1) -> Estimate:
+    """The lower bound for one step of `tokens` packed tokens on one device (see the module docstring);
+    `weight_shards`: the ranks the weights are sharded over (FSDP), each holding its share."""
     s = shape(config)
     L = layers if layers is not None else s["layers"]
     T, h, b = tokens, s["hidden"], dtype_bytes
@@ -94,7 +96,7 @@ def estimate(config, tokens: int, *, layers: int | None = None, dtype_bytes: int
         act = L * T * (2 * h + 2 * q + 2 * kv + 3 * width) * b
     logits = T * s["vocab"] * (b + (4 if b < 4 else 0))
     eager = (s["heads"] + 1) * T * T * b if eager_attention else 0
-    return Estimate(weight_params(config, L) * b, act, logits, eager)
+    return Estimate(weight_params(config, L) * b // max(weight_shards, 1), act, logits, eager)
 
 
 def host_ram_bytes() -> int | None:

@@ -11,6 +11,8 @@ The token budget against the document lengths and a writable, new --out are chec
 (`planner._check_lengths`) and `results.check_out_dir`, also before anything is written."""
 from __future__ import annotations
 
+import os
+
 from workbench.errors import WorkbenchError
 
 FLASH_ATTN = {"flash_attention_2": "is_flash_attn_2_available", "flash_attention_3": "is_flash_attn_3_available"}
@@ -61,9 +63,10 @@ def check_model(args, device, config, comparisons) -> None:
     if not limit:
         return
     b = me.DTYPE_BYTES.get(args.dtype) or (2 if device.type == "cuda" else 4)
+    shards = int(os.environ.get("WORLD_SIZE", "1") or 1)  # under torchrun, FSDP2 shards the weights over the ranks
     for c in comparisons:
         est = me.estimate(config, c.tokens, layers=c.layers, dtype_bytes=b, checkpointing=not args.no_checkpointing,
-                          eager_attention=(c.attn == "eager"))
+                          eager_attention=(c.attn == "eager"), weight_shards=shards)
         if est.total_bytes > limit:
             raise WorkbenchError(
                 f"{c.name}: {c.model} at {c.tokens} tokens needs at least {est.total_bytes / me.GIB:.1f} GiB "
