@@ -169,7 +169,7 @@ def state(run_dir: str, meta: dict | None = None) -> tuple[str, str | None]:
             meta = {}
     status = meta.get("status")
     if status == "running":
-        return "died", "meta.json says running but no writer holds the folder (no RUNNING file)"
+        return "died", "no writer holds the folder: no RUNNING file"
     return (status or "unknown"), meta.get("reason")
 
 
