@@ -27,6 +27,11 @@ LEVERS = {
     "other": "uncategorized kernels: see the top kernels",
 }
 DENSE_ATTENTION = ("dense",)
+DENSE_ATTENTION_COMPONENT = "attention (dense)"
+SLICE_GRADIENTS_COMPONENT = "slice gradients (fill + add)"
+LEVER_COMPONENTS = frozenset({*LEVERS, DENSE_ATTENTION_COMPONENT, SLICE_GRADIENTS_COMPONENT})
+"""The components a lever optimization may name in its SPEC's `lever` (`workbench.opt_registry`): every row
+`levers()` can emit."""
 
 FILL, ADD = "FillFunctor", "CUDAFunctor_add"
 """The kernels of a gradient built slice by slice: `select_backward` zero-fills a tensor of the whole weight's shape
@@ -48,7 +53,7 @@ def slice_gradients(top_kernels: list[dict] | None, step_ms: float | None) -> di
     if nf < MIN_SLICE_GRAD_CALLS or na < MIN_SLICE_GRAD_CALLS:
         return None
     ms = sum(k["ms"] for k in fills + adds)
-    return {"component": "slice gradients (fill + add)", "ms": ms, "share": ms / step_ms, "fills": nf, "adds": na,
+    return {"component": SLICE_GRADIENTS_COMPONENT, "ms": ms, "share": ms / step_ms, "fills": nf, "adds": na,
             "lever": f"{nf:.0f} zero-fills and {na:.0f} adds of whole tensors per step ({ms:.0f} ms): a gradient "
                      "built slice by slice, as a per-expert loop over a fused LoRA-adapted expert weight does (each "
                      "expert's w[e] back-propagates through a zero tensor of all experts' size): index every expert "
@@ -70,7 +75,7 @@ def levers(components: list[dict], *, attention_flops: str | None = None, min_sh
     att = next((r for r in components if r.get("component") == "attention"), None)
     if attention_flops in DENSE_ATTENTION:
         gemm = next((r for r in components if r.get("component") == "gemm"), None)
-        out.append({"component": "attention (dense)", "ms": (att or {}).get("ms"), "share": (att or {}).get("share"),
+        out.append({"component": DENSE_ATTENTION_COMPONENT, "ms": (att or {}).get("ms"), "share": (att or {}).get("share"),
                     "lever": "the backend computes attention over the whole packed sequence (T^2; its matmuls count "
                              f"as GEMM: {100 * (gemm or {}).get('share', 0):.0f}% of the step): a varlen / flash "
                              "kernel computes only the documents' blocks"})

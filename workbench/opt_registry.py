@@ -19,6 +19,9 @@ SPEC keys:
                          states its contract), e.g. "workbench.opts.packing_savings"; absent: not modelled
     apply_order: int     optional: where `workbench.apply_optimizations` applies it (reverted in reverse); default
                          `order`
+    lever: str           optional: the `workbench.levers` component it addresses (one of
+                         `levers.LEVER_COMPONENTS`): a lever optimization, run by `--opt levers` (`workbench.lever_run`)
+    in_all: bool         optional: part of `--opt all` (default True; the lever optimizations say False)
 
 Optional hooks in the module itself (called with torch loaded): `comparison_options(cmp, device, state)` -> its
 apply / unsupported keyword arguments for one comparison (`state`: a dict per comparison the module may keep things
@@ -48,8 +51,17 @@ def _spec_of_source(path: str) -> dict | None:
             missing = [k for k in KEYS if k not in spec]
             if missing:
                 raise WorkbenchError(f"{path}: SPEC lacks {', '.join(missing)}")
+            _check_lever(path, spec)
             return spec
     return None
+
+
+def _check_lever(path: str, spec: dict) -> None:
+    from workbench.levers import LEVER_COMPONENTS  # no torch: levers.py imports nothing heavy
+
+    if "lever" in spec and spec["lever"] not in LEVER_COMPONENTS:
+        raise WorkbenchError(f"{path}: SPEC lever {spec['lever']!r} is no component of workbench.levers; choose "
+                             f"from {', '.join(sorted(LEVER_COMPONENTS))}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -99,3 +111,19 @@ def module_path(opt: str) -> str:
 def savings_path(opt: str) -> str | None:
     """The dotted path of the optimization's savings-model module (SPEC `savings`), None when it has none."""
     return spec(opt).get("savings")
+
+
+def lever(opt: str) -> str | None:
+    """The `workbench.levers` component `opt` addresses (its SPEC's `lever`), None for an optimization that is no
+    lever."""
+    return spec(opt).get("lever")
+
+
+def levers() -> tuple[str, ...]:
+    """The lever optimizations (SPEC with a `lever`), in their order."""
+    return tuple(o for o in names() if lever(o) is not None)
+
+
+def in_all(opt: str) -> bool:
+    """Whether `--opt all` runs `opt` (SPEC `in_all`, default True)."""
+    return bool(spec(opt).get("in_all", True))

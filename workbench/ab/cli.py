@@ -14,18 +14,22 @@ DOC = 'Interleaved A/B comparisons of the optimizations: a paired speedup with i
 
 OPT_NAMES = registry.names()
 """The optimizations (`workbench.opt_registry`: read from their modules' SPEC, nothing imported)."""
-OPT_CHOICES = (*OPT_NAMES, "all")
+OPT_CHOICES = (*OPT_NAMES, "all", "levers")
+"""`all`: every optimization whose SPEC has no `in_all: False`, each alone, then together; `levers`: the lever
+optimizations the traced baseline's breakdown names (`workbench.lever_run`)."""
 HF_ATTN = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3")
 ARMS_HELP = {o: registry.spec(o)["help"] for o in OPT_NAMES}
 
 # default shapes: tiny presets on a CPU-only machine, real shapes (fewer layers where needed) on a GPU; each
 # optimization's from its SPEC, `all` (every optimization together) here
 CPU_DEFAULTS = {**{o: dict(registry.spec(o)["cpu"]) for o in OPT_NAMES}, "all": dict(model="tiny-qwen3-moe"),
+                "levers": dict(model="tiny-qwen3-moe"),
                 "_run": dict(tokens=256, batches=2, steps=1, warmup=1, warmup_max=2, reps=2)}
 """On a CPU the run is a functional check: syncs per step by layer and source, equivalence and FLOPs. Its timings
 exercise the engine and are labelled "not a result"; they give no speedup verdict."""
 GPU_DEFAULTS = {**{o: dict(registry.spec(o)["gpu"]) for o in OPT_NAMES},
                 "all": dict(model="qwen3-30b-a3b", layers=8, tokens=8192),
+                "levers": dict(model="llama-3.1-8b", layers=8, tokens=16384),
                 "_run": dict(tokens=16384, batches=2, steps=2, warmup=2, warmup_max=8, reps=8)}
 """GPU protocol: the rep is the unit of independence (arms run as blocks per rep), so more, shorter reps: 8 reps x 2
 timed steps over 2 batches. `python -m workbench.power` finds this protocol's A/A false-verdict rate at 5% and its

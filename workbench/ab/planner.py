@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from workbench import opt_registry as registry
 from workbench import opts as opts_registry
 from workbench.ab import preflight
 from workbench.ab.cli import CPU_DEFAULTS, GPU_DEFAULTS, HF_ATTN
@@ -63,6 +64,8 @@ def plan(args, device) -> list[Comparison]:
     opts_registry.load_all()  # what the optimizations register on import (wb_* experts names) is there to check
 
     defaults = GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS
+    if args.opt == "levers":
+        return _lever_plan(args, defaults)
     opt_list = list(opts_in_all()) + ["all"] if args.opt == "all" else [args.opt]
     if args.arms and args.opt == "all":
         raise WorkbenchError(f"--arms needs a single --opt ({', '.join(opts_registry.OPTS)}); use --aa for an A/A "
@@ -173,3 +176,30 @@ def opts_in_all() -> tuple:
 def _attention_backends() -> tuple:
     """The attention backends the optimizations register (a module's BACKENDS): what --attn may name besides HF's."""
     return tuple(b for o in opts_registry.OPTS for b in getattr(_module_or_none(o), "BACKENDS", ()))
+
+
+def _lever_plan(args, defaults) -> list[Comparison]:
+    """--opt levers: one comparison (baseline, optimized) per registered lever optimization, every one on the shape
+    of `levers` (so on the same batches); `workbench.lever_run.select` keeps those that apply and adds the path."""
+    from workbench.models import load_config
+
+    for flag, v in (("--arms", args.arms), ("--aa", args.aa), ("--sweep", args.sweep)):
+        if v:
+            raise WorkbenchError(f"{flag} does not apply to --opt levers (one comparison per lever, then the path)")
+    names = registry.levers()
+    if not names:
+        raise WorkbenchError("--opt levers: no lever optimization is registered (a SPEC with a `lever` key: "
+                             "workbench/opt_registry.py)")
+    d = defaults["levers"]
+    model = args.model or d["model"]
+    layers = args.layers if args.layers is not None else d.get("layers")
+    tokens = args.tokens or d.get("tokens") or defaults["_run"]["tokens"]
+    cfg = load_config(model, layers, args.attn if args.attn in HF_ATTN else None, args.experts)
+    _check_lengths(args, tokens, cfg.vocab_size)
+    comps = []
+    for opt in names:
+        mod = opts_registry.module(opt)
+        arms = [ArmSpec(mod.BASELINE, {opt: mod.BASELINE}), ArmSpec(mod.OPTIMIZED, {opt: mod.OPTIMIZED})]
+        comps.append(Comparison(opt=opt, model=model, layers=layers, tokens=tokens, attn=args.attn, arms=arms,
+                                baseline=mod.BASELINE, optimized=mod.OPTIMIZED))
+    return comps

@@ -210,27 +210,36 @@ class Runner:
 
         equiv, ref, ref32 = {}, None, None
         base_spec = next((s for s in runnable if s.label == cmp.baseline), None)
+
+        def fp32_reference(why):
+            nonlocal ref32
+            if ref32 is None:
+                self._progress(f"{tag} {why}: judging against an fp32 run of {cmp.baseline}")
+                ref_opts = self.reference_options(cmp, ran_attn)
+                ref32 = self.reference_fp32(model, lambda b: one_step(base_spec, b, ref_opts), cpu_batches[0],
+                                            cmp=cmp, spec=base_spec, options=ref_opts)
+                ref32["attn"] = next((v["backend"] for v in ref_opts.values()
+                                      if isinstance(v, dict) and "backend" in v), ran_attn)
+            return ref32
+
+        from workbench import numerics
         for spec in runnable:
             try:
                 res = one_step(spec, cpu_batches[0])
+                changes = numerics.change_of(spec.arms)  # an arm that changes the numerics on purpose (bf16)
                 if spec.label == cmp.baseline:
                     ref = res
                     e = {"equivalent": True, "bitwise": True, "loss_abs_diff": 0.0, "grad_max_abs_diff": 0.0,
                          "grad_max_rel_l2": 0.0}
                 elif ref is None:
                     e = None
+                elif changes:
+                    e = numerics.judge(res, ref, fp32_reference(f"{spec.label} changes the numerics"), changes)
+                    self._progress(f"{tag} {spec.label}: {numerics.line(e['numerics_change'])}")
                 else:
                     e = equivalence.compare(res, ref, dtype)
                     if not e["equivalent"] and dtype in equivalence.LOW_PRECISION:
-                        if ref32 is None:
-                            self._progress(f"{tag} {spec.label} differs from {cmp.baseline} beyond the {dtype} "
-                                           f"criterion: judging both against an fp32 run of {cmp.baseline}")
-                            ref_opts = self.reference_options(cmp, ran_attn)
-                            ref32 = self.reference_fp32(
-                                model, lambda b: one_step(base_spec, b, ref_opts), cpu_batches[0], cmp=cmp,
-                                spec=base_spec, options=ref_opts)
-                            ref32["attn"] = next((v["backend"] for v in ref_opts.values()
-                                                  if isinstance(v, dict) and "backend" in v), ran_attn)
+                        fp32_reference(f"{spec.label} differs from {cmp.baseline} beyond the {dtype} criterion")
                         e.update(equivalence.judge_by_reference(res, ref, ref32, dtype))
                         e["ref_chunks"] = ref32["chunks"]
                         e["ref_attn"] = ref32["attn"]
@@ -350,6 +359,9 @@ class Runner:
         out["optimized"] = arm_dicts[cmp.optimized] if cmp.optimized else None
         out["others"] = [arm_dicts[s.label] for s in cmp.arms if s.label not in (cmp.baseline, cmp.optimized)]
         out["equivalence"] = equiv
+        out["numerics_change"] = {lbl: e["numerics_change"] for lbl, e in equiv.items() if "numerics_change" in e}
+        for lbl, nc in out["numerics_change"].items():
+            arm_dicts[lbl]["numerics_change"] = nc
         o = out["optimized"]
         if o is not None and o.get("vs_baseline"):
             c = o["vs_baseline"]
@@ -368,7 +380,8 @@ class Runner:
             if e is not None and not e["equivalent"]:
                 msg = (f"{cmp.name} arm {s.label} is not equivalent to {cmp.baseline}: loss diff "
                        f"{e['loss_abs_diff']:.3g}, grad max rel L2 {e['grad_max_rel_l2']:.3g}"
-                       + (f" (against fp32: worst ratio {e['ref_worst_ratio']:.2f})" if "judged_by" in e else ""))
+                       + (f" (against fp32: worst ratio {e['ref_worst_ratio']:.2f})" if "judged_by" in e else "")
+                       + (f"; {numerics.line(e['numerics_change'])}" if "numerics_change" in e else ""))
                 self.failures.append(msg)
                 out["errors"].append(msg)
         if not ran_all or not out["equivalent"] or m is None:

@@ -185,9 +185,19 @@ def _main(argv, a, dctx) -> int:
     t0 = time.perf_counter()
     status, reason, rc = "incomplete", None, 1
     old_term = _install_sigterm()
+    levers = None
     try:
         if sampler is not None:
             sampler.__enter__()
+        if a.opt == "levers":  # the traced baseline picks the levers that run (workbench.lever_run)
+            if dctx is not None:
+                raise WorkbenchError("--opt levers runs on one device (not under torchrun)")
+            from workbench import lever_run
+            levers = lever_run.select(runner, comps)
+            comps = levers.comparisons
+            summary["levers"] = writer.meta["levers"] = levers.describe()
+            writer.meta["comparisons"] = [c.name for c in comps]
+            writer.write_meta()
         for i, cmp in enumerate(comps, 1):
             try:
                 res = runner.run(cmp, i, len(comps))
@@ -213,6 +223,10 @@ def _main(argv, a, dctx) -> int:
             runner.gather_rows()  # rows of a comparison that stopped early on every rank
         if a.trace != "none" and summary["comparisons"] and dctx is None:  # the savings models: one device
             summary["comparisons"] = _verdicts(writer, summary, runner.failures)
+        if levers is not None:  # each lever's predicted saving against its measured one
+            summary["comparisons"] = lever_run.annotate(writer, summary, levers, device.type)
+            print(lever_run.table(summary), flush=True)
+            print(flush=True)
         status = "complete" if not runner.failures else "failed"
         rc = 0 if status == "complete" else 1
     except KeyboardInterrupt:
