@@ -165,15 +165,11 @@ def select(runner, comps: list) -> Selection:
         del model
         _free(device)
     preds = {c.opt: predict(c.opt, bd) for c in ok}
-    chosen = ok
-    if bd is not None:
-        chosen = [c for c in ok if preds[c.opt]["named"]]
-        for c in ok:
-            if not preds[c.opt]["named"]:
-                skipped[c.opt] = (f"the traced baseline does not name its component {registry.lever(c.opt)!r} "
-                                  f"(under {100 * MIN_SHARE:.0f}% of the step)")
-                progress(f"[levers] {c.opt}: {skipped[c.opt]}")
-        chosen.sort(key=lambda c: -(preds[c.opt]["predicted_ms"] or 0.0))
+    names, not_named = choose([c.opt for c in ok], preds)
+    for o, why in not_named.items():
+        skipped[o] = why
+        progress(f"[levers] {o}: {why}")
+    chosen = sorted((c for c in ok if c.opt in names), key=lambda c: names.index(c.opt))
     for c in chosen:
         p = preds[c.opt]
         progress(f"[levers] {c.opt} ({p['component']}): " + (
@@ -183,6 +179,18 @@ def select(runner, comps: list) -> Selection:
     if len(chosen) > 1:
         out.append(path_comparison(chosen))
     return Selection(out, preds, skipped, bd, note)
+
+
+def choose(applicable: list[str], preds: dict) -> tuple[list[str], dict]:
+    """(the levers that run, in order of predicted saving, largest first; {lever: why not} for those whose component
+    the traced breakdown does not name). Without a breakdown (predictions' `named` None) every applicable lever runs,
+    in the registry's order."""
+    if all(preds[o]["named"] is None for o in applicable):
+        return list(applicable), {}
+    run = [o for o in applicable if preds[o]["named"]]
+    why = {o: f"the traced baseline does not name its component {preds[o]['component']!r} (under "
+              f"{100 * MIN_SHARE:.0f}% of the step)" for o in applicable if not preds[o]["named"]}
+    return sorted(run, key=lambda o: -(preds[o]["predicted_ms"] or 0.0)), why
 
 
 def path_comparison(chosen: list):

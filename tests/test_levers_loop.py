@@ -1,0 +1,177 @@
+"""Closing the loop (issue 22): lever optimizations in the registry, `--opt levers` on a CPU (equivalence, counts,
+the path), arms that change the numerics judged against fp32 (with negative controls), predictions from a
+breakdown, the verdict's arithmetic, and `workbench.lever_path`. Fake levers: tests/fixtures/lever_*.py, registered
+through $WORKBENCH_OPTS."""
+import csv
+import json
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+
+from workbench.cli import run_main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LEVERS = "fixtures.lever_copy,fixtures.lever_attention,fixtures.lever_experts"
+FAST = ["--tokens", "64", "--batches", "1", "--steps", "1", "--warmup", "0", "--warmup-max", "0", "--reps", "2", "--device", "cpu"]
+
+
+@pytest.fixture
+def levers_env(monkeypatch):
+    monkeypatch.setenv("WORKBENCH_OPTS", LEVERS)
+    from fixtures import lever_attention, lever_copy
+    monkeypatch.setattr(lever_copy, "BREAK", False)
+    monkeypatch.setattr(lever_attention, "DIFFER", False)
+    return lever_copy, lever_attention
+
+
+def _run(capsys, argv):
+    from workbench import ab
+    rc = run_main(ab.main, argv)
+    out, err = capsys.readouterr()
+    return rc, json.loads([ln for ln in out.splitlines() if ln.strip()][-1]), out, err
+
+
+# --- the registry ------------------------------------------------------------------------------------------------
+
+def test_registry_names_levers_and_in_all(levers_env):
+    from workbench import opt_registry as reg
+    assert reg.levers() == ("lever_copy", "lever_attention", "lever_experts")
+    assert (reg.lever("lever_copy"), reg.lever("lever_experts")) == ("copy", "slice gradients (fill + add)")
+    assert reg.lever("packing") is None and reg.in_all("packing") is True  # in_all defaults to True
+    assert reg.in_all("lever_copy") is False
+    from workbench.levers import LEVER_COMPONENTS, LEVERS as L
+    assert LEVER_COMPONENTS == set(L) | {"attention (dense)", "slice gradients (fill + add)"}
+
+
+def test_an_unknown_lever_component_is_one_line(tmp_path):
+    (tmp_path / "badlever.py").write_text(
+        'SPEC = {"order": 9, "help": "a, b", "cpu": {"model": "tiny-qwen3"}, "gpu": {"model": "qwen3-0.6b"}, '
+        '"all_variants": (), "lever": "teleport"}\n')
+    env = {**os.environ, "WORKBENCH_OPTS": "badlever", "PYTHONPATH": os.pathsep.join([str(tmp_path), ROOT])}
+    r = subprocess.run([sys.executable, "-m", "workbench.ab", "--help"], env=env, capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "'teleport' is no component of workbench.levers" in r.stderr
+
+
+def test_opt_all_leaves_the_levers_out(levers_env):
+    from workbench.ab.cli import parse_args
+    from workbench.ab.planner import plan
+    comps = plan(parse_args(["--opt", "all", "--device", "cpu"]), torch.device("cpu"))
+    assert not [c for c in comps if c.opt.startswith("lever_")]
+    combined = next(c for c in comps if c.opt == "all")
+    assert all(not o.startswith("lever_") for s in combined.arms for o in s.arms)
+    levers = plan(parse_args(["--opt", "levers", "--device", "cpu"]), torch.device("cpu"))
+    assert [c.opt for c in levers] == ["lever_copy", "lever_attention", "lever_experts"]
+    assert {(c.model, c.tokens) for c in levers} == {("tiny-qwen3-moe", 256)}  # one shape: the same batches
+
+
+# --- --opt levers on a CPU ----------------------------------------------------------------------------------------
+
+def test_levers_on_a_dense_model_cpu(levers_env, capsys, tmp_path):
+    out = tmp_path / "run"
+    rc, s, stdout, err = _run(capsys, ["--opt", "levers", "--model", "tiny-qwen3", *FAST, "--out", str(out)])
+    assert rc == 0, err[-3000:]
+    cmps = {c["name"]: c for c in s["comparisons"]}
+    assert list(cmps) == ["lever_copy", "lever_attention", "path"]  # the expert lever does not apply to a dense model
+    assert "no experts" in s["levers"]["skipped"]["lever_experts"]
+    assert s["levers"]["breakdown"] is None and "CPU" in s["levers"]["trace_note"]
+    for c in cmps.values():
+        assert c["equivalent"] is True and c["status"] == "ok", c["errors"]
+    # the numerics-changing arm: judged against fp32, next to the baseline's own deviation
+    nc = cmps["lever_copy"]["numerics_change"]["rounded"]
+    assert nc["within_tolerance"] is True and nc["grad_max_rel_dev_baseline"] == 0.0  # fp32 baseline = reference
+    assert 0 < nc["grad_max_rel_dev"] <= nc["k"] * nc["floor"]
+    assert cmps["lever_copy"]["optimized"]["numerics_change"] == nc
+    assert cmps["lever_attention"]["numerics_change"] == {}
+    assert cmps["lever_attention"]["optimized"]["bitwise"] is True
+    # predictions: none without a trace; the saved fraction is the module's
+    assert cmps["lever_copy"]["lever"]["saved_fraction"] == 0.5
+    assert cmps["lever_copy"]["lever"]["predicted_ms"] is None
+    assert cmps["lever_copy"]["savings_model"]["verdict"] is None
+    # the path: cumulative, in order, on the same batches
+    assert cmps["path"]["path"] == ["baseline", "+lever_copy", "+lever_attention"]
+    assert cmps["path"]["batches"] == cmps["lever_copy"]["batches"] == cmps["lever_attention"]["batches"]
+    assert "+lever_copy" in cmps["path"]["numerics_change"] and "+lever_attention" in cmps["path"]["numerics_change"]
+    assert "lever_copy" in stdout.split("\n{")[0] and "predicted ms" in stdout  # the levers' table
+
+    # the path to the best step, from the run folder
+    from workbench import lever_path
+    assert lever_path.main([str(out), "--out", str(tmp_path / "path")]) == 0
+    with open(tmp_path / "path" / "path.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["arm"] for r in rows] == ["baseline", "+lever_copy", "+lever_attention"]
+    assert rows[0]["speedup_vs_prev"] == "" and float(rows[2]["speedup_vs_prev"]) > 0
+    assert all(r["equivalent"] == "True" for r in rows)
+    assert os.path.getsize(tmp_path / "path" / "path.png") > 0
+
+    # the verdict's arithmetic, on this run's timings with a prediction given (as a GPU run's trace would)
+    from workbench import lever_run, verdicts
+    from workbench.results import load_run
+    c = cmps["lever_attention"]
+    m = verdicts.measured_saving(load_run(str(out))[0], "lever_attention", "dense", "blocks")
+    preds = {"lever_attention": {**lever_run.predict("lever_attention", None), "predicted_ms": 2.0,
+                                 "predicted_se": 0.1}}
+    sel = lever_run.Selection([], preds, {}, {"steps": 4}, None)
+    lever_run.annotate(types.SimpleNamespace(flush=lambda: None, out_dir=str(out)), {"comparisons": [c]}, sel, "cuda")
+    sm = c["savings_model"]
+    assert sm["ratio"] == pytest.approx(m["mean"] / 2.0) and sm["measured_ms"] == pytest.approx(m["mean"])
+    assert sm["verdict"] in ("confirmed", "refuted", "inconclusive") and "p_confirm_holm" in sm
+
+
+def test_a_numerics_arm_beyond_tolerance_is_flagged_moe(levers_env, capsys, tmp_path):
+    """Negative control: the numerics-changing lever also drops half the tokens' loss: flagged, the run fails.
+    On an MoE model the expert lever applies and runs."""
+    copy, _ = levers_env
+    copy.BREAK = True
+    rc, s, _, err = _run(capsys, ["--opt", "levers", "--model", "tiny-qwen3-moe", *FAST, "--out", str(tmp_path / "run")])
+    assert rc == 1
+    cmps = {c["name"]: c for c in s["comparisons"]}
+    assert set(cmps) == {"lever_copy", "lever_attention", "lever_experts", "path"}
+    nc = cmps["lever_copy"]["numerics_change"]["rounded"]
+    assert nc["within_tolerance"] is False and cmps["lever_copy"]["equivalent"] is False
+    assert nc["grad_max_rel_dev"] > nc["k"] * max(nc["grad_max_rel_dev_baseline"], nc["floor"])
+    assert cmps["lever_experts"]["equivalent"] is True and cmps["lever_attention"]["equivalent"] is True
+    assert any("lever_copy arm rounded is not equivalent" in f and "BEYOND TOLERANCE" in f for f in s["failures"])
+
+
+# --- the parts ----------------------------------------------------------------------------------------------------
+
+def _grads(*vals):
+    return {"w": torch.tensor(vals, dtype=torch.float32)}
+
+
+def test_numerics_judge_k_times_the_baselines_deviation():
+    from workbench import numerics
+    ref32 = {"loss": 2.0, "grads": _grads(1.0, 0.0)}
+    base = {"loss": 2.0, "grads": _grads(1.0, 0.02)}  # deviates 0.02 from fp32
+    ok = numerics.judge({"loss": 2.0, "grads": _grads(1.0, 0.059)}, base, ref32, "x")
+    bad = numerics.judge({"loss": 2.0, "grads": _grads(1.0, 0.061)}, base, ref32, "x")  # > 3 x 0.02
+    assert ok["equivalent"] and not bad["equivalent"]
+    assert ok["numerics_change"]["grad_max_rel_dev_baseline"] == pytest.approx(0.02)
+    # an fp32 baseline deviates 0: the floor (1e-2) is the yardstick
+    base0 = {"loss": 2.0, "grads": _grads(1.0, 0.0)}
+    assert numerics.judge({"loss": 2.0, "grads": _grads(1.0, 0.029)}, base0, ref32, "x")["equivalent"]
+    assert not numerics.judge({"loss": 2.0, "grads": _grads(1.0, 0.031)}, base0, ref32, "x")["equivalent"]
+    assert not numerics.judge({"loss": 2.1, "grads": _grads(1.0, 0.0)}, base0, ref32, "x")["equivalent"]  # loss
+
+
+def test_prediction_is_component_ms_times_saved_fraction(levers_env):
+    from workbench import lever_run
+    bd = {"components": [{"component": "copy", "ms": 10.0, "share": 0.2}, {"component": "attention", "ms": 3.0,
+                                                                            "share": 0.06}],
+          "levers": [{"component": "copy", "ms": 10.0, "share": 0.2}], "se_ms": {"copy": 0.4}, "steps": 5}
+    p = lever_run.predict("lever_copy", bd)
+    assert (p["named"], p["component_ms"], p["predicted_ms"], p["predicted_se"]) == (True, 10.0, 5.0, 0.2)
+    q = lever_run.predict("lever_attention", bd)  # attention not dense here: not named
+    assert q["named"] is False and q["predicted_ms"] == 3.0
+    run, why = lever_run.choose(["lever_attention", "lever_copy"], {"lever_copy": p, "lever_attention": q})
+    assert run == ["lever_copy"] and "attention (dense)" in why["lever_attention"]
+    none = {o: lever_run.predict(o, None) for o in ("lever_copy", "lever_attention")}
+    assert lever_run.choose(["lever_copy", "lever_attention"], none) == (["lever_copy", "lever_attention"], {})
+    bd["levers"].append({"component": "attention (dense)", "ms": 30.0, "share": 0.5})
+    preds = {o: lever_run.predict(o, bd) for o in ("lever_copy", "lever_attention")}
+    assert lever_run.choose(["lever_copy", "lever_attention"], preds)[0] == ["lever_attention", "lever_copy"]
