@@ -17,6 +17,7 @@ speedup and a verdict, then the path from the baseline to the best step.
 3. The path (comparison `path`, more than one lever): arms that apply the chosen levers cumulatively in order of
    predicted saving (baseline, +first, +first+second, ...), timed together on the same batches;
    `python -m workbench.lever_path RUN_DIR` reads it (step time, speedup over the previous point, MFU, breakdown).
+   `--only NAME,...` keeps part of the plan, after the selection (e.g. `--only path`: a long run split in two).
 4. `annotate`: per lever comparison, `lever` = {component, component_ms (its ms per step in the traced baseline,
    with the se over traced steps), saved_fraction (the module's SAVED_FRACTION, default 1.0), predicted_ms =
    component_ms x saved_fraction, predicted_se}, and `savings_model`: predicted against the measured paired saving
@@ -178,6 +179,14 @@ def select(runner, comps: list) -> Selection:
     out = list(chosen)
     if len(chosen) > 1:
         out.append(path_comparison(chosen))
+    if runner.args.only:  # a part of the plan (a long run split in two: --only path, or the levers alone)
+        from workbench.errors import WorkbenchError
+        names = [n.strip() for n in runner.args.only.split(",") if n.strip()]
+        bad = [n for n in names if n not in [c.name for c in out]]
+        if bad:
+            raise WorkbenchError(f"--only {bad[0]!r} names no comparison of this levers run; its comparisons: "
+                                 f"{', '.join(c.name for c in out)}")
+        out = [c for c in out if c.name in names]
     return Selection(out, preds, skipped, bd, note)
 
 
