@@ -175,3 +175,23 @@ def test_prediction_is_component_ms_times_saved_fraction(levers_env):
     bd["levers"].append({"component": "attention (dense)", "ms": 30.0, "share": 0.5})
     preds = {o: lever_run.predict(o, bd) for o in ("lever_copy", "lever_attention")}
     assert lever_run.choose(["lever_copy", "lever_attention"], preds)[0] == ["lever_attention", "lever_copy"]
+
+
+def test_predictions_from_a_traced_breakdown(levers_env):
+    """A synthetic traced step with known components (tests/synthetic_traces.py): the dense-attention lever's
+    predicted saving is the step's attention time (15 us) x its SAVED_FRACTION; under a block-diagonal kernel the
+    breakdown does not name it and the lever does not run."""
+    from synthetic_traces import EXPECTED_ONE_STEP, one_step
+
+    from workbench import lever_run
+    bd = lever_run.breakdown_of(one_step(), "sdpa")
+    p = lever_run.predict("lever_attention", bd)
+    assert p["named"] is True and p["component_ms"] == pytest.approx(EXPECTED_ONE_STEP["attention"] / 1e3)
+    assert p["predicted_ms"] == pytest.approx(EXPECTED_ONE_STEP["attention"] / 1e3)
+    assert p["predicted_se"] is None  # one traced step: no spread
+    flash = lever_run.breakdown_of(one_step(), "flash_attention_2")
+    assert lever_run.predict("lever_attention", flash)["named"] is False
+    q = lever_run.predict("lever_copy", bd)  # no device copies in this step: not named
+    assert q["named"] is False
+    run, why = lever_run.choose(["lever_copy", "lever_attention"], {"lever_copy": q, "lever_attention": p})
+    assert run == ["lever_attention"] and set(why) == {"lever_copy"}

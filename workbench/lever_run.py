@@ -22,7 +22,8 @@ speedup and a verdict, then the path from the baseline to the best step.
    with the se over traced steps), saved_fraction (the module's SAVED_FRACTION, default 1.0), predicted_ms =
    component_ms x saved_fraction, predicted_se}, and `savings_model`: predicted against the measured paired saving
    (the rep as the unit), verdict by `workbench.verdicts.judge` (confirmed / refuted / inconclusive: the 90% CI of
-   measured / predicted inside or outside [0.8, 1.25]), Holm over the run's levers. On a CPU: no verdict.
+   measured / predicted inside or outside [0.8, 1.25]; the traced-vs-timed bias of the baseline step as in
+   `workbench.verdicts`), Holm over the run's levers. On a CPU: no verdict.
 """
 from __future__ import annotations
 
@@ -241,8 +242,16 @@ def annotate(writer, summary: dict, sel: Selection, device_type: str) -> list[di
         sm = {"formula": FORMULA, "predicted_ms": p["predicted_ms"], "predicted_se": p["predicted_se"],
               "predicted_ci95": None if p["predicted_se"] is None else
               [p["predicted_ms"] - 1.96 * p["predicted_se"], p["predicted_ms"] + 1.96 * p["predicted_se"]]}
-        m = verdicts.measured_saving(results, c["name"], c["baseline"]["arm"], c["optimized"]["arm"])
+        try:
+            m = verdicts.measured_saving(results, c["name"], c["baseline"]["arm"], c["optimized"]["arm"])
+        except Exception as e:  # noqa: BLE001 - an arm without timed steps (failed): no measured saving
+            sm.update(verdict=None, reason=f"no measured saving: {type(e).__name__}: {e}")
+            c["savings_model"] = sm
+            continue
         sm.update(measured_ms=m["mean"], measured_ci95=m["ci95"], measured_n_pairs=m["n_pairs"])
+        traced = next((r["ms"] for r in (sel.breakdown or {}).get("components", []) if r["component"] == "step_ms"),
+                      None)
+        bias = verdicts.bias_rel(traced, c["baseline"].get("step_ms_mean"))  # traced pass vs timed steps
         if device_type != "cuda":
             sm.update(verdict=None, reason="a CPU timing measures the machine's load: no verdict")
         elif p["predicted_ms"] is None:
@@ -250,8 +259,9 @@ def annotate(writer, summary: dict, sel: Selection, device_type: str) -> list[di
         else:
             steps = (sel.breakdown or {}).get("steps") or 0
             j = verdicts.judge(p["predicted_ms"], p["predicted_se"], m["mean"], m["se"], m["df"],
-                               predicted_df=(steps - 1) if steps > 1 else None, n_units=m["n_units"])
-            sm.update(j)
+                               predicted_df=(steps - 1) if steps > 1 else None, bias_rel=bias,
+                               n_units=m["n_units"])
+            sm.update(j, bias_rel=bias, traced_step_ms=traced)
             judged.append(sm)
         c["savings_model"] = sm
     if judged:
