@@ -111,7 +111,9 @@ def parse_args(argv=None):
                 epilog=_epilog())
     p.add_argument("--opt", default=d.opt, choices=OPT_CHOICES, help="the optimization to compare (all: each, then "
                    "all three together, with two more MoE arms on top of the other two fixes: grouped, the floor, and "
-                   "hf_grouped_mm, transformers' own grouped_mm as the anchor)")
+                   "hf_grouped_mm, transformers' own grouped_mm as the anchor; optimizations whose SPEC says in_all: False are left "
+                   "out); levers: the lever optimizations a traced baseline names, one comparison each, then their "
+                   "cumulative path (workbench/lever_run.py)")
     p.add_argument("--model", default=None, help="preset or local HF checkpoint dir (None: per --opt and device)")
     p.add_argument("--layers", type=_positive(int), default=None, help="override the layer count (None: per --opt)")
     p.add_argument("--tokens", type=_positive(int), default=None, help="packed tokens per batch (None: per device)")
