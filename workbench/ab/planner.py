@@ -169,8 +169,7 @@ def _all_variants(opt: str) -> tuple:
 
 def opts_in_all() -> tuple:
     """The optimizations `--opt all` runs and combines: those whose SPEC does not say `in_all: False` (levers)."""
-    from workbench import opt_registry
-    return tuple(o for o in opts_registry.OPTS if opt_registry.spec(o).get("in_all", True))
+    return tuple(o for o in registry.names() if registry.in_all(o))
 
 
 def _attention_backends() -> tuple:
