@@ -106,6 +106,12 @@ def test_levers_on_a_dense_model_cpu(levers_env, capsys, tmp_path):
     assert [r["arm"] for r in rows] == ["baseline", "+lever_copy", "+lever_attention"]
     assert rows[0]["speedup_vs_prev"] == "" and float(rows[2]["speedup_vs_prev"]) > 0
     assert all(r["equivalent"] == "True" for r in rows)
+    # MFU's FLOPs: the useful work (block-diagonal attention), the same at every point; HFU's: as each point runs it
+    from workbench import flops
+    useful = flops.for_comparison("tiny-qwen3", None, 64, "flash_attention_2", lengths=s_lengths(out), batches=1,
+                                  seed=0, lora_rank=16)[0]["model"] / 1e12
+    assert [float(r["model_tflop_per_step"]) for r in rows] == pytest.approx([useful] * 3)
+    assert [r["attention_flops"] for r in rows] == ["dense", "dense", "block_diagonal"]
     assert os.path.getsize(tmp_path / "path" / "path.png") > 0
 
     # the verdict's arithmetic, on this run's timings with a prediction given (as a GPU run's trace would)
@@ -136,6 +142,11 @@ def test_a_numerics_arm_beyond_tolerance_is_flagged_moe(levers_env, capsys, tmp_
     assert nc["grad_max_rel_dev"] > nc["k"] * max(nc["grad_max_rel_dev_baseline"], nc["floor"])
     assert cmps["lever_experts"]["equivalent"] is True and cmps["lever_attention"]["equivalent"] is True
     assert any("lever_copy arm rounded is not equivalent" in f and "BEYOND TOLERANCE" in f for f in s["failures"])
+
+
+def s_lengths(run_dir) -> str:
+    with open(os.path.join(run_dir, "meta.json")) as f:
+        return json.load(f)["args"]["lengths"]
 
 
 # --- the parts ----------------------------------------------------------------------------------------------------

@@ -11,8 +11,12 @@ Per point, one row of path.csv:
 - `step_ms` (mean timed step) with `step_ms_ci95` (t-interval over the reps' mean steps: the rep is the unit);
 - `speedup_vs_prev` [ci95]: the point against the previous one, paired by (rep, step) as the engine pairs
   (`engine.paired_comparison`), and `speedup_vs_baseline` [ci95];
-- `mfu`, `hfu` (workbench/flops.py: model FLOPs / total FLOPs incl. recompute over the device's dense bf16 peak;
-  empty on a CPU, whose peak is unknown), `tokens_per_s`, `peak_mem_mib`, `equivalent`;
+- `model_tflop_per_step`, `achieved_tflops`, `mfu`, `hfu` (workbench/flops.py, over the device's dense bf16 peak;
+  empty on a CPU, whose peak is unknown). MFU counts the useful work at every point: the step's FLOPs with attention
+  block-diagonal (what the documents need), so that MFU rises exactly as the step time falls along the path. HFU
+  counts what the point computes: recompute included, and attention as its arm runs it (dense T x T until a lever
+  whose module states `ATTENTION_FLOPS` for its optimized arm switches it);
+- `tokens_per_s`, `peak_mem_mib`, `equivalent`;
 - the breakdown: `ms_<component>` per `workbench.traces.decompose` component, from the point's trace (a run with
   `--trace torch`); and for the last point `held_back_by`: the largest lever `workbench.levers.levers` names in it.
 
@@ -72,6 +76,47 @@ def _breakdown(run_dir: str, cmp_name: str, arm: str) -> tuple[dict, str | None]
     return ms, (f"{rows[0]['component']} ({rows[0]['ms']:.1f} ms, {100 * rows[0]['share']:.0f}%)" if rows else None)
 
 
+def _batch_flops(c: dict, meta: dict, attention: str) -> list[dict]:
+    """`flops.step_flops` of each batch of the run (rebuilt as the run built them) with `attention` counted so."""
+    from workbench import flops
+    from workbench.data import make_batches
+    from workbench.models import load_config
+
+    a = meta.get("args") or {}
+    config = load_config(c["model"], c.get("layers"), None, a.get("experts"))
+    return [flops.step_flops(config, b.doc_lens, lora_rank=a["lora_rank"], attention=attention,
+                             checkpointing=not a.get("no_checkpointing"))
+            for b in make_batches(a["lengths"], c["tokens"], a["batches"], config.vocab_size, seed=a["seed"])]
+
+
+def _attention_of_points(c: dict, order: list[str]) -> list[str]:
+    """The attention each point computes (`flops.ATTENTION_MODES`): the run's, until a lever's optimized arm states
+    another in its module's ATTENTION_FLOPS."""
+    from workbench import flops, opts
+
+    mode, out = flops.attention_mode(c.get("attn")), []
+    for i, arm in enumerate(order):
+        if i > 0 and arm.startswith("+"):
+            try:
+                mod = opts.module(arm[1:])
+                mode = (getattr(mod, "ATTENTION_FLOPS", None) or {}).get(mod.OPTIMIZED, mode)
+            except Exception:  # noqa: BLE001 - an optimization not registered here: its attention as before
+                pass
+        out.append(mode)
+    return out
+
+
+def _throughput(useful: list[dict], done: list[dict], mine: list[dict], peak: float | None) -> dict:
+    if not mine:
+        return {}
+    seconds = sum(s["step_ms"] for s in mine) / 1e3
+    model = sum(useful[s["batch"]]["model"] for s in mine)
+    total = sum(done[s["batch"]]["total"] for s in mine)
+    tf = model / seconds / 1e12
+    return {"model_tflop_per_step": model / len(mine) / 1e12, "achieved_tflops": tf,
+            "mfu": tf / peak if peak else None, "hfu": total / seconds / 1e12 / peak if peak else None}
+
+
 def rows_of(run_dir: str) -> list[dict]:
     """The path's points of one run folder (see the module's doc)."""
     from workbench import engine, stats
@@ -84,6 +129,15 @@ def rows_of(run_dir: str) -> list[dict]:
     arms = _arms(c)
     samples = _samples(results, c["name"])
     base = order[0]
+    from workbench import flops
+    dev = meta.get("device") or {}
+    peak = flops.peak_tflops(dev.get("name")) if dev.get("type") == "cuda" else None
+    try:
+        useful = _batch_flops(c, meta, "block_diagonal")
+        modes = _attention_of_points(c, order)
+        done = {m: _batch_flops(c, meta, m) for m in set(modes)}
+    except Exception:  # noqa: BLE001 - a model the FLOP count does not cover: no MFU, the rest stands
+        useful, modes, done = None, None, {}
     out = []
     for i, arm in enumerate(order):
         a = arms.get(arm, {})
@@ -97,9 +151,12 @@ def rows_of(run_dir: str) -> list[dict]:
                "step_ms_ci95_lo": (t["ci"] or [None, None])[0], "step_ms_ci95_hi": (t["ci"] or [None, None])[1],
                "speedup_vs_prev": None, "speedup_vs_prev_ci95_lo": None, "speedup_vs_prev_ci95_hi": None,
                "speedup_vs_baseline": None, "speedup_vs_baseline_ci95_lo": None,
-               "speedup_vs_baseline_ci95_hi": None, "mfu": a.get("mfu"), "hfu": a.get("hfu"),
+               "speedup_vs_baseline_ci95_hi": None, "model_tflop_per_step": None, "achieved_tflops": None, "mfu": None,
+               "hfu": None, "attention_flops": modes[i] if modes else None,
                "tokens_per_s": a.get("tokens_per_s"), "peak_mem_mib": a.get("peak_mem_mib"),
                "equivalent": (c.get("equivalence") or {}).get(arm, {}).get("equivalent"), "status": a.get("status")}
+        if useful is not None:
+            row.update(_throughput(useful, done[modes[i]], [s for s in samples if s["arm"] == arm], peak))
         if i > 0:
             for key, ref in (("speedup_vs_prev", order[i - 1]), ("speedup_vs_baseline", base)):
                 if any(s["arm"] == arm for s in samples) and any(s["arm"] == ref for s in samples):
