@@ -231,3 +231,21 @@ def test_flex_on_cuda_trains_like_the_models_own_attention(preset):
     torch.testing.assert_close(got[0], ref[0], rtol=1e-4, atol=1e-5)
     for x, y in zip(got[1], ref[1]):
         assert float((x - y).norm() / y.norm().clamp_min(1e-30)) < 1e-3
+
+
+def test_flex_runs_under_the_sync_counter_and_counts_no_sync():
+    """The counted pass runs the step under the sync counter's TorchDispatchMode; flex_attention (a higher-order op
+    that compiles itself) must run there too and give the same output (the H100 run of 2026-11-25 failed here:
+    without `packing.outside_dispatch_modes` this test fails the same way; calling flex_attention bare under the
+    counter to show it would leave dynamo's nested-compile flag set for the rest of the process)."""
+    from workbench.instrument.syncs import SyncCounter
+    from workbench.opts import attention as att
+
+    q = torch.randn(1, 2, 128, 16)
+    with torch.no_grad():
+        ref, _ = att._flex_kernel(q, q, q, None, 0.25, need_lse=False)
+        counter = SyncCounter()
+        with counter:
+            out, _ = att._flex_kernel(q, q, q, None, 0.25, need_lse=False)
+        assert torch.equal(out, ref)
+        assert counter.total == 0

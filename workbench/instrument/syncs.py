@@ -111,12 +111,19 @@ class SyncEvent:
 
 
 class _DispatchWatch(TorchDispatchMode):
+    supports_higher_order_operators = True
+    """Higher-order operators (flex_attention, ...) pass through `__torch_dispatch__`: without this torch refuses to run
+    them under the mode at all (the H100 levers run of 2026-11-25 failed so). They run as called; the syncs of their
+    inner ops are not counted one by one (flex_attention's kernels make none: its BlockMask is built outside it)."""
+
     def __init__(self, counter: "SyncCounter"):
         super().__init__()
         self.counter = counter
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return func(*args, **kwargs)
         c = self.counter
         if not c._in_tolist:
             n = _sync_reads(func, args, kwargs)

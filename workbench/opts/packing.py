@@ -38,6 +38,7 @@ Per step: rebuild c * L * passes (passes = 2 under checkpointing: forward + reco
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import sys
@@ -412,15 +413,31 @@ def eager_attention(module, query, key, value, attention_mask, dropout=0.0, scal
 _FLEX_COMPILED = None
 
 
+def outside_dispatch_modes():
+    """A context that steps out of the active TorchDispatchModes, if any. flex_attention runs through torch.compile,
+    which refuses to trace under a non-infra dispatch mode such as the sync counter's (`workbench.instrument.syncs`):
+    the counted pass of the H100 levers run (2026-11-25) failed so. flex's kernels make no device-to-host sync (its
+    BlockMask is built outside, once per batch), so the count loses nothing."""
+    from torch.utils._python_dispatch import _disable_current_modes, _get_current_dispatch_mode_stack
+    return _disable_current_modes() if _get_current_dispatch_mode_stack() else contextlib.nullcontext()
+
+
 def _flex_fn(device_type: str):
-    """flex_attention, compiled once per process on a GPU (eager on the CPU: forward only)."""
+    """flex_attention, compiled once per process on a GPU (eager on the CPU: forward only), called outside any
+    dispatch mode (`outside_dispatch_modes`)."""
     global _FLEX_COMPILED
     from torch.nn.attention.flex_attention import flex_attention
     if device_type != "cuda":
-        return flex_attention
-    if _FLEX_COMPILED is None:
-        _FLEX_COMPILED = torch.compile(flex_attention)
-    return _FLEX_COMPILED
+        fn = flex_attention
+    else:
+        if _FLEX_COMPILED is None:
+            _FLEX_COMPILED = torch.compile(flex_attention)
+        fn = _FLEX_COMPILED
+
+    def call(*args, **kwargs):
+        with outside_dispatch_modes():
+            return fn(*args, **kwargs)
+    return call
 
 
 def flex_attention_fn(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
