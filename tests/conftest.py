@@ -85,5 +85,20 @@ def run_cli(module: str, argv, cwd=None, env=None) -> subprocess.CompletedProces
                                        err.getvalue())
 
 
+PACKING_TRACE_ARGV = ["--opt", "packing", "--trace", "torch", "--device", "cpu", "--tokens", "128", "--steps", "1",
+                      "--reps", "2", "--warmup", "0", "--warmup-max", "0"]
+
+
+@pytest.fixture(scope="session")
+def packing_trace_run(tmp_path_factory):
+    """One tiny CPU A/B of packing (3 arms, 2 reps of one timed step) with a torch trace, made once and shared by the
+    tests that only read its outputs: (folder, CompletedProcess of `python -m workbench.ab PACKING_TRACE_ARGV`).
+    The folder is alone in its parent (a root with one result folder)."""
+    out = tmp_path_factory.mktemp("packing_trace") / "ab_packing"
+    r = run_cli("workbench.ab", [*PACKING_TRACE_ARGV, "--out", str(out)])
+    assert r.returncode == 0 and (out / "summary.json").exists(), r.stderr[-3000:]
+    return out, r
+
+
 # Everything imported so far (torch, transformers) is long-lived: the collector need not walk it again.
 gc.freeze()
