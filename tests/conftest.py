@@ -66,7 +66,9 @@ def run_cli(module: str, argv, cwd=None, env=None) -> subprocess.CompletedProces
         if cwd is not None:
             os.chdir(cwd)
         sys.argv = [module, *map(str, argv)]
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+            # the module may be imported already (by the test): runpy then runs a fresh copy as __main__, as intended
+            warnings.filterwarnings("ignore", "'.*' found in sys.modules", RuntimeWarning)
             try:
                 runpy.run_module(module, run_name="__main__", alter_sys=True)
             except SystemExit as e:
