@@ -1,10 +1,20 @@
+import contextlib
+import gc
+import io
 import os
+import runpy
+import subprocess
+import sys
 import warnings
 
-import pytest
-import torch
-
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Before anything imports triton: triton.language's own helpers read it then, so the Triton kernel tests
+# (tests/test_grouped_gemm.py) run in this process instead of a fresh pytest of their own. No test compiles Triton.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 warnings.filterwarnings("ignore", category=FutureWarning)
 
@@ -36,3 +46,61 @@ def per_document_reference(model, batch):
         total += loss.double() * (doc.numel() - 1)
         n += doc.numel() - 1
     return total / n
+
+
+def run_cli(module: str, argv, cwd=None, env=None) -> subprocess.CompletedProcess:
+    """`python -m <module> *argv` in this process: its stdout, stderr and exit status (SystemExit's code) as a
+    CompletedProcess, without the seconds a fresh process spends importing torch. `cwd` and `env` (variables to set,
+    None to unset) hold only while it runs. Each CLI keeps at least one true subprocess test: a fresh process is
+    what catches an import-time bug."""
+    out, err = io.StringIO(), io.StringIO()
+    saved_argv, saved_cwd = sys.argv, os.getcwd()
+    saved_env = {k: os.environ.get(k) for k in (env or {})}
+    rc = 0
+    try:
+        for k, v in (env or {}).items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        if cwd is not None:
+            os.chdir(cwd)
+        sys.argv = [module, *map(str, argv)]
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+            # the module may be imported already (by the test): runpy then runs a fresh copy as __main__, as intended
+            warnings.filterwarnings("ignore", "'.*' found in sys.modules", RuntimeWarning)
+            try:
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+            except SystemExit as e:
+                rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                if isinstance(e.code, str):
+                    print(e.code, file=sys.stderr)
+    finally:
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return subprocess.CompletedProcess([sys.executable, "-m", module, *map(str, argv)], rc, out.getvalue(),
+                                       err.getvalue())
+
+
+PACKING_TRACE_ARGV = ["--opt", "packing", "--trace", "torch", "--device", "cpu", "--tokens", "128", "--steps", "1",
+                      "--reps", "2", "--warmup", "0", "--warmup-max", "0"]
+
+
+@pytest.fixture(scope="session")
+def packing_trace_run(tmp_path_factory):
+    """One tiny CPU A/B of packing (3 arms, 2 reps of one timed step) with a torch trace, made once and shared by the
+    tests that only read its outputs: (folder, CompletedProcess of `python -m workbench.ab PACKING_TRACE_ARGV`).
+    The folder is alone in its parent (a root with one result folder)."""
+    out = tmp_path_factory.mktemp("packing_trace") / "ab_packing"
+    r = run_cli("workbench.ab", [*PACKING_TRACE_ARGV, "--out", str(out)])
+    assert r.returncode == 0 and (out / "summary.json").exists(), r.stderr[-3000:]
+    return out, r
+
+
+# Everything imported so far (torch, transformers) is long-lived: the collector need not walk it again.
+gc.freeze()

@@ -108,13 +108,10 @@ def test_cli_all_end_to_end(capsys, tmp_path):
 
 
 @pytest.mark.skipif(not _have_all(), reason="the opt modules are not all in place")
-def test_torch_trace_runs_the_verdicts(capsys, tmp_path):
-    out = tmp_path / "run"
-    rc, lines, err = _run(capsys, ["--opt", "packing", *FAST, "--warmup", "1", "--warmup-max", "1", "--reps", "1", "--trace", "torch",
-                                   "--arms", "rebuild,cached", "--out", str(out)])
-    assert rc == 0, err[-3000:]
-    c = _last_json(lines)["comparisons"][0]
-    for arm in ("rebuild", "cached"):
+def test_torch_trace_runs_the_verdicts(packing_trace_run):
+    out, r = packing_trace_run  # conftest's shared CPU run of packing with --trace torch
+    c = _last_json(r.stdout.splitlines())["comparisons"][0]
+    for arm in ("rebuild", "cached", "precomputed"):
         assert (out / "traces" / "packing" / f"{arm}.pt.trace.json.gz").exists()
     sm = c["savings_model"]
     # a CPU trace has no GPU events: the verdict says so, and the measured saving (with its CI) is still there
@@ -124,12 +121,10 @@ def test_torch_trace_runs_the_verdicts(capsys, tmp_path):
 
 
 @pytest.mark.skipif(not _have_all(), reason="the packing module is not in place")
-def test_sync_sources_per_step_add_up_to_the_count(capsys, tmp_path):
+def test_sync_sources_per_step_add_up_to_the_count(packing_trace_run):
     """summary.json names the source lines of each arm's syncs (per step), so a gap between witnesses can be
     traced to a line; they add up to syncs_per_step."""
-    rc, lines, err = _run(capsys, ["--opt", "packing", *FAST, "--reps", "1", "--out", str(tmp_path)])
-    assert rc == 0, err
-    b = _last_json(lines)["comparisons"][0]["baseline"]
+    b = _last_json(packing_trace_run[1].stdout.splitlines())["comparisons"][0]["baseline"]
     assert b["syncs_per_step"] > 0
     assert sum(b["sync_sources_per_step"].values()) == pytest.approx(b["syncs_per_step"])
     assert all(":" in k for k in b["sync_sources_per_step"])

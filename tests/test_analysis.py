@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -288,14 +286,9 @@ def test_empty_root_gives_empty_frames_with_columns(tmp_path):
 # --- one real tiny CPU run of the engine ------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def cpu_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("cpu") / "ab_packing"
-    cmd = [sys.executable, "-m", "workbench.ab", "--opt", "packing", "--device", "cpu", "--tokens", "128", "--steps",
-           "1", "--reps", "2", "--warmup", "0", "--warmup-max", "0", "--out", str(out)]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1"))
-    assert r.returncode == 0 and os.path.exists(out / "summary.json"), r.stderr[-2000:]
-    return str(out)
+def cpu_run(packing_trace_run):
+    """conftest's shared tiny CPU run of packing (3 arms, 2 reps; its torch trace unused here)."""
+    return str(packing_trace_run[0])
 
 
 def test_a_real_cpu_run_is_left_out_by_default_and_read_when_asked(cpu_run):

@@ -22,7 +22,7 @@ TINY = ["--opt", "packing", "--model", "tiny-llama", "--tokens", "64", "--steps"
         "0", "--warmup-max", "0", "--batches", "1", "--device", "cpu"]
 
 
-def _torchrun(out, extra_env=None, args=TINY, timeout=300):
+def _start(out, extra_env=None, args=TINY):
     env = {k: v for k, v in os.environ.items()
            if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", distributed.FAIL_ENV,
                         distributed.DROP_ENV)}
@@ -31,8 +31,23 @@ def _torchrun(out, extra_env=None, args=TINY, timeout=300):
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback: no dependence on how the host name resolves
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
            "workbench.ab", *args, "--out", str(out)]
-    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    return p.returncode, p.stdout, p.stderr
+    logs = os.path.dirname(str(out))
+    os.makedirs(logs, exist_ok=True)
+    # files, not pipes: launches run side by side, and a full pipe nobody reads yet would stall one
+    with open(os.path.join(logs, "stdout"), "w") as o, open(os.path.join(logs, "stderr"), "w") as e:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=o, stderr=e, text=True)
+
+
+def _wait(p, out, timeout=300):
+    try:
+        p.wait(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    logs = os.path.dirname(str(out))
+    with open(os.path.join(logs, "stdout")) as o, open(os.path.join(logs, "stderr")) as e:
+        return p.returncode, o.read(), e.read()
 
 
 def _rows(path):
@@ -48,10 +63,27 @@ def _json(path):
 # --- end to end: torchrun, 2 ranks, gloo --------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def good_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("dist") / "run"
-    rc, stdout, stderr = _torchrun(out)
-    return out, rc, stdout, stderr
+def launches(tmp_path_factory):
+    """The three torchrun launches below, started together (each spends most of its time importing torch and
+    waiting on its ranks): name -> (out folder, Popen)."""
+    root = tmp_path_factory.mktemp("dist")
+    envs = {"good": None, "drop": {distributed.DROP_ENV: "1"}, "fail": {distributed.FAIL_ENV: "1:3"}}
+    started = {name: (root / name / "run", _start(root / name / "run", env)) for name, env in envs.items()}
+    yield started
+    for _, p in started.values():
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def _result(launches, name):
+    out, p = launches[name]
+    return (out, *_wait(p, out))
+
+
+@pytest.fixture(scope="module")
+def good_run(launches):
+    return _result(launches, "good")
 
 
 def test_torchrun_runs_and_rank0_writes_one_folder(good_run):
@@ -117,28 +149,28 @@ def test_fsdp2_matches_one_process_over_the_global_batch(good_run):
     assert c["equivalent"] is True  # and the arms against their baseline, on the sharded model
 
 
-def test_negative_control_a_rank_that_drops_its_batch_fails(tmp_path):
-    rc, stdout, stderr = _torchrun(tmp_path / "run", {distributed.DROP_ENV: "1"})
+def test_negative_control_a_rank_that_drops_its_batch_fails(launches):
+    run, rc, stdout, stderr = _result(launches, "drop")
     assert rc == 1, stderr[-3000:]
-    s = _json(tmp_path / "run" / "summary.json")
+    s = _json(run / "summary.json")
     e = s["comparisons"][0]["distributed"]["equivalence_single_process"]
     assert e["equivalent"] is False and e["dropped_batch_ranks"] == [1]
     assert e["grad_max_rel_l2"] > 100 * e["rtol"]
-    assert _json(tmp_path / "run" / "meta.json")["status"] == "failed"
+    assert _json(run / "meta.json")["status"] == "failed"
     assert any("differs from one process" in f for f in s["failures"])
 
 
-def test_failing_rank_one_line_on_rank0_and_folder_marked(tmp_path):
+def test_failing_rank_one_line_on_rank0_and_folder_marked(launches):
     # rank 1 raises at its 3rd step: inside the arms' equivalence steps, with rank 0 in FSDP2's collectives
-    rc, stdout, stderr = _torchrun(tmp_path / "run", {distributed.FAIL_ENV: "1:3"})
+    run, rc, stdout, stderr = _result(launches, "fail")
     assert rc != 0
     lines = [ln for ln in stderr.splitlines() if ln.startswith("failed: rank")]
     assert len(lines) == 1, stderr[-3000:]
     assert lines[0].startswith("failed: rank 1: RuntimeError: injected failure")
-    meta = _json(tmp_path / "run" / "meta.json")
+    meta = _json(run / "meta.json")
     assert meta["status"] == "failed" and "rank 1" in meta["reason"]
-    assert _json(tmp_path / "run" / "summary.json")["complete"] is False
-    with open(tmp_path / "run" / "errors.log") as f:
+    assert _json(run / "summary.json")["complete"] is False
+    with open(run / "errors.log") as f:
         assert "injected failure" in f.read()
 
 

@@ -8,6 +8,7 @@ import sys
 import pytest
 import torch
 
+from conftest import run_cli
 from workbench import fidelity
 from workbench.data import make_batches, to_device
 from workbench.harness import enable_checkpointing
@@ -161,14 +162,12 @@ def test_cli_last_line_json(tmp_path):
                                       (["--model", "tiny-gpt-oss"], "not supported"),
                                       (["--device", "tpu"], "invalid choice")])
 def test_bad_input_one_line(argv, msg):
-    r = subprocess.run([sys.executable, "-m", "workbench.fidelity", *argv], capture_output=True, text=True,
-                       timeout=120)
+    r = run_cli("workbench.fidelity", argv)  # in-process; test_cli_last_line_json is the fresh process
     assert r.returncode == 2 and "Traceback" not in r.stderr
     err = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert len(err) == 1 and msg in err[0], r.stderr
 
 
 def test_help():
-    r = subprocess.run([sys.executable, "-m", "workbench.fidelity", "--help"], capture_output=True, text=True,
-                       timeout=120)
+    r = run_cli("workbench.fidelity", ["--help"])
     assert r.returncode == 0 and "transformers.Trainer" in r.stdout and "--reps" in r.stdout

@@ -7,7 +7,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import subprocess
 import sys
 
 import re
@@ -157,15 +156,9 @@ def test_notebook_runs_on_committed_profiles(name, kernel_env):
 
 
 @pytest.fixture(scope="module")
-def fresh_run(tmp_path_factory, kernel_env):
-    """A tiny CPU A/B run of packing with a torch trace (one timed step per arm and rep)."""
-    out = tmp_path_factory.mktemp("fresh") / "ab_packing"
-    cmd = [sys.executable, "-m", "workbench.ab", "--opt", "packing", "--trace", "torch", "--device", "cpu",
-           "--tokens", "128", "--steps", "1", "--reps", "2", "--warmup", "0", "--warmup-max", "0", "--out", str(out)]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1"))
-    assert os.path.exists(out / "summary.json"), r.stderr[-2000:]
-    return str(out.parent)
+def fresh_run(packing_trace_run, kernel_env):
+    """A tiny CPU A/B run of packing with a torch trace (one timed step per arm and rep; conftest's shared one)."""
+    return str(packing_trace_run[0].parent)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -1,9 +1,10 @@
 """Issue: "A run never loses or mixes results, and every mistake gets one clear line".
 
 One test per line of the issue. Where the exit status and stderr are the contract, the CLI runs as a user runs
-it: `python -m workbench.ab ...` in a fresh working directory (PYTHONPATH pointing at the project), asserting exit
-status 2, exactly one non-empty stderr line, no traceback, and nothing created. The bad-input subprocesses are
-started together (they are independent, and each spends seconds importing torch) and checked one test each.
+it: `python -m workbench.ab ...` in a fresh working directory, asserting exit status 2, exactly one non-empty stderr
+line, no traceback, and nothing created. The bad-input commands run in this process (`conftest.run_cli`: runpy, the
+module's own `__main__`, its exit status); the SIGTERM test below, and tests/test_ab.py's bad --opt, are true
+subprocesses.
 The runner's own behaviour (failed arms, crashes, --force, the default folder) is checked in-process with the fake
 opt modules of tests/fixtures/fake_opts.py."""
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 
 import pytest
 
+from conftest import run_cli
 from workbench import ab
 from workbench.cli import run_main
 
@@ -91,26 +93,15 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def bad_inputs(tmp_path_factory):
-    """Every CASES command started at once, each in its own working directory; name -> (result, before, cwd)."""
-    started = {}
+    """Every CASES command, each in its own working directory; name -> (result, before, cwd)."""
+    done = {}
     for name, (module, argv, setup, _) in CASES.items():
         cwd = str(tmp_path_factory.mktemp(name))
         if setup is not None:
             setup(cwd)
         before = _snapshot(cwd)
         args = [*argv, "--device", "cpu"] if module == "workbench.ab" else argv
-        p = subprocess.Popen([sys.executable, "-m", module, *args], cwd=cwd, env=ENV, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-        started[name] = (p, before, cwd)
-    done = {}
-    try:
-        for name, (p, before, cwd) in started.items():
-            out, err = p.communicate(timeout=300)
-            done[name] = (subprocess.CompletedProcess(p.args, p.returncode, out, err), before, cwd)
-    finally:
-        for p, _, _ in started.values():
-            if p.poll() is None:
-                p.kill()
+        done[name] = (run_cli(module, args, cwd=cwd), before, cwd)
     return done
 
 

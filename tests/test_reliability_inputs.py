@@ -1,16 +1,15 @@
 """Bad user input ends as one `WorkbenchError` line naming the problem and the fix, never a traceback.
 
 Library checks are called directly (`load_config`, `check_checkpoint`, `check_attn`, `check_experts`,
-`check_lengths`); the CLI ones run `python -m workbench.run` in a subprocess and assert exit status 2, exactly one
+`check_lengths`); the CLI ones run `python -m workbench.run` (in-process, conftest.run_cli) and assert exit status 2, exactly one
 non-empty stderr line, no traceback, and no "building" progress line (the argument is refused before a model is built).
 """
 import argparse
 import json
-import subprocess
-import sys
 
 import pytest
 
+from conftest import run_cli
 import workbench.opts.moe  # noqa: F401 - registers the wb_* experts names
 from workbench.data import check_lengths, lengths_arg, make_batches
 from workbench.errors import WorkbenchError
@@ -147,11 +146,11 @@ def test_lognormal_with_a_huge_mu_is_clamped_not_an_overflow():
     assert all(b.tokens == 64 for b in batches)
 
 
-# --- the CLI (subprocesses) --------------------------------------------------------------------------------------
+# --- the CLI (in-process) ----------------------------------------------------------------------------------------
 
 def _run(*args):
-    return subprocess.run([sys.executable, "-m", "workbench.run", *args], capture_output=True, text=True,
-                          timeout=300)
+    """`python -m workbench.run` in-process (tests/test_run_cli.py runs it in a fresh process)."""
+    return run_cli("workbench.run", args)
 
 
 def _one_error_line(r) -> str:

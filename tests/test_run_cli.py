@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+from conftest import run_cli
+
 
 def _run(*args):
     return subprocess.run([sys.executable, "-m", "workbench.run", *args], capture_output=True, text=True,
@@ -33,7 +35,7 @@ def test_run_prints_tables_and_final_json():
     (["--lengths", "bogus"], "bad length source"),
 ])
 def test_bad_input_is_one_line_without_traceback(args, msg):
-    r = _run(*args)
+    r = run_cli("workbench.run", args)  # in-process: test_run_prints_tables_and_final_json is the fresh process
     assert r.returncode != 0
     err = [l for l in r.stderr.strip().splitlines() if l.startswith("error:")]
     assert len(err) == 1 and msg in err[0]
