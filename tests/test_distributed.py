@@ -203,7 +203,7 @@ def test_rank_writer(tmp_path):
     try:
         w1.add("c", "a", "step_ms", 1.0, "ms")
         w1.add_sample("c", {"arm": "a", "rep": 0, "step": 0, "batch": 0, "step_ms": 5.0, "rank_step_ms": 3.0})
-        assert sorted(os.listdir(tmp_path / "run")) == ["meta.json"]  # rank 1 writes nothing there
+        assert sorted(os.listdir(tmp_path / "run")) == ["RUNNING", "meta.json"]  # rank 0's; rank 1 writes nothing there
         rows = w1.take_rows()
         assert {r["rank"] for r in rows} == {1}
         assert {(r["metric"], r["value"]) for r in rows} >= {("step_ms", 3.0), ("dp_step_ms", 5.0)}

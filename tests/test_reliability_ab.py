@@ -267,6 +267,8 @@ def test_help_shows_defaults_arms_presets_and_the_lengths_format(capsys, monkeyp
     for form in ("fixed:N", "uniform:LO:HI", "lognormal:MU:SIGMA[:MIN]", "json:PATH", "jsonl:PATH:TOKENIZER_DIR"):
         assert form in h, form
     # enumerations are argparse choices, listed in the usage
-    for choices in ("{packing,offload,moe,all}", "{auto,cpu,cuda}", "{none,torch,nsys}", "{auto,fp32,bf16,fp16}",
+    from workbench import opt_registry
+    opts = "{" + ",".join((*opt_registry.names(), "all", "levers")) + "}"  # the registry's, in its order
+    for choices in (opts, "{auto,cpu,cuda}", "{none,torch,nsys}", "{auto,fp32,bf16,fp16}",
                     "{off,add,only}"):
         assert choices in h, choices
