@@ -345,7 +345,7 @@ def timeline_breakdown_figure(tl: pd.DataFrame, bd: pd.DataFrame, arms: list, ti
                                             zip(g["ms"], g["share"].fillna(0))], hoverinfo="text"), row=1, col=2)
             base = [b + m for b, m in zip(base, ms)]
     lanes = tl["lane"].nunique() if len(tl) else 1
-    fig.update_layout(barmode="overlay", title=title, height=max(460, 200 + 30 * lanes), margin=dict(t=110),
+    fig.update_layout(barmode="overlay", title=title, height=max(400, 160 + 30 * lanes), margin=dict(t=100),
                       legend=dict(orientation="h", y=-0.18, x=0, font_size=10, title_text="timeline"),
                       legend2=dict(x=1.02, y=1, font_size=10, title_text="step breakdown", traceorder="normal"))
     fig.update_yaxes(automargin=True, tickfont_size=10, row=1, col=1)
