@@ -140,7 +140,7 @@ def test_torch_gpu_trace_attribution_and_syncs(tmp_path):
     assert host_syncs_per_step(ev) == 1
     # the GPU projection of ranges is preferred where present
     assert layer_ranges(ev, track="gpu")["layer"].tolist() == ["L00"]
-    from workbench.verdicts import packing_builds
+    from workbench.opts.packing_savings import packing_builds
     b = packing_builds(ev)  # L00's build: [13, 33] us host range; the next launch (corr 9, at 130) starts at 131
     assert b["layer"].tolist() == ["L00", "L01"][:len(b)]
 
