@@ -3,6 +3,7 @@ process (the `path` comparison of the H100 levers run failed so). Each test fail
 call poisons torch._dynamo for every later flex call; a checkpoint frame whose hooks stay pushed after its layer raised
 (torch's non-reentrant checkpoint where it does not close its generator on an error) takes the next steps' tensors."""
 import contextlib
+import gc
 import types
 
 import pytest
@@ -67,10 +68,14 @@ def _stale_unpack(_):
 
 
 def _leaky_checkpoint(fn, *args, **kwargs):
-    """torch's non-reentrant checkpoint where its generator is not closed when the layer raises: the frame's
-    saved-tensors hooks stay pushed."""
-    torch.autograd.graph.saved_tensors_hooks(_stale_pack, _stale_unpack).__enter__()
-    raise RuntimeError("the layer failed")
+    """torch 2.11's non-reentrant checkpoint when the layer raises: the frame's hooks, pushed inside a generator that
+    nothing closes, stay pushed while the traceback holds this frame."""
+    def frame_hooks():
+        with torch.autograd.graph.saved_tensors_hooks(_stale_pack, _stale_unpack):
+            yield
+    gen = frame_hooks()
+    next(gen)
+    raise RuntimeError("the layer failed")  # `gen` stays suspended, referenced from this frame
 
 
 def test_a_layer_that_raised_inside_checkpoint_leaves_no_hooks_for_the_next_step():
@@ -87,10 +92,15 @@ def test_a_layer_that_raised_inside_checkpoint_leaves_no_hooks_for_the_next_step
     enable_checkpointing(model)
     ref_loss, ref_grads = step()
     enable_checkpointing(model, _leaky_checkpoint)
-    with pytest.raises(RuntimeError, match="the layer failed"):
+    # the error kept alive (as a reference cycle keeps dynamo's errors in the runner): without the guard its
+    # traceback holds the checkpoint generator, whose hooks stay pushed and take the next step's saved tensors
+    with pytest.raises(RuntimeError, match="the layer failed") as failed:
         step()
     assert _top_hooks() == top
+    gc.collect()
+    assert _top_hooks() == top  # nothing left to pop a second time
     enable_checkpointing(model)
-    loss, grads = step()  # without the guard: the stale frame's unpack raises in the backward
+    loss, grads = step()
+    del failed
     assert loss == ref_loss and grads.keys() == ref_grads.keys()
     assert all(torch.equal(grads[n], ref_grads[n]) for n in grads)
