@@ -10,13 +10,13 @@ later step of the process runs in whatever state the failed one left. Two such l
   dense fallback, `sdpa_dense`). Reproduced on the CPU with torch 2.13; `torch._dynamo.reset()` clears it. Every flex
   arm of the `path` comparison failed so.
 - saved-tensors hooks. Non-reentrant checkpoint pushes its frame's hooks inside a generator; before pytorch PR
-  184018 (2026-05; torch 2.11, the H100's, predates it; 2.13, the CPU's, has it) `checkpoint` did not close that generator when
-  the checkpointed layer raised, so the hooks stayed pushed until the traceback holding the generator is freed (for
-  an error in a reference cycle, as dynamo's are, at some later garbage collection, which then pops whatever is on
-  top), and every tensor the next steps save outside a layer (the checkpoint input savers, the final norm, the LM
-  head, the loss) went to the dead frame. Its recompute then fails: `CheckpointError ... different metadata` (saved:
-  `[0]` cpu float32 + the hidden states, the input savers' tensors; the path's baseline failed so in its timed
-  steps, after the two flex arms had failed inside a checkpointed layer in the same process).
+  184018 (2026-05; torch 2.11, the H100's, predates it; 2.13, the CPU's, has it) `checkpoint` did not close that
+  generator when the checkpointed layer raised, so the hooks stayed pushed until the traceback holding the generator
+  is freed (for an error in a reference cycle, as dynamo's are, at some later garbage collection, which then pops
+  whatever is on top), and every tensor the next steps save outside a layer (the checkpoint input savers, the final
+  norm, the LM head, the loss) went to the dead frame. Its recompute then fails: `CheckpointError ... different
+  metadata` (saved: `[0]` cpu float32 + the hidden states, the input savers' tensors; the path's baseline failed so
+  in its timed steps, after the two flex arms had failed inside a checkpointed layer in the same process).
 
 `clean_after_failure()` around a step: on an exception it frees the finished frames of the traceback (a checkpoint's
 generator closes now, popping its own hooks), pops any saved-tensors hooks the step left above the ones it started
