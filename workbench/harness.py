@@ -17,6 +17,7 @@ from workbench import inject
 from workbench.instrument.syncs import host_only
 from workbench.instrument import Ranges, StepTimer, SyncCounter, peak_mem_mib, reset_peak_mem, span, state
 from workbench.models import lora_parameters, model_inputs
+from workbench.step_guard import clean_after_failure
 
 
 @dataclasses.dataclass
@@ -71,7 +72,8 @@ def train_step(model, batch, optimizer, *, step: int = 0, ranges: Ranges | None 
 
     The forward and the loss run under `workbench.precision.forward_context` of `precision` (None: the one the model
     was built for, `precision.of(model)`): bf16 autocast as Trainer(bf16=True) runs it, or nothing; the backward and
-    the optimizer step run outside it. With `counter` None and `ranges` NVTX-only this is an uninstrumented step (what
+    the optimizer step run outside it. A step that raises leaves no autograd or compiler state behind
+    (`workbench.step_guard`). With `counter` None and `ranges` NVTX-only this is an uninstrumented step (what
     the engine times); the loss is read back after the timer has synchronized, outside the measured region.
     """
     from workbench import precision as prec
@@ -81,7 +83,7 @@ def train_step(model, batch, optimizer, *, step: int = 0, ranges: Ranges | None 
     ranges = ranges or Ranges(nvtx=False, profiler=False)
     timer = StepTimer(device)
     reset_peak_mem(device)
-    with ranges.activate(), (counter if counter is not None else contextlib.nullcontext()):
+    with clean_after_failure(), ranges.activate(), (counter if counter is not None else contextlib.nullcontext()):
         timer.mark("start")
         with span("wb/step"):
             with state.phase(state.FORWARD), span("wb/fwd"), fwd_ctx:

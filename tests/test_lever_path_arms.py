@@ -1,0 +1,88 @@
+"""The levers run's `path` arms (`lever_run.path_comparison`: attention and precision applied together) on a bf16 base
+on the CPU: q / k / v reach flex in one dtype under every precision arm (the path's flex arms are not a dtype mix),
+and the path's baseline (dense + fp32-adapters, checkpointed) is the dense arm alone: same loss and gradients, and
+its checkpoint recompute matches its forward (no CheckpointError)."""
+import dataclasses
+
+import pytest
+import torch
+
+from workbench import equivalence, lever_run
+from workbench.data import batch_from_lengths
+from workbench.harness import enable_checkpointing, train_step
+from workbench.instrument import instrument_layers
+from workbench.models import build_model, lora_parameters
+from workbench.opts import apply_all, attention, precision
+
+LENS = [13, 5, 21, 9]
+
+
+def _model(prec="autocast"):
+    m = build_model("tiny-llama", layers=2, dtype=torch.bfloat16, precision=prec)
+    enable_checkpointing(m)
+    instrument_layers(m)
+    return m
+
+
+@dataclasses.dataclass
+class _Cmp:  # the fields of a planner Comparison that path_comparison replaces
+    opt: str
+    name: str = "lever"
+    arms: list = dataclasses.field(default_factory=list)
+    baseline: str = ""
+    optimized: str = ""
+    excluded: dict = dataclasses.field(default_factory=dict)
+    explicit_arms: bool = True
+
+
+def _path_arms():
+    return lever_run.path_comparison([_Cmp("attention"), _Cmp("precision")]).arms
+
+
+def test_path_arms_are_the_levers_cumulatively():
+    arms = [(a.label, a.arms) for a in _path_arms()]
+    assert arms == [("baseline", {"attention": "dense", "precision": "fp32-adapters"}),
+                    ("+attention", {"attention": "flex", "precision": "fp32-adapters"}),
+                    ("+precision", {"attention": "flex", "precision": "bf16"})]
+
+
+@pytest.mark.parametrize("prec", precision.ARMS)
+def test_qkv_reach_flex_in_one_dtype(monkeypatch, prec):
+    from workbench import precision as P
+    seen = []
+    real = attention._flex_kernel
+
+    def spy(q, k, v, *a, **kw):
+        seen.append((q.dtype, k.dtype, v.dtype))
+        return real(q, k, v, *a, **kw)
+    monkeypatch.setattr(attention, "_flex_kernel", spy)
+    m = _model()
+    h = apply_all(m, {"attention": "flex", "precision": prec})
+    try:
+        b = h.prepare_batch(batch_from_lengths(LENS, m.config.vocab_size, seed=0))
+        with torch.no_grad(), P.forward_context(P.of(m), "cpu"):  # flex itself: forward only on the CPU
+            m(**h.inputs_fn(m, b))
+    finally:
+        h.revert()
+    assert len(seen) == 2 and set(seen) == {(torch.bfloat16,) * 3}
+
+
+def _step(m, batch, arms):
+    h = apply_all(m, arms)
+    try:
+        cap = equivalence.GradCapture(lora_parameters(m))
+        rec = train_step(m, h.prepare_batch(batch), cap, inputs_fn=h.inputs_fn)
+        return rec.loss, cap.grads
+    finally:
+        h.revert()
+
+
+def test_path_baseline_trains_as_the_dense_arm_alone():
+    m = _model()
+    batch = batch_from_lengths(LENS, m.config.vocab_size, seed=0)
+    path = _step(m, batch, _path_arms()[0].arms)
+    alone = _step(_model("fp32-adapters"), batch, {"attention": "dense"})  # built at the path baseline's precision
+    assert path[0] == alone[0] and path[1].keys() == alone[1].keys()
+    assert all(torch.equal(path[1][n], alone[1][n]) for n in path[1])
+    autocast = _step(m, batch, {"attention": "dense"})  # negative control: the model's own precision (autocast)
+    assert autocast[0] != path[0]
