@@ -264,7 +264,7 @@ def test_nsys_sqlite_synthetic(tmp_path):
     assert sc.set_index(["name", "layer", "pass"]).loc[("stream_sync", "L00", "fwd"), "count"] == 1
     assert sc.set_index(["name", "layer", "pass"]).loc[("DtoH", "L00", "fwd"), "count"] == 1
 
-    from workbench.verdicts import offload_layers
+    from workbench.opts.offload_savings import offload_layers
     off = offload_layers(ev).set_index("layer")
     # c is the copy itself (not the host time of queueing it)
     assert off.loc["L01", "c_ms"] == pytest.approx(400e-6)
