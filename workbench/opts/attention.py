@@ -89,16 +89,7 @@ def interval_block_parts(doc_lens: list[int], window: int | None = None, block: 
     valid_QK = (m <= ql) & (lo_T[m.clamp(max=T - 1)] <= kl)
     full_QK = (lo_T[ql] <= kf) & (kl <= qf) & complete.view(nb, 1) & complete.view(1, nb)
     partial_QK = valid_QK & ~full_QK
-
-    def pack(sel_QK):
-        num = sel_QK.sum(-1).to(torch.int32)
-        order = torch.argsort((~sel_QK).to(torch.int8), dim=-1, stable=True).to(torch.int32)
-        return num.view(1, 1, nb), order.view(1, 1, nb, nb)
-
-    kv_num, kv_idx = pack(partial_QK)
-    full_num, full_idx = pack(full_QK)
-    return {"doc_ids": doc_T, "kv_num_blocks": kv_num, "kv_indices": kv_idx, "full_kv_num_blocks": full_num,
-            "full_kv_indices": full_idx}
+    return packing.block_tables(doc_T, partial_QK, full_QK)
 
 
 def mask_mod(doc_ids_T: torch.Tensor, window: int | None = None):

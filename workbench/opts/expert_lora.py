@@ -192,18 +192,8 @@ def apply(model, arm: str, gemm: str = "auto", check_routing: bool = True) -> Ha
         raise WorkbenchError(f"unknown gemm {gemm!r}; choose from {', '.join(moe.GEMMS)}")
     if arm != "split" and gemm != "auto":
         raise WorkbenchError(f"gemm={gemm!r} applies to the split arm only, not {arm!r}")
-    base = base_model_of(model)
-    prev = base.config._experts_implementation
     info: dict = {"gemm": gemm} if arm == "split" else {}
-    name = register(arm, gemm, check_routing, info)
-    base.set_experts_implementation(name)
-    if base.config._experts_implementation != name:
-        raise WorkbenchError(f"transformers did not switch the experts implementation to {name!r} "
-                             f"(still {base.config._experts_implementation!r})")
-    info["experts_implementation"] = name
-    handle = Handle(opt="expert_lora", arm=arm, info=info)
-    handle.undo.append(lambda: base.set_experts_implementation(prev))
-    return handle
+    return moe.switch_experts(model, "expert_lora", arm, register(arm, gemm, check_routing, info), info)
 
 
 def _register_names() -> None:

@@ -349,16 +349,21 @@ def apply(model, arm: str, gemm: str = "auto", check_routing: bool = True) -> Ha
         raise WorkbenchError(f"gemm={gemm!r} applies to the grouped arm only, not {arm!r}")
     if gemm == "triton" and importlib.util.find_spec("triton") is None:
         raise UnsupportedArm(_NO_TRITON)
+    info: dict = {"gemm": gemm} if arm == "grouped" else {}
+    return switch_experts(model, "moe", arm, register(arm, gemm, check_routing, info), info)
+
+
+def switch_experts(model, opt: str, arm: str, name: str, info: dict) -> Handle:
+    """Switch the model to the registered experts implementation `name` (transformers' set_experts_implementation),
+    checked; the handle switches back."""
     base = base_model_of(model)
     prev = base.config._experts_implementation
-    info: dict = {"gemm": gemm} if arm == "grouped" else {}
-    name = register(arm, gemm, check_routing, info)
     base.set_experts_implementation(name)
     if base.config._experts_implementation != name:
         raise WorkbenchError(f"transformers did not switch the experts implementation to {name!r} "
                              f"(still {base.config._experts_implementation!r})")
     info["experts_implementation"] = name
-    handle = Handle(opt="moe", arm=arm, info=info)
+    handle = Handle(opt=opt, arm=arm, info=info)
     handle.undo.append(lambda: base.set_experts_implementation(prev))
     return handle
 

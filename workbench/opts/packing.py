@@ -176,6 +176,13 @@ def flex_block_tensors_host(doc_lens: list[int], block: int = FLEX_BLOCK) -> dic
     one_doc = (qf == ql) & (last - first + 1 == block)  # a short last block is padded: never full
     full_QK = (j < i) & one_doc.view(nb, 1) & one_doc.view(1, nb) & (qf.view(nb, 1) == qf.view(1, nb))
     partial_QK = valid_QK & ~full_QK
+    return block_tables(doc_T, partial_QK, full_QK)
+
+
+def block_tables(doc_T: torch.Tensor, partial_QK: torch.Tensor, full_QK: torch.Tensor) -> dict:
+    """BlockMask tables from the (query block, key block) selections: per query block the number of partial / full
+    key blocks and their indices first (stable order), shaped (1, 1, nb[, nb]) as BlockMask takes them."""
+    nb = partial_QK.shape[0]
 
     def pack(sel_QK):
         num = sel_QK.sum(-1).to(torch.int32)
