@@ -14,6 +14,10 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+# The constants read off the registry at import (`workbench.opts.OPTS`, `workbench.ab.cli.OPT_NAMES`) are the real
+# ones whatever test runs first: a test that sets $WORKBENCH_OPTS to fakes must not be the first to import them.
+import workbench.ab.cli  # noqa: E402,F401
+import workbench.opts  # noqa: E402,F401
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 warnings.filterwarnings("ignore", category=FutureWarning)
