@@ -46,7 +46,6 @@ from torch.nn.utils import parametrize
 
 from workbench import models
 from workbench.errors import UnsupportedArm, WorkbenchError
-from workbench.models import MOE_FAMILIES, base_model_of, family_of
 from workbench.opts import Handle, moe
 
 SPEC = {"order": 12, "lever": "slice gradients (fill + add)", "in_all": False,
@@ -148,17 +147,7 @@ def unsupported(arm: str, model, device) -> str | None:
     families, with or without LoRA on its experts."""
     if arm not in ARMS:
         return f"unknown arm {arm!r}; arms: {', '.join(ARMS)}"
-    try:
-        fam = family_of(base_model_of(model).config)
-    except WorkbenchError as e:
-        return str(e)
-    if fam not in MOE_FAMILIES:
-        return f"--opt expert_lora needs an MoE model ({', '.join(MOE_FAMILIES)}); this one is {fam}"
-    try:
-        from transformers.integrations.moe import ExpertsInterface  # noqa: F401
-    except ImportError:
-        return "this transformers has no ExpertsInterface (transformers >= 5 needed)"
-    return None
+    return moe.experts_model_problem(model, "expert_lora")
 
 
 def implementation_name(arm: str, gemm: str = "auto") -> str:

@@ -291,21 +291,30 @@ def batched_mm_bytes(config, tokens: int) -> int:
     return tokens * k * config.hidden_size * 2 * inter * dtype_bytes
 
 
-def unsupported(arm: str, model, device, tokens: int | None = None) -> str | None:
-    """Why this model/device cannot run `arm` (None: it can). Every arm runs on any device for MoE models, except
-    hf_batched_mm where its gathered weights would not fit the device's memory (`tokens`: the batch's)."""
-    if arm not in ARMS:
-        return f"unknown arm {arm!r}; arms: {', '.join(ARMS)}"
+def experts_model_problem(model, opt: str) -> str | None:
+    """Why `--opt OPT` cannot swap this model's experts implementation (None: it can): not an MoE model of the
+    workbench's families, or a transformers without ExpertsInterface."""
     try:
         fam = family_of(base_model_of(model).config)
     except WorkbenchError as e:
         return str(e)
     if fam not in MOE_FAMILIES:
-        return f"--opt moe needs an MoE model ({', '.join(MOE_FAMILIES)}); this one is {fam}"
+        return f"--opt {opt} needs an MoE model ({', '.join(MOE_FAMILIES)}); this one is {fam}"
     try:
         from transformers.integrations.moe import ExpertsInterface  # noqa: F401
     except ImportError:
         return "this transformers has no ExpertsInterface (transformers >= 5 needed)"
+    return None
+
+
+def unsupported(arm: str, model, device, tokens: int | None = None) -> str | None:
+    """Why this model/device cannot run `arm` (None: it can). Every arm runs on any device for MoE models, except
+    hf_batched_mm where its gathered weights would not fit the device's memory (`tokens`: the batch's)."""
+    if arm not in ARMS:
+        return f"unknown arm {arm!r}; arms: {', '.join(ARMS)}"
+    why = experts_model_problem(model, "moe")
+    if why:
+        return why
     if arm == "hf_batched_mm" and tokens and device is not None and torch.device(device).type == "cuda":
         need = batched_mm_bytes(base_model_of(model).config, tokens)
         free, _ = torch.cuda.mem_get_info(torch.device(device))
