@@ -36,7 +36,8 @@ class _Cmp:  # the fields of a planner Comparison that path_comparison replaces
 
 
 def _path_arms():
-    return lever_run.path_comparison([_Cmp("attention"), _Cmp("precision")]).arms
+    return lever_run.path_comparison([_Cmp("attention", baseline="dense"),
+                                      _Cmp("precision", baseline="fp32-adapters")]).arms
 
 
 def test_path_arms_are_the_levers_cumulatively():
@@ -44,6 +45,31 @@ def test_path_arms_are_the_levers_cumulatively():
     assert arms == [("baseline", {"attention": "dense", "precision": "fp32-adapters"}),
                     ("+attention", {"attention": "flex", "precision": "fp32-adapters"}),
                     ("+precision", {"attention": "flex", "precision": "bf16"})]
+    # the path starts from each comparison's baseline (the run's recipe), not from the module's BASELINE
+    realistic = lever_run.path_comparison([_Cmp("precision", baseline="autocast"), _Cmp("attention", baseline="dense")])
+    assert [(a.label, a.arms) for a in realistic.arms] == [
+        ("baseline", {"precision": "autocast", "attention": "dense"}),
+        ("+precision", {"precision": "bf16", "attention": "dense"}),
+        ("+attention", {"precision": "bf16", "attention": "flex"})]
+
+
+@pytest.mark.parametrize("run_precision, lever_baseline", [("autocast", "autocast"), ("auto", "fp32-adapters"),
+                                                           ("fp32-adapters", "fp32-adapters"), ("bf16", None)])
+def test_the_precision_lever_starts_from_the_runs_recipe(run_precision, lever_baseline):
+    """--opt levers: the precision lever's baseline is the run's --precision (autocast on a GPU, as Trainer(bf16=True)
+    runs), so the traced baseline and the path start from the realistic step; under --precision bf16 it is gone."""
+    from workbench.ab.cli import parse_args
+    from workbench.ab.planner import plan
+    comps = {c.opt: c for c in plan(parse_args(["--opt", "levers", "--device", "cpu", "--precision", run_precision]),
+                                     torch.device("cpu"))}
+    assert {"attention", "expert_lora"} <= set(comps)
+    if lever_baseline is None:
+        assert "precision" not in comps
+    else:
+        c = comps["precision"]
+        assert (c.baseline, c.optimized) == (lever_baseline, "bf16")
+        assert [(a.label, a.arms) for a in c.arms] == [(lever_baseline, {"precision": lever_baseline}),
+                                                        ("bf16", {"precision": "bf16"})]
 
 
 @pytest.mark.parametrize("prec", precision.ARMS)

@@ -6,13 +6,14 @@ speedup and a verdict, then the path from the baseline to the best step.
 
 1. Which levers apply (`select`): every registered lever optimization (SPEC `lever`, `workbench.opt_registry`) whose
    arms this model and device can run (each module's `unsupported`: a dense model skips an expert lever). On a GPU
-   a traced baseline pass (torch.profiler, the model with every applicable lever at its BASELINE arm, the run's
+   a traced baseline pass (torch.profiler, the model with every applicable lever at its baseline arm, the run's
    --warmup and --steps on its batches; saved under traces/_levers_baseline/) gives the step's breakdown
    (`workbench.traces.decompose`) and the levers it names (`workbench.levers.levers`, components with at least
    MIN_SHARE of the step); the lever optimizations whose component is named run, in order of predicted saving. Where
    no trace is available (a CPU, or the trace failed) every applicable lever runs, and none has a prediction.
-2. One comparison per lever (its BASELINE against its OPTIMIZED arm, every comparison on the same batches: one shape,
-   one seed), through the ordinary runner: paired speedup with CI, equivalence, or for an arm whose optimization
+2. One comparison per lever (its baseline against its OPTIMIZED arm, every comparison on the same batches: one shape,
+   one seed; a lever's baseline is the run's recipe where its module says so: `precision.lever_baseline`, autocast
+   on a GPU), through the ordinary runner: paired speedup with CI, equivalence, or for an arm whose optimization
    states NUMERICS_CHANGE its deviation from fp32 next to the baseline's (`workbench.numerics`).
 3. The path (comparison `path`, more than one lever): arms that apply the chosen levers cumulatively in order of
    predicted saving (baseline, +first, +first+second, ...), timed together on the same batches;
@@ -144,7 +145,7 @@ def select(runner, comps: list) -> Selection:
         o = runner.options(comps[0])
         for c in comps:
             mod = opts.module(c.opt)
-            why = (opts.unsupported_reason(model, {c.opt: mod.BASELINE}, device, o)
+            why = (opts.unsupported_reason(model, {c.opt: c.baseline}, device, o)
                    or opts.unsupported_reason(model, {c.opt: mod.OPTIMIZED}, device, o))
             if why:
                 skipped[c.opt] = why
@@ -157,7 +158,7 @@ def select(runner, comps: list) -> Selection:
         elif device.type != "cuda":
             note = "no GPU trace on a CPU: every applicable lever runs, without a prediction"
         else:
-            base = ArmSpec("baseline", {c.opt: opts.module(c.opt).BASELINE for c in ok})
+            base = ArmSpec("baseline", {c.opt: c.baseline for c in ok})
             try:
                 bd = traced_breakdown(runner, model, comps[0], base)
             except Exception as e:  # noqa: BLE001 - without a trace every applicable lever runs, unpredicted
@@ -204,15 +205,15 @@ def choose(applicable: list[str], preds: dict) -> tuple[list[str], dict]:
 
 
 def path_comparison(chosen: list):
-    """The cumulative comparison: baseline (every lever at its BASELINE), then each lever switched to its OPTIMIZED
-    arm on top of the previous point, in the order given."""
+    """The cumulative comparison: baseline (every lever at its comparison's baseline arm: the realistic recipe), then
+    each lever switched to its OPTIMIZED arm on top of the previous point, in the order given."""
     import dataclasses as dc
 
     from workbench import opts
     from workbench.ab.planner import ArmSpec
 
     mods = {c.opt: opts.module(c.opt) for c in chosen}
-    cur = {o: m.BASELINE for o, m in mods.items()}
+    cur = {c.opt: c.baseline for c in chosen}
     arms = [ArmSpec("baseline", dict(cur))]
     for o in mods:
         cur[o] = mods[o].OPTIMIZED

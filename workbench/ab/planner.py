@@ -65,7 +65,7 @@ def plan(args, device) -> list[Comparison]:
 
     defaults = GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS
     if args.opt == "levers":
-        return _lever_plan(args, defaults)
+        return _lever_plan(args, defaults, device)
     opt_list = list(opts_in_all()) + ["all"] if args.opt == "all" else [args.opt]
     if args.arms and args.opt == "all":
         raise WorkbenchError(f"--arms needs a single --opt ({', '.join(opts_registry.OPTS)}); use --aa for an A/A "
@@ -177,7 +177,7 @@ def _attention_backends() -> tuple:
     return tuple(b for o in opts_registry.OPTS for b in getattr(_module_or_none(o), "BACKENDS", ()))
 
 
-def _lever_plan(args, defaults) -> list[Comparison]:
+def _lever_plan(args, defaults, device) -> list[Comparison]:
     """--opt levers: one comparison (baseline, optimized) per registered lever optimization, every one on the shape
     of `levers` (so on the same batches); `workbench.lever_run.select` keeps those that apply and adds the path."""
     from workbench.models import load_config
@@ -198,7 +198,20 @@ def _lever_plan(args, defaults) -> list[Comparison]:
     comps = []
     for opt in names:
         mod = opts_registry.module(opt)
-        arms = [ArmSpec(mod.BASELINE, {opt: mod.BASELINE}), ArmSpec(mod.OPTIMIZED, {opt: mod.OPTIMIZED})]
+        base = lever_baseline(mod, args, device)
+        if base == mod.OPTIMIZED:  # the run's recipe already is the lever's optimized arm (--precision bf16)
+            continue
+        arms = [ArmSpec(base, {opt: base}), ArmSpec(mod.OPTIMIZED, {opt: mod.OPTIMIZED})]
+        anchor = getattr(mod, "LEVER_ANCHOR", None)  # the arm a user would pick instead, timed beside (GPU only)
+        if anchor and device.type == "cuda" and anchor not in (base, mod.OPTIMIZED):
+            arms.append(ArmSpec(anchor, {opt: anchor}))
         comps.append(Comparison(opt=opt, model=model, layers=layers, tokens=tokens, attn=args.attn, arms=arms,
-                                baseline=mod.BASELINE, optimized=mod.OPTIMIZED))
+                                baseline=base, optimized=mod.OPTIMIZED))
     return comps
+
+
+def lever_baseline(mod, args, device) -> str:
+    """The arm a lever starts from in `--opt levers`: the module's `lever_baseline(args, device)` (the realistic
+    recipe the run times: precision's is the run's --precision, autocast on a GPU) or its BASELINE."""
+    hook = getattr(mod, "lever_baseline", None)
+    return hook(args, device) if hook is not None else mod.BASELINE

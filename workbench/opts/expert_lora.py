@@ -62,6 +62,9 @@ BASELINE = "eager"
 OPTIMIZED = "split"
 
 SAVED_FRACTION = 1.0
+LEVER_ANCHOR = "grouped_mm"
+"""`--opt levers` times this arm beside the lever's two on a GPU: transformers' default experts (`grouped_mm`), the
+anchor a user would pick instead of the per-expert loop (`workbench.ab.planner._lever_plan`)."""
 """Share of the traced baseline's "slice gradients (fill + add)" time the split arm removes: all of it (it builds no
 whole-weight tensor; the tests count 0 select_backwards). The baseline's per-expert syncs, launches and base-weight
 gradient GEMMs go too, so the prediction is a floor."""

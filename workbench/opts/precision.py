@@ -45,6 +45,14 @@ NUMERICS_CHANGE = ("on a bf16 base, bf16 holds the LoRA weights, gradients and o
 """One sentence: what the optimized arms change in the numbers (`workbench.opt_registry`, lever arms)."""
 
 
+def lever_baseline(args, device) -> str:
+    """The arm the precision lever starts from in `--opt levers` (`workbench.ab.planner.lever_baseline`): the
+    precision the run times (`--precision`, autocast on a GPU: the step Trainer(bf16=True) runs; fp32-adapters on a
+    CPU), so the levers' traced baseline and the path start from the realistic recipe. `--precision fp32-adapters`
+    starts it from peft's default instead; under `--precision bf16` the lever has nothing to do (it is skipped)."""
+    return prec.resolve(device, getattr(args, "precision", prec.AUTO) or prec.AUTO)
+
+
 def base_dtype(model) -> torch.dtype:
     """The dtype of the frozen base weights (what `bf16` puts the adapters in)."""
     frozen = [p.dtype for p in base_model_of(model).parameters() if not p.requires_grad]
