@@ -112,3 +112,18 @@ def test_path_baseline_trains_as_the_dense_arm_alone():
     assert all(torch.equal(path[1][n], alone[1][n]) for n in path[1])
     autocast = _step(m, batch, {"attention": "dense"})  # negative control: the model's own precision (autocast)
     assert autocast[0] != path[0]
+
+
+def test_an_interrupted_runs_path_comes_from_its_levers_plan():
+    """A levers run cut off after the path's timed steps (no `path` comparison in summary.json yet): lever_path
+    rebuilds the path's points from `levers.run`, in order, on the first comparison's shape."""
+    from workbench import lever_path
+    first = {"name": "expert_lora", "opt": "expert_lora", "model": "qwen3-30b-a3b", "layers": 8, "tokens": 8192,
+             "attn": "sdpa", "baseline": {"arm": "eager"}, "optimized": {"arm": "split"}}
+    summary = {"comparisons": [first], "levers": {"run": ["expert_lora", "attention", "path"]}}
+    c, order = lever_path._path_of(summary)
+    assert order == ["baseline", "+expert_lora", "+attention"]
+    assert (c["name"], c["status"], c["model"], c["tokens"]) == ("path", "incomplete", "qwen3-30b-a3b", 8192)
+    # a run without a path in its plan is read as before: its one lever comparison
+    c, order = lever_path._path_of({"comparisons": [first], "levers": {"run": ["expert_lora"]}})
+    assert order == ["eager", "split"]

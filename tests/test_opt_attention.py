@@ -224,7 +224,7 @@ def test_flex_on_cuda_trains_like_the_models_own_attention(preset):
         for n, p in model.named_parameters():
             if n.endswith("sinks"):
                 p.copy_(torch.randn(p.shape))
-    batch = batch_from_lengths([300, 17, 500, 140, 67], 1024, seed=1)
+    batch = batch_from_lengths([300, 17, 500, 140, 67], model.config.vocab_size, seed=1)  # token ids < vocab size
     ref = _step(model, model_inputs(model, to_device([batch], "cuda")[0]))
     h = attention.apply(model, "flex")
     got = _step(model, h.inputs_fn(model, to_device([batch], "cuda", prepare=h.prepare_batch)[0]))

@@ -20,6 +20,9 @@ Per point, one row of path.csv:
 - the breakdown: `ms_<component>` per `workbench.traces.decompose` component, from the point's trace (a run with
   `--trace torch`); and for the last point `held_back_by`: the largest lever `workbench.levers.levers` names in it.
 
+A run cut off after the path's timed steps (its summary.json lists `path` in `levers.run` but holds no `path`
+comparison) gives its points from results.csv, with status `incomplete` and no equivalence or breakdown.
+
 path.png: one panel per run, the step time of each point as a staircase with its 95% CI, each step labelled with
 its speedup over the previous point and MFU.
 """
@@ -52,6 +55,12 @@ def _path_of(summary: dict) -> tuple[dict, list[str]]:
         arms = c.get("path") or [c["baseline"]["arm"], *[a["arm"] for a in c.get("others") or []],
                                  c["optimized"]["arm"]]
         return c, arms
+    run = (summary.get("levers") or {}).get("run") or []
+    if PATH in run and comps:  # an interrupted run: the path's timings are in results.csv, its summary entry is not
+        first = comps[0]
+        c = {"name": PATH, "opt": "levers", "status": "incomplete",
+             **{k: first.get(k) for k in ("model", "layers", "tokens", "attn")}}
+        return c, ["baseline", *[f"+{o}" for o in run if o != PATH]]
     levers = [c for c in comps if c.get("lever") is not None or c.get("opt") not in ("levers",)]
     if len(levers) == 1 and levers[0].get("optimized"):
         c = levers[0]
@@ -154,7 +163,8 @@ def rows_of(run_dir: str) -> list[dict]:
                "speedup_vs_baseline_ci95_hi": None, "model_tflop_per_step": None, "achieved_tflops": None, "mfu": None,
                "hfu": None, "attention_flops": modes[i] if modes else None,
                "tokens_per_s": a.get("tokens_per_s"), "peak_mem_mib": a.get("peak_mem_mib"),
-               "equivalent": (c.get("equivalence") or {}).get(arm, {}).get("equivalent"), "status": a.get("status")}
+               "equivalent": (c.get("equivalence") or {}).get(arm, {}).get("equivalent"),
+               "status": a.get("status") or c.get("status")}
         if useful is not None:
             row.update(_throughput(useful, done[modes[i]], [s for s in samples if s["arm"] == arm], peak))
         if i > 0:

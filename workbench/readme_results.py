@@ -37,6 +37,7 @@ import pandas as pd
 from workbench import analysis as an
 from workbench import savings
 from workbench import figures
+from workbench import opt_registry
 
 RESULTS_MARKERS = ("<!-- results -->", "<!-- /results -->")
 VIEWING_MARKERS = ("<!-- viewing -->", "<!-- /viewing -->")
@@ -44,6 +45,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE_NAME = "RESULTS.md"
 FIGURE_NAME = "headline.png"
 HEADLINE_MAX_ROWS = 8
+HEADLINE_OPTS = tuple(o for o in figures.OPT_ORDER if o == "all" or opt_registry.in_all(o))
+"""The headline's optimizations: those `--opt all` runs, then `all`; the levers (`in_all: False`) have their own
+README section (`--opt levers`, the path)."""
 MODELLED = savings.modelled()
 JUDGED = ("confirmed", "refuted", "inconclusive", "input check failed")
 
@@ -163,7 +167,7 @@ def headline_speedups(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
         d.loc[idx, "disagree"] = int((~d.loc[idx, "agrees"].astype(bool)).sum())
     chosen = d[d["chosen"]].assign(_recipe=lambda x: x["precision"].astype(str) == RECIPE)
     out = []
-    for opt in figures.OPT_ORDER:
+    for opt in HEADLINE_OPTS:
         g = chosen[chosen["name"] == opt]
         if len(g):  # the user's recipe first: a run of another precision times another step
             out.append(g.sort_values(["_recipe", "runs", "_in_run", "_n", "folder"], kind="stable").iloc[-1])
@@ -575,6 +579,25 @@ def _strip_blocks(text: str) -> str:
     return re.sub(r"~~[^~\n]*~~", blank, text)  # struck-through figures are retracted ones
 
 
+def arm_pairs(root: str) -> pd.DataFrame:
+    """Every other ordered pair of arms timed in one comparison of a run that has more than two (a path's point
+    against the previous one, an optimized arm against the anchor beside it), recomputed from results.csv like any
+    speedup (`analysis.recomputed`): figures the prose may quote besides each arm against its baseline."""
+    from workbench.analysis import loader
+    rows = []
+    for d in loader._run_dirs(root):
+        for name, smp in loader.step_samples(d).items():
+            arms = list(dict.fromkeys(x["arm"] for x in smp))
+            if len(arms) < 3:
+                continue
+            for a in arms:
+                for b in arms:
+                    if a != b and (r := loader.recomputed(d, name, a, b)) is not None and r.get("ci95"):
+                        rows.append({"speedup": r["speedup"], "ci95_lo": r["ci95"][0], "ci95_hi": r["ci95"][1],
+                                     "n_pairs": r.get("n_pairs")})
+    return pd.DataFrame(rows, columns=["speedup", "ci95_lo", "ci95_hi", "n_pairs"])
+
+
 def prose_problems(text: str, comps: pd.DataFrame, where: str = "README.md") -> list[str]:
     """Every speedup quoted in `text` outside the generated blocks and code (`1.133x`, `1.13x`, `1.133x [1.103,
     1.161]`, `1.133x [1.103, 1.161], n=12`) that matches no comparison of `comps` (any role: A/B, A/A, NVTX, sweeps),
@@ -874,6 +897,7 @@ def main(argv=None) -> int:
         # the prose may quote any timed comparison profiles/ holds, a failed run's too (the prose says it failed):
         # its speedup is recomputed from the timed steps of its results.csv like any other
         comps = an.comparisons(root, include_cpu=True, include_incomplete=True)
+        comps = pd.concat([comps, arm_pairs(root)], ignore_index=True)
         problems += prose_problems(text, comps, os.path.relpath(readme, repo))
         other = os.path.join(root, "README.md")
         if os.path.exists(other):
