@@ -9,8 +9,11 @@ import warnings
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Before anything imports triton: triton.language's own helpers read it then, so the Triton kernel tests
-# (tests/test_grouped_gemm.py) run in this process instead of a fresh pytest of their own. No test compiles Triton.
-os.environ.setdefault("TRITON_INTERPRET", "1")
+# (tests/test_grouped_gemm.py) run in this process instead of a fresh pytest of their own. Only without a GPU: on a
+# GPU the flex tests compile Triton kernels through inductor, which the interpreter cannot run (the H100 run of
+# 2026-11-25, profiles/2026-11-25_h100_levers_path/pytest.out); test_grouped_gemm then runs its own interpreted pytest.
+if not os.path.exists("/dev/nvidiactl"):
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

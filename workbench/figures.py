@@ -172,12 +172,13 @@ BREAKDOWN_COLUMNS = ["label", *BREAKDOWN_ORDER]
 
 
 def breakdown_rows(bd: pd.DataFrame) -> pd.DataFrame:
-    """One row per (comparison, arm) of the traced single-optimization comparisons (no sweeps), baseline and optimized
-    arms, ms per traced step per component (`analysis.breakdown` rows in; `BREAKDOWN_COLUMNS` out)."""
+    """One row per (comparison, arm) of the traced single-optimization comparisons (no sweeps, no levers), baseline and
+    optimized arms, ms per traced step per component (`analysis.breakdown` rows in; `BREAKDOWN_COLUMNS` out)."""
     if bd.empty:
         return pd.DataFrame(columns=BREAKDOWN_COLUMNS)
+    from workbench.analysis.speedups import lever_comparisons  # the levers' breakdowns: the README's levers section
     d = bd[~bd["comparison"].astype(str).str.contains("@") & bd["role"].isin(["baseline", "optimized"])
-           & bd["component"].isin(BREAKDOWN_ORDER)]
+           & bd["component"].isin(BREAKDOWN_ORDER) & ~bd["comparison"].astype(str).isin(lever_comparisons())]
     if d.empty:
         return pd.DataFrame(columns=BREAKDOWN_COLUMNS)
     d = d[d["folder"] == sorted(d["folder"].unique())[-1]]  # the newest traced folder
