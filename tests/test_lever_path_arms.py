@@ -127,3 +127,14 @@ def test_an_interrupted_runs_path_comes_from_its_levers_plan():
     # a run without a path in its plan is read as before: its one lever comparison
     c, order = lever_path._path_of({"comparisons": [first], "levers": {"run": ["expert_lora"]}})
     assert order == ["eager", "split"]
+
+
+def test_on_a_gpu_the_levers_start_from_autocast_and_time_the_anchor():
+    """The plan a GPU run gets (planned here, nothing runs): the precision lever starts from autocast (`--precision
+    auto` on CUDA), and the expert lever times transformers' grouped_mm beside eager and split (LEVER_ANCHOR)."""
+    from workbench.ab.cli import parse_args
+    from workbench.ab.planner import plan
+    comps = {c.opt: c for c in plan(parse_args(["--opt", "levers", "--model", "tiny-qwen3-moe"]), torch.device("cuda"))}
+    assert comps["precision"].baseline == "autocast"
+    assert [a.label for a in comps["expert_lora"].arms] == ["eager", "split", "grouped_mm"]
+    assert [a.label for a in comps["attention"].arms] == ["dense", "flex"]  # no anchor: two arms

@@ -229,3 +229,18 @@ def test_committed_readme_first_screen_and_check():
             path = os.path.normpath(os.path.join(ROOT, target))
             assert path.startswith(ROOT + os.sep) and os.path.exists(path), target
     assert rr.main(["--check"]) == 0
+
+
+def test_the_prose_may_quote_two_arms_of_one_comparison():
+    """`arm_pairs`: in a comparison of more than two arms (a path, an arm beside its anchor) every other pair of arms,
+    recomputed from results.csv like any speedup; a figure no pair gives is still caught (negative control)."""
+    from workbench.analysis import loader
+    run = os.path.join(rr.REPO, "profiles", "2026-11-25_h100_levers_path", "qwen3moe_levers")
+    pairs = rr.arm_pairs(run)
+    r = loader.recomputed(run, "expert_lora", "grouped_mm", "split")  # split against the anchor beside it
+    text = f"split beats the anchor: {r['speedup']:.3f}x [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]"
+    assert rr.prose_problems(text, pairs) == []
+    assert len(rr.prose_problems(f"{r['speedup'] + 0.01:.3f}x [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]", pairs)) == 1
+    # the point of a path against the previous one
+    p = loader.recomputed(run, "path", "+expert_lora", "+attention")
+    assert rr.prose_problems(f"{p['speedup']:.3f}x [{p['ci95'][0]:.3f}, {p['ci95'][1]:.3f}]", pairs) == []
