@@ -108,3 +108,15 @@ def packing_trace_run(tmp_path_factory):
 
 # Everything imported so far (torch, transformers) is long-lived: the collector need not walk it again.
 gc.freeze()
+
+
+@pytest.fixture(autouse=True)
+def _freeze_long_lived():
+    """Before each test: collect the garbage of the tests before, then freeze what survives (the modules imported
+    since, lazily or at collection: transformers' model classes, dynamo, pandas, ...; module and session fixtures).
+    A full collection walks only what is not frozen: `workbench.ab` collects at every arm (`ab.arm._free`), and with
+    the suite's later imports unfrozen each collection cost ~0.15 s, over half of the end-to-end tests' time. What
+    a test creates stays unfrozen for its own collections (a test may check that the collector frees something)."""
+    gc.collect()
+    gc.freeze()
+    yield
