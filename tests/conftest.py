@@ -95,15 +95,64 @@ PACKING_TRACE_ARGV = ["--opt", "packing", "--trace", "torch", "--device", "cpu",
                       "--reps", "2", "--warmup", "0", "--warmup-max", "0"]
 
 
+_PACKING_TRACE: dict = {}
+
+
+def packing_trace_paths(tmp_path_factory):
+    """(out, ready) of the shared packing trace run, fixed at first ask (collection may ask, to wait on it from a
+    background process): `out` is alone in its parent; `ready` (elsewhere) is written once the run succeeded."""
+    if not _PACKING_TRACE:
+        _PACKING_TRACE["out"] = tmp_path_factory.mktemp("packing_trace") / "ab_packing"
+        _PACKING_TRACE["ready"] = tmp_path_factory.mktemp("packing_trace_ready") / "ready"
+    return _PACKING_TRACE["out"], _PACKING_TRACE["ready"]
+
+
 @pytest.fixture(scope="session")
 def packing_trace_run(tmp_path_factory):
     """One tiny CPU A/B of packing (3 arms, 2 reps of one timed step) with a torch trace, made once and shared by the
     tests that only read its outputs: (folder, CompletedProcess of `python -m workbench.ab PACKING_TRACE_ARGV`).
     The folder is alone in its parent (a root with one result folder)."""
-    out = tmp_path_factory.mktemp("packing_trace") / "ab_packing"
+    out, ready = packing_trace_paths(tmp_path_factory)
     r = run_cli("workbench.ab", [*PACKING_TRACE_ARGV, "--out", str(out)])
     assert r.returncode == 0 and (out / "summary.json").exists(), r.stderr[-3000:]
+    ready.write_text("ok\n")
     return out, r
+
+
+# --- subprocess work started at collection, consumed later by its tests ---------------------------------------------
+
+_EARLY: dict = {}
+"""test module name -> what its `early_start(tmp_path_factory, items)` returned (its own fixtures pick it up)."""
+
+
+def pytest_collection_finish(session):
+    """A test module may define `early_start(tmp_path_factory, items)` (items: its selected tests): subprocess work (torchrun launches, notebook
+    executions) that its tests wait on later. When any of its tests was selected it starts here, at collection,
+    so that it runs on the core the in-process tests leave idle instead of being waited for where the tests run.
+    What it returns must have a `stop()` (called at the end of the session)."""
+    selected: dict = {}
+    for item in session.items:
+        mod = getattr(item, "module", None)
+        if mod is not None and hasattr(mod, "early_start"):
+            selected.setdefault(mod, []).append(item)
+    for mod, items in selected.items():
+        _EARLY[mod.__name__] = mod.early_start(session.config._tmp_path_factory, items)
+
+
+def early(module_name: str):
+    """What `early_start` of that module started at collection (None when it was not)."""
+    return _EARLY.get(module_name)
+
+
+def pytest_sessionfinish(session):
+    for started in _EARLY.values():
+        if started is not None:
+            started.stop()
+    _EARLY.clear()
+
+
+def pytest_unconfigure(config):
+    gc.unfreeze()  # the interpreter's exit frees what was frozen (nanobind, in triton, reports leaks otherwise)
 
 
 # Everything imported so far (torch, transformers) is long-lived: the collector need not walk it again.

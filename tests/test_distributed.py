@@ -62,18 +62,33 @@ def _json(path):
 
 # --- end to end: torchrun, 2 ranks, gloo --------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def launches(tmp_path_factory):
+class _Launches(dict):
     """The three torchrun launches below, started together (each spends most of its time importing torch and
     waiting on its ranks): name -> (out folder, Popen)."""
-    root = tmp_path_factory.mktemp("dist")
-    envs = {"good": None, "drop": {distributed.DROP_ENV: "1"}, "fail": {distributed.FAIL_ENV: "1:3"}}
-    started = {name: (root / name / "run", _start(root / name / "run", env)) for name, env in envs.items()}
+
+    def __init__(self, root):
+        envs = {"good": None, "drop": {distributed.DROP_ENV: "1"}, "fail": {distributed.FAIL_ENV: "1:3"}}
+        super().__init__({name: (root / name / "run", _start(root / name / "run", env)) for name, env in envs.items()})
+
+    def stop(self):
+        for _, p in self.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def early_start(tmp_path_factory, items):
+    """Started at collection (conftest's pytest_collection_finish): they run beside the tests before this file."""
+    if any("launches" in item.fixturenames for item in items):
+        return _Launches(tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(scope="module")
+def launches(tmp_path_factory):
+    from conftest import early
+    started = early(__name__) or early_start(tmp_path_factory)
     yield started
-    for _, p in started.values():
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    started.stop()
 
 
 def _result(launches, name):
