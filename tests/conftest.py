@@ -155,6 +155,15 @@ def pytest_unconfigure(config):
     gc.unfreeze()  # the interpreter's exit frees what was frozen (nanobind, in triton, reports leaks otherwise)
 
 
+# What an in-process `workbench.ab` run imports on first use (pandas, scipy, sympy and dynamo through torch, peft),
+# imported here so that the freeze below covers it: otherwise the first such test of a file walks it at every
+# collection (`ab.arm._free`, ~0.15 s each).
+import pandas  # noqa: E402,F401
+import peft  # noqa: E402,F401
+import scipy.stats  # noqa: E402,F401
+import sympy  # noqa: E402,F401
+import torch._dynamo  # noqa: E402,F401
+
 # Everything imported so far (torch, transformers) is long-lived: the collector need not walk it again.
 gc.freeze()
 
