@@ -8,6 +8,7 @@ import sys
 import warnings
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # (see torch.set_num_threads below)
 # Before anything imports triton: triton.language's own helpers read it then, so the Triton kernel tests
 # (tests/test_grouped_gemm.py) run in this process instead of a fresh pytest of their own. No test compiles Triton.
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -19,7 +20,11 @@ import torch  # noqa: E402
 import workbench.ab.cli  # noqa: E402,F401
 import workbench.opts  # noqa: E402,F401
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# One intra-op thread, here and (through OMP_NUM_THREADS) in the processes the tests start: the tests' tensors are
+# tiny, and a second OpenMP thread only spins: on 2 idle cores test_ab + test_levers_loop + test_precision took the
+# same 18.5 s with 1 or 2 threads but 24 against 35 CPU seconds, and beside the background work (torchrun launches,
+# notebook kernels: see pytest_collection_finish) or another process the spinning threads slow everything down.
+torch.set_num_threads(1)
 warnings.filterwarnings("ignore", category=FutureWarning)
 
 TINY = ["tiny-llama", "tiny-qwen3", "tiny-qwen3-moe", "tiny-gpt-oss"]
