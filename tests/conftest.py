@@ -131,10 +131,12 @@ _EARLY: dict = {}
 
 
 def pytest_collection_finish(session):
-    """A test module may define `early_start(tmp_path_factory, items)` (items: its selected tests): subprocess work (torchrun launches, notebook
-    executions) that its tests wait on later. When any of its tests was selected it starts here, at collection,
-    so that it runs on the core the in-process tests leave idle instead of being waited for where the tests run.
-    What it returns must have a `stop()` (called at the end of the session)."""
+    """A test module may define `early_start(tmp_path_factory, items)` (items: its selected tests): subprocess work
+    (torchrun launches, notebook executions, the fresh-process CLI runs) that its tests wait on later. It starts
+    here, at collection, at a lower priority (`lower_priority`: the later its result is read, the lower), so that it
+    runs on the core the in-process tests leave idle instead of being waited for where the tests run. What it
+    returns (or None) has a `stop()`, called at the end of the session; its tests fall back to starting the work
+    themselves when it returned None."""
     selected: dict = {}
     for item in session.items:
         mod = getattr(item, "module", None)
@@ -142,6 +144,44 @@ def pytest_collection_finish(session):
             selected.setdefault(mod, []).append(item)
     for mod, items in selected.items():
         _EARLY[mod.__name__] = mod.early_start(session.config._tmp_path_factory, items)
+
+
+def lower_priority(nice: int = 10):
+    """A preexec_fn for the processes started at collection: `nice` added, so that they take the CPU the test
+    process leaves (the second core, or both while it waits on one of them) instead of slowing it down; the sooner
+    a test reads a process's result, the smaller its `nice` should be (the processes it starts inherit it)."""
+    return lambda: os.nice(nice) if nice else None
+
+
+class Started:
+    """Commands started at collection by a module's `early_start`, each its own process with stdout and stderr in
+    files (not pipes: nobody reads them until its test runs): `result(name)` waits and gives a CompletedProcess."""
+
+    def __init__(self, tmp_path_factory):
+        self.logs = tmp_path_factory.mktemp("started")
+        self.procs: dict = {}
+
+    def start(self, name: str, argv: list, nice: int = 5, **popen):
+        with open(self.logs / f"{name}.out", "w") as o, open(self.logs / f"{name}.err", "w") as e:
+            self.procs[name] = (argv, subprocess.Popen(argv, stdout=o, stderr=e, text=True,
+                                                       preexec_fn=lower_priority(nice), **popen))
+
+    def result(self, name: str, timeout: float) -> subprocess.CompletedProcess:
+        argv, p = self.procs[name]
+        try:
+            p.wait(timeout=timeout)  # as subprocess.run's timeout: TimeoutExpired after killing it
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            raise
+        return subprocess.CompletedProcess(argv, p.returncode, (self.logs / f"{name}.out").read_text(),
+                                           (self.logs / f"{name}.err").read_text())
+
+    def stop(self):
+        for _, p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def early(module_name: str):

@@ -83,7 +83,7 @@ class _Background:
     then on conftest's shared packing trace run once it is ready. The tests read what it wrote."""
 
     def __init__(self, tmp_path_factory, wanted):
-        from conftest import packing_trace_paths
+        from conftest import lower_priority, packing_trace_paths
         d = tmp_path_factory.mktemp("notebooks_bg")
         out, ready = packing_trace_paths(tmp_path_factory)
         self.fresh = str(out.parent)
@@ -99,8 +99,9 @@ class _Background:
         env = {**os.environ, **_kernel_vars(_kernel_dir(tmp_path_factory))}
         self.log = d / "log"
         with open(self.log, "w") as log:
-            self.proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "fixtures", "execute_notebooks.py"),
-                                          str(d / "jobs.json")], env=env, stdout=log, stderr=subprocess.STDOUT)
+            script = os.path.join(ROOT, "tests", "fixtures", "execute_notebooks.py")
+            self.proc = subprocess.Popen([sys.executable, script, str(d / "jobs.json")], env=env, stdout=log,
+                                         stderr=subprocess.STDOUT, preexec_fn=lower_priority(15))
 
     def result(self, kind: str, name: str) -> "nbformat.NotebookNode":
         out = self.outs[kind, name]
@@ -120,9 +121,9 @@ class _Background:
 
 
 def early_start(tmp_path_factory, items):
-    wanted = {("committed" if item.originalname == "test_notebook_runs_on_committed_profiles" else "fresh",
-               item.callspec.params["name"]) for item in items
-              if item.originalname in ("test_notebook_runs_on_committed_profiles", "test_notebook_runs_on_a_fresh_cpu_run")}
+    kinds = {"test_notebook_runs_on_committed_profiles": "committed", "test_notebook_runs_on_a_fresh_cpu_run": "fresh"}
+    wanted = {(kinds[item.originalname], item.callspec.params["name"]) for item in items
+              if item.originalname in kinds}
     return _Background(tmp_path_factory, wanted) if wanted else None
 
 
