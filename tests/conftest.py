@@ -8,6 +8,7 @@ import sys
 import warnings
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # (see torch.set_num_threads below)
 # Before anything imports triton: triton.language's own helpers read it then, so the Triton kernel tests
 # (tests/test_grouped_gemm.py) run in this process instead of a fresh pytest of their own. Only without a GPU: on a
 # GPU the flex tests compile Triton kernels through inductor, which the interpreter cannot run (the H100 run of
@@ -22,7 +23,11 @@ import torch  # noqa: E402
 import workbench.ab.cli  # noqa: E402,F401
 import workbench.opts  # noqa: E402,F401
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# One intra-op thread, here and (through OMP_NUM_THREADS) in the processes the tests start: the tests' tensors are
+# tiny, and a second OpenMP thread only spins: on 2 idle cores test_ab + test_levers_loop + test_precision took the
+# same 18.5 s with 1 or 2 threads but 24 against 35 CPU seconds, and beside the background work (torchrun launches,
+# notebook kernels: see pytest_collection_finish) or another process the spinning threads slow everything down.
+torch.set_num_threads(1)
 warnings.filterwarnings("ignore", category=FutureWarning)
 
 TINY = ["tiny-llama", "tiny-qwen3", "tiny-qwen3-moe", "tiny-gpt-oss"]
@@ -98,16 +103,126 @@ PACKING_TRACE_ARGV = ["--opt", "packing", "--trace", "torch", "--device", "cpu",
                       "--reps", "2", "--warmup", "0", "--warmup-max", "0"]
 
 
+_PACKING_TRACE: dict = {}
+
+
+def packing_trace_paths(tmp_path_factory):
+    """(out, ready) of the shared packing trace run, fixed at first ask (collection may ask, to wait on it from a
+    background process): `out` is alone in its parent; `ready` (elsewhere) is written once the run succeeded."""
+    if not _PACKING_TRACE:
+        _PACKING_TRACE["out"] = tmp_path_factory.mktemp("packing_trace") / "ab_packing"
+        _PACKING_TRACE["ready"] = tmp_path_factory.mktemp("packing_trace_ready") / "ready"
+    return _PACKING_TRACE["out"], _PACKING_TRACE["ready"]
+
+
 @pytest.fixture(scope="session")
 def packing_trace_run(tmp_path_factory):
     """One tiny CPU A/B of packing (3 arms, 2 reps of one timed step) with a torch trace, made once and shared by the
     tests that only read its outputs: (folder, CompletedProcess of `python -m workbench.ab PACKING_TRACE_ARGV`).
     The folder is alone in its parent (a root with one result folder)."""
-    out = tmp_path_factory.mktemp("packing_trace") / "ab_packing"
+    out, ready = packing_trace_paths(tmp_path_factory)
     r = run_cli("workbench.ab", [*PACKING_TRACE_ARGV, "--out", str(out)])
     assert r.returncode == 0 and (out / "summary.json").exists(), r.stderr[-3000:]
+    ready.write_text("ok\n")
     return out, r
 
 
+# --- subprocess work started at collection, consumed later by its tests ---------------------------------------------
+
+_EARLY: dict = {}
+"""test module name -> what its `early_start(tmp_path_factory, items)` returned (its own fixtures pick it up)."""
+
+
+def pytest_collection_finish(session):
+    """A test module may define `early_start(tmp_path_factory, items)` (items: its selected tests): subprocess work
+    (torchrun launches, notebook executions, the fresh-process CLI runs) that its tests wait on later. It starts
+    here, at collection, at a lower priority (`lower_priority`: the later its result is read, the lower), so that it
+    runs on the core the in-process tests leave idle instead of being waited for where the tests run. What it
+    returns (or None) has a `stop()`, called at the end of the session; its tests fall back to starting the work
+    themselves when it returned None."""
+    selected: dict = {}
+    for item in session.items:
+        mod = getattr(item, "module", None)
+        if mod is not None and hasattr(mod, "early_start"):
+            selected.setdefault(mod, []).append(item)
+    for mod, items in selected.items():
+        _EARLY[mod.__name__] = mod.early_start(session.config._tmp_path_factory, items)
+
+
+def lower_priority(nice: int = 10):
+    """A preexec_fn for the processes started at collection: `nice` added, so that they take the CPU the test
+    process leaves (the second core, or both while it waits on one of them) instead of slowing it down; the sooner
+    a test reads a process's result, the smaller its `nice` should be (the processes it starts inherit it)."""
+    return lambda: os.nice(nice) if nice else None
+
+
+class Started:
+    """Commands started at collection by a module's `early_start`, each its own process with stdout and stderr in
+    files (not pipes: nobody reads them until its test runs): `result(name)` waits and gives a CompletedProcess."""
+
+    def __init__(self, tmp_path_factory):
+        self.logs = tmp_path_factory.mktemp("started")
+        self.procs: dict = {}
+
+    def start(self, name: str, argv: list, nice: int = 5, **popen):
+        with open(self.logs / f"{name}.out", "w") as o, open(self.logs / f"{name}.err", "w") as e:
+            self.procs[name] = (argv, subprocess.Popen(argv, stdout=o, stderr=e, text=True,
+                                                       preexec_fn=lower_priority(nice), **popen))
+
+    def result(self, name: str, timeout: float) -> subprocess.CompletedProcess:
+        argv, p = self.procs[name]
+        try:
+            p.wait(timeout=timeout)  # as subprocess.run's timeout: TimeoutExpired after killing it
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            raise
+        return subprocess.CompletedProcess(argv, p.returncode, (self.logs / f"{name}.out").read_text(),
+                                           (self.logs / f"{name}.err").read_text())
+
+    def stop(self):
+        for _, p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def early(module_name: str):
+    """What `early_start` of that module started at collection (None when it was not)."""
+    return _EARLY.get(module_name)
+
+
+def pytest_sessionfinish(session):
+    for started in _EARLY.values():
+        if started is not None:
+            started.stop()
+    _EARLY.clear()
+
+
+def pytest_unconfigure(config):
+    gc.unfreeze()  # the interpreter's exit frees what was frozen (nanobind, in triton, reports leaks otherwise)
+
+
+# What an in-process `workbench.ab` run imports on first use (pandas, scipy, sympy and dynamo through torch, peft),
+# imported here so that the freeze below covers it: otherwise the first such test of a file walks it at every
+# collection (`ab.arm._free`, ~0.15 s each).
+import pandas  # noqa: E402,F401
+import peft  # noqa: E402,F401
+import scipy.stats  # noqa: E402,F401
+import sympy  # noqa: E402,F401
+import torch._dynamo  # noqa: E402,F401
+
 # Everything imported so far (torch, transformers) is long-lived: the collector need not walk it again.
 gc.freeze()
+
+
+@pytest.fixture(autouse=True)
+def _freeze_long_lived():
+    """Before each test: collect the garbage of the tests before, then freeze what survives (the modules imported
+    since, lazily or at collection: transformers' model classes, dynamo, pandas, ...; module and session fixtures).
+    A full collection walks only what is not frozen: `workbench.ab` collects at every arm (`ab.arm._free`), and with
+    the suite's later imports unfrozen each collection cost ~0.15 s, over half of the end-to-end tests' time. What
+    a test creates stays unfrozen for its own collections (a test may check that the collector frees something)."""
+    gc.collect()
+    gc.freeze()
+    yield

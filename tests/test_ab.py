@@ -280,9 +280,26 @@ def test_nsys_missing(monkeypatch):
     assert cmd[-5:] == [sys.executable, "-m", "workbench.ab", "--opt", "packing"]
 
 
+def early_start(tmp_path_factory, items):
+    """test_subprocess_bad_opt_no_traceback's process, started at collection (conftest's pytest_collection_finish)."""
+    if any(item.name == "test_subprocess_bad_opt_no_traceback" for item in items):
+        from conftest import Started
+        started = Started(tmp_path_factory)
+        started.cwd = tmp_path_factory.mktemp("bad_opt")
+        started.start("bad_opt", [sys.executable, "-m", "workbench.ab", "--opt", "nope"], cwd=started.cwd,
+                      env={**os.environ, "PYTHONPATH": ROOT}, nice=0)  # read within seconds
+        return started
+
+
 def test_subprocess_bad_opt_no_traceback(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "workbench.ab", "--opt", "nope"], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
+    from conftest import early
+    started = early(__name__)
+    if started:
+        tmp_path = started.cwd
+        p = started.result("bad_opt", timeout=120)
+    else:
+        p = subprocess.run([sys.executable, "-m", "workbench.ab", "--opt", "nope"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
     assert p.returncode == 2
     assert p.stderr.strip().startswith("error: argument --opt: invalid choice: 'nope'")
     assert "Traceback" not in p.stderr and p.stdout == ""

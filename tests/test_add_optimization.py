@@ -33,14 +33,39 @@ FAKE = textwrap.dedent('''
 ''')
 
 
-def test_a_new_module_is_a_new_optimization(tmp_path):
+def _new_module_commands(tmp_path):
+    """(name, argv, env) of test_a_new_module_is_a_new_optimization's two processes, fakeopt.py written."""
     (tmp_path / "fakeopt.py").write_text(FAKE)
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "WORKBENCH_OPTS": "fakeopt", "PYTHONPATH": os.pathsep.join([str(tmp_path), repo])}
-    help_ = subprocess.run([sys.executable, "-m", "workbench.ab", "--help"], env=env, capture_output=True, text=True)
+    return [("help", [sys.executable, "-m", "workbench.ab", "--help"], env),
+            ("run", [sys.executable, "-m", "workbench.ab", "--opt", "all", "--only", "fakeopt",
+                     "--out", str(tmp_path / "run")], env)]
+
+
+def early_start(tmp_path_factory, items):
+    """test_a_new_module_is_a_new_optimization's processes, started at collection (conftest's
+    pytest_collection_finish)."""
+    if any(item.name == "test_a_new_module_is_a_new_optimization" for item in items):
+        from conftest import Started
+        started = Started(tmp_path_factory)
+        started.dir = tmp_path_factory.mktemp("new_module")
+        for name, argv, env in _new_module_commands(started.dir):
+            started.start(name, argv, env=env, nice=0)  # read within seconds
+        return started
+
+
+def test_a_new_module_is_a_new_optimization(tmp_path):
+    from conftest import early
+    started = early(__name__)
+    if started:
+        tmp_path = started.dir
+        help_, r = started.result("help", timeout=600), started.result("run", timeout=600)
+    else:
+        (_, h_argv, env), (_, r_argv, _) = _new_module_commands(tmp_path)
+        help_ = subprocess.run(h_argv, env=env, capture_output=True, text=True)
+        r = subprocess.run(r_argv, env=env, capture_output=True, text=True, timeout=600)
     assert help_.returncode == 0 and "fakeopt" in help_.stdout and "plain (baseline), same (optimized)" in help_.stdout
-    r = subprocess.run([sys.executable, "-m", "workbench.ab", "--opt", "all", "--only", "fakeopt",
-                        "--out", str(tmp_path / "run")], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     (c,) = summary["comparisons"]

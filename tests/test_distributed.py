@@ -22,7 +22,7 @@ TINY = ["--opt", "packing", "--model", "tiny-llama", "--tokens", "64", "--steps"
         "0", "--warmup-max", "0", "--batches", "1", "--device", "cpu"]
 
 
-def _start(out, extra_env=None, args=TINY):
+def _start(out, extra_env=None, args=TINY, preexec_fn=None):
     env = {k: v for k, v in os.environ.items()
            if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", distributed.FAIL_ENV,
                         distributed.DROP_ENV)}
@@ -35,7 +35,7 @@ def _start(out, extra_env=None, args=TINY):
     os.makedirs(logs, exist_ok=True)
     # files, not pipes: launches run side by side, and a full pipe nobody reads yet would stall one
     with open(os.path.join(logs, "stdout"), "w") as o, open(os.path.join(logs, "stderr"), "w") as e:
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=o, stderr=e, text=True)
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=o, stderr=e, text=True, preexec_fn=preexec_fn)
 
 
 def _wait(p, out, timeout=300):
@@ -62,18 +62,35 @@ def _json(path):
 
 # --- end to end: torchrun, 2 ranks, gloo --------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def launches(tmp_path_factory):
+class _Launches(dict):
     """The three torchrun launches below, started together (each spends most of its time importing torch and
     waiting on its ranks): name -> (out folder, Popen)."""
-    root = tmp_path_factory.mktemp("dist")
-    envs = {"good": None, "drop": {distributed.DROP_ENV: "1"}, "fail": {distributed.FAIL_ENV: "1:3"}}
-    started = {name: (root / name / "run", _start(root / name / "run", env)) for name, env in envs.items()}
+
+    def __init__(self, root, preexec_fn=None):
+        envs = {"good": None, "drop": {distributed.DROP_ENV: "1"}, "fail": {distributed.FAIL_ENV: "1:3"}}
+        super().__init__({name: (root / name / "run", _start(root / name / "run", env, preexec_fn=preexec_fn))
+                          for name, env in envs.items()})
+
+    def stop(self):
+        for _, p in self.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def early_start(tmp_path_factory, items):
+    """Started at collection (conftest's pytest_collection_finish): they run beside the tests before this file."""
+    if any("launches" in item.fixturenames for item in items):
+        from conftest import lower_priority
+        return _Launches(tmp_path_factory.mktemp("dist"), preexec_fn=lower_priority(10))
+
+
+@pytest.fixture(scope="module")
+def launches(tmp_path_factory):
+    from conftest import early
+    started = early(__name__) or early_start(tmp_path_factory)
     yield started
-    for _, p in started.values():
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    started.stop()
 
 
 def _result(launches, name):

@@ -142,11 +142,30 @@ def test_trace_breakdown_path_runs_on_cpu(setup, tmp_path):
         assert b[who]["step_ms"] > 0, (who, b[who])
 
 
+def _cli_argv(out) -> list:
+    return [sys.executable, "-m", "workbench.fidelity", "--device", "cpu", "--tokens", "128", "--steps", "1",
+            "--warmup", "0", "--reps", "2", "--out", str(out)]
+
+
+def early_start(tmp_path_factory, items):
+    """test_cli_last_line_json's process, started at collection (conftest's pytest_collection_finish)."""
+    if any(item.name == "test_cli_last_line_json" for item in items):
+        from conftest import Started
+        started = Started(tmp_path_factory)
+        started.out = tmp_path_factory.mktemp("fidelity_cli")
+        started.start("cli", _cli_argv(started.out))
+        return started
+
+
 def test_cli_last_line_json(tmp_path):
     """The CLI end to end on the tiny preset (a short run: 2 reps of 1 step each; seconds on 2 cores)."""
-    r = subprocess.run([sys.executable, "-m", "workbench.fidelity", "--device", "cpu", "--tokens", "128", "--steps",
-                        "1", "--warmup", "0", "--reps", "2", "--out", str(tmp_path)],
-                       capture_output=True, text=True, timeout=120)
+    from conftest import early
+    started = early(__name__)
+    if started:
+        tmp_path = started.out
+        r = started.result("cli", timeout=120)
+    else:
+        r = subprocess.run(_cli_argv(tmp_path), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
     for k in ("trainer_step_ms", "harness_step_ms", "ratio_ci95", "equivalent", "loss_rel_diff", "grad_max_rel_l2",

@@ -110,10 +110,27 @@ def test_a_custom_data_dir_is_read(tmp_path):
         length_data.load("bad", str(tmp_path))
 
 
+def early_start(tmp_path_factory, items):
+    """test_cli_data_nope_is_one_line_rc_2's processes, started at collection (conftest's pytest_collection_finish)."""
+    modules = [item.callspec.params["module"] for item in items
+               if item.originalname == "test_cli_data_nope_is_one_line_rc_2"]
+    if modules:
+        from conftest import Started
+        started = Started(tmp_path_factory)
+        for module in modules:
+            started.start(module, [sys.executable, "-m", module, "--lengths", "data:NOPE"], cwd=REPO)
+        return started
+
+
 @pytest.mark.parametrize("module", ["workbench.ab", "workbench.run"])
 def test_cli_data_nope_is_one_line_rc_2(module):
-    r = subprocess.run([sys.executable, "-m", module, "--lengths", "data:NOPE"], capture_output=True, text=True,
-                       cwd=REPO, timeout=120)
+    from conftest import early
+    started = early(__name__)
+    if started:
+        r = started.result(module, timeout=120)
+    else:
+        r = subprocess.run([sys.executable, "-m", module, "--lengths", "data:NOPE"], capture_output=True, text=True,
+                           cwd=REPO, timeout=120)
     assert r.returncode == 2
     lines = [ln for ln in (r.stderr + r.stdout).splitlines() if ln.strip()]
     assert len(lines) == 1, lines

@@ -10,6 +10,8 @@ import os
 import sys
 
 import re
+import subprocess
+import time
 
 import pytest
 
@@ -30,20 +32,30 @@ def monkeypatch_module():
     mp.undo()
 
 
-@pytest.fixture(scope="module")
-def kernel_env(tmp_path_factory, monkeypatch_module):
-    """A `python3` kernelspec that runs this interpreter, first on JUPYTER_PATH, and PYTHONPATH with the checkout."""
+def _kernel_dir(tmp_path_factory):
+    """A `python3` kernelspec that runs this interpreter: the folder to put first on JUPYTER_PATH."""
     d = tmp_path_factory.mktemp("jupyter")
     spec = d / "kernels" / "python3"
     spec.mkdir(parents=True)
     (spec / "kernel.json").write_text(json.dumps({
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "Python 3 (workbench tests)", "language": "python"}))
-    monkeypatch_module.setenv("JUPYTER_PATH", str(d))
-    monkeypatch_module.setenv("PYTHONPATH", ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    monkeypatch_module.setenv("WB_PLOTLY_RENDERER", "plotly_mimetype")  # the committed figures' JSON, no PNG (kaleido)
-    monkeypatch_module.setenv("TOKENIZERS_PARALLELISM", "false")
-    monkeypatch_module.setenv("OMP_NUM_THREADS", "1")
+    return d
+
+
+def _kernel_vars(d) -> dict:
+    """The kernel's environment: the kernelspec first on JUPYTER_PATH, PYTHONPATH with the checkout."""
+    return {"JUPYTER_PATH": str(d), "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+            "WB_PLOTLY_RENDERER": "plotly_mimetype",  # the committed figures' JSON, no PNG (kaleido)
+            "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="module")
+def kernel_env(tmp_path_factory, monkeypatch_module):
+    """A `python3` kernelspec that runs this interpreter, first on JUPYTER_PATH, and PYTHONPATH with the checkout."""
+    d = _kernel_dir(tmp_path_factory)
+    for k, v in _kernel_vars(d).items():
+        monkeypatch_module.setenv(k, v)
     return d
 
 
@@ -55,6 +67,64 @@ def _execute(path: str, env: dict) -> "nbformat.NotebookNode":
         nbclient.NotebookClient(nb, kernel_name="python3", timeout=300,
                                 resources={"metadata": {"path": os.path.dirname(path)}}).execute()
         return nb
+
+
+def _committed_env() -> dict:
+    return {"WB_PROFILES": os.path.join(ROOT, "profiles"), "WB_INCLUDE_CPU": "0"}
+
+
+def _fresh_env(fresh: str) -> dict:
+    return {"WB_PROFILES": fresh, "WB_INCLUDE_CPU": "1"}
+
+
+class _Background:
+    """Every notebook execution below, in one background process started at collection (conftest's
+    pytest_collection_finish), one after another (tests/fixtures/execute_notebooks.py): on the committed profiles,
+    then on conftest's shared packing trace run once it is ready. The tests read what it wrote."""
+
+    def __init__(self, tmp_path_factory, wanted):
+        from conftest import lower_priority, packing_trace_paths
+        d = tmp_path_factory.mktemp("notebooks_bg")
+        out, ready = packing_trace_paths(tmp_path_factory)
+        self.fresh = str(out.parent)
+        jobs, self.outs = [], {}
+        for kind, env, wait in (("committed", _committed_env(), None), ("fresh", _fresh_env(self.fresh), str(ready))):
+            for name in NAMES:
+                if (kind, name) not in wanted:
+                    continue
+                self.outs[kind, name] = str(d / f"{kind}_{name}")
+                jobs.append({"path": os.path.join(ROOT, "notebooks", name), "out": self.outs[kind, name],
+                             "env": env, "wait_for": wait})
+        (d / "jobs.json").write_text(json.dumps(jobs))
+        env = {**os.environ, **_kernel_vars(_kernel_dir(tmp_path_factory))}
+        self.log = d / "log"
+        with open(self.log, "w") as log:
+            script = os.path.join(ROOT, "tests", "fixtures", "execute_notebooks.py")
+            self.proc = subprocess.Popen([sys.executable, script, str(d / "jobs.json")], env=env, stdout=log,
+                                         stderr=subprocess.STDOUT, preexec_fn=lower_priority(15))
+
+    def result(self, kind: str, name: str) -> "nbformat.NotebookNode":
+        out = self.outs[kind, name]
+        while not (os.path.exists(out) or os.path.exists(out + ".error")):
+            if self.proc.poll() is not None and not (os.path.exists(out) or os.path.exists(out + ".error")):
+                raise AssertionError(f"the notebook process ended (rc {self.proc.returncode}) before {kind} {name}: "
+                                     + self.log.read_text()[-3000:])
+            time.sleep(0.2)
+        if os.path.exists(out + ".error"):
+            raise AssertionError(open(out + ".error").read())
+        return nbformat.read(out, as_version=4)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def early_start(tmp_path_factory, items):
+    kinds = {"test_notebook_runs_on_committed_profiles": "committed", "test_notebook_runs_on_a_fresh_cpu_run": "fresh"}
+    wanted = {(kinds[item.originalname], item.callspec.params["name"]) for item in items
+              if item.originalname in kinds}
+    return _Background(tmp_path_factory, wanted) if wanted else None
 
 
 def _stdout(nb) -> str:
@@ -118,8 +188,9 @@ def test_notebooks_exist_and_first_cell_names_the_command():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_runs_on_committed_profiles(name, kernel_env):
-    nb = _execute(os.path.join(ROOT, "notebooks", name), {"WB_PROFILES": os.path.join(ROOT, "profiles"),
-                                                          "WB_INCLUDE_CPU": "0"})
+    from conftest import early
+    bg = early(__name__)
+    nb = bg.result("committed", name) if bg else _execute(os.path.join(ROOT, "notebooks", name), _committed_env())
     text = _text(nb)
     assert "result folders in profiles" in text and "left out" in text
     from workbench import analysis as an
@@ -163,7 +234,11 @@ def fresh_run(packing_trace_run, kernel_env):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_runs_on_a_fresh_cpu_run(name, fresh_run):
-    nb = _execute(os.path.join(ROOT, "notebooks", name), {"WB_PROFILES": fresh_run, "WB_INCLUDE_CPU": "1"})
+    from conftest import early
+    bg = early(__name__)
+    if bg:
+        assert bg.fresh == fresh_run
+    nb = bg.result("fresh", name) if bg else _execute(os.path.join(ROOT, "notebooks", name), _fresh_env(fresh_run))
     text = _text(nb)
     assert "1 result folders in" in text
     if name.startswith("01"):

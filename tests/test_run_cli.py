@@ -13,8 +13,22 @@ def _run(*args):
                           timeout=600)
 
 
+FINAL_JSON_ARGS = ("--model", "tiny-gpt-oss", "--experts", "eager", "--tokens", "128", "--steps", "2", "--warmup", "1")
+
+
+def early_start(tmp_path_factory, items):
+    """test_run_prints_tables_and_final_json's process, started at collection (conftest's pytest_collection_finish)."""
+    if any(item.name == "test_run_prints_tables_and_final_json" for item in items):
+        from conftest import Started
+        started = Started(tmp_path_factory)
+        started.start("final_json", [sys.executable, "-m", "workbench.run", *FINAL_JSON_ARGS])
+        return started
+
+
 def test_run_prints_tables_and_final_json():
-    r = _run("--model", "tiny-gpt-oss", "--experts", "eager", "--tokens", "128", "--steps", "2", "--warmup", "1")
+    from conftest import early
+    started = early(__name__)
+    r = started.result("final_json", timeout=600) if started else _run(*FINAL_JSON_ARGS)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     out = json.loads(lines[-1])

@@ -2,6 +2,7 @@
 comparisons handed to every table; the shared helpers of the tables."""
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -242,12 +243,25 @@ def step_samples(run_path: str) -> dict:
     return _STEP_CACHE[key]
 
 
+_RECOMPUTED_CACHE: dict = {}
+
+
 def recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict | None:
     """The speedup of `arm` over `baseline` recomputed from the run's results.csv with today's engine statistics
     (`workbench.engine.paired_comparison`: every pair, the rep as the unit, t with R-1 df, no verdict below
     `stats.MIN_UNITS` reps), with both arms' mean step (`baseline_mean_ms`, `arm_mean_ms`); None without rows. The
     summary.json of a run made before the rep-level statistics holds the old pair-bootstrap figures: the tables
-    never read those."""
+    never read those. Cached per file and modification time, as `step_samples` (every table asks again)."""
+    p = os.path.join(run_path, "results.csv")
+    if not os.path.exists(p):
+        return None
+    key = (p, os.path.getmtime(p), comparison, baseline, arm)
+    if key not in _RECOMPUTED_CACHE:
+        _RECOMPUTED_CACHE[key] = _recomputed(run_path, comparison, baseline, arm)
+    return copy.deepcopy(_RECOMPUTED_CACHE[key])
+
+
+def _recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict | None:
     from workbench import engine
 
     smp = step_samples(run_path).get(comparison)
