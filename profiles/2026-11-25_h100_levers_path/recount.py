@@ -5,6 +5,8 @@ credit every attention arm with the dense T x T FLOPs), and each optimized arm a
 (split against transformers' grouped_mm). Run from the repository root:
 
     python profiles/2026-11-25_h100_levers_path/recount.py
+
+(profiles/2026-11-25_h100_levers/recount.py runs this on that folder's runs.)
 """
 import json
 import os
@@ -18,10 +20,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PEAK = flops.peak_tflops("NVIDIA H100 80GB HBM3")
 
 
-def main() -> int:
+RUNS = ("llama_levers", "gptoss8k_levers", "gptoss16k_best", "qwen3moe_levers")
+
+
+def main(here: str = HERE, runs=RUNS) -> int:
     rows = []
-    for run in ("llama_levers", "gptoss8k_levers", "gptoss16k_best", "qwen3moe_levers"):
-        path = os.path.join(HERE, run)
+    for run in runs:
+        path = os.path.join(here, run)
         s = json.load(open(os.path.join(path, "summary.json")))
         a = json.load(open(os.path.join(path, "meta.json")))["args"]
         res = pd.read_csv(os.path.join(path, "results.csv"))
