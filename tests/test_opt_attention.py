@@ -49,7 +49,7 @@ def _arm_kw(model, arm, batch, handle=None):
 def test_registered_as_a_lever_outside_all():
     from workbench import opt_registry
     spec = opt_registry.spec("attention")
-    from workbench.ab.planner import opts_in_all
+    from workbench.opt_registry import in_all_names as opts_in_all
     assert "attention" not in opts_in_all() and "packing" in opts_in_all()  # a lever: not in --opt all
     assert spec["lever"] == "attention (dense)" and spec["in_all"] is False and spec["all_variants"] == ()
     assert attention.BASELINE == "dense" and attention.OPTIMIZED == "flex"

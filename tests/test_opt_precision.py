@@ -37,7 +37,7 @@ def _bitwise(a, b) -> bool:
 def test_registered_as_a_lever_outside_all():
     from workbench import opt_registry
     spec = opt_registry.spec("precision")
-    from workbench.ab.planner import opts_in_all
+    from workbench.opt_registry import in_all_names as opts_in_all
     assert "precision" not in opts_in_all() and "packing" in opts_in_all()  # a lever: not in --opt all
     assert spec["lever"] == "copy" and spec["in_all"] is False and spec["all_variants"] == ()
     assert module("precision") is popt and popt.BASELINE == "fp32-adapters" and set(popt.ARMS) == set(

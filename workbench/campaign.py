@@ -60,17 +60,13 @@ import subprocess
 import sys
 import time
 
+from workbench import opt_registry
+
 DEFAULT_TIMEOUT_S = 570
 AB_ALL_TIMEOUT_S = 1500
 """The limit of the long jobs (ab_all, nvtx_cost, the sweeps): four comparisons at real shapes take 11-12 minutes on
 an H100; the 570 s default cut offload_tokens short in its 32k comparison."""
-def _in_all() -> list[str]:
-    """The optimizations `--opt all` runs (the registry's, SPEC `in_all`), in its order."""
-    from workbench import opt_registry
-    return [o for o in opt_registry.names() if opt_registry.in_all(o)]
-
-
-NSYS_JOBS = [f"ab_{o}_nsys" for o in _in_all()]
+NSYS_JOBS = [f"ab_{o}_nsys" for o in opt_registry.in_all_names()]
 """One Nsight Systems capture per optimization that `--opt all` runs."""
 SWEEP_JOBS = ["packing_sweep", "offload_tokens"]
 VERDICT_JOBS = ["ab_traced", "offload_sweep", "packing_sweep_l1", "packing_sweep_llama", "offload_sweep_qwen3",
@@ -99,7 +95,7 @@ AB_ARGS = {"ab_all": ["--opt", "all"],
            "ab_torch": ["--opt", "all", "--trace", "torch", "--reps", "1"],
            **{n: ["--opt", n[len("ab_"):-len("_nsys")], "--trace", "nsys", "--reps", "1"] for n in NSYS_JOBS},
            "ab_witness": ["--opt", "all", "--cross-check", "--reps", "1"],
-           "ab_traced": ["--opt", "all", "--trace", "torch", "--only", ",".join(_in_all())],
+           "ab_traced": ["--opt", "all", "--trace", "torch", "--only", ",".join(opt_registry.in_all_names())],
            "offload_sweep": ["--opt", "offload", "--arms", "sync_reload,double_buffer", "--sweep", "layers=1,2,3,4",
                              "--trace", "torch", "--reps", "2"],
            "packing_sweep_l1": ["--opt", "packing", "--sweep", "layers=1,2,4,8", "--trace", "torch", "--reps", "2"],

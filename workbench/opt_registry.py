@@ -124,6 +124,12 @@ def levers() -> tuple[str, ...]:
     return tuple(o for o in names() if lever(o) is not None)
 
 
+def in_all_names() -> tuple[str, ...]:
+    """The optimizations `--opt all` runs and combines, in their order: those whose SPEC does not say
+    `in_all: False` (the levers)."""
+    return tuple(o for o in names() if in_all(o))
+
+
 def in_all(opt: str) -> bool:
     """Whether `--opt all` runs `opt` (SPEC `in_all`, default True)."""
     return bool(spec(opt).get("in_all", True))

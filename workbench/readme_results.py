@@ -45,7 +45,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE_NAME = "RESULTS.md"
 FIGURE_NAME = "headline.png"
 HEADLINE_MAX_ROWS = 8
-HEADLINE_OPTS = tuple(o for o in figures.OPT_ORDER if o == "all" or opt_registry.in_all(o))
+HEADLINE_OPTS = (*opt_registry.in_all_names(), "all")
 """The headline's optimizations: those `--opt all` runs, then `all`; the levers (`in_all: False`) have their own
 README section (`--opt levers`, the path)."""
 MODELLED = savings.modelled()

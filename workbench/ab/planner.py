@@ -66,7 +66,7 @@ def plan(args, device) -> list[Comparison]:
     defaults = GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS
     if args.opt == "levers":
         return _lever_plan(args, defaults, device)
-    opt_list = list(opts_in_all()) + ["all"] if args.opt == "all" else [args.opt]
+    opt_list = list(registry.in_all_names()) + ["all"] if args.opt == "all" else [args.opt]
     if args.arms and args.opt == "all":
         raise WorkbenchError(f"--arms needs a single --opt ({', '.join(opts_registry.OPTS)}); use --aa for an A/A "
                              "of all")
@@ -85,7 +85,7 @@ def plan(args, device) -> list[Comparison]:
         hf_attn = args.attn if (args.attn is None or args.attn in HF_ATTN) else None
         cfg = load_config(model, layers, hf_attn, args.experts)  # unknown preset / bad checkpoint / experts -> error
         if opt == "all":
-            mods = _modules(opts_in_all())
+            mods = _modules(registry.in_all_names())
             names = ["baseline", "optimized"] if not args.aa else ["baseline", "baseline"]
             specs = [{o: (m.BASELINE if which == "baseline" else m.OPTIMIZED) for o, m in mods.items()}
                      for which in names]
@@ -165,11 +165,6 @@ def _all_variants(opt: str) -> tuple:
         return tuple(opt_registry.spec(opt)["all_variants"])
     except WorkbenchError:
         return ()
-
-
-def opts_in_all() -> tuple:
-    """The optimizations `--opt all` runs and combines: those whose SPEC does not say `in_all: False` (levers)."""
-    return tuple(o for o in registry.names() if registry.in_all(o))
 
 
 def _attention_backends() -> tuple:

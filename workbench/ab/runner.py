@@ -8,12 +8,13 @@ import traceback
 
 import torch
 
+from workbench import opt_registry
 from workbench import opts as opts_registry
 from workbench import savings
 from workbench.ab import passes, summary
 from workbench.ab.arm import _Parked, _Session, _fresh, _free, _plain
 from workbench.ab.cli import HF_ATTN, NOT_A_RESULT
-from workbench.ab.planner import ArmSpec, Comparison, _module_or_none, opts_in_all
+from workbench.ab.planner import ArmSpec, Comparison, _module_or_none
 from workbench.cli import progress
 from workbench.errors import WorkbenchError
 from workbench.opts import apply_all as apply_arms, unsupported_reason
@@ -157,7 +158,7 @@ class Runner:
 
         # which arms can run here
         if cmp.opt == "all":
-            for o in opts_in_all():
+            for o in opt_registry.in_all_names():
                 why = None
                 for spec in cmp.arms:
                     why = why or unsupported_reason(model, {o: spec.arms[o]}, self.device, self.options(cmp))
