@@ -58,7 +58,7 @@ done
 log "ALL DONE: $done_n of $total runs complete"
 $PY - "$OUT" <<'PY'
 import sys
-from workbench import lengths_sensitivity as ls
+from workbench.analysis import lengths as ls
 t = ls.table(ls.run_folders(sys.argv[1]))
 cols = ["lengths", "opt", "docs_per_batch_mean", "docs_per_batch_min", "docs_per_batch_max", "speedup", "ci95_lo",
         "ci95_hi", "verdict", "savings_verdict", "savings_ratio"]

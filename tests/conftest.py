@@ -45,8 +45,8 @@ def per_document_reference(model, batch):
     """Each document alone (positions from 0), through `model_inputs`; the token-weighted mean of their losses.
 
     A packed batch's loss must equal this when documents are isolated."""
-    from workbench.data import batch_from_lengths
-    from workbench.models import model_inputs
+    from workbench.step.data import batch_from_lengths
+    from workbench.step.models import model_inputs
     total, n = 0.0, 0
     for doc in batch.documents():
         if doc.numel() == 1:  # no token to predict (its only label is -100)

@@ -1,6 +1,6 @@
 """`python -m workbench.ab`: the CLI contract end to end on tiny presets (real opt modules), and the runner's
 behaviour on failures, interrupts, A/A and bad input (fake opt modules from tests/fixtures/fake_opts.py).
-The equivalence criterion itself (`workbench.equivalence`) is unit-tested at the end of this file and in
+The equivalence criterion itself (`workbench.measure.equivalence`) is unit-tested at the end of this file and in
 tests/test_engine.py."""
 import csv
 import json
@@ -11,7 +11,8 @@ import sys
 import pytest
 import torch
 
-from workbench import ab, equivalence
+from workbench import ab
+from workbench.measure import equivalence
 from workbench.cli import run_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -324,7 +325,7 @@ def test_parked_moves_the_model_off_cuda_and_back(monkeypatch):
     assert moves == []
 
 
-# --- the equivalence criterion (workbench.equivalence) -----------------------------------------------------------
+# --- the equivalence criterion (workbench.measure.equivalence) -----------------------------------------------------------
 
 def test_compare_tolerance():
     g = {"w": torch.ones(4)}
@@ -361,7 +362,7 @@ def test_judge_by_reference_accepts_equal_noise_and_rejects_a_wrong_arm():
 
 
 def test_upcast_round_trip_is_exact_and_leaves_buffers():
-    from workbench.models import build_model
+    from workbench.step.models import build_model
     m = build_model("tiny-qwen3", dtype=torch.bfloat16, seed=0)
     params = {n: p.detach().clone() for n, p in m.named_parameters()}
     bufs = {n: (b.dtype, b.clone()) for n, b in m.named_buffers()}

@@ -92,7 +92,7 @@ def test_the_savings_model_is_found_through_the_spec_alone(tmp_path, monkeypatch
     (tmp_path / "plainopt.py").write_text(FAKE.replace(', "savings": "fakeopt"', "").replace('"order": 9', '"order": 10'))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("WORKBENCH_OPTS", "fakeopt,plainopt")
-    from workbench import savings
+    from workbench.savings import common as savings
 
     assert savings.modelled()[-1] == "fakeopt" and "plainopt" not in savings.modelled()
     assert savings.formula("fakeopt") == "0 (the fake saves nothing)" and savings.model_terms("fakeopt") == ()

@@ -10,14 +10,14 @@ import pandas as pd
 import pytest
 
 from workbench import analysis as an
-from workbench import stats
+from workbench.measure import stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROFILES = os.path.join(ROOT, "profiles")
 ENGINE = os.path.join(PROFILES, "2026-11-23_h100_engine")
 
 
-# --- run folders of the schema (workbench/results.py) ---------------------------------------------------------------
+# --- run folders of the schema (workbench/measure/results.py) ---------------------------------------------------------------
 
 def vs(speedup, lo, hi, n=8):
     return {"speedup": speedup, "ci95": [lo, hi], "n_pairs": n, "verdict": stats.verdict([lo, hi]), "outlier_pairs": 1}
@@ -429,7 +429,7 @@ def test_witness_ops_reads_the_campaign_json(tmp_path):
     assert ops["op"].tolist() == ["item"] and ops["agree"].all()
 
 
-# --- savings-model verdicts, decompositions, breakdowns, L sweeps (the schema of workbench.verdicts) -----------------
+# --- savings-model verdicts, decompositions, breakdowns, L sweeps (the schema of workbench.savings.verdicts) -----------------
 
 BUSY = ("gemm", "attention", "glue", "copy", "norm_elementwise", "optimizer", "other")
 IDLE = ("exposed_copy", "sync_stall", "launch_gap")
@@ -437,7 +437,7 @@ IDLE = ("exposed_copy", "sync_stall", "launch_gap")
 
 def with_verdict(c, predicted, pci, measured, mci, verdict="confirmed", n=12, missing=None, corrected=None,
                  traced=True):
-    """`c` (a comparison dict) annotated as `workbench.verdicts` writes it: savings_model with a verdict, and for a
+    """`c` (a comparison dict) annotated as `workbench.savings.verdicts` writes it: savings_model with a verdict, and for a
     traced run the decomposition and each arm's breakdown."""
     sm = {"formula": "(L*p - b) * s,  s = GPU idle per build + build kernel time", "predicted_ms": predicted,
           "predicted_se_ms": 1.0, "predicted_ci95": pci, "n_steps": 4, "measured_ms": measured, "measured_ci95": mci,
@@ -593,7 +593,7 @@ def test_equivalence_three_outcomes():
 
 
 def test_sweep_points_come_from_results_csv_at_the_rep_level():
-    from workbench import engine
+    from workbench.measure import engine
     pts = an.sweep_points(PROFILES)
     eng = pts[pts["folder"] == os.path.join("profiles", "2026-11-23_h100_engine", "packing_sweep")]
     assert eng["x"].tolist() == [4, 8, 16, 28] and (eng["n_units"] == 3).all()
@@ -640,7 +640,7 @@ def test_repeats_z_and_mean_z2(tmp_path):
 
 def test_default_lengths_agrees_with_the_run_config_and_a_headline_keeps_only_runs_of_it():
     import pandas as pd
-    from workbench import config
+    from workbench.step import config
     from workbench.analysis import constants, default_lengths
     assert constants.DEFAULT_LENGTHS == config.RunConfig.__dataclass_fields__["lengths"].default
     df = pd.DataFrame({"lengths": [constants.DEFAULT_LENGTHS, "data:chat", None], "x": [1, 2, 3]})

@@ -5,7 +5,7 @@ import torch
 
 from workbench.api import apply_optimizations
 from workbench.errors import WorkbenchError
-from workbench.models import build_model
+from workbench.step.models import build_model
 
 
 def _have(opt):
@@ -55,8 +55,8 @@ def test_trainer_same_losses_with_and_without(tmp_path):
 
 @pytest.mark.skipif(not (_have("packing") and _have("moe")), reason="packing / moe modules not available")
 def test_revert_restores_the_model():
-    from workbench.data import batch_from_lengths
-    from workbench.models import base_model_of, model_inputs
+    from workbench.step.data import batch_from_lengths
+    from workbench.step.models import base_model_of, model_inputs
 
     model = build_model("tiny-qwen3-moe", lora_rank=4)
     base = base_model_of(model)

@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from workbench.data import IGNORE_INDEX, LengthSource, batch_from_lengths, make_batches, pack_best_fit_decreasing
+from workbench.step.data import IGNORE_INDEX, LengthSource, batch_from_lengths, make_batches, pack_best_fit_decreasing
 from workbench.errors import WorkbenchError
 
 

@@ -1,4 +1,4 @@
-"""The run diff (`workbench.rundiff`, `python -m workbench.diff`): A/A traces flag (almost) nothing, an injected sync
+"""The run diff (`workbench.compare.rundiff`, `python -m workbench.diff`): A/A traces flag (almost) nothing, an injected sync
 per layer is flagged as sync_stall in exactly those layers, the components close on the step change, bad input is
 one line and exit 2."""
 import json
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from synthetic_runs import ARM, COMPARISON, write_run
-from workbench import diff, rundiff
+from workbench.compare import diff, rundiff
 from workbench.cli import run_main
 from workbench.traces.events import load_events
 
@@ -90,14 +90,14 @@ def test_bad_input_is_one_line_and_rc_2(runs, capsys, argv):
 
 
 def test_module_bad_input_is_one_line_on_stderr():
-    r = subprocess.run([sys.executable, "-m", "workbench.diff", "/nonexistent/a", "/nonexistent/b"],
+    r = subprocess.run([sys.executable, "-m", "workbench.compare.diff", "/nonexistent/a", "/nonexistent/b"],
                        capture_output=True, text=True, cwd=os.path.join(os.path.dirname(__file__), ".."))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and r.stdout == ""
 
 
 def test_changes_figure_draws_a_stacked_bar(runs):
     pytest.importorskip("matplotlib")
-    from workbench.diff_figure import changes_figure
+    from workbench.compare.figure import changes_figure
     fig = changes_figure(rundiff.diff_runs(runs[0], runs[2], by="layer"), top=3)
     ax = fig.axes[0]
     assert len(ax.patches) >= 3 + 1 + 2  # three named segments, "other", two step bars

@@ -1,5 +1,5 @@
 """The A/B under torchrun + FSDP2 (workbench/ab/distributed/) on the CPU with gloo, and the collective wait estimator
-(workbench/dist_waits.py) on synthetic per-rank events.
+(workbench/traces/dist_waits.py) on synthetic per-rank events.
 
 The end-to-end tests launch `python -m torch.distributed.run --standalone --nproc-per-node 2 -m workbench.ab` on a
 tiny preset (a few seconds of work per run on 2 cores): per-rank rows, one folder written by rank 0, the FSDP2 run
@@ -14,7 +14,7 @@ import sys
 import pandas as pd
 import pytest
 
-from workbench import dist_waits
+from workbench.traces import dist_waits
 from workbench.ab import distributed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

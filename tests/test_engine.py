@@ -1,4 +1,4 @@
-"""workbench.engine (the one measurement loop) and the equivalence criterion's chunked fp32 reference.
+"""workbench.measure.engine (the one measurement loop) and the equivalence criterion's chunked fp32 reference.
 
 End-to-end probes run `python -m workbench.ab` in-process with the fake opt modules (tests/fixtures/fake_opts.py),
 whose packing arms call `fake_opts.PROBES` inside every step; `measure()` itself is driven by scripted sessions
@@ -14,9 +14,10 @@ import types
 import pytest
 import torch
 
-from workbench import ab, engine, equivalence, stats
+from workbench import ab
+from workbench.measure import engine, equivalence, stats
 from workbench.cli import run_main
-from workbench.engine import Protocol
+from workbench.measure.engine import Protocol
 
 FAST = ["--tokens", "64", "--warmup", "0", "--warmup-max", "0", "--device", "cpu"]
 
@@ -357,14 +358,14 @@ def test_samples_pair_by_rep_and_step():
 # --- equivalence: the chunked fp32 reference is the same function ----------------------------------------------
 
 def _multi_doc_batch(vocab, tokens=96, seed=0):
-    from workbench.data import make_batches
+    from workbench.step.data import make_batches
     (b,) = make_batches("uniform:5:30", tokens, 1, vocab, seed=seed)
     assert len(b.doc_lens) >= 4
     return b
 
 
 def test_split_by_documents_keeps_every_token_in_order():
-    from workbench.data import batch_from_lengths
+    from workbench.step.data import batch_from_lengths
     b = batch_from_lengths([7, 3, 12, 1, 9, 5], 100, seed=1)
     for parts in range(1, 8):
         chunks = equivalence.split_by_documents(b, parts)
@@ -380,8 +381,8 @@ def test_combined_chunks_equal_the_whole_batch_and_a_wrong_weight_fails():
     """The chunked fp32 reference (`reference_fp32` after an out-of-memory error) is the same function as the
     whole batch: loss and every LoRA gradient within the fp32 criterion. Catches token weights that are wrong
     (here: equal weights) or chunks that are not isolated documents."""
-    from workbench.harness import train_step
-    from workbench.models import build_model, lora_parameters
+    from workbench.step.harness import train_step
+    from workbench.step.models import build_model, lora_parameters
 
     torch.manual_seed(0)
     model = build_model("tiny-llama", dtype=torch.float32, seed=0)

@@ -10,9 +10,9 @@ import torch
 
 from conftest import run_cli
 from workbench import fidelity
-from workbench.data import make_batches, to_device
-from workbench.harness import enable_checkpointing
-from workbench.models import build_model, lora_resetter
+from workbench.step.data import make_batches, to_device
+from workbench.step.harness import enable_checkpointing
+from workbench.step.models import build_model, lora_resetter
 
 
 @pytest.fixture(scope="module")

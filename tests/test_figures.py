@@ -1,7 +1,7 @@
 """The breakdown PNG: the rows it draws (newest traced folder, baseline and optimized arm, no sweeps) and its digest."""
 import pandas as pd
 
-from workbench import figures
+from workbench.report import figures
 
 
 def _bd(folder, comparison, role, arm, **ms):

@@ -1,4 +1,4 @@
-"""workbench.flops: hand-checked small cases; the analytic count against torch's FlopCounterMode on the tiny presets.
+"""workbench.step.flops: hand-checked small cases; the analytic count against torch's FlopCounterMode on the tiny presets.
 
 FlopCounterMode counts matmul-type aten ops (mm, addmm, bmm, baddbmm, the CUDA sdpa kernels). Two ops these CPU runs
 use are not in its registry, so the tests register formulas for them (`_CUSTOM`):
@@ -10,7 +10,7 @@ use are not in its registry, so the tests register formulas for them (`_CUSTOM`)
 On the pinned versions (torch 2.13, transformers 5.23, peft 0.21) the analytic total agrees exactly with the counter for
 every preset below (tiny-llama sdpa and eager, tiny-qwen3-moe grouped_mm and eager experts, tiny-gpt-oss eager
 attention): no residual. Getting there needed three details that a naive 6*N*T-style count misses, each modelled in
-workbench/flops.py: layer 0's q/k/v get no input gradient (the frozen embedding output does not require grad), torch's
+workbench/step/flops.py: layer 0's q/k/v get no input gradient (the frozen embedding output does not require grad), torch's
 checkpoint early stop skips the last GEMM of a dense-MLP layer in the recompute, and peft folds the expert LoRA into
 the expert stack twice per forward (its parametrization registration check, then the use) and then needs the stack's
 weight gradient. The tolerance (1%) leaves room for those details to shift across supported versions.
@@ -21,10 +21,10 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
-from workbench import flops
-from workbench.data import batch_from_lengths
-from workbench.harness import enable_checkpointing
-from workbench.models import base_model_of, build_model, load_config, model_inputs
+from workbench.step import flops
+from workbench.step.data import batch_from_lengths
+from workbench.step.harness import enable_checkpointing
+from workbench.step.models import base_model_of, build_model, load_config, model_inputs
 
 aten = torch.ops.aten
 DOCS = [5, 11, 16]  # T = 32; 11 and 16 exceed tiny-gpt-oss's sliding window (8)
@@ -224,7 +224,7 @@ def test_committed_runs_get_model_flops_and_mfu_from_their_own_batches():
     import os
 
     from workbench import analysis as an
-    from workbench import flops
+    from workbench.step import flops
 
     root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "profiles")
     df = an.mfu(root)

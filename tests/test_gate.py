@@ -1,4 +1,4 @@
-"""The regression gate (`workbench.gate`, `workbench.gate_stats`): its A/A false-fail rate over 100 simulated gates
+"""The regression gate (`workbench.compare.gate`, `workbench.compare.gate_stats`): its A/A false-fail rate over 100 simulated gates
 is at most 5% (power's simulator, seeded), its detection rate for a 2% slowdown is computed and reported, and the
 whole gate runs on a CPU with the re-run injected (synthetic run folders)."""
 import json
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from synthetic_runs import ARM, COMPARISON, write_run
-from workbench import gate, gate_stats, power
+from workbench.compare import gate, gate_stats
+from workbench.measure import power
 from workbench.cli import run_main
 
 TRACED = os.path.join(os.path.dirname(__file__), "..", "profiles", "2026-11-23_h100_verdicts", "ab_traced")

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from workbench import inject
+from workbench.step import inject
 
 
 def test_unset_runs_nothing(monkeypatch):
@@ -26,8 +26,8 @@ def test_malformed_is_one_clear_error(bad):
 
 
 def test_train_step_runs_it_inside_the_step(monkeypatch):
-    from workbench import harness, models
-    from workbench.data import make_batches
+    from workbench.step import harness, models
+    from workbench.step.data import make_batches
     seen = []
     monkeypatch.setattr(inject, "extra_gemms", lambda device: seen.append(device.type) or 0)
     model = models.build_model("tiny-qwen3", device="cpu")

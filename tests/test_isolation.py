@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from workbench.data import batch_from_lengths
-from workbench.models import build_model, model_inputs
+from workbench.step.data import batch_from_lengths
+from workbench.step.models import build_model, model_inputs
 
 from conftest import TINY, per_document_reference as _per_document_reference
 

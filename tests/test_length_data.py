@@ -8,8 +8,8 @@ import sys
 import pytest
 import torch
 
-from workbench import length_data
-from workbench.data import LENGTHS_HELP, LengthSource, make_batches, pack_best_fit_decreasing
+from workbench.step import length_data
+from workbench.step.data import LENGTHS_HELP, LengthSource, make_batches, pack_best_fit_decreasing
 from workbench.errors import WorkbenchError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,4 +1,4 @@
-"""workbench.lengths_sensitivity (table, figure) on synthetic run folders, and profiles/lengths_campaign.sh with a
+"""workbench.analysis.lengths (table, figure) on synthetic run folders, and profiles/lengths_campaign.sh with a
 stand-in Python (no model runs)."""
 import json
 import math
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from synthetic_runs import write_run
-from workbench import lengths_sensitivity as ls
+from workbench.analysis import lengths as ls
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CAMPAIGN = os.path.join(REPO, "profiles", "lengths_campaign.sh")

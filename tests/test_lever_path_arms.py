@@ -7,11 +7,12 @@ import dataclasses
 import pytest
 import torch
 
-from workbench import equivalence, lever_run
-from workbench.data import batch_from_lengths
-from workbench.harness import enable_checkpointing, train_step
+from workbench.measure import equivalence
+from workbench.ab import levers as lever_run
+from workbench.step.data import batch_from_lengths
+from workbench.step.harness import enable_checkpointing, train_step
 from workbench.instrument import instrument_layers
-from workbench.models import build_model, lora_parameters
+from workbench.step.models import build_model, lora_parameters
 from workbench.opts import apply_all, attention, precision
 
 LENS = [13, 5, 21, 9]
@@ -74,7 +75,7 @@ def test_the_precision_lever_starts_from_the_runs_recipe(run_precision, lever_ba
 
 @pytest.mark.parametrize("prec", precision.ARMS)
 def test_qkv_reach_flex_in_one_dtype(monkeypatch, prec):
-    from workbench import precision as P
+    from workbench.step import precision as P
     seen = []
     real = attention._flex_kernel
 
@@ -117,7 +118,7 @@ def test_path_baseline_trains_as_the_dense_arm_alone():
 def test_an_interrupted_runs_path_comes_from_its_levers_plan():
     """A levers run cut off after the path's timed steps (no `path` comparison in summary.json yet): lever_path
     rebuilds the path's points from `levers.run`, in order, on the first comparison's shape."""
-    from workbench import lever_path
+    from workbench.ab import lever_path
     first = {"name": "expert_lora", "opt": "expert_lora", "model": "qwen3-30b-a3b", "layers": 8, "tokens": 8192,
              "attn": "sdpa", "baseline": {"arm": "eager"}, "optimized": {"arm": "split"}}
     summary = {"comparisons": [first], "levers": {"run": ["expert_lora", "attention", "path"]}}

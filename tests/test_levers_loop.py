@@ -1,6 +1,6 @@
 """Closing the loop (issue 22): lever optimizations in the registry, `--opt levers` on a CPU (equivalence, counts,
 the path), arms that change the numerics judged against fp32 (with negative controls), predictions from a
-breakdown, the verdict's arithmetic, and `workbench.lever_path`. Fake levers: tests/fixtures/lever_*.py, registered
+breakdown, the verdict's arithmetic, and `workbench.ab.lever_path`. Fake levers: tests/fixtures/lever_*.py, registered
 through $WORKBENCH_OPTS."""
 import csv
 import json
@@ -25,7 +25,7 @@ def levers_env(monkeypatch):
     from fixtures import lever_attention, lever_copy
     monkeypatch.setattr(lever_copy, "BREAK", False)
     monkeypatch.setattr(lever_attention, "DIFFER", False)
-    from workbench import opt_registry
+    from workbench.opts import registry as opt_registry
     real = opt_registry.levers
     monkeypatch.setattr(opt_registry, "levers", lambda: tuple(o for o in real() if o.startswith("lever_")))
     return lever_copy, lever_attention, real
@@ -41,13 +41,13 @@ def _run(capsys, argv):
 # --- the registry ------------------------------------------------------------------------------------------------
 
 def test_registry_names_levers_and_in_all(levers_env):
-    from workbench import opt_registry as reg
+    from workbench.opts import registry as reg
     assert reg.levers() == ("lever_copy", "lever_attention", "lever_experts")  # the fakes (the fixture's filter)
     assert set(levers_env[2]()) >= {"lever_copy", "lever_attention", "lever_experts"}
     assert (reg.lever("lever_copy"), reg.lever("lever_experts")) == ("copy", "slice gradients (fill + add)")
     assert reg.lever("packing") is None and reg.in_all("packing") is True  # in_all defaults to True
     assert reg.in_all("lever_copy") is False
-    from workbench.levers import LEVER_COMPONENTS, LEVERS as L
+    from workbench.traces.levers import LEVER_COMPONENTS, LEVERS as L
     assert LEVER_COMPONENTS == set(L) | {"attention (dense)", "slice gradients (fill + add)"}
 
 
@@ -58,7 +58,7 @@ def test_an_unknown_lever_component_is_one_line(tmp_path):
     env = {**os.environ, "WORKBENCH_OPTS": "badlever", "PYTHONPATH": os.pathsep.join([str(tmp_path), ROOT])}
     r = subprocess.run([sys.executable, "-m", "workbench.ab", "--help"], env=env, capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    assert "'teleport' is no component of workbench.levers" in r.stderr
+    assert "'teleport' is no component of workbench.traces.levers" in r.stderr
 
 
 def test_opt_all_leaves_the_levers_out(levers_env):
@@ -103,7 +103,7 @@ def test_levers_on_a_dense_model_cpu(levers_env, capsys, tmp_path):
     assert "lever_copy" in stdout.split("\n{")[0] and "predicted ms" in stdout  # the levers' table
 
     # the path to the best step, from the run folder
-    from workbench import lever_path
+    from workbench.ab import lever_path
     assert lever_path.main([str(out), "--out", str(tmp_path / "path")]) == 0
     with open(tmp_path / "path" / "path.csv") as f:
         rows = list(csv.DictReader(f))
@@ -111,7 +111,7 @@ def test_levers_on_a_dense_model_cpu(levers_env, capsys, tmp_path):
     assert rows[0]["speedup_vs_prev"] == "" and float(rows[2]["speedup_vs_prev"]) > 0
     assert all(r["equivalent"] == "True" for r in rows)
     # MFU's FLOPs: the useful work (block-diagonal attention), the same at every point; HFU's: as each point runs it
-    from workbench import flops
+    from workbench.step import flops
     useful = flops.for_comparison("tiny-qwen3", None, 64, "flash_attention_2", lengths=s_lengths(out), batches=1,
                                   seed=0, lora_rank=16)[0]["model"] / 1e12
     assert [float(r["model_tflop_per_step"]) for r in rows] == pytest.approx([useful] * 3)
@@ -119,8 +119,9 @@ def test_levers_on_a_dense_model_cpu(levers_env, capsys, tmp_path):
     assert os.path.getsize(tmp_path / "path" / "path.png") > 0
 
     # the verdict's arithmetic, on this run's timings with a prediction given (as a GPU run's trace would)
-    from workbench import lever_run, verdicts
-    from workbench.results import load_run
+    from workbench.ab import levers as lever_run
+    from workbench.savings import verdicts
+    from workbench.measure.results import load_run
     c = cmps["lever_attention"]
     m = verdicts.measured_saving(load_run(str(out))[0], "lever_attention", "dense", "blocks")
     preds = {"lever_attention": {**lever_run.predict("lever_attention", None), "predicted_ms": 2.0,
@@ -160,7 +161,7 @@ def _grads(*vals):
 
 
 def test_numerics_judge_k_times_the_baselines_deviation():
-    from workbench import numerics
+    from workbench.measure import numerics
     ref32 = {"loss": 2.0, "grads": _grads(1.0, 0.0)}
     base = {"loss": 2.0, "grads": _grads(1.0, 0.02)}  # deviates 0.02 from fp32
     ok = numerics.judge({"loss": 2.0, "grads": _grads(1.0, 0.059)}, base, ref32, "x")
@@ -175,7 +176,7 @@ def test_numerics_judge_k_times_the_baselines_deviation():
 
 
 def test_prediction_is_component_ms_times_saved_fraction(levers_env):
-    from workbench import lever_run
+    from workbench.ab import levers as lever_run
     bd = {"components": [{"component": "copy", "ms": 10.0, "share": 0.2}, {"component": "attention", "ms": 3.0,
                                                                             "share": 0.06}],
           "levers": [{"component": "copy", "ms": 10.0, "share": 0.2}], "se_ms": {"copy": 0.4}, "steps": 5}
@@ -198,7 +199,7 @@ def test_predictions_from_a_traced_breakdown(levers_env):
     breakdown does not name it and the lever does not run."""
     from synthetic_traces import EXPECTED_ONE_STEP, one_step
 
-    from workbench import lever_run
+    from workbench.ab import levers as lever_run
     bd = lever_run.breakdown_of(one_step(), "sdpa")
     p = lever_run.predict("lever_attention", bd)
     assert p["named"] is True and p["component_ms"] == pytest.approx(EXPECTED_ONE_STEP["attention"] / 1e3)

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from workbench import markers
-from workbench.results import RunWriter, load_run
+from workbench.measure import markers
+from workbench.measure.results import RunWriter, load_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
@@ -98,7 +98,7 @@ def test_an_older_writers_running_without_a_marker_is_died(tmp_path):
     assert markers.state(str(tmp_path))[0] == "complete"
 
 
-WRITER = ("import sys, time; from workbench.results import RunWriter; "
+WRITER = ("import sys, time; from workbench.measure.results import RunWriter; "
           "w = RunWriter(sys.argv[1], 'killed'); w.add('packing', 'rebuild', 'step_ms', 1.0, 'ms', rep=0, step=0); "
           "w.flush(); w.write_summary({'run_id': 'killed', 'device': 'cuda:0', 'comparisons': [], 'complete': False, "
           "'status': 'running'}); print('ready', flush=True); time.sleep(600)")
@@ -108,7 +108,8 @@ def test_a_sigkilled_writers_folder_is_died_to_every_reader(tmp_path):
     """A writer killed with SIGKILL (as the OOM killer does): its folder still says running in meta.json and holds
     RUNNING; `markers.state`, `load_run`, `analysis` (the notebooks' loader) and readme_results' results page all
     call it died, never running or complete."""
-    from workbench import analysis, readme_results
+    from workbench import analysis
+    from workbench.report import readme as readme_results
     run = tmp_path / "profiles" / "camp" / "ab_killed"
     p = subprocess.Popen([sys.executable, "-c", WRITER, str(run)], env=ENV, stdout=subprocess.PIPE, text=True)
     try:

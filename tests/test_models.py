@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from workbench.errors import WorkbenchError
-from workbench.models import PRESETS, build_model, load_config
+from workbench.step.models import PRESETS, build_model, load_config
 
 # published totals (billions), base model without LoRA
 PUBLISHED_B = {"llama-3.2-1b": 1.236, "llama-3.1-8b": 8.030, "qwen3-0.6b": 0.596, "qwen3-8b": 8.191,

@@ -18,7 +18,7 @@ FAMILY_SYNCS_PER_EXPERT = {"tiny-gpt-oss": 7, "tiny-qwen3-moe": 5}
 def experts_module(preset: str, dtype: torch.dtype, num_experts: int = 8, seed: int = 0, hidden: int | None = None,
                    inter: int | None = None):
     """A standalone HF experts module of a tiny preset, random weights (scaled so GPT-OSS's clamp engages)."""
-    from workbench.models import family_of, load_config
+    from workbench.step.models import family_of, load_config
 
     config = load_config(preset, experts_implementation="eager")
     if family_of(config) == "gpt_oss":
@@ -139,8 +139,8 @@ def test_out_of_range_router_ids_raise_workbench_error(arm, bad):
 # --- whole models: LoRA on experts, syncs per layer and pass -------------------------------------------------------
 
 def _model_and_batch(preset, experts_implementation="eager"):
-    from workbench.data import make_batches
-    from workbench.models import build_model
+    from workbench.step.data import make_batches
+    from workbench.step.models import build_model
 
     model = build_model(preset, experts_implementation=experts_implementation, layers=2)
     batch = make_batches("uniform:3:40", 96, 1, model.config.vocab_size, seed=3)[0]
@@ -148,7 +148,7 @@ def _model_and_batch(preset, experts_implementation="eager"):
 
 
 def _loss_and_grads(model, batch):
-    from workbench.models import lora_parameters, model_inputs
+    from workbench.step.models import lora_parameters, model_inputs
 
     model.zero_grad(set_to_none=True)
     loss = model(**model_inputs(model, batch)).loss
@@ -192,9 +192,9 @@ def _expert_hits(model):
 def test_syncs_per_moe_layer_and_pass(preset):
     """eager 1 + c*E_hit (c = 7 GPT-OSS, 5 Qwen3-MoE), sort_bincount 1, grouped and transformers' grouped_mm /
     batched_mm 0; in forward and in the recompute."""
-    from workbench.harness import enable_checkpointing
+    from workbench.step.harness import enable_checkpointing
     from workbench.instrument import SyncCounter, instrument_layers, state
-    from workbench.models import model_inputs
+    from workbench.step.models import model_inputs
     from workbench.opts import apply
 
     model, batch = _model_and_batch(preset)
@@ -225,7 +225,7 @@ def test_syncs_per_moe_layer_and_pass(preset):
 # --- apply / revert / unsupported ------------------------------------------------------------------------------
 
 def test_apply_switches_and_revert_restores_the_experts_implementation():
-    from workbench.models import base_model_of
+    from workbench.step.models import base_model_of
     from workbench.opts import apply
 
     model, _ = _model_and_batch("tiny-qwen3-moe", experts_implementation=None)
@@ -244,7 +244,7 @@ def test_apply_switches_and_revert_restores_the_experts_implementation():
 
 
 def test_non_moe_model_is_unsupported():
-    from workbench.models import build_model
+    from workbench.step.models import build_model
 
     model = build_model("tiny-llama", layers=1, lora=False)
     assert moe.unsupported("grouped", model, "cpu") is not None
@@ -266,7 +266,7 @@ def test_routing_savings_model_is_the_sum_of_its_parts():
 def test_hf_batched_mm_bytes_match_the_allocation_seen_on_the_h100():
     """transformers' batched_mm gathers a (H x 2I) bf16 weight per routed row: gpt-oss-20b at 8192 tokens, top-4,
     H = I = 2880 -> 8192*4*2880*5760*2 bytes = 1012 GiB, the allocation it asked for on the H100."""
-    from workbench.models import load_config
+    from workbench.step.models import load_config
     from workbench.opts.moe import batched_mm_bytes
 
     cfg = load_config("gpt-oss-20b", 4)
@@ -298,10 +298,10 @@ class _SliceGradients(torch.utils._python_dispatch.TorchDispatchMode):
 
 @pytest.mark.parametrize("preset", ["tiny-gpt-oss", "tiny-qwen3-moe"])
 def test_per_expert_loops_build_whole_weight_gradients_slice_by_slice(preset):
-    """The cost the H100 breakdown shows as zero-fills + adds (workbench.levers.slice_gradients): a per-expert loop
+    """The cost the H100 breakdown shows as zero-fills + adds (workbench.traces.levers.slice_gradients): a per-expert loop
     over a LoRA-adapted fused expert weight back-propagates each w[e] through a zero tensor of the whole weight,
     E_hit per weight per layer; indexing every expert at once (grouped, transformers' grouped_mm) builds none."""
-    from workbench.models import LORA_TARGET_EXPERT_PARAMETERS, model_inputs
+    from workbench.step.models import LORA_TARGET_EXPERT_PARAMETERS, model_inputs
     from workbench.opts import apply
 
     model, batch = _model_and_batch(preset)

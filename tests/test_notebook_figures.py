@@ -1,7 +1,7 @@
 """The committed notebooks are readable: no figure with more rows than a reader can see (`report.MAX_ROWS`), no
 speedup figure on a linear axis that spans more than `report.LOG_AXIS_ABOVE`, no table longer than
 `analysis.PREVIEW_ROWS`, and each notebook's estimated page height under `MAX_PAGE_PX` (`python -m
-workbench.notebook_pages` measures it in headless Chromium). They render offline and need no trust: every figure
+workbench.report.notebook_pages` measures it in headless Chromium). They render offline and need no trust: every figure
 carries a static PNG beside its plotly JSON, no output holds a script, and nbconvert HTML with
 `notebooks/offline.html.j2` loads nothing from a network. (That the outputs equal a fresh execution over profiles/ is
 tests/test_notebooks.py's.)"""
@@ -14,7 +14,8 @@ import re
 
 import pytest
 
-from workbench import analysis, notebook_pages, report
+from workbench import analysis
+from workbench.report import notebook_pages, tables as report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
@@ -177,7 +178,7 @@ def test_remote_loads_negative_control():
 def test_long_tables_collapse_under_a_summary_and_short_ones_stay_open():
     import pandas as pd
 
-    from workbench import nbview
+    from workbench.report import nbview
 
     short = pd.DataFrame({"a": range(nbview.OPEN_ROWS)})
     assert nbview.table(short, "rows") is short

@@ -10,10 +10,10 @@ import pytest
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from workbench.data import make_batches
-from workbench.harness import train_steps
+from workbench.step.data import make_batches
+from workbench.step.harness import train_steps
 from workbench.instrument import Ranges, instrument_layers
-from workbench.models import build_model, lora_parameters, model_inputs
+from workbench.step.models import build_model, lora_parameters, model_inputs
 from workbench.opts import offload
 from workbench.opts.offload_savings import offload_saving, reload_ms_from_bandwidth
 
@@ -411,8 +411,8 @@ _VENV517 = "/work/venv517/bin/python"
 
 _SCRIPT_517 = """
 import torch, transformers
-from workbench.data import make_batches
-from workbench.models import build_model, lora_parameters, model_inputs
+from workbench.step.data import make_batches
+from workbench.step.models import build_model, lora_parameters, model_inputs
 from workbench.opts import offload
 assert transformers.__version__.startswith("5.17"), transformers.__version__
 m = build_model("tiny-llama", layers=3)

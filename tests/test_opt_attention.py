@@ -5,11 +5,11 @@ formula against transformers' eager sinks; negative controls (a wrong mask, a wr
 import pytest
 import torch
 
-from workbench.data import batch_from_lengths
+from workbench.step.data import batch_from_lengths
 from workbench.errors import UnsupportedArm
-from workbench.harness import enable_checkpointing
+from workbench.step.harness import enable_checkpointing
 from workbench.instrument import SyncCounter, instrument_layers, state
-from workbench.models import build_model, model_inputs
+from workbench.step.models import build_model, model_inputs
 from workbench.opts import attention, packing
 
 LENS = [13, 5, 21, 9]  # longer than GPT-OSS's tiny sliding window (8): the sliding layers are exercised
@@ -47,9 +47,9 @@ def _arm_kw(model, arm, batch, handle=None):
 
 
 def test_registered_as_a_lever_outside_all():
-    from workbench import opt_registry
+    from workbench.opts import registry as opt_registry
     spec = opt_registry.spec("attention")
-    from workbench.opt_registry import in_all_names as opts_in_all
+    from workbench.opts.registry import in_all_names as opts_in_all
     assert "attention" not in opts_in_all() and "packing" in opts_in_all()  # a lever: not in --opt all
     assert spec["lever"] == "attention (dense)" and spec["in_all"] is False and spec["all_variants"] == ()
     assert attention.BASELINE == "dense" and attention.OPTIMIZED == "flex"
@@ -216,7 +216,7 @@ def test_saved_fraction():
 def test_flex_on_cuda_trains_like_the_models_own_attention(preset):
     """On a GPU the flex arm runs the compiled kernel forward and backward (GPT-OSS: gradients through its LSE):
     fp32 loss and LoRA gradients against the model's own attention (sdpa; eager with sinks)."""
-    from workbench.data import to_device
+    from workbench.step.data import to_device
     model = build_model(preset, layers=2, device="cuda", dtype=torch.float32, precision="fp32-adapters",
                         experts_implementation="eager")
     enable_checkpointing(model)

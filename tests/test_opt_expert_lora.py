@@ -19,7 +19,7 @@ ARMS_OPTIONS = [("split", {}), ("split", {"gemm": "dense"}), ("grouped_mm", {})]
 
 
 def _loss_and_grads(model, batch):
-    from workbench.models import lora_parameters, model_inputs
+    from workbench.step.models import lora_parameters, model_inputs
 
     model.zero_grad(set_to_none=True)
     loss = model(**model_inputs(model, batch)).loss
@@ -109,11 +109,11 @@ class _WholeWeightTensors(torch.utils._python_dispatch.TorchDispatchMode):
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_split_builds_no_whole_weight_tensor_and_no_slice_gradient(preset):
-    """eager: per_layer * E_hit select_backwards (the slice-gradient pattern of workbench.levers.slice_gradients),
+    """eager: per_layer * E_hit select_backwards (the slice-gradient pattern of workbench.traces.levers.slice_gradients),
     each a whole-weight zero tensor and an add; grouped_mm: none, but the folded weight and its whole gradient;
     split: no whole-weight tensor in the backward, and in the forward only the fold peft's parametrization check
     computes (and drops) in every arm."""
-    from workbench.models import LORA_TARGET_EXPERT_PARAMETERS, model_inputs
+    from workbench.step.models import LORA_TARGET_EXPERT_PARAMETERS, model_inputs
     from workbench.opts import apply
 
     model, batch = _model_and_batch(preset)
@@ -147,9 +147,9 @@ def test_split_builds_no_whole_weight_tensor_and_no_slice_gradient(preset):
 def test_syncs_per_moe_layer_and_pass(preset):
     """eager 1 + c*E_hit per MoE layer in the forward and the recompute (c = 7 GPT-OSS, 5 Qwen3-MoE); split and
     grouped_mm 0 in every pass."""
-    from workbench.harness import enable_checkpointing
+    from workbench.step.harness import enable_checkpointing
     from workbench.instrument import SyncCounter, instrument_layers, state
-    from workbench.models import model_inputs
+    from workbench.step.models import model_inputs
     from workbench.opts import apply
 
     model, batch = _model_and_batch(preset)
@@ -177,7 +177,7 @@ def test_syncs_per_moe_layer_and_pass(preset):
 # --- contract --------------------------------------------------------------------------------------------------
 
 def test_apply_switches_and_revert_restores_the_experts_implementation():
-    from workbench.models import base_model_of
+    from workbench.step.models import base_model_of
     from workbench.opts import apply
 
     model, _ = _model_and_batch("tiny-qwen3-moe", experts_implementation=None)
@@ -193,7 +193,7 @@ def test_apply_switches_and_revert_restores_the_experts_implementation():
 
 
 def test_non_moe_model_is_unsupported_with_one_line():
-    from workbench.models import build_model
+    from workbench.step.models import build_model
 
     model = build_model("tiny-llama", layers=1, lora=False)
     why = expert_lora.unsupported("split", model, "cpu")
@@ -203,7 +203,8 @@ def test_non_moe_model_is_unsupported_with_one_line():
 
 
 def test_spec_names_the_slice_gradient_lever_outside_opt_all():
-    from workbench import levers, opt_registry
+    from workbench.traces import levers
+    from workbench.opts import registry as opt_registry
 
     spec = opt_registry.spec("expert_lora")
     assert spec["order"] == 12 and spec["in_all"] is False and spec["all_variants"] == ()
@@ -216,7 +217,7 @@ def test_spec_names_the_slice_gradient_lever_outside_opt_all():
 
 def test_experts_name_builds_a_model_that_trains_like_eager(reference):
     """`--experts wb_split_lora` (build_model's experts_implementation) runs the split arm from the start."""
-    from workbench.models import build_model, check_experts
+    from workbench.step.models import build_model, check_experts
 
     preset, _, batch, ref_loss, ref_grads = reference
     for gemm in ("auto", "dense"):

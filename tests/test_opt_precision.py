@@ -1,14 +1,15 @@
 """opts/precision (the adapter-precision lever): each arm applied in place is bitwise the model `--precision` builds
-(the shared code of workbench.precision), on a bf16 base (the GPU's) and in fp32 on the CPU; a negative control; the
+(the shared code of workbench.step.precision), on a bf16 base (the GPU's) and in fp32 on the CPU; a negative control; the
 deviation of the numerics-changing arms from the fp32 reference; revert; zero syncs."""
 import pytest
 import torch
 
-from workbench import equivalence, precision
-from workbench.data import batch_from_lengths
-from workbench.harness import enable_checkpointing, train_step
+from workbench.measure import equivalence
+from workbench.step import precision
+from workbench.step.data import batch_from_lengths
+from workbench.step.harness import enable_checkpointing, train_step
 from workbench.instrument import SyncCounter, instrument_layers
-from workbench.models import build_model, lora_parameters
+from workbench.step.models import build_model, lora_parameters
 from workbench.opts import apply as apply_opt, module, precision as popt
 
 LENS = [13, 5, 21, 9]
@@ -35,9 +36,9 @@ def _bitwise(a, b) -> bool:
 
 
 def test_registered_as_a_lever_outside_all():
-    from workbench import opt_registry
+    from workbench.opts import registry as opt_registry
     spec = opt_registry.spec("precision")
-    from workbench.opt_registry import in_all_names as opts_in_all
+    from workbench.opts.registry import in_all_names as opts_in_all
     assert "precision" not in opts_in_all() and "packing" in opts_in_all()  # a lever: not in --opt all
     assert spec["lever"] == "copy" and spec["in_all"] is False and spec["all_variants"] == ()
     assert module("precision") is popt and popt.BASELINE == "fp32-adapters" and set(popt.ARMS) == set(
@@ -97,7 +98,7 @@ def test_fp32_on_cpu_against_the_reference(preset):
     e = equivalence.compare(out["autocast"], ref, torch.bfloat16)
     assert e["loss_rel_diff"] <= equivalence.RTOL[torch.bfloat16]
     if preset == "tiny-llama":  # (GPT-OSS: rarely hit experts' LoRA gradients carry 10-30% bf16 noise, see
-        assert e["equivalent"]  # workbench.equivalence: the runner judges those against the fp32 reference)
+        assert e["equivalent"]  # workbench.measure.equivalence: the runner judges those against the fp32 reference)
     assert _bitwise(_step(m, batch), ref)  # reverted: the baseline again
 
 

@@ -5,11 +5,11 @@
 import pytest
 import torch
 
-from workbench.data import batch_from_lengths, make_batches, to_device
+from workbench.step.data import batch_from_lengths, make_batches, to_device
 from workbench.errors import UnsupportedArm, WorkbenchError
-from workbench.harness import enable_checkpointing, train_steps
+from workbench.step.harness import enable_checkpointing, train_steps
 from workbench.instrument import SyncCounter, instrument_layers, state
-from workbench.models import build_model, model_inputs
+from workbench.step.models import build_model, model_inputs
 from workbench.opts import packing
 from workbench.opts.packing_savings import packing_saving
 

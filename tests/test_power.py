@@ -1,4 +1,4 @@
-"""workbench.power: the engine's statistic, simulated with rep (block) effects and drift, covers at its nominal level;
+"""workbench.measure.power: the engine's statistic, simulated with rep (block) effects and drift, covers at its nominal level;
 the retired analysis (pairs resampled as independent) does not (the negative control). Seeded; no timings."""
 import json
 import math
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from workbench import power
+from workbench.measure import power
 
 SIMS = 1000
 TOL = 3 * math.sqrt(0.95 * 0.05 / SIMS)  # binomial tolerance around 0.95 at 1000 runs (3 SE: 0.021)

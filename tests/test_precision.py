@@ -1,4 +1,4 @@
-"""workbench.precision: resolution, what each precision builds, the harness's forward under autocast, checkpoint
+"""workbench.step.precision: resolution, what each precision builds, the harness's forward under autocast, checkpoint
 recompute keeping the autocast state (torch's and the offload arms'), and the A/B runner judging an autocast run
 by the bf16 criterion (the packing arms on CPU bf16 autocast; a negative control that fails)."""
 import json
@@ -7,10 +7,11 @@ import os
 import pytest
 import torch
 
-from workbench import equivalence, precision
-from workbench.data import make_batches
-from workbench.harness import enable_checkpointing, make_optimizer, train_step
-from workbench.models import build_model, lora_parameters, model_inputs
+from workbench.measure import equivalence
+from workbench.step import precision
+from workbench.step.data import make_batches
+from workbench.step.harness import enable_checkpointing, make_optimizer, train_step
+from workbench.step.models import build_model, lora_parameters, model_inputs
 
 
 def test_resolve():
@@ -174,7 +175,7 @@ def test_ab_packing_arms_under_autocast_are_equivalent(capsys, tmp_path):
     assert meta["equivalence_criterion"]["dtype"] == "torch.bfloat16"
     assert meta["equivalence_criterion"]["rtol"] == equivalence.RTOL[torch.bfloat16]
     import csv
-    from workbench.results import ENV_COLUMNS
+    from workbench.measure.results import ENV_COLUMNS
     if "precision" in ENV_COLUMNS:  # the environment column, where results.py carries it
         rows = list(csv.DictReader(open(os.path.join(tmp_path, "results.csv"))))
         assert rows and {r["precision"] for r in rows} == {"autocast"}

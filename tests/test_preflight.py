@@ -12,13 +12,14 @@ import types
 import pytest
 import torch
 
-from workbench import ab, memory_estimate as me
+from workbench import ab
+from workbench.step import memory_estimate as me
 from workbench.ab import preflight
 from workbench.ab.config import ABConfig
 from workbench.cli import run_main
 from workbench.errors import WorkbenchError
-from workbench.models import load_config
-from workbench.results import check_out_dir
+from workbench.step.models import load_config
+from workbench.measure.results import check_out_dir
 
 CPU = torch.device("cpu")
 GPU = types.SimpleNamespace(type="cuda")  # check_run reads only device.type
@@ -212,23 +213,25 @@ def test_help_shows_every_default(capsys):
 
 @pytest.mark.parametrize("module", ["levers", "report", "analysis", "figures"])
 def test_library_modules_answer_help(capsys, module):
-    from workbench.library_clis import MAINS
+    import importlib
+    mains = {"levers": "workbench.traces.levers", "report": "workbench.report.__main__",
+             "analysis": "workbench.analysis.__main__", "figures": "workbench.report.figures"}
     with pytest.raises(SystemExit) as e:
-        MAINS[module](["--help"])
+        importlib.import_module(mains[module]).main(["--help"])
     assert e.value.code == 0 and f"python -m workbench.{module}" in capsys.readouterr().out
 
 
 def test_levers_prints_every_lever(capsys):
-    from workbench import levers
-    from workbench.library_clis import levers_main
+    from workbench.traces import levers
+    levers_main = levers.main
     assert levers_main([]) == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == len(levers.LEVERS) and all(line.split()[0] in levers.LEVERS for line in out)
 
 
 def test_report_prints_a_folders_state_and_refuses_a_non_run(capsys, tmp_path):
-    from workbench.library_clis import report_main
-    from workbench.results import RunWriter
+    from workbench.report.__main__ import main as report_main
+    from workbench.measure.results import RunWriter
     w = RunWriter(str(tmp_path / "run"), "r1", argv=["python", "-m", "workbench.ab"])
     w.write_summary({"comparisons": [{"name": "packing", "status": "failed", "errors": ["boom"]}]})
     w.finish("failed", failures=["packing: boom"])
@@ -240,8 +243,8 @@ def test_report_prints_a_folders_state_and_refuses_a_non_run(capsys, tmp_path):
 
 
 def test_analysis_lists_kept_and_left_out_folders(capsys, tmp_path):
-    from workbench.library_clis import analysis_main
-    from workbench.results import RunWriter
+    from workbench.analysis.__main__ import main as analysis_main
+    from workbench.measure.results import RunWriter
     RunWriter(str(tmp_path / "cpu_run"), "r1").finish("complete")
     assert analysis_main([str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()

@@ -5,11 +5,11 @@ import json
 import pytest
 import torch
 
-from workbench.data import make_batches
-from workbench.harness import enable_checkpointing, train_steps
+from workbench.step.data import make_batches
+from workbench.step.harness import enable_checkpointing, train_steps
 from workbench.instrument import Ranges, instrument_layers, span
 from workbench.instrument.ranges import find_decoder_layers
-from workbench.models import build_model
+from workbench.step.models import build_model
 
 
 def _profile_one_step(tmp_path, preset="tiny-llama", layers=3):
@@ -65,7 +65,7 @@ def test_instrumentation_reverts_and_keeps_the_function():
     model = build_model("tiny-qwen3", layers=2)
     enable_checkpointing(model)
     batch = make_batches("fixed:16", 64, 1, model.config.vocab_size)[0]
-    from workbench.models import model_inputs
+    from workbench.step.models import model_inputs
     ref = model(**model_inputs(model, batch)).loss
     handle = instrument_layers(model)
     classes = {type(l).__name__ for l in find_decoder_layers(model)}

@@ -1,4 +1,4 @@
-"""The README headline, the results page and the headline figure (`workbench.readme_results`): run against the
+"""The README headline, the results page and the headline figure (`workbench.report.readme`): run against the
 committed profiles/ and against synthetic run folders with savings-model verdicts; every number on the page sits on
 a row that names an existing file; the headline stays short; `--check` fails on a stale block, page or figure and on
 a prose speedup that matches no comparison."""
@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from workbench import figures
-from workbench import readme_results as rr
+from workbench.report import figures
+from workbench.report import readme as rr
 
 from test_analysis import _sweep, arm, comparison, packing, vs, with_verdict, write_run
 

@@ -251,7 +251,7 @@ def test_an_unexpected_crash_is_reported_as_failed_not_interrupted(capsys, tmp_p
 # --- --help -------------------------------------------------------------------------------------------------------
 
 def test_help_shows_defaults_arms_presets_and_the_lengths_format(capsys, monkeypatch):
-    from workbench.models import PRESETS
+    from workbench.step.models import PRESETS
 
     monkeypatch.setenv("COLUMNS", "200")  # argparse wraps at the terminal width
     with pytest.raises(SystemExit) as e:
@@ -267,7 +267,7 @@ def test_help_shows_defaults_arms_presets_and_the_lengths_format(capsys, monkeyp
     for form in ("fixed:N", "uniform:LO:HI", "lognormal:MU:SIGMA[:MIN]", "json:PATH", "jsonl:PATH:TOKENIZER_DIR"):
         assert form in h, form
     # enumerations are argparse choices, listed in the usage
-    from workbench import opt_registry
+    from workbench.opts import registry as opt_registry
     opts = "{" + ",".join((*opt_registry.names(), "all", "levers")) + "}"  # the registry's, in its order
     for choices in (opts, "{auto,cpu,cuda}", "{none,torch,nsys}", "{auto,fp32,bf16,fp16}",
                     "{off,add,only}"):

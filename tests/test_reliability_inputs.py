@@ -11,9 +11,9 @@ import pytest
 
 from conftest import run_cli
 import workbench.opts.moe  # noqa: F401 - registers the wb_* experts names
-from workbench.data import check_lengths, lengths_arg, make_batches
+from workbench.step.data import check_lengths, lengths_arg, make_batches
 from workbench.errors import WorkbenchError
-from workbench.models import (EXPERTS_CHOICES, build_model, check_attn, check_checkpoint, check_experts,
+from workbench.step.models import (EXPERTS_CHOICES, build_model, check_attn, check_checkpoint, check_experts,
                               load_config)
 
 SUPPORTED = "llama, qwen3, qwen3_moe, gpt_oss"
@@ -179,7 +179,7 @@ def test_cli_checkpoint_without_weights_is_one_line(tmp_path):
 
 
 def test_cli_help_lists_presets_and_lengths_forms():
-    from workbench.models import PRESETS
+    from workbench.step.models import PRESETS
     r = _run("--help")
     assert r.returncode == 0, r.stderr
     assert all(name in r.stdout for name in PRESETS)

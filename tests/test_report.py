@@ -1,8 +1,8 @@
-"""`workbench.report.table` renders through tabulate (no hand padding): right-aligned columns two spaces apart, full
+"""`workbench.report.tables.table` renders through tabulate (no hand padding): right-aligned columns two spaces apart, full
 lines as wide as the widest; the A/B comparison table keeps its title line `<comparison>: ...`."""
 from __future__ import annotations
 
-from workbench import report
+from workbench.report import tables as report
 
 
 def test_table_is_tabulate_plain_right_aligned():

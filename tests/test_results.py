@@ -1,4 +1,4 @@
-"""workbench.results (run folder, schema, atomic writes, output-folder checks, git sha) and workbench.report
+"""workbench.measure.results (run folder, schema, atomic writes, output-folder checks, git sha) and workbench.report.tables
 (tables, figures)."""
 import csv
 import dataclasses
@@ -9,10 +9,11 @@ import subprocess
 
 import pytest
 
-from workbench import report, results
+from workbench.report import tables as report
+from workbench.measure import results
 from workbench.errors import WorkbenchError
-from workbench.harness import StepRecord
-from workbench.results import (ENV_COLUMNS, RESULT_COLUMNS, RUN_FILES, RunWriter, atomic_write_json, check_out_dir,
+from workbench.step.harness import StepRecord
+from workbench.measure.results import (ENV_COLUMNS, RESULT_COLUMNS, RUN_FILES, RunWriter, atomic_write_json, check_out_dir,
                                clear_run_files, load_run, new_run_id)
 
 
@@ -24,7 +25,7 @@ def _rec(step, ms):
 
 
 def _sample(arm, rep, step, batch, ms):
-    """An engine sample (workbench.engine.measure)."""
+    """An engine sample (workbench.measure.engine.measure)."""
     return {"arm": arm, "rep": rep, "batch": batch, "step": step, "step_ms": ms, "fwd_ms": ms / 3, "bwd_ms": ms / 2,
             "opt_ms": ms / 6, "peak_mem_mib": float("nan"), "loss": 5.5, "tokens": 128, "t_start_s": 0.0,
             "t_end_s": 1.0}

@@ -57,9 +57,10 @@ def test_bad_input_is_one_line_without_traceback(args, msg):
 
 
 def test_tables_are_rendered_by_report_table(capsys, monkeypatch):
-    """workbench.run prints its tables with `workbench.report.table`, the project's one table renderer (in-process).
+    """workbench.run prints its tables with `workbench.report.tables.table`, the project's one table renderer (in-process).
     Catches a private copy of the renderer drifting from the A/B tables."""
-    from workbench import report, run
+    from workbench import run
+    from workbench.report import tables as report
     from workbench.cli import run_main
 
     real, headers, rendered = report.table, [], []

@@ -1,4 +1,4 @@
-"""Tests of workbench.stats: the statistics every report uses. Seeded; no wall-clock thresholds."""
+"""Tests of workbench.measure.stats: the statistics every report uses. Seeded; no wall-clock thresholds."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from workbench import stats
+from workbench.measure import stats
 
 N_RESAMPLES = 1999
 VALUES = [12.0, 3.5, 7.25, 9.0, 1.0, 15.5, 4.0, 8.0, 10.0, 6.5]  # 10 values: p20, p80 and the median interpolate

@@ -1,4 +1,4 @@
-"""workbench.step_guard through harness.train_step: a step that raises leaves nothing behind for the next step of the
+"""workbench.step.step_guard through harness.train_step: a step that raises leaves nothing behind for the next step of the
 process (the `path` comparison of the H100 levers run failed so). Each test fails without the guard: a failed flex
 call poisons torch._dynamo for every later flex call; a checkpoint frame whose hooks stay pushed after its layer raised
 (torch's non-reentrant checkpoint where it does not close its generator on an error) takes the next steps' tensors."""
@@ -10,12 +10,12 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from workbench import equivalence
-from workbench.data import batch_from_lengths
-from workbench.harness import enable_checkpointing, train_step
+from workbench.measure import equivalence
+from workbench.step.data import batch_from_lengths
+from workbench.step.harness import enable_checkpointing, train_step
 from workbench.instrument import instrument_layers
-from workbench.models import build_model, lora_parameters
-from workbench.step_guard import _top_hooks
+from workbench.step.models import build_model, lora_parameters
+from workbench.step.step_guard import _top_hooks
 
 LENS = [13, 5, 21, 9]
 

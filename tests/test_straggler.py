@@ -1,11 +1,12 @@
-"""The exposed wait (dist_waits.exposed_waits) and the straggler-term verdict (workbench.straggler), on synthetic
+"""The exposed wait (dist_waits.exposed_waits) and the straggler-term verdict (workbench.savings.straggler), on synthetic
 events and synthetic run folders: exact sums, not timings."""
 import json
 
 import pandas as pd
 import pytest
 
-from workbench import dist_waits, straggler
+from workbench.traces import dist_waits
+from workbench.savings import straggler
 
 
 def _ev(rows):

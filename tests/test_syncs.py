@@ -106,9 +106,9 @@ def _expert_hits(model, batch):
 
 @pytest.mark.parametrize("preset, per_expert", [("tiny-gpt-oss", 7), ("tiny-qwen3-moe", 5)])
 def test_eager_moe_layer_syncs_1_plus_c_times_experts_hit(preset, per_expert):
-    from workbench.data import make_batches
-    from workbench.harness import enable_checkpointing
-    from workbench.models import build_model, model_inputs
+    from workbench.step.data import make_batches
+    from workbench.step.harness import enable_checkpointing
+    from workbench.step.models import build_model, model_inputs
 
     model = build_model(preset, experts_implementation="eager", layers=2)
     enable_checkpointing(model)

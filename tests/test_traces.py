@@ -31,10 +31,10 @@ def test_parse_range_name():
 
 @pytest.fixture(scope="module")
 def cpu_trace(tmp_path_factory):
-    from workbench.data import make_batches
-    from workbench.harness import enable_checkpointing, train_steps
+    from workbench.step.data import make_batches
+    from workbench.step.harness import enable_checkpointing, train_steps
     from workbench.instrument import Ranges, instrument_layers
-    from workbench.models import build_model
+    from workbench.step.models import build_model
     from workbench.traces.capture import torch_profile
 
     model = build_model("tiny-qwen3", lora_rank=4)

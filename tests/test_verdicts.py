@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from synthetic_traces import offload_trace, packing_trace
-from workbench import savings, stats, verdicts
+from workbench.savings import common as savings, verdicts
+from workbench.measure import stats
 from workbench.opts import offload_savings, packing_savings
 
 
@@ -245,7 +246,7 @@ def test_linear_fit_value_at_one():
 
 
 def test_levers_rank_the_non_matrix_components():
-    from workbench.levers import levers
+    from workbench.traces.levers import levers
     comps = [dict(component="gemm", ms=50.0, share=0.5), dict(component="launch_gap", ms=30.0, share=0.3),
              dict(component="sync_stall", ms=2.0, share=0.02), dict(component="norm_elementwise", ms=18.0, share=0.18)]
     lv = levers(comps)
@@ -258,7 +259,7 @@ def test_levers_rank_the_non_matrix_components():
 def test_slice_gradients_lever_from_the_top_kernels():
     """Zero-fills and adds of whole tensors, many per step, are named first (with their counts and share of the
     step); a few fills and adds (an optimizer's, a loss's) are not."""
-    from workbench.levers import levers, slice_gradients
+    from workbench.traces.levers import levers, slice_gradients
     comps = [dict(component="gemm", ms=100.0, share=0.1), dict(component="norm_elementwise", ms=800.0, share=0.8),
              dict(component="step_ms", ms=1000.0, share=1.0)]
     top = [dict(name="void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>>",

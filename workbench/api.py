@@ -12,7 +12,7 @@ document and batch size 1 (`DataCollatorWithFlattening`, TRL's padding-free coll
 packing arm builds its metadata at collate time: call `handle.prepare_batch` in your collator and pass
 `handle.inputs_fn(model, batch)` to the model; every other arm needs nothing but the model call.
 
-Precision: the workbench times the step `transformers.Trainer(bf16=True)` runs (`workbench.precision`): a bf16 base,
+Precision: the workbench times the step `transformers.Trainer(bf16=True)` runs (`workbench.step.precision`): a bf16 base,
 fp32 LoRA adapters (peft's default), forward and loss under bf16 autocast, backward outside it. Under Trainer with
 `bf16=True` nothing more is needed (accelerate wraps the forward). In your own loop, the same step is
 
@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import inspect
 
-from workbench import opt_registry
+from workbench.opts import registry as opt_registry
 from workbench import opts as _opts
 from workbench.errors import WorkbenchError
-from workbench.precision import forward_context, lora_kwargs  # noqa: F401 - public: the timed step's precision
+from workbench.step.precision import forward_context, lora_kwargs  # noqa: F401 - public: the timed step's precision
 
 def _order() -> tuple[str, ...]:
     """The optimizations in application order (SPEC `apply_order`, else `order`; reverted in reverse): attention,
@@ -73,7 +73,7 @@ def _named_params(fn) -> set[str]:
 def apply_optimizations(model, **arms_and_options) -> Optimizations:
     """Apply the chosen arm of each optimization to `model` (HF or peft-wrapped) in place.
 
-    One keyword per optimization of the registry (`workbench.opt_registry`), its value an arm name (None leaves it
+    One keyword per optimization of the registry (`workbench.opts.registry`), its value an arm name (None leaves it
     alone), e.g. packing="cached", offload="double_buffer", moe="sort_bincount"; each module's `ARMS` lists its arms
     (`python -m workbench.ab --help` too). The other keywords are options that go to the `apply` of the optimization
     that takes them (e.g. `backend="sdpa"` for packing, `min_free_mib=` for offload, `gemm="triton"` for moe);

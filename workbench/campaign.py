@@ -49,6 +49,7 @@ succeeded; the last stdout line is the commands.json object.
 """
 from __future__ import annotations
 
+from workbench.paths import REPO_ROOT
 import argparse
 import dataclasses
 import datetime as _dt
@@ -60,7 +61,7 @@ import subprocess
 import sys
 import time
 
-from workbench import opt_registry
+from workbench.opts import registry as opt_registry
 
 DEFAULT_TIMEOUT_S = 570
 AB_ALL_TIMEOUT_S = 1500
@@ -237,7 +238,7 @@ def run_job(job: Job, log_path: str, timeout_s: float) -> dict:
     t0 = time.perf_counter()
     started = _dt.datetime.now().isoformat(timespec="seconds")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = REPO_ROOT
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     with open(log_path, "w") as log:
         log.write(f"$ {job.command}\n")
@@ -289,7 +290,7 @@ def _record(job: Job, out: str, **extra) -> dict:
 
 
 def _header(out: str, argv: list, smoke: bool) -> dict:
-    from workbench.results import git_sha, versions
+    from workbench.measure.results import git_sha, versions
     return {"campaign": " ".join(shlex.quote(a) for a in ["python", "-m", "workbench.campaign", *argv]),
             "out": os.path.abspath(out), "smoke": smoke, "git_sha": git_sha(), "versions": versions(),
             "started": _dt.datetime.now().isoformat(timespec="seconds"), "jobs": []}
@@ -298,7 +299,7 @@ def _header(out: str, argv: list, smoke: bool) -> dict:
 def run(jobs: list[Job], out: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, argv=None, smoke: bool = False,
         runner=run_job) -> dict:
     """Run `jobs` in order, writing DIR/commands.json after each; returns its contents."""
-    from workbench.results import atomic_write_json
+    from workbench.measure.results import atomic_write_json
 
     os.makedirs(out, exist_ok=True)
     doc = _header(out, list(argv or []), smoke)

@@ -1,11 +1,36 @@
 """Shared CLI plumbing: one-line errors without tracebacks, progress on stderr, the final JSON line."""
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
 
 from workbench.errors import WorkbenchError
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """--help keeps the description's and epilog's layout and shows every option's default (flags, and options
+    whose default None means "decided later", say so in their help text instead)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or isinstance(action.default, bool):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors raise WorkbenchError: `run_main` prints them as one `error: ...` line, exit 2
+    (instead of argparse's usage block followed by the error). The one parser class of every CLI."""
+
+    def error(self, message):
+        raise WorkbenchError(f"{message} (see {self.prog} --help)")
+
+
+def parser(prog: str, description: str, **kwargs) -> OneLineParser:
+    """The parser of `python -m PROG`: one-line errors, the description printed as written."""
+    kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+    return OneLineParser(prog=f"python -m {prog}", description=description, **kwargs)
 
 
 def run_main(main, argv=None) -> int:

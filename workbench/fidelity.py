@@ -4,8 +4,8 @@
     python -m workbench.fidelity --model llama-3.1-8b --layers 8 --tokens 16384 # on a GPU (the default shape there)
     python -m workbench.fidelity --model qwen3-30b-a3b --layers 8 --tokens 8192 --out runs/fidelity_qwen3moe
 
-One model (same preset, seed, LoRA config as `workbench.models.build_model`, checkpointing through
-`harness.enable_checkpointing`) and one sequence of packed batches (`workbench.data.make_batches`) serve both:
+One model (same preset, seed, LoRA config as `workbench.step.models.build_model`, checkpointing through
+`harness.enable_checkpointing`) and one sequence of packed batches (`workbench.step.data.make_batches`) serve both:
 
 - Trainer: `transformers.Trainer` with `bf16=True` on CUDA (accelerate runs the forward under bf16 autocast; on a CPU
   `use_cpu=True` and fp32), the batches through a Dataset and a collator that yields exactly the harness's tensors
@@ -20,7 +20,7 @@ One model (same preset, seed, LoRA config as `workbench.models.build_model`, che
 After one untimed block of each, the two run in blocks, interleaved over reps with the order rotated (Trainer first in even reps, harness first in odd
 ones), LoRA weights reset before each block, so drift hits both. The ratio harness / Trainer gets a 95% CI at the rep
 level (`rep_ratio_ci`). Loss and LoRA gradients of one step each from the same weights on batch 0 are compared with
-the workbench's equivalence criterion for the step's compute dtype (`workbench.equivalence`). On CUDA one traced step
+the workbench's equivalence criterion for the step's compute dtype (`workbench.measure.equivalence`). On CUDA one traced step
 of each is broken down by kernel class (`workbench.traces.decompose.summary`).
 
 Prints a table, then, as the last stdout line, one JSON object: {"trainer_step_ms", "harness_step_ms", "ratio",
@@ -41,7 +41,7 @@ import time
 import torch
 
 from workbench.cli import emit_json, progress, run_main
-from workbench.data import LENGTHS_HELP, lengths_arg
+from workbench.step.data import LENGTHS_HELP, lengths_arg
 from workbench.errors import WorkbenchError
 
 CPU_DEFAULTS = dict(model="tiny-qwen3", layers=None, tokens=256, steps=3, warmup=1, reps=3, batches=2)
@@ -66,7 +66,7 @@ def rep_ratio_ci(per_rep_a_ms, per_rep_b_ms, confidence: float = 0.95) -> dict:
     ratio = exp(mean d), ci = exp(mean d ± t_{(1+c)/2, R-1} · sd(d) / sqrt(R)). Returns {"ratio", "ci95" ([lo, hi]
     or None with fewer than 2 reps), "reps", "per_rep_ratio"}.
     """
-    from workbench.stats import log_ratio_of_unit_means
+    from workbench.measure.stats import log_ratio_of_unit_means
 
     def values(x):
         return list(x) if isinstance(x, (list, tuple)) else [x]
@@ -190,7 +190,7 @@ def run_trainer(model, cpu_batches, *, steps: int, lr: float, cuda: bool, seed: 
     """
     from transformers import TrainingArguments
 
-    from workbench.harness import make_optimizer
+    from workbench.step.harness import make_optimizer
 
     args = TrainingArguments(output_dir=out_dir, max_steps=steps, per_device_train_batch_size=1, learning_rate=lr,
                              bf16=cuda if bf16 is None else bf16, use_cpu=not cuda, max_grad_norm=TRAINER_MAX_GRAD_NORM, report_to=[],
@@ -232,7 +232,7 @@ def run_trainer(model, cpu_batches, *, steps: int, lr: float, cuda: bool, seed: 
 def run_harness(model, dev_batches, *, steps: int, lr: float, cuda: bool, ranges=None, on_step=None) -> list[float]:
     """`steps` harness steps (`harness.train_step`, a fresh optimizer) over `dev_batches`; wall-clock ms per step,
     synchronized at both ends on CUDA, as the Trainer callback times its steps."""
-    from workbench.harness import make_optimizer, train_step
+    from workbench.step.harness import make_optimizer, train_step
 
     opt = make_optimizer(model, lr)
     out = []
@@ -254,12 +254,13 @@ def run_harness(model, dev_batches, *, steps: int, lr: float, cuda: bool, ranges
 def one_step_agreement(model, cpu_batch, dev_batch, *, lr: float, cuda: bool, seed: int, out_dir: str,
                        reset, trainer_batch=None) -> dict:
     """Loss and LoRA gradients of one Trainer step and one harness step from the same weights (`reset()` before
-    each) on the same batch, judged by `workbench.equivalence` at the step's compute dtype (criterion 1 against the
+    each) on the same batch, judged by `workbench.measure.equivalence` at the step's compute dtype (criterion 1 against the
     harness; in bf16, where that fails, both against an fp32 run of the harness step). `trainer_batch` (a CPU batch)
     feeds Trainer another batch: the negative control."""
-    from workbench import equivalence, precision
-    from workbench.harness import train_step
-    from workbench.models import lora_parameters
+    from workbench.measure import equivalence
+    from workbench.step import precision
+    from workbench.step.harness import train_step
+    from workbench.step.models import lora_parameters
 
     dtype = precision.compute_dtype(model)
     named = dict(lora_parameters(model))
@@ -347,9 +348,9 @@ def _defaults(device: torch.device) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from workbench.run import ArgumentParser, HelpFormatter
+    from workbench.cli import HelpFormatter, OneLineParser
 
-    p = ArgumentParser(prog="python -m workbench.fidelity", description=__doc__, formatter_class=HelpFormatter)
+    p = OneLineParser(prog="python -m workbench.fidelity", description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--model", default=None, help="preset or local HF checkpoint dir (default: tiny-qwen3 on a CPU, "
                    "llama-3.1-8b on a GPU)")
     p.add_argument("--layers", type=int, default=None, help="override the layer count (default: all on a CPU, 8 on a "
@@ -379,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv=None):
     """Parse and check the command line; every bad argument raises WorkbenchError before a model is built."""
-    from workbench.models import family_of, load_config
+    from workbench.step.models import family_of, load_config
 
     a = build_parser().parse_args(argv)
     for k in ("layers", "tokens", "batches", "steps", "reps", "lora_rank"):
@@ -408,10 +409,10 @@ def _mean(x):
 
 def run(a) -> dict:
     """The whole measurement for parsed arguments `a`; returns the JSON object."""
-    from workbench import precision
-    from workbench.data import make_batches, to_device
-    from workbench.harness import enable_checkpointing
-    from workbench.models import build_model, lora_resetter, resolve_device
+    from workbench.step import precision
+    from workbench.step.data import make_batches, to_device
+    from workbench.step.harness import enable_checkpointing
+    from workbench.step.models import build_model, lora_resetter, resolve_device
 
     device = resolve_device(a.device)
     cuda = device.type == "cuda"
@@ -535,7 +536,7 @@ def _fmt_ci(ci):
 
 
 def main(argv=None) -> int:
-    from workbench.report import table
+    from workbench.report.tables import table
 
     a = parse_args(argv)
     res = run(a)

@@ -12,32 +12,14 @@ import argparse
 import collections
 import sys
 
-from workbench.cli import emit_json, progress, run_main
-from workbench.config import RunConfig
-from workbench.data import LENGTHS_HELP, lengths_arg
+from workbench.cli import HelpFormatter, OneLineParser, emit_json, progress, run_main
+from workbench.step.config import RunConfig
+from workbench.step.data import LENGTHS_HELP, lengths_arg
 from workbench.errors import WorkbenchError
 
 
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """--help keeps the description's and epilog's layout and shows every option's default (flags, and options
-    whose default None means "decided later", say so in their help text instead)."""
-
-    def _get_help_string(self, action):
-        if action.default is None or isinstance(action.default, bool):
-            return action.help
-        return super()._get_help_string(action)
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose usage errors raise WorkbenchError: `run_main` prints them as one `error: ...` line, exit 2
-    (instead of argparse's usage block followed by the error)."""
-
-    def error(self, message):
-        raise WorkbenchError(f"{message} (see {self.prog} --help)")
-
-
 def _epilog() -> str:
-    from workbench.models import ATTN_CHOICES, EXPERTS_CHOICES, PRESETS
+    from workbench.step.models import ATTN_CHOICES, EXPERTS_CHOICES, PRESETS
     presets = "\n".join(f"  {name:<16} {p.family}" for name, p in PRESETS.items())
     return (f"presets (--model; or a local Hugging Face checkpoint directory with config.json and weights):\n"
             f"{presets}\n\n"
@@ -49,7 +31,7 @@ def _epilog() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     d = RunConfig()
-    p = ArgumentParser(prog="python -m workbench.run", description=__doc__, epilog=_epilog(),
+    p = OneLineParser(prog="python -m workbench.run", description=__doc__, epilog=_epilog(),
                        formatter_class=HelpFormatter)
     p.add_argument("--model", default=d.model, help="preset name (listed below) or local HF checkpoint directory")
     p.add_argument("--layers", type=int, default=None,
@@ -81,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv=None) -> RunConfig:
     """Parse and validate the command line; every bad argument raises WorkbenchError before any model is built
     (--lengths is read by argparse, --attn / --experts / --model / --layers checked on the model's config)."""
-    from workbench.models import check_attn, check_experts, load_config
+    from workbench.step.models import check_attn, check_experts, load_config
 
     a = build_parser().parse_args(argv)
     cfg = RunConfig(model=a.model, layers=a.layers, tokens=a.tokens, lengths=a.lengths, steps=a.steps,
@@ -100,10 +82,10 @@ def parse_args(argv=None) -> RunConfig:
 
 def execute(cfg: RunConfig, on_step=None):
     """Build, instrument and train per `cfg`; returns (model, records)."""
-    from workbench.data import make_batches, to_device
-    from workbench.harness import enable_checkpointing, train_steps
+    from workbench.step.data import make_batches, to_device
+    from workbench.step.harness import enable_checkpointing, train_steps
     from workbench.instrument import Ranges, instrument_layers
-    from workbench.models import build_model, resolve_device
+    from workbench.step.models import build_model, resolve_device
 
     device = resolve_device(cfg.device)
     model = build_model(cfg.model, layers=cfg.layers, attn=cfg.attn, device=device, seed=cfg.seed,
@@ -121,7 +103,7 @@ def execute(cfg: RunConfig, on_step=None):
 
 
 def main(argv=None) -> int:
-    from workbench.report import table  # the project's one table renderer
+    from workbench.report.tables import table  # the project's one table renderer
 
     cfg = parse_args(argv)
     progress(f"building {cfg.model} ...")

@@ -1,6 +1,6 @@
 """The qwen3-30b-a3b levers run was cut off (the lease's 30-minute cap) in the path's trace passes, after every timed
 step: its summary.json holds the predictions and the two lever comparisons but no verdicts. This judges them as the run
-would have (`workbench.lever_run.annotate` on its own results.csv and predictions). Run from the repository root:
+would have (`workbench.ab.levers.annotate` on its own results.csv and predictions). Run from the repository root:
 
     python profiles/2026-11-25_h100_levers_path/qwen3_verdicts.py
 """
@@ -8,7 +8,7 @@ import json
 import os
 import types
 
-from workbench import lever_run
+from workbench.ab import levers as lever_run
 
 RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "qwen3moe_levers")
 

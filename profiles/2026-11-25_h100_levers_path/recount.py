@@ -14,7 +14,8 @@ import sys
 
 import pandas as pd
 
-from workbench import analysis, flops
+from workbench import analysis
+from workbench.step import flops
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PEAK = flops.peak_tflops("NVIDIA H100 80GB HBM3")

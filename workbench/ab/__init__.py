@@ -8,7 +8,7 @@ equivalence checked on every run, sync counts and traces from separate passes.
     python -m workbench.ab --opt moe --arms eager,grouped --target-ci 1 --budget-s 600
     python -m workbench.ab --opt all --nvtx-cost             # + per comparison: NVTX ranges off against on
 
-How a comparison is measured (workbench/engine.py): the model is built once; every arm sees the same sequence of
+How a comparison is measured (workbench/measure/engine.py): the model is built once; every arm sees the same sequence of
 --batches packed batches. Each rep runs every arm, the order rotated by one per rep; per arm: apply, warm up until
 the step time settles (at least --warmup steps and one pass over every batch, until a step is within --settle-pct
 of the previous step on the same batch, at most --warmup-max), then --steps timed steps with no instrument but NVTX
@@ -17,7 +17,7 @@ exp(mean over reps of log(mean baseline / mean arm)), with a 95% t-interval over
 from 4 reps: faster, slower, or no detectable difference (±x%). No step is dropped; steps beyond 5 x MAD within an
 arm and batch are listed. Under torchrun the samples are the slowest rank's step. After the timed reps, a counted pass (one
 step per batch, the sync counter on) gives syncs per step and `instrumented_step_ms` (the counter's cost); --trace
-adds profiled passes. Equivalence (workbench/equivalence.py, criterion fixed before the run and written to
+adds profiled passes. Equivalence (workbench/measure/equivalence.py, criterion fixed before the run and written to
 meta.json): one forward + backward of every arm on the first timed batch, relative L2 per LoRA gradient against the
 baseline, or in bf16 against an fp32 run of the baseline on that batch.
 
@@ -27,8 +27,8 @@ Prints one table per comparison, then, as the last stdout line, one JSON object:
 Progress goes to stderr. Exit status 0 only when every comparison ran and every arm was equivalent; 2 for bad input
 (one line, nothing written); 130 / 143 when interrupted (Ctrl-C / SIGTERM: the folder is kept, marked incomplete).
 Files: runs/<run_id>/ (or --out, which must be new or empty unless --force): results.csv, summary.json, meta.json,
-errors.log on every failure, traces/ when asked (workbench/results.py describes the schema), and a file named
-for the state while it is not complete: RUNNING (pid and heartbeat), INCOMPLETE or FAILED (workbench/markers.py).
+errors.log on every failure, traces/ when asked (workbench/measure/results.py describes the schema), and a file named
+for the state while it is not complete: RUNNING (pid and heartbeat), INCOMPLETE or FAILED (workbench/measure/markers.py).
 
 The package, along the data flow (each room one job):
 

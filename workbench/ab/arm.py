@@ -37,7 +37,7 @@ class _Session:
     uninstrumented step on batch i (NVTX ranges only when the arm asks for them), or counted with `counter`."""
 
     def __init__(self, model, batches, handle, lr, ranges: bool):
-        from workbench.harness import make_optimizer
+        from workbench.step.harness import make_optimizer
         from workbench.instrument import Ranges
 
         self.model, self.batches, self.handle = model, batches, handle
@@ -45,7 +45,7 @@ class _Session:
         self.ranges = Ranges(nvtx=ranges, profiler=False)
 
     def step(self, index: int, step: int, counter=None):
-        from workbench.harness import train_step
+        from workbench.step.harness import train_step
 
         return train_step(self.model, self.batches[index], self.optimizer, step=step, ranges=self.ranges,
                           counter=counter, inputs_fn=self.handle.inputs_fn)

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import argparse
 
+from workbench.cli import OneLineParser
 from workbench.errors import WorkbenchError
 
-from workbench import opt_registry as registry
+from workbench.opts import registry
 from workbench.ab.config import ABConfig
-from workbench.precision import CHOICES as PRECISION_CHOICES, HELP as PRECISION_HELP
+from workbench.step.precision import CHOICES as PRECISION_CHOICES, HELP as PRECISION_HELP
 
-DOC = 'Interleaved A/B comparisons of the optimizations: a paired speedup with its 95% CI and a verdict per comparison,\nequivalence checked on every run, sync counts and traces from separate passes.\n\n    python -m workbench.ab                                   # --opt all: tiny presets on a CPU (a few minutes)\n    python -m workbench.ab --opt packing --trace torch       # + a torch.profiler pass of every arm\n    python -m workbench.ab --opt packing --aa --reps 6       # A/A: the baseline against itself (the noise floor)\n    python -m workbench.ab --opt packing --sweep layers=4,8,16,28      # one comparison per layer count\n    python -m workbench.ab --opt moe --arms eager,grouped --target-ci 1 --budget-s 600\n    python -m workbench.ab --opt all --nvtx-cost             # + per comparison: NVTX ranges off against on\n\nHow a comparison is measured (workbench/engine.py): the model is built once; every arm sees the same sequence of\n--batches packed batches. Each rep runs every arm, the order rotated by one per rep; per arm: apply, warm up until\nthe step time settles (at least --warmup steps and one pass over every batch, until a step is within --settle-pct\nof the previous step on the same batch, at most --warmup-max), then --steps timed steps with no instrument but NVTX\nranges, then revert. Samples pair by (rep, step); the rep is the unit (arms run as blocks per rep): the speedup is\nexp(mean over reps of log(mean baseline / mean arm)), with a 95% t-interval over reps (reps - 1 df) and a verdict\nfrom 4 reps: faster, slower, or no detectable difference (±x%). No step is dropped; steps beyond 5 x MAD within an\narm and batch are listed. Under torchrun the samples are the slowest rank\'s step. After the timed reps, a counted pass (one\nstep per batch, the sync counter on) gives syncs per step and `instrumented_step_ms` (the counter\'s cost); --trace\nadds profiled passes. Equivalence (workbench/equivalence.py, criterion fixed before the run and written to\nmeta.json): one forward + backward of every arm on the first timed batch, relative L2 per LoRA gradient against the\nbaseline, or in bf16 against an fp32 run of the baseline on that batch.\n\nPrints one table per comparison, then, as the last stdout line, one JSON object: {"run_id", "device",\n"comparisons": [{"name", "opt", "model", "layers", "tokens", "baseline": ARM, "optimized": ARM, "others": [ARM],\n"speedup", "speedup_ci95", "verdict", "n_pairs", "equivalent", "savings_model", ...}], "complete", "status"}.\nProgress goes to stderr. Exit status 0 only when every comparison ran and every arm was equivalent; 2 for bad input\n(one line, nothing written); 130 / 143 when interrupted (Ctrl-C / SIGTERM: the folder is kept, marked incomplete).\nFiles: runs/<run_id>/ (or --out, which must be new or empty unless --force): results.csv, summary.json, meta.json,\nerrors.log on every failure, traces/ when asked (workbench/results.py describes the schema), and a file named\nfor the state while it is not complete: RUNNING (pid and heartbeat), INCOMPLETE or FAILED (workbench/markers.py).'
+DOC = 'Interleaved A/B comparisons of the optimizations: a paired speedup with its 95% CI and a verdict per comparison,\nequivalence checked on every run, sync counts and traces from separate passes.\n\n    python -m workbench.ab                                   # --opt all: tiny presets on a CPU (a few minutes)\n    python -m workbench.ab --opt packing --trace torch       # + a torch.profiler pass of every arm\n    python -m workbench.ab --opt packing --aa --reps 6       # A/A: the baseline against itself (the noise floor)\n    python -m workbench.ab --opt packing --sweep layers=4,8,16,28      # one comparison per layer count\n    python -m workbench.ab --opt moe --arms eager,grouped --target-ci 1 --budget-s 600\n    python -m workbench.ab --opt all --nvtx-cost             # + per comparison: NVTX ranges off against on\n\nHow a comparison is measured (workbench/measure/engine.py): the model is built once; every arm sees the same sequence of\n--batches packed batches. Each rep runs every arm, the order rotated by one per rep; per arm: apply, warm up until\nthe step time settles (at least --warmup steps and one pass over every batch, until a step is within --settle-pct\nof the previous step on the same batch, at most --warmup-max), then --steps timed steps with no instrument but NVTX\nranges, then revert. Samples pair by (rep, step); the rep is the unit (arms run as blocks per rep): the speedup is\nexp(mean over reps of log(mean baseline / mean arm)), with a 95% t-interval over reps (reps - 1 df) and a verdict\nfrom 4 reps: faster, slower, or no detectable difference (±x%). No step is dropped; steps beyond 5 x MAD within an\narm and batch are listed. Under torchrun the samples are the slowest rank\'s step. After the timed reps, a counted pass (one\nstep per batch, the sync counter on) gives syncs per step and `instrumented_step_ms` (the counter\'s cost); --trace\nadds profiled passes. Equivalence (workbench/measure/equivalence.py, criterion fixed before the run and written to\nmeta.json): one forward + backward of every arm on the first timed batch, relative L2 per LoRA gradient against the\nbaseline, or in bf16 against an fp32 run of the baseline on that batch.\n\nPrints one table per comparison, then, as the last stdout line, one JSON object: {"run_id", "device",\n"comparisons": [{"name", "opt", "model", "layers", "tokens", "baseline": ARM, "optimized": ARM, "others": [ARM],\n"speedup", "speedup_ci95", "verdict", "n_pairs", "equivalent", "savings_model", ...}], "complete", "status"}.\nProgress goes to stderr. Exit status 0 only when every comparison ran and every arm was equivalent; 2 for bad input\n(one line, nothing written); 130 / 143 when interrupted (Ctrl-C / SIGTERM: the folder is kept, marked incomplete).\nFiles: runs/<run_id>/ (or --out, which must be new or empty unless --force): results.csv, summary.json, meta.json,\nerrors.log on every failure, traces/ when asked (workbench/measure/results.py describes the schema), and a file named\nfor the state while it is not complete: RUNNING (pid and heartbeat), INCOMPLETE or FAILED (workbench/measure/markers.py).'
 
 OPT_NAMES = registry.names()
-"""The optimizations (`workbench.opt_registry`: read from their modules' SPEC, nothing imported)."""
+"""The optimizations (`workbench.opts.registry`: read from their modules' SPEC, nothing imported)."""
 OPT_CHOICES = (*OPT_NAMES, "all", "levers")
 """`all`: every optimization whose SPEC has no `in_all: False`, each alone, then together; `levers`: the lever
-optimizations the traced baseline's breakdown names (`workbench.lever_run`)."""
+optimizations the traced baseline's breakdown names (`workbench.ab.levers`)."""
 HF_ATTN = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3")
 ARMS_HELP = {o: registry.spec(o)["help"] for o in OPT_NAMES}
 
@@ -38,7 +39,7 @@ NOT_A_RESULT = "not a result (CPU timing)"
 """The verdict of every CPU comparison: CPU step times depend on the machine's load, not on the GPU glue code."""
 
 DTYPE_CHOICES = ("auto", "fp32", "bf16", "fp16")
-"""--dtype: auto = bf16 on CUDA, fp32 on the CPU (workbench.models.default_dtype); `runner.DTYPES` maps them."""
+"""--dtype: auto = bf16 on CUDA, fp32 on the CPU (workbench.step.models.default_dtype); `runner.DTYPES` maps them."""
 
 
 
@@ -51,8 +52,8 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
 
 
 def _epilog() -> str:
-    from workbench import length_data
-    from workbench.presets import PRESETS
+    from workbench.step import length_data
+    from workbench.step.presets import PRESETS
 
     arms = "\n".join(f"  {o:8s} {h}" for o, h in ARMS_HELP.items())
     cpu, gpu = CPU_DEFAULTS, GPU_DEFAULTS
@@ -68,7 +69,7 @@ def _epilog() -> str:
 
 
 def _lengths(spec: str) -> str:
-    from workbench.data import LengthSource
+    from workbench.step.data import LengthSource
 
     try:
         LengthSource(spec)
@@ -99,21 +100,16 @@ def _non_negative(s):
     return v
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2, no usage block
-        raise WorkbenchError(f"{message} (see --help)")
-
-
 def parse_args(argv=None):
 
     d = ABConfig()  # every default is the config's own
-    p = _Parser(prog="python -m workbench.ab", description=DOC, formatter_class=_HelpFormatter,
+    p = OneLineParser(prog="python -m workbench.ab", description=DOC, formatter_class=_HelpFormatter,
                 epilog=_epilog())
     p.add_argument("--opt", default=d.opt, choices=OPT_CHOICES, help="the optimization to compare (all: each, then "
                    "all three together, with two more MoE arms on top of the other two fixes: grouped, the floor, and "
                    "hf_grouped_mm, transformers' own grouped_mm as the anchor; optimizations whose SPEC says in_all: False are left "
                    "out); levers: the lever optimizations a traced baseline names, one comparison each, then their "
-                   "cumulative path (workbench/lever_run.py)")
+                   "cumulative path (workbench/ab/levers.py)")
     p.add_argument("--model", default=None, help="preset or local HF checkpoint dir (None: per --opt and device)")
     p.add_argument("--layers", type=_positive(int), default=None, help="override the layer count (None: per --opt)")
     p.add_argument("--tokens", type=_positive(int), default=None, help="packed tokens per batch (None: per device)")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from workbench.config import RunConfig
+from workbench.step.config import RunConfig
 from workbench.errors import WorkbenchError
 
 _RUN = RunConfig()
@@ -34,7 +34,7 @@ class ABConfig:
     experts: str | None = None
     """HF experts implementation of MoE models; None: transformers' default."""
     lengths: str = _RUN.lengths
-    """Document lengths (`workbench.data.LengthSource`)."""
+    """Document lengths (`workbench.step.data.LengthSource`)."""
     batches: int | None = None
     """Distinct packed batches every arm cycles through; None: per device."""
     steps: int | None = None
@@ -76,7 +76,7 @@ class ABConfig:
     dtype: str = "auto"
     """auto | fp32 | bf16 | fp16: the base weights' dtype (auto: the precision's)."""
     precision: str = "auto"
-    """auto | autocast | bf16 | fp32-adapters (`workbench.precision`); resolved for the device before the run."""
+    """auto | autocast | bf16 | fp32-adapters (`workbench.step.precision`); resolved for the device before the run."""
     seed: int = _RUN.seed
     """Seeds weights, LoRA and data."""
     lora_rank: int = _RUN.lora_rank
@@ -125,7 +125,7 @@ class ABConfig:
 
     def resolved(self, device, run_defaults: dict) -> "ABConfig":
         """The config the run uses on `device`: the precision resolved, the per-device run defaults filled in."""
-        from workbench import precision
+        from workbench.step import precision
         fill = {k: run_defaults[k] for k in ("steps", "warmup", "warmup_max", "reps", "batches")
                 if getattr(self, k) is None}
         return dataclasses.replace(self, precision=precision.resolve(device, self.precision), **fill)

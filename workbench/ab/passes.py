@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from workbench.ab.arm import _free
 from workbench.cli import progress
-from workbench.results import safe_name
+from workbench.measure.results import safe_name
 
 
 def torch_traces(runner, model, cpu_batches, cmp, runnable, arm_status, reset_weights, env) -> dict:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from workbench import opt_registry as registry
+from workbench.opts import registry
 from workbench import opts as opts_registry
 from workbench.ab import preflight
 from workbench.ab.cli import CPU_DEFAULTS, GPU_DEFAULTS, HF_ATTN
@@ -59,7 +59,7 @@ def _unique_labels(names: list[str]) -> list[str]:
 
 def plan(args, device) -> list[Comparison]:
     """The comparisons to run, validated (unknown opt / model / arm raise WorkbenchError)."""
-    from workbench.models import load_config
+    from workbench.step.models import load_config
 
     opts_registry.load_all()  # what the optimizations register on import (wb_* experts names) is there to check
 
@@ -146,7 +146,7 @@ def plan(args, device) -> list[Comparison]:
 def _check_lengths(args, tokens: int, vocab_size: int) -> None:
     """One packed batch of `tokens` from --lengths, built before anything else (a document longer than the token
     budget fails here, with one line, not after the model is built and a folder written)."""
-    from workbench.data import make_batches
+    from workbench.step.data import make_batches
 
     make_batches(args.lengths, tokens, 1, vocab_size, seed=args.seed)
 
@@ -160,7 +160,7 @@ def _module_or_none(opt: str):
 
 def _all_variants(opt: str) -> tuple:
     """The arms that replace `opt`'s optimized arm in extra arms of --opt all (its SPEC; none for an unlisted one)."""
-    from workbench import opt_registry
+    from workbench.opts import registry as opt_registry
     try:
         return tuple(opt_registry.spec(opt)["all_variants"])
     except WorkbenchError:
@@ -174,8 +174,8 @@ def _attention_backends() -> tuple:
 
 def _lever_plan(args, defaults, device) -> list[Comparison]:
     """--opt levers: one comparison (baseline, optimized) per registered lever optimization, every one on the shape
-    of `levers` (so on the same batches); `workbench.lever_run.select` keeps those that apply and adds the path."""
-    from workbench.models import load_config
+    of `levers` (so on the same batches); `workbench.ab.levers.select` keeps those that apply and adds the path."""
+    from workbench.step.models import load_config
 
     for flag, v in (("--arms", args.arms), ("--aa", args.aa), ("--sweep", args.sweep)):
         if v:
@@ -183,7 +183,7 @@ def _lever_plan(args, defaults, device) -> list[Comparison]:
     names = registry.levers()
     if not names:
         raise WorkbenchError("--opt levers: no lever optimization is registered (a SPEC with a `lever` key: "
-                             "workbench/opt_registry.py)")
+                             "workbench/opts/registry.py)")
     d = defaults["levers"]
     model = args.model or d["model"]
     layers = args.layers if args.layers is not None else d.get("layers")

@@ -4,7 +4,7 @@
 - `check_run(args, device)` (the session, once the per-device defaults are filled in): the dtype on this device,
   the attention implementation's availability on this device, and protocols that can never give a verdict.
 - `check_model(args, device, config, comparisons)` (the planner, once per model config, before the document
-  lengths are drawn): --experts on a dense model, and the memory lower bound (`workbench.memory_estimate`) against
+  lengths are drawn): --experts on a dense model, and the memory lower bound (`workbench.step.memory_estimate`) against
   the device's memory (GPU memory, or host RAM on a CPU), unless --force.
 
 The token budget against the document lengths and a writable, new --out are checked by the planner
@@ -32,7 +32,7 @@ def check_run(args, device, note=None) -> None:
         import transformers.utils as tu
         if not getattr(tu, FLASH_ATTN[args.attn], lambda: False)():
             raise WorkbenchError(f"--attn {args.attn}: its package is not installed here; install it or use sdpa")
-    from workbench.stats import MIN_UNITS
+    from workbench.measure.stats import MIN_UNITS
     if cuda and args.reps < MIN_UNITS and args.target_ci is None and args.budget_s is None:
         other = [f for f, on in (("--trace", args.trace != "none"), ("--cross-check", args.cross_check),
                                  ("--nvtx-cost", args.nvtx_cost != "off")) if on]
@@ -48,8 +48,8 @@ def check_run(args, device, note=None) -> None:
 def check_model(args, device, config, comparisons) -> None:
     """One model config and the comparisons that build it (their layers and tokens): refuses --experts on a dense
     model, and a shape whose memory lower bound exceeds the device unless --force."""
-    from workbench.models import family_of
-    from workbench.presets import MOE_FAMILIES
+    from workbench.step.models import family_of
+    from workbench.step.presets import MOE_FAMILIES
 
     family = family_of(config)
     if args.experts is not None and family not in MOE_FAMILIES and (args.opt != "all" or args.model is not None):
@@ -58,7 +58,7 @@ def check_model(args, device, config, comparisons) -> None:
                              "model")
     if args.force:
         return
-    from workbench import memory_estimate as me
+    from workbench.step import memory_estimate as me
     limit, where = me.device_bytes(device)
     if not limit:
         return

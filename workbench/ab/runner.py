@@ -8,9 +8,9 @@ import traceback
 
 import torch
 
-from workbench import opt_registry
+from workbench.opts import registry as opt_registry
 from workbench import opts as opts_registry
-from workbench import savings
+from workbench.savings import common as savings
 from workbench.ab import passes, summary
 from workbench.ab.arm import _Parked, _Session, _fresh, _free, _plain
 from workbench.ab.cli import HF_ATTN, NOT_A_RESULT
@@ -20,7 +20,7 @@ from workbench.errors import WorkbenchError
 from workbench.opts import apply_all as apply_arms, unsupported_reason
 
 DTYPES = {"auto": None, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-"""--dtype names (`cli.DTYPE_CHOICES`) to torch dtypes; auto = the precision's (workbench.models.default_dtype)."""
+"""--dtype names (`cli.DTYPE_CHOICES`) to torch dtypes; auto = the precision's (workbench.step.models.default_dtype)."""
 
 
 class Runner:
@@ -41,7 +41,7 @@ class Runner:
         return self.args.seed
 
     def protocol(self):
-        from workbench.engine import Protocol
+        from workbench.measure.engine import Protocol
 
         a = self.args
         return Protocol(reps=a.reps, steps=a.steps, warmup_min=a.warmup, warmup_max=max(a.warmup_max, a.warmup),
@@ -49,9 +49,9 @@ class Runner:
                         max_reps=max(a.max_reps, a.reps))
 
     def build(self, cmp: Comparison):
-        from workbench.harness import enable_checkpointing
+        from workbench.step.harness import enable_checkpointing
         from workbench.instrument import instrument_layers
-        from workbench.models import build_model
+        from workbench.step.models import build_model
 
         hf_attn = cmp.attn if (cmp.attn is None or cmp.attn in HF_ATTN) else None
         model = build_model(cmp.model, layers=cmp.layers, attn=hf_attn, device=self.device, seed=self.args.seed,
@@ -78,7 +78,7 @@ class Runner:
     @contextlib.contextmanager
     def session(self, model, cpu_batches, spec: ArmSpec, cmp, *, reset, options=None, infos=None):
         """The arm applied (reverted on exit), its batches prepared and on the device, weights reset."""
-        from workbench.data import to_device
+        from workbench.step.data import to_device
 
         reset()
         handle = apply_arms(model, spec.arms, options if options is not None else self.options(cmp))
@@ -98,7 +98,7 @@ class Runner:
     def reference_fp32(self, model, run_one, batch, *, cmp, spec, options) -> dict:
         """The fp32 reference of the baseline arm on `batch` (`equivalence.reference_fp32`; workbench.ab.distributed
         computes it on an unsharded copy: FSDP2 all-gathers from its own bf16 shards)."""
-        from workbench import equivalence
+        from workbench.measure import equivalence
 
         return equivalence.reference_fp32(model, run_one, batch, self._progress, self.device)
 
@@ -115,7 +115,7 @@ class Runner:
     def run_arm_steps(self, model, cpu_batches, spec: ArmSpec, cmp, *, steps, warmup, reset, on_step=None,
                       count_syncs=False, optimizer=None, options=None):
         """A fixed number of steps of one arm (trace passes, equivalence): `harness.train_steps`."""
-        from workbench.harness import train_steps
+        from workbench.step.harness import train_steps
         from workbench.instrument import Ranges
 
         with self.session(model, cpu_batches, spec, cmp, reset=reset, options=options) as s:
@@ -124,9 +124,9 @@ class Runner:
                                cross_check=self.args.cross_check, inputs_fn=s.handle.inputs_fn, on_step=on_step)
 
     def run(self, cmp: Comparison, index: int, total: int) -> dict:
-        from workbench import engine, equivalence
-        from workbench.data import make_batches
-        from workbench.models import lora_parameters, lora_resetter
+        from workbench.measure import engine, equivalence
+        from workbench.step.data import make_batches
+        from workbench.step.models import lora_parameters, lora_resetter
 
         a = self.args
         tag = f"[{index}/{total} {cmp.name}]"
@@ -152,7 +152,7 @@ class Runner:
                 ran_attn = hook(model, self.device, opts_o.get(opt, {}))
         env = dict(opt=cmp.opt, model=cmp.model, layers=L, tokens=cmp.tokens, attn=ran_attn)
         out["attn"] = ran_attn
-        from workbench import precision
+        from workbench.step import precision
         dtype = precision.compute_dtype(model)  # the equivalence tolerance's dtype: bf16 under autocast
         reset_weights = lora_resetter(model)
 
@@ -191,9 +191,9 @@ class Runner:
 
         cpu_batches = make_batches(a.lengths, cmp.tokens, a.batches, model.config.vocab_size, seed=self.data_seed())
         out["batches"] = [{"tokens": b.tokens, "documents": len(b.doc_lens)} for b in cpu_batches]
-        try:  # model FLOPs per batch (workbench.flops): achieved TFLOP/s and MFU per arm
-            from workbench import flops
-            from workbench.models import base_model_of
+        try:  # model FLOPs per batch (workbench.step.flops): achieved TFLOP/s and MFU per arm
+            from workbench.step import flops
+            from workbench.step.models import base_model_of
             cfg = base_model_of(model).config
             self._batch_flops = [flops.step_flops(cfg, b.doc_lens, lora_rank=a.lora_rank,
                                                   attention=flops.attention_mode(ran_attn),
@@ -223,7 +223,7 @@ class Runner:
                                       if isinstance(v, dict) and "backend" in v), ran_attn)
             return ref32
 
-        from workbench import numerics
+        from workbench.measure import numerics
         for spec in runnable:
             try:
                 res = one_step(spec, cpu_batches[0])
@@ -371,7 +371,7 @@ class Runner:
                        variance_components=c["variance_components"])
             b_ms, o_ms, reps = engine.pairs(samples, cmp.baseline, cmp.optimized)
             if b_ms:
-                from workbench import stats
+                from workbench.measure import stats
                 out["savings_model"]["measured_ms"] = stats.paired_difference(b_ms, o_ms, reps)["mean"]
         ran_all = all(arm_status[s.label]["status"] in ("ok", "skipped") for s in cmp.arms)
         out["equivalent"] = bool(ran_all and equiv and all(

@@ -11,7 +11,7 @@ import traceback
 
 import torch
 
-from workbench import verdicts
+from workbench.savings import verdicts
 from workbench.ab.cli import CPU_DEFAULTS, GPU_DEFAULTS, parse_args
 from workbench.ab.arm import _fresh
 from workbench.ab.planner import ArmSpec, Comparison
@@ -26,7 +26,7 @@ class Terminated(BaseException):
 
 
 def _verdicts(writer, summary: dict, failures: list) -> list:
-    """The savings models' verdicts from this run's traces (`workbench.verdicts`): printed, written into
+    """The savings models' verdicts from this run's traces (`workbench.savings.verdicts`): printed, written into
     summary.json; an input check that fails is a failure of the run (loud)."""
     writer.flush()
     writer.write_summary({**summary, "complete": False, "status": "running"})
@@ -36,7 +36,7 @@ def _verdicts(writer, summary: dict, failures: list) -> list:
         failures.append(f"savings-model verdicts failed: {type(e).__name__}: {e}")
         progress(f"error: {failures[-1]}")
         return summary["comparisons"]
-    from workbench.results import load_run
+    from workbench.measure.results import load_run
     on_disk = load_run(writer.out_dir)[1]
     annotated = on_disk.get("comparisons", summary["comparisons"])
     summary["verdicts"] = on_disk.get("verdicts")
@@ -57,8 +57,8 @@ def _verdicts(writer, summary: dict, failures: list) -> list:
 def capture_child(args, device) -> int:
     """Under `nsys profile -c cudaProfilerApi`: run one arm's warmup, then its timed steps between
     torch.cuda.profiler.start() and stop()."""
-    from workbench.data import make_batches, to_device
-    from workbench.harness import train_steps
+    from workbench.step.data import make_batches, to_device
+    from workbench.step.harness import train_steps
     from workbench.instrument import Ranges
 
     arms = dict(kv.split("=", 1) for kv in args._capture.split(","))
@@ -74,7 +74,7 @@ def capture_child(args, device) -> int:
     try:
         batches = to_device(_fresh(cpu_batches), device, prepare=handle.prepare_batch)
         ranges = Ranges(nvtx=True, profiler=False)
-        from workbench.harness import make_optimizer
+        from workbench.step.harness import make_optimizer
         optim = make_optimizer(model, args.lr)
         if args.warmup:
             train_steps(model, batches, steps=args.warmup, optimizer=optim, ranges=ranges, count_syncs=False,
@@ -112,16 +112,16 @@ def main(argv=None) -> int:
 
 def _main(argv, a, dctx) -> int:
     """The run; `dctx` is this rank's `workbench.ab.distributed.DistContext` under torchrun, else None."""
-    from workbench import report
-    from workbench.equivalence import describe
+    from workbench.report import tables as report
+    from workbench.measure.equivalence import describe
     from workbench.instrument import NvmlSampler
-    from workbench.models import resolve_device
-    from workbench.results import RunWriter, check_out_dir, clear_run_files, device_info, new_run_id
+    from workbench.step.models import resolve_device
+    from workbench.measure.results import RunWriter, check_out_dir, clear_run_files, device_info, new_run_id
     from workbench.ab.distributed import RankFailed
 
     main_rank = dctx is None or dctx.is_main  # distributed: rank 0 alone prints and writes the folder
     device = dctx.device if dctx is not None else resolve_device(a.device)
-    from workbench import precision as _prec
+    from workbench.step import precision as _prec
     a = a.resolved(device, (GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS)["_run"])  # meta.json's args
     from workbench.ab import preflight
     preflight.check_run(a, device, note=progress if main_rank else None)  # dtype, attention, protocol: no model yet
@@ -189,10 +189,10 @@ def _main(argv, a, dctx) -> int:
     try:
         if sampler is not None:
             sampler.__enter__()
-        if a.opt == "levers":  # the traced baseline picks the levers that run (workbench.lever_run)
+        if a.opt == "levers":  # the traced baseline picks the levers that run (workbench.ab.levers)
             if dctx is not None:
                 raise WorkbenchError("--opt levers runs on one device (not under torchrun)")
-            from workbench import lever_run
+            from workbench.ab import levers as lever_run
             levers = lever_run.select(runner, comps)
             comps = levers.comparisons
             summary["levers"] = writer.meta["levers"] = levers.describe()

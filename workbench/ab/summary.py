@@ -5,7 +5,7 @@ from __future__ import annotations
 def per_step_by_source(recs, field: str, top: int = 12) -> dict:
     """{file:line: count per step} of a StepRecord's by-source dict (the counter's syncs, or the sync-debug-mode
     warnings), the `top` largest: where two witnesses differ, summary.json says at which lines."""
-    from workbench.harness import mean_per_step
+    from workbench.step.harness import mean_per_step
 
     ranked = sorted(mean_per_step(recs, field).items(), key=lambda kv: (-kv[1], str(kv[0])))[:top]
     return {str(k): v for k, v in ranked}
@@ -13,7 +13,7 @@ def per_step_by_source(recs, field: str, top: int = 12) -> dict:
 
 def nvml_of(nvml, m, label) -> dict:
     """Median SM clock and power over the arm's timed blocks (NVML samples inside their windows)."""
-    from workbench import stats
+    from workbench.measure import stats
 
     if nvml is None or m is None or not nvml.samples:
         return {}
@@ -29,7 +29,7 @@ def nvml_of(nvml, m, label) -> dict:
 def arm_summary(runner, label, samples, m, counted, arm_status, info, equiv, events) -> dict:
     """One arm's dict of summary.json: timed-step statistics, the counted pass's syncs and instrument cost, NVML,
     throughput and MFU, equivalence, and the trace's sync witness."""
-    from workbench import stats
+    from workbench.measure import stats
 
     mine = [s for s in samples if s["arm"] == label]
     st = stats.summarize([s["step_ms"] for s in mine])
@@ -54,7 +54,7 @@ def arm_summary(runner, label, samples, m, counted, arm_status, info, equiv, eve
         d["warmup_settled"] = sum(w.settled for w in ws)
     d.update(nvml_of(runner.nvml, m, label))
     if getattr(runner, "_batch_flops", None) and mine:
-        from workbench import flops
+        from workbench.step import flops
         d.update(flops.arm_throughput(runner._batch_flops, mine, getattr(runner, "device_name", None)))
     if arm_status.get(label, {}).get("error"):
         d["error"] = arm_status[label]["error"]

@@ -1,4 +1,4 @@
-"""Tables and figures from run folders of the one results schema (`workbench/results.py`): what the notebooks and
+"""Tables and figures from run folders of the one results schema (`workbench/measure/results.py`): what the notebooks and
 `python -m workbench.readme_results` show.
 
     from workbench import analysis as an
@@ -11,7 +11,7 @@ A run folder holds `summary.json` (+ `meta.json`, `results.csv`; `traces/<compar
 `--trace`). A profiles root is a folder of such folders at any depth, or one run folder; a campaign folder's
 `COMMAND.txt` (`job: command` lines) or `commands.json` names each sub-folder's command. Runs are kept when complete
 (meta.json status "complete") and on a GPU; the others are listed by `left_out` with the reason.
-Every statistic comes from `workbench.stats`; every frame has its units in its column names; figures take a frame
+Every statistic comes from `workbench.measure.stats`; every frame has its units in its column names; figures take a frame
 and return a plotly figure (`visualize=True` shows it). Notebooks only load, call and plot.
 
 A facade over one module per topic (HolisticTraceAnalysis's pattern): `loader` (run folders, read once per root and
@@ -30,7 +30,7 @@ from workbench.analysis.sweeps import (
     SWEEP_FIT_COLUMNS, SWEEP_POINT_COLUMNS, equivalence, sweep, sweep_fits, sweep_points)
 from workbench.analysis.costs import (
     COST_COLUMNS, MFU_COLUMNS, SYNC_COLUMNS, instrument_cost, mfu, syncs, witness_ops)
-from workbench.analysis.models import (
+from workbench.analysis.savings_models import (
     DECOMPOSITION_COLUMNS, SAVINGS_COLUMNS, VERDICT_COLUMNS, decomposition, savings, verdicts)
 from workbench.analysis.breakdowns import (
     BREAKDOWN_COLUMNS, LEVER_COLUMNS, TOP_KERNEL_COLUMNS, breakdown, levers, top_kernels)
@@ -41,7 +41,7 @@ from workbench.analysis.claims import (
     CLAIM_COLUMNS, claims_table, claims_vs_ours, same_model)
 from workbench.analysis.constants import (
     DEFAULT_PROFILES, KEEP_FROM_INCOMPLETE, NOT_A_MEASUREMENT, PREVIEW_ROWS, RECIPE, REPO, SWEEP_CONFIDENCE)
-from workbench.report import (  # the figures live in report.py; re-exported here
+from workbench.report.tables import (  # the figures live in report.py; re-exported here
     breakdown_figure, claims_figure, cost_figure, show, speedup_figure, speedup_figures, steps_figure,
     sweep_figure, sweep_fit_figure, timeline_figure)
 

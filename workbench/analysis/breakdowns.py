@@ -1,4 +1,4 @@
-"""Each traced arm's step breakdown, top kernels and levers (summary.json of `workbench.verdicts`)."""
+"""Each traced arm's step breakdown, top kernels and levers (summary.json of `workbench.savings.verdicts`)."""
 from __future__ import annotations
 
 import os
@@ -50,7 +50,7 @@ LEVER_COLUMNS = ["folder", "comparison", "arm", "role", "rank", "component", "ms
 
 
 def levers(profiles: str | None = None, include_incomplete_comparisons=False, **discover_kw) -> pd.DataFrame:
-    """What would move each traced arm closer to the GPU's limit (`LEVER_COLUMNS`; `workbench.levers`, written by
+    """What would move each traced arm closer to the GPU's limit (`LEVER_COLUMNS`; `workbench.traces.levers`, written by
     `python -m workbench.verdicts` into each arm's breakdown): the component or kernel pattern, its ms per traced step
     and share of the step, and the lever, ranked."""
     rows = []

@@ -2,10 +2,11 @@
 numbers the tables and notebooks are shown with."""
 from __future__ import annotations
 
+from workbench.paths import REPO_ROOT
 import os
 
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = REPO_ROOT
 DEFAULT_PROFILES = os.path.join(REPO, "profiles")
 KEEP_FROM_INCOMPLETE = ("nvtx_cost", "packing_sweep_llama")
 """Cut-off runs whose complete comparisons the README and the notebooks report (`include_incomplete_comparisons`):
@@ -15,7 +16,7 @@ packing_sweep_llama says "failed": its timings, counted pass and traces complete
 the device; its verdicts were computed afterwards from the committed events (that folder's COMMAND.txt says so)."""
 NOT_A_MEASUREMENT = "not a measurement"
 """A campaign job status (commands.json) for a run that is left out of every table: a deliberately slowed run (the
-gate's detection check, `workbench.inject`; newer runs say so in meta.json's `injected`)."""
+gate's detection check, `workbench.step.inject`; newer runs say so in meta.json's `injected`)."""
 SWEEP_CONFIDENCE = 0.90
 """The equivalence tests at L = 1 use the fit's 90% CI (two one-sided tests at 5%)."""
 PREVIEW_ROWS = 15
@@ -53,5 +54,5 @@ CLAIMS = (
 `claims.CLAIM_COLUMNS`: opt, upstream, model, gpu, scope, claimed low / high %, claimed extra, the claim."""
 
 DEFAULT_LENGTHS = "lognormal:5.5:0.8:16"
-"""The default document-length distribution (`workbench.config.RunConfig.lengths`; tests/test_analysis.py checks they
+"""The default document-length distribution (`workbench.step.config.RunConfig.lengths`; tests/test_analysis.py checks they
 agree): the headline reports runs that packed it."""

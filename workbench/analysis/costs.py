@@ -80,11 +80,11 @@ MFU_COLUMNS = ["folder", "name", "model", "layers", "tokens", "attn", "attention
 
 
 def mfu(profiles: str | None = None, **kw) -> pd.DataFrame:
-    """Per arm of every comparison (`MFU_COLUMNS`): the model FLOPs of a step (`workbench.flops`, counted from the
+    """Per arm of every comparison (`MFU_COLUMNS`): the model FLOPs of a step (`workbench.step.flops`, counted from the
     config and the run's own batches, rebuilt from meta.json's arguments; recompute left out), the achieved TFLOP/s
     over the arm's mean step time, and MFU against the device's dense bf16 peak (`flops.PEAK_BF16_DENSE_TFLOPS`).
     A run whose summary.json already holds `achieved_tflops` (runs since the FLOP count) is read as written."""
-    from workbench import flops
+    from workbench.step import flops
 
     rows = []
     for r, comps in _included(profiles, **kw):

@@ -9,7 +9,7 @@ import re
 
 import pandas as pd
 
-from workbench import markers
+from workbench.measure import markers
 from workbench.analysis.constants import DEFAULT_LENGTHS, DEFAULT_PROFILES, NOT_A_MEASUREMENT, PREVIEW_ROWS, REPO
 
 
@@ -232,7 +232,7 @@ def step_samples(run_path: str) -> dict:
         return {}
     key = (p, os.path.getmtime(p))
     if key not in _STEP_CACHE:
-        from workbench.results import engine_step_rows
+        from workbench.measure.results import engine_step_rows
         df = pd.read_csv(p)
         df = engine_step_rows(df[df["rep"].notna() & df["step"].notna()])
         out: dict = {}
@@ -248,7 +248,7 @@ _RECOMPUTED_CACHE: dict = {}
 
 def recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict | None:
     """The speedup of `arm` over `baseline` recomputed from the run's results.csv with today's engine statistics
-    (`workbench.engine.paired_comparison`: every pair, the rep as the unit, t with R-1 df, no verdict below
+    (`workbench.measure.engine.paired_comparison`: every pair, the rep as the unit, t with R-1 df, no verdict below
     `stats.MIN_UNITS` reps), with both arms' mean step (`baseline_mean_ms`, `arm_mean_ms`); None without rows. The
     summary.json of a run made before the rep-level statistics holds the old pair-bootstrap figures: the tables
     never read those. Cached per file and modification time, as `step_samples` (every table asks again)."""
@@ -262,7 +262,7 @@ def recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict 
 
 
 def _recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict | None:
-    from workbench import engine
+    from workbench.measure import engine
 
     smp = step_samples(run_path).get(comparison)
     if not smp:
@@ -284,7 +284,7 @@ def _run_lengths(path: str) -> str:
 
 def default_lengths(df: pd.DataFrame) -> pd.DataFrame:
     """The rows of runs that packed the default length distribution: what a headline reports (another distribution
-    is another comparison: `workbench.lengths_sensitivity`)."""
+    is another comparison: `workbench.analysis.lengths`)."""
     if df is None or df.empty or "lengths" not in df:
         return df
     return df[df["lengths"].fillna(DEFAULT_LENGTHS).astype(str) == DEFAULT_LENGTHS]

@@ -186,7 +186,7 @@ def one_gpu(comps: pd.DataFrame) -> pd.DataFrame:
 
 def lever_comparisons() -> set:
     """The comparison names of `--opt levers` runs: every lever optimization (SPEC `lever`) and the `path`."""
-    from workbench import opt_registry
+    from workbench.opts import registry as opt_registry
     return {*opt_registry.levers(), "path"}
 
 
@@ -194,7 +194,7 @@ def headline_runs(comps: pd.DataFrame) -> set:
     """(folder, comparison) of the one-GPU runs a headline reports, one per comparison (`runs_of`'s choice among the
     optimized arms, sweeps left out; the user's recipe `RECIPE` first, then the most pairs, then the later folder):
     the runs a notebook draws step by step. The levers' comparisons (`--opt levers`: each lever and the `path`) are
-    left out: the README's levers section and `workbench.lever_path` report them."""
+    left out: the README's levers section and `workbench.ab.lever_path` report them."""
     d = default_lengths(one_gpu(comps[(comps["role"] == "optimized") & ~comps["name"].astype(str).str.contains("@")
                                       & ~comps["name"].astype(str).isin(lever_comparisons())]))
     if d.empty:

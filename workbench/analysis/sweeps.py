@@ -7,7 +7,7 @@ import re
 
 import pandas as pd
 
-from workbench import stats
+from workbench.measure import stats
 from workbench.analysis.constants import SWEEP_CONFIDENCE
 from workbench.analysis.loader import _empty, _frame, _included, _lohi, _name, step_samples
 
@@ -73,8 +73,8 @@ def sweep_points(profiles: str | None = None, key: str = "layers", include_incom
     """The points of every `name@<key>=N` sweep (`SWEEP_POINT_COLUMNS`): the measured saving of the optimized arm,
     the mean paired difference baseline - arm with its 95% CI, se and df at the rep level (`stats.paired_difference`
     over every pair, the rep as the unit), recomputed from each run's results.csv (`measured_from`); the model's
-    prediction and verdict as `workbench.verdicts` wrote them into summary.json."""
-    from workbench import engine
+    prediction and verdict as `workbench.savings.verdicts` wrote them into summary.json."""
+    from workbench.measure import engine
 
     rows = []
     for r, comps in _included(profiles, include_incomplete_comparisons=include_incomplete_comparisons,

@@ -6,7 +6,7 @@ import re
 
 import pandas as pd
 
-from workbench import stats
+from workbench.measure import stats
 from workbench.analysis.loader import _empty, discover
 from workbench.analysis.speedups import headline_runs
 

@@ -1,7 +1,7 @@
 """Pinned host<->device copy bandwidth of this machine: the second source of the offload model's reload time c.
 
 The reload c of a layer is read from the trace (its host-to-device copy); `bytes / pinned_h2d_gb_per_s` must
-agree with it (`workbench.savings.check_inputs`). Measured once per run, in a separate pass, with CUDA events
+agree with it (`workbench.savings.common.check_inputs`). Measured once per run, in a separate pass, with CUDA events
 around `reps` copies of `nbytes` from page-locked memory (the offload arms' host buffers are page-locked).
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Optimizations as registered, revertible model transforms.
 
-Each optimization (a module of this package with a `SPEC`, or one named in $WORKBENCH_OPTS: `workbench.opt_registry`)
+Each optimization (a module of this package with a `SPEC`, or one named in $WORKBENCH_OPTS: `workbench.opts.registry`)
 exposes:
 
     ARMS: tuple[str, ...]          every arm, baseline first
@@ -9,7 +9,7 @@ exposes:
     def unsupported(arm, model, device) -> str | None   why this device/model cannot run the arm (None: it can)
     def apply(model, arm, **options) -> Handle           change the model in place; handle.revert() undoes it
 
-and the SPEC and optional hooks `workbench.opt_registry` describes. The harness never branches on an optimization:
+and the SPEC and optional hooks `workbench.opts.registry` describes. The harness never branches on an optimization:
 everything an arm needs goes through the model (transformers'
 extension points) or through the handle's `prepare_batch` (CPU, collate time) and `inputs_fn` (batch -> model
 kwargs).
@@ -22,10 +22,10 @@ from typing import Callable
 
 from workbench.errors import WorkbenchError
 
-from workbench import opt_registry as registry
+from workbench.opts import registry
 
 OPTS = registry.names()
-"""The optimizations, in their order (`workbench.opt_registry`: this package's modules with a SPEC, and $WORKBENCH_OPTS)."""
+"""The optimizations, in their order (`workbench.opts.registry`: this package's modules with a SPEC, and $WORKBENCH_OPTS)."""
 
 
 @dataclasses.dataclass
@@ -33,7 +33,7 @@ class Handle:
     opt: str
     arm: str
     inputs_fn: Callable | None = None
-    """batch -> model(...) kwargs, replacing `workbench.models.model_inputs` (None: the default)."""
+    """batch -> model(...) kwargs, replacing `workbench.step.models.model_inputs` (None: the default)."""
     prepare_batch: Callable | None = None
     """CPU batch -> CPU batch at collate time, before the copy to the device (None: unchanged)."""
     info: dict = dataclasses.field(default_factory=dict)
@@ -72,7 +72,7 @@ class Combined:
 
     @property
     def inputs_fn(self) -> Callable:
-        from workbench.models import model_inputs  # (this package's face stays torch-free: the savings modules)
+        from workbench.step.models import model_inputs  # (this package's face stays torch-free: the savings modules)
 
         fns = [h.inputs_fn for h in self.handles if h.inputs_fn is not None]
         if len(fns) > 1:

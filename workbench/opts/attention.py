@@ -37,7 +37,7 @@ import torch
 
 from workbench.errors import UnsupportedArm, WorkbenchError
 from workbench.instrument import span, state
-from workbench.models import FAMILY_DEFAULT_ATTN, base_model_of, family_of
+from workbench.step.models import FAMILY_DEFAULT_ATTN, base_model_of, family_of
 from workbench.opts import Handle, packing
 
 SPEC = {"order": 11,
@@ -46,14 +46,14 @@ SPEC = {"order": 11,
                 "(flash / torch varlen kernel; not GPT-OSS on a GPU)",
         "cpu": {"model": "tiny-gpt-oss"}, "gpu": {"model": "llama-3.1-8b", "layers": 8, "tokens": 16384},
         "all_variants": (), "in_all": False, "lever": "attention (dense)"}
-"""What the CLIs say of this optimization (`workbench.opt_registry`); a lever (`lever`), not part of `--opt all`."""
+"""What the CLIs say of this optimization (`workbench.opts.registry`); a lever (`lever`), not part of `--opt all`."""
 
 ARMS = ("dense", "flex", "varlen")
 BASELINE = "dense"
 OPTIMIZED = "flex"
 FLEX_BLOCK = packing.FLEX_BLOCK
 ATTENTION_FLOPS = {"dense": "dense", "flex": "block_diagonal", "varlen": "block_diagonal"}
-"""Each arm's attention count for `workbench.flops.step_flops(attention=...)`: dense computes T^2 scores."""
+"""Each arm's attention count for `workbench.step.flops.step_flops(attention=...)`: dense computes T^2 scores."""
 _KEY = "attention"
 
 

@@ -43,8 +43,8 @@ from workbench.errors import UnsupportedArm, WorkbenchError
 from workbench.instrument import state
 from workbench.instrument.ranges import span
 from workbench.instrument.syncs import host_only
-from workbench import models
-from workbench.models import MOE_FAMILIES, base_model_of, family_of
+from workbench.step import models
+from workbench.step.models import MOE_FAMILIES, base_model_of, family_of
 from workbench.opts import Handle
 
 SPEC = {"order": 3, "apply_order": 2, "savings": "workbench.opts.moe_savings",
@@ -53,7 +53,7 @@ SPEC = {"order": 3, "apply_order": 2, "savings": "workbench.opts.moe_savings",
                 "hf_batched_mm (opt-in: --arms only)",
         "cpu": {"model": "tiny-gpt-oss"}, "gpu": {"model": "gpt-oss-20b", "layers": 4, "tokens": 8192},
         "all_variants": ("grouped", "hf_grouped_mm")}
-"""What the CLIs say of this optimization (`workbench.opt_registry`): arms help, default shapes, and for `--opt all`
+"""What the CLIs say of this optimization (`workbench.opts.registry`): arms help, default shapes, and for `--opt all`
 the floor (our sync-free grouped experts) and the anchor (transformers' own grouped_mm) in place of the routing fix."""
 
 ARMS = ("eager", "sort_bincount", "grouped", "hf_grouped_mm", "hf_batched_mm")
@@ -384,7 +384,7 @@ def comparison_options(cmp, device, state: dict) -> dict:
 
 
 def _register_names() -> None:
-    """This module's wb_* experts names, offered to `workbench.models` (check_experts, build_model) on import."""
+    """This module's wb_* experts names, offered to `workbench.step.models` (check_experts, build_model) on import."""
     for arm in ARMS:
         for gemm in (GEMMS if arm == "grouped" else ("auto",)):
             name = implementation_name(arm, gemm)

@@ -1,7 +1,7 @@
 """The MoE routing savings model: syncs removed x drain stall + launch gaps + GEMM time removed, its inputs from
-both arms' traces, and the model of a run (`workbench.savings` states the contract; torch-free).
+both arms' traces, and the model of a run (`workbench.savings.common` states the contract; torch-free).
 
-In situ (`workbench.verdicts`; inputs per traced step, their spread the uncertainty):
+In situ (`workbench.savings.verdicts`; inputs per traced step, their spread the uncertainty):
 
     moe       ΔS·d + ΔG_launch + ΔK_gemm    ΔS = syncs removed per step (the counter; checked against the traces'
                                             readbacks: 20%), d = in-situ drain stall per sync (the baseline's
@@ -13,11 +13,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from workbench import savings
+from workbench.savings import common as savings
 from workbench.traces import decompose
 
 FORMULA = "syncs_removed * drain_stall_per_sync + launch_gap_removed + gemm_kernel_removed"
-"""The model as `workbench.verdicts` judges it (in situ, per traced step)."""
+"""The model as `workbench.savings.verdicts` judges it (in situ, per traced step)."""
 MODEL_TERMS = ("sync_stall", "launch_gap", "gemm")
 """The decomposition components the model accounts for (the rest are candidates for the term it lacks)."""
 TRACED_ARMS = ("baseline", "arm")

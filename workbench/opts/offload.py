@@ -17,7 +17,7 @@ Arms (baseline first):
 - `none`: no checkpointing (the memory reference).
 
 The offload arms plug a checkpoint function into transformers (`_set_gradient_checkpointing(
-gradient_checkpointing_func=...)`, via `workbench.harness.enable_checkpointing`). transformers 5.17 calls it as
+gradient_checkpointing_func=...)`, via `workbench.step.harness.enable_checkpointing`). transformers 5.17 calls it as
 `fn(partial(super().__call__, **kwargs), hidden_states)`, 5.23 as `fn(partial(forward, self, **kwargs),
 hidden_states)`; the layer is found from the partial either way. Each layer is one custom autograd Function
 (like reentrant checkpointing, but the saved input lives on the host): its backward reloads the input,
@@ -48,14 +48,14 @@ import weakref
 import torch
 
 from workbench.errors import WorkbenchError
-from workbench.harness import disable_checkpointing, enable_checkpointing
+from workbench.step.harness import disable_checkpointing, enable_checkpointing
 from workbench.instrument.ranges import find_decoder_layers, layer_label, span
 from workbench.opts import Handle
 
 SPEC = {"order": 2, "apply_order": 3, "savings": "workbench.opts.offload_savings",
         "help": "sync_reload (baseline), double_buffer (optimized), no_offload (limit), none (memory ref.)",
         "cpu": {"model": "tiny-qwen3"}, "gpu": {"model": "llama-3.1-8b", "layers": 8}, "all_variants": ()}
-"""What the CLIs say of this optimization (`workbench.opt_registry`): arms help, default shapes."""
+"""What the CLIs say of this optimization (`workbench.opts.registry`): arms help, default shapes."""
 
 ARMS = ("sync_reload", "double_buffer", "no_offload", "none")
 BASELINE = "sync_reload"
@@ -597,7 +597,7 @@ def unsupported(arm: str, model, device) -> str | None:
 
 
 def _checkpoint_state(model):
-    from workbench.models import base_model_of
+    from workbench.step.models import base_model_of
     base = base_model_of(model)
     missing = object()
     saved = [(m, m.__dict__.get("gradient_checkpointing", missing), m.__dict__.get("_gradient_checkpointing_func",

@@ -1,8 +1,8 @@
 """The offload savings model: the analytic saving (L-1)·min(c, g) of double-buffered reloads (plus the first reload
-behind the queued work), its inputs from a trace, and the model of a run (`workbench.savings` states the contract;
+behind the queued work), its inputs from a trace, and the model of a run (`workbench.savings.common` states the contract;
 torch-free).
 
-In situ (`workbench.verdicts`; inputs per traced step, their spread the uncertainty):
+In situ (`workbench.savings.verdicts`; inputs per traced step, their spread the uncertainty):
 
     offload   min(c_{L-1}, h) + Σ_{i=1}^{L-1} min(c_{i-1}, g_i)
                                             c_i = layer i's reload: its host-to-device copy in the trace (checked
@@ -18,11 +18,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from workbench import savings, stats
+from workbench.savings import common as savings
+from workbench.measure import stats
 from workbench.traces import decompose
 
 FORMULA = "min(c_{L-1}, h) + sum_{i=1}^{L-1} min(c_{i-1}, g_i)"
-"""The model as `workbench.verdicts` judges it (in situ, per traced step)."""
+"""The model as `workbench.savings.verdicts` judges it (in situ, per traced step)."""
 MODEL_TERMS = ("exposed_copy",)
 """The decomposition components the model accounts for (the rest are candidates for the term it lacks)."""
 TRACED_ARMS = ("baseline",)

@@ -49,12 +49,12 @@ import torch
 from workbench.errors import UnsupportedArm, WorkbenchError
 from workbench.instrument import span, state
 from workbench.instrument.syncs import host_only
-from workbench.models import FAMILY_DEFAULT_ATTN, base_model_of, family_of
+from workbench.step.models import FAMILY_DEFAULT_ATTN, base_model_of, family_of
 
 SPEC = {"order": 1, "savings": "workbench.opts.packing_savings",
         "help": "rebuild (baseline), cached (optimized), precomputed (floor)",
         "cpu": {"model": "tiny-qwen3"}, "gpu": {"model": "qwen3-0.6b", "tokens": 16384}, "all_variants": ()}
-"""What the CLIs say of this optimization (`workbench.opt_registry`): arms help, default shapes."""
+"""What the CLIs say of this optimization (`workbench.opts.registry`): arms help, default shapes."""
 
 ARMS = ("rebuild", "cached", "precomputed")
 BASELINE = "rebuild"

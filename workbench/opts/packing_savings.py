@@ -1,9 +1,9 @@
 """The packing savings model: the analytic saving (L-1)·s of caching the packed-attention metadata, its inputs
-from a trace, and the model of a run (`workbench.savings` states the contract; torch-free).
+from a trace, and the model of a run (`workbench.savings.common` states the contract; torch-free).
 
     # L = decoder layers, p = passes that build packed metadata (2 with checkpointing: forward + recompute)
 
-In situ (`workbench.verdicts`; inputs per traced step, their spread the uncertainty):
+In situ (`workbench.savings.verdicts`; inputs per traced step, their spread the uncertainty):
 
     packing   (L·p - b)·s                   b = 1 (cached) / 0 (precomputed); s per build = the GPU idle the build
                                             causes (from the build's start until the GPU gets the first kernel
@@ -17,11 +17,11 @@ import re
 import numpy as np
 import pandas as pd
 
-from workbench import savings
+from workbench.savings import common as savings
 from workbench.traces import decompose
 
 FORMULA = "(L*p - b) * s,  s = GPU idle per build + build kernel time"
-"""The model as `workbench.verdicts` judges it (in situ, per traced step)."""
+"""The model as `workbench.savings.verdicts` judges it (in situ, per traced step)."""
 MODEL_TERMS = ("glue", "sync_stall", "launch_gap")
 """The decomposition components the model accounts for (the rest are candidates for the term it lacks)."""
 TRACED_ARMS = ("baseline",)

@@ -1,6 +1,6 @@
 """Adapter precision as a lever: peft's fp32 adapters vs autocast vs adapters in the base dtype (issue 22).
 
-Arms (module contract in `workbench.opts`), the precisions of `workbench.precision` applied to a built model in place:
+Arms (module contract in `workbench.opts`), the precisions of `workbench.step.precision` applied to a built model in place:
 - `fp32-adapters` (baseline): peft's default, fp32 LoRA weights on the base (bf16 on a GPU), no autocast. Every LoRA
   matmul casts its bf16 input to fp32 and its output back: the dtype-cast copies the breakdown names (lever `copy`).
 - `autocast`: the same fp32 adapters, forward and loss under `torch.autocast(bfloat16)`: the step
@@ -10,7 +10,7 @@ Arms (module contract in `workbench.opts`), the precisions of `workbench.precisi
 
 `apply` casts the trainable (LoRA) parameters in place (the same Parameter objects, so an optimizer made after it
 sees them) to fp32 or to the base dtype, and records the arm as the model's precision with
-`workbench.precision.overridden`, which `harness.train_step` reads for its forward context. That is what
+`workbench.step.precision.overridden`, which `harness.train_step` reads for its forward context. That is what
 `build_model(precision=arm)` builds (peft reads the adapters' dtype at every forward, not at creation): the tests check
 it bitwise. No build hook is needed: every arm runs on the model the runner built. `revert` restores the dtypes and
 the model's precision.
@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import torch
 
-from workbench import precision as prec
+from workbench.step import precision as prec
 from workbench.errors import UnsupportedArm, WorkbenchError
-from workbench.models import base_model_of, lora_parameters
+from workbench.step.models import base_model_of, lora_parameters
 from workbench.opts import Handle
 
 SPEC = {"order": 10,
@@ -33,7 +33,7 @@ SPEC = {"order": 10,
                 "Trainer(bf16=True))",
         "cpu": {"model": "tiny-qwen3"}, "gpu": {"model": "qwen3-0.6b", "tokens": 16384}, "all_variants": (),
         "in_all": False, "lever": "copy"}
-"""What the CLIs say of this optimization (`workbench.opt_registry`); a lever (`lever`), not part of `--opt all`."""
+"""What the CLIs say of this optimization (`workbench.opts.registry`); a lever (`lever`), not part of `--opt all`."""
 
 ARMS = (prec.FP32_ADAPTERS, prec.BF16, prec.AUTOCAST)
 BASELINE = prec.FP32_ADAPTERS
@@ -42,7 +42,7 @@ OPTIMIZED = prec.BF16
 NUMERICS_CHANGE = ("on a bf16 base, bf16 holds the LoRA weights, gradients and optimizer state in bf16 and autocast "
                    "runs the forward's matmuls in bf16, so both differ from the fp32-adapters baseline by bf16 "
                    "rounding (on an fp32 base bf16 is the same function).")
-"""One sentence: what the optimized arms change in the numbers (`workbench.opt_registry`, lever arms)."""
+"""One sentence: what the optimized arms change in the numbers (`workbench.opts.registry`, lever arms)."""
 
 
 def lever_baseline(args, device) -> str:

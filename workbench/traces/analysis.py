@@ -6,7 +6,7 @@
 - `copy_compute_overlap`: per layer, how much of the copy time is hidden under compute on another stream
 - `sync_counts`: host-blocking syncs by kind (the third sync witness), per step when steps are marked
 - `diff_arms`: counts and durations per range / kernel name, arm A vs arm B
-(The savings models' in-situ inputs are in `workbench.verdicts`; the step decomposition in `decompose`.)
+(The savings models' in-situ inputs are in `workbench.savings.verdicts`; the step decomposition in `decompose`.)
 """
 from __future__ import annotations
 

@@ -275,7 +275,7 @@ EVENTS_EXTS = (".events.parquet", ".events.csv.gz")
 def events_path(run_dir: str, comparison: str, arm: str) -> str | None:
     """The saved events of one traced arm of a run folder (`traces/<comparison>/<arm>` + `EVENTS_EXTS`; a rank's
     file under torchrun is the arm `<arm>.rank<R>`), None when the run kept none."""
-    from workbench.results import safe_name
+    from workbench.measure.results import safe_name
 
     stem = os.path.join(run_dir, "traces", safe_name(comparison), safe_name(arm))
     return next((stem + ext for ext in EVENTS_EXTS if os.path.exists(stem + ext)), None)

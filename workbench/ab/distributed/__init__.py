@@ -27,7 +27,7 @@ What a distributed run does (`DistRunner`, a `workbench.ab.Runner`):
   more reps) is therefore taken on identical numbers. `--budget-s` (a wall-clock decision per rank) is refused.
 - Per rank: step time, syncs (the counted pass) and peak memory are rows with a `rank` column; summary.json holds
   them per rank per arm (`ranks`), and per comparison `distributed` (world size, backend, the FSDP2 vs
-  single-process equivalence, the collective wait estimate of `workbench.dist_waits` when traced on GPUs).
+  single-process equivalence, the collective wait estimate of `workbench.traces.dist_waits` when traced on GPUs).
 - Traces (`--trace torch`): every rank writes its own files, `traces/<cmp>/<arm>.rank<R>.pt.trace.json.gz`
   (different files, never one file from two ranks); everything else in the folder is written by rank 0 alone.
   NVTX ranges are the same `wb/...` ranges on every rank (one process per rank: nsys shows them per process).

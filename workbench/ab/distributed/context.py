@@ -32,7 +32,7 @@ _COMM_ERRORS = ("connection closed", "connection reset", "gloo", "nccl", "timed 
 
 class RankFailed(BaseException):
     """A rank failed: raised on every rank (its own error, or a peer's read from the store). A BaseException, so
-    the per-arm handlers of `workbench.ab` / `workbench.engine` do not swallow it: ranks must not diverge."""
+    the per-arm handlers of `workbench.ab` / `workbench.measure.engine` do not swallow it: ranks must not diverge."""
 
     def __init__(self, rank: int, msg: str, tb: str = "", own: bool = False):
         super().__init__(f"rank {rank}: {msg}")
@@ -249,7 +249,7 @@ class DistContext:
 
 def _emergency_write(writer, peer: RankFailed) -> None:
     """The watcher's end of a run: rows so far, meta.json and summary.json marked failed, the one line."""
-    from workbench.results import atomic_write_json
+    from workbench.measure.results import atomic_write_json
 
     reason = f"rank {peer.rank}: {peer.msg}"
     with contextlib.suppress(Exception):

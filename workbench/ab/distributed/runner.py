@@ -14,7 +14,7 @@ from workbench.errors import WorkbenchError
 from workbench.opts import unsupported_reason
 from workbench.ab.distributed.context import (DATA_SEED_STRIDE, DROP_ENV, DistContext, RankFailed, _first_line, full,
                                               init, shard)
-from workbench.results import safe_name
+from workbench.measure.results import safe_name
 
 
 class _DistSession:
@@ -67,7 +67,7 @@ class DistRunner(Runner):
             yield _DistSession(s, self.ctx)
 
     def run_arm_steps(self, model, cpu_batches, spec, cmp, *, optimizer=None, **kw):
-        from workbench.equivalence import GradCapture
+        from workbench.measure.equivalence import GradCapture
 
         with self.ctx.guard():
             self.ctx.maybe_inject()
@@ -81,7 +81,7 @@ class DistRunner(Runner):
             return recs
 
     def torch_traces(self, model, cpu_batches, cmp, runnable, arm_status, reset_weights, env) -> dict:
-        from workbench import dist_waits
+        from workbench.traces import dist_waits
 
         events = super().torch_traces(model, cpu_batches, cmp, runnable, arm_status, reset_weights, env)
         coll, steps = {}, {}
@@ -99,8 +99,8 @@ class DistRunner(Runner):
         (it all-gathers from its own bf16 shards, so the "fp32" pass would compute in bf16). Each rank builds the
         unsharded model (same seed: the same bf16 weights), upcasts it, runs the baseline arm on its batch; the
         loss and gradients are averaged over ranks, like the sharded run's."""
-        from workbench import equivalence
-        from workbench.models import lora_parameters
+        from workbench.measure import equivalence
+        from workbench.step.models import lora_parameters
 
         self._progress(f"[{cmp.name}] fp32 reference: the unsharded model on every rank, averaged over ranks")
         with self.ctx.guard():
@@ -134,9 +134,9 @@ class DistRunner(Runner):
     def check_against_single(self, cmp) -> dict:
         """Loss and LoRA gradients of the sharded model over the global batch (every rank's first batch) against
         the unsharded model in one process over the same batches (on rank 0); fp32 only."""
-        from workbench import equivalence
-        from workbench.data import make_batches
-        from workbench.models import lora_parameters
+        from workbench.measure import equivalence
+        from workbench.step.data import make_batches
+        from workbench.step.models import lora_parameters
 
         a = self.args
         model = self.build(cmp)
@@ -190,7 +190,7 @@ class DistRunner(Runner):
 
     # -- one comparison on every rank; rank 0 merges ---------------------------------------------------------
     def run(self, cmp, index, total):
-        from workbench.models import default_dtype
+        from workbench.step.models import default_dtype
 
         mark = len(self.failures)
         dtype = DTYPES[self.args.dtype] or default_dtype(self.device)
@@ -226,7 +226,7 @@ class DistRunner(Runner):
     def merge(self, cmp, res, dcheck, mark):
         import pandas as pd
 
-        from workbench import dist_waits
+        from workbench.traces import dist_waits
 
         coll = {k: v.to_dict("list") for k, v in self._collectives.pop(cmp.name, {}).items()}
         got = self.gather_rows(cmp.name, mark, {"collectives": coll, "steps": self._steps.pop(cmp.name, {}),
@@ -300,7 +300,7 @@ class DistRunner(Runner):
                 self._progress(f"[{cmp.name}] wait for the slowest rank per layer (ms/step, mean over ranks):\n"
                                + table.to_string(index=False))
             d["wait_method"] = ("per matched collective (k-th NCCL kernel of a kind on every rank): wait_r = "
-                                "max start - start_r, transfer = duration - wait (workbench/dist_waits.py). "
+                                "max start - start_r, transfer = duration - wait (workbench/traces/dist_waits.py). "
                                 "Summed, these waits overlap (collectives wait on their own streams while "
                                 "compute goes on, and two streams wait at once): not step time lost. The "
                                 "exposed wait, what the skew costs the step, is `python -m workbench.straggler "

@@ -5,7 +5,7 @@ import os
 import shutil
 import tempfile
 
-from workbench.results import ENV_COLUMNS, RESULT_COLUMNS, RunWriter
+from workbench.measure.results import ENV_COLUMNS, RESULT_COLUMNS, RunWriter
 
 
 class RankWriter(RunWriter):

@@ -1,0 +1,260 @@
+"""The path to the best step: the levers applied cumulatively, point by point, from `--opt levers` runs.
+
+    python -m workbench.lever_path RUN_DIR [RUN_DIR ...] --out DIR     # DIR/path.csv, DIR/path.png
+
+Each RUN_DIR is a `python -m workbench.ab --opt levers` run folder. Its `path` comparison (`workbench.ab.levers`)
+timed, on the same batches and interleaved, the baseline and the levers switched on one after the other in order of
+predicted saving (baseline, +first, +first+second, ...). A run that chose one lever has no `path` comparison: its
+path is that lever's comparison (baseline, optimized).
+
+Per point, one row of path.csv:
+- `step_ms` (mean timed step) with `step_ms_ci95` (t-interval over the reps' mean steps: the rep is the unit);
+- `speedup_vs_prev` [ci95]: the point against the previous one, paired by (rep, step) as the engine pairs
+  (`engine.paired_comparison`), and `speedup_vs_baseline` [ci95];
+- `model_tflop_per_step`, `achieved_tflops`, `mfu`, `hfu` (workbench/step/flops.py, over the device's dense bf16 peak;
+  empty on a CPU, whose peak is unknown). MFU counts the useful work at every point: the step's FLOPs with attention
+  block-diagonal (what the documents need), so that MFU rises exactly as the step time falls along the path. HFU
+  counts what the point computes: recompute included, and attention as its arm runs it (dense T x T until a lever
+  whose module states `ATTENTION_FLOPS` for its optimized arm switches it);
+- `tokens_per_s`, `peak_mem_mib`, `equivalent`;
+- the breakdown: `ms_<component>` per `workbench.traces.decompose` component, from the point's trace (a run with
+  `--trace torch`); and for the last point `held_back_by`: the largest lever `workbench.traces.levers.levers` names in it.
+
+A run cut off after the path's timed steps (its summary.json lists `path` in `levers.run` but holds no `path`
+comparison) gives its points from results.csv, with status `incomplete` and no equivalence or breakdown.
+
+path.png: one panel per run, the step time of each point as a staircase with its 95% CI, each step labelled with
+its speedup over the previous point and MFU.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+
+from workbench.errors import WorkbenchError
+
+PATH = "path"
+
+
+def _samples(results, cmp_name: str) -> list[dict]:
+    from workbench.measure.results import engine_step_rows
+    r = engine_step_rows(results[results["comparison"] == cmp_name])
+    return [dict(arm=x.arm, rep=int(x.rep), step=int(x.step), batch=int(x.batch) if x.batch == x.batch else 0,
+                 step_ms=float(x.value)) for x in r.itertuples()]
+
+
+def _arms(c: dict) -> dict:
+    return {a["arm"]: a for a in [c.get("baseline"), c.get("optimized"), *(c.get("others") or [])] if a}
+
+
+def _path_of(summary: dict) -> tuple[dict, list[str]]:
+    comps = [c for c in summary.get("comparisons", []) if c.get("baseline")]
+    c = next((c for c in comps if c.get("name") == PATH), None)
+    if c is not None:
+        arms = c.get("path") or [c["baseline"]["arm"], *[a["arm"] for a in c.get("others") or []],
+                                 c["optimized"]["arm"]]
+        return c, arms
+    run = (summary.get("levers") or {}).get("run") or []
+    if PATH in run and comps:  # an interrupted run: the path's timings are in results.csv, its summary entry is not
+        first = comps[0]
+        c = {"name": PATH, "opt": "levers", "status": "incomplete",
+             **{k: first.get(k) for k in ("model", "layers", "tokens", "attn")}}
+        return c, ["baseline", *[f"+{o}" for o in run if o != PATH]]
+    levers = [c for c in comps if c.get("lever") is not None or c.get("opt") not in ("levers",)]
+    if len(levers) == 1 and levers[0].get("optimized"):
+        c = levers[0]
+        return c, [c["baseline"]["arm"], c["optimized"]["arm"]]
+    raise WorkbenchError("no `path` comparison in the run (run `python -m workbench.ab --opt levers`)")
+
+
+def _breakdown(run_dir: str, cmp_name: str, arm: str) -> tuple[dict, str | None]:
+    from workbench.traces.events import events_path, load_events
+    path = events_path(run_dir, cmp_name, arm)
+    if not path:
+        return {}, None
+    ev = load_events(path)
+    if not (ev["kind"] == "kernel").any():
+        return {}, None
+    from workbench.traces.levers import levers
+    from workbench.traces import decompose
+    comps = decompose.summary(ev).to_dict("records")
+    ms = {f"ms_{r['component']}": r["ms"] for r in comps if r["component"] in decompose.COMPONENTS}
+    top = decompose.top_kernels(ev, 50).to_dict("records")
+    rows = levers(comps, top_kernels=top)
+    return ms, (f"{rows[0]['component']} ({rows[0]['ms']:.1f} ms, {100 * rows[0]['share']:.0f}%)" if rows else None)
+
+
+def _batch_flops(c: dict, meta: dict, attention: str) -> list[dict]:
+    """`flops.step_flops` of each batch of the run (rebuilt as the run built them) with `attention` counted so."""
+    from workbench.step import flops
+    from workbench.step.data import make_batches
+    from workbench.step.models import load_config
+
+    a = meta.get("args") or {}
+    config = load_config(c["model"], c.get("layers"), None, a.get("experts"))
+    return [flops.step_flops(config, b.doc_lens, lora_rank=a["lora_rank"], attention=attention,
+                             checkpointing=not a.get("no_checkpointing"))
+            for b in make_batches(a["lengths"], c["tokens"], a["batches"], config.vocab_size, seed=a["seed"])]
+
+
+def _attention_of_points(c: dict, order: list[str]) -> list[str]:
+    """The attention each point computes (`flops.ATTENTION_MODES`): the run's, until a lever's optimized arm states
+    another in its module's ATTENTION_FLOPS."""
+    from workbench import opts
+    from workbench.step import flops
+
+    mode, out = flops.attention_mode(c.get("attn")), []
+    for i, arm in enumerate(order):
+        if i > 0 and arm.startswith("+"):
+            try:
+                mod = opts.module(arm[1:])
+                mode = (getattr(mod, "ATTENTION_FLOPS", None) or {}).get(mod.OPTIMIZED, mode)
+            except Exception:  # noqa: BLE001 - an optimization not registered here: its attention as before
+                pass
+        out.append(mode)
+    return out
+
+
+def _throughput(useful: list[dict], done: list[dict], mine: list[dict], peak: float | None) -> dict:
+    if not mine:
+        return {}
+    seconds = sum(s["step_ms"] for s in mine) / 1e3
+    model = sum(useful[s["batch"]]["model"] for s in mine)
+    total = sum(done[s["batch"]]["total"] for s in mine)
+    tf = model / seconds / 1e12
+    return {"model_tflop_per_step": model / len(mine) / 1e12, "achieved_tflops": tf,
+            "mfu": tf / peak if peak else None, "hfu": total / seconds / 1e12 / peak if peak else None}
+
+
+def rows_of(run_dir: str) -> list[dict]:
+    """The path's points of one run folder (see the module's doc)."""
+    from workbench.measure import engine, stats
+    from workbench.measure.results import load_run
+
+    results, summary, meta = load_run(run_dir)
+    if not summary:
+        raise WorkbenchError(f"{run_dir}: no summary.json")
+    c, order = _path_of(summary)
+    arms = _arms(c)
+    samples = _samples(results, c["name"])
+    base = order[0]
+    from workbench.step import flops
+    dev = meta.get("device") or {}
+    peak = flops.peak_tflops(dev.get("name")) if dev.get("type") == "cuda" else None
+    try:
+        useful = _batch_flops(c, meta, "block_diagonal")
+        modes = _attention_of_points(c, order)
+        done = {m: _batch_flops(c, meta, m) for m in set(modes)}
+    except Exception:  # noqa: BLE001 - a model the FLOP count does not cover: no MFU, the rest stands
+        useful, modes, done = None, None, {}
+    out = []
+    for i, arm in enumerate(order):
+        a = arms.get(arm, {})
+        per_rep: dict = {}
+        for s in samples:
+            if s["arm"] == arm:
+                per_rep.setdefault(s["rep"], []).append(s["step_ms"])
+        t = stats.t_interval([sum(v) / len(v) for v in per_rep.values()])
+        row = {"run": os.path.basename(os.path.normpath(run_dir)), "model": c.get("model"), "layers": c.get("layers"),
+               "tokens": c.get("tokens"), "point": i, "arm": arm, "step_ms": t["mean"] if t["n"] else None,
+               "step_ms_ci95_lo": (t["ci"] or [None, None])[0], "step_ms_ci95_hi": (t["ci"] or [None, None])[1],
+               "speedup_vs_prev": None, "speedup_vs_prev_ci95_lo": None, "speedup_vs_prev_ci95_hi": None,
+               "speedup_vs_baseline": None, "speedup_vs_baseline_ci95_lo": None,
+               "speedup_vs_baseline_ci95_hi": None, "model_tflop_per_step": None, "achieved_tflops": None, "mfu": None,
+               "hfu": None, "attention_flops": modes[i] if modes else None,
+               "tokens_per_s": a.get("tokens_per_s"), "peak_mem_mib": a.get("peak_mem_mib"),
+               "equivalent": (c.get("equivalence") or {}).get(arm, {}).get("equivalent"),
+               "status": a.get("status") or c.get("status")}
+        if useful is not None:
+            row.update(_throughput(useful, done[modes[i]], [s for s in samples if s["arm"] == arm], peak))
+        if i > 0:
+            for key, ref in (("speedup_vs_prev", order[i - 1]), ("speedup_vs_baseline", base)):
+                if any(s["arm"] == arm for s in samples) and any(s["arm"] == ref for s in samples):
+                    p = engine.paired_comparison([dict(s) for s in samples], ref, arm)
+                    row[key] = p["speedup"]
+                    row[f"{key}_ci95_lo"], row[f"{key}_ci95_hi"] = (p["ci95"] or [None, None])
+        ms, held = _breakdown(run_dir, c["name"], arm)
+        row.update(ms)
+        if i == len(order) - 1:
+            row["held_back_by"] = held
+        out.append(row)
+    return out
+
+
+def write_csv(rows: list[dict], path: str) -> str:
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+    return path
+
+
+def figure(rows: list[dict]):
+    """One panel per run: each point's step time (staircase) with its 95% CI."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = list(dict.fromkeys(r["run"] for r in rows))
+    fig, axes = plt.subplots(1, len(runs), figsize=(4.2 * len(runs), 3.8), squeeze=False)
+    for ax, run in zip(axes[0], runs):
+        pts = [r for r in rows if r["run"] == run]
+        xs = list(range(len(pts)))
+        ys = [r["step_ms"] or 0.0 for r in pts]
+        lo = [max(0.0, y - (r["step_ms_ci95_lo"] if r["step_ms_ci95_lo"] is not None else y)) for r, y in zip(pts, ys)]
+        hi = [max(0.0, (r["step_ms_ci95_hi"] if r["step_ms_ci95_hi"] is not None else y) - y) for r, y in zip(pts, ys)]
+        ax.step(xs, ys, where="mid", color="tab:blue")
+        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", color="tab:blue", capsize=3)
+        for x, r in zip(xs, pts):
+            lab = []
+            if r["speedup_vs_prev"]:
+                lab.append(f"{r['speedup_vs_prev']:.2f}x")
+            if r["mfu"] is not None:
+                lab.append(f"MFU {100 * r['mfu']:.0f}%")
+            if lab:
+                ax.annotate("\n".join(lab), (x, r["step_ms"] or 0.0), textcoords="offset points", xytext=(0, 8),
+                            ha="center", fontsize=7)
+        ax.set_xticks(xs, [r["arm"] for r in pts], rotation=30, ha="right", fontsize=7)
+        p0 = pts[0]
+        ax.set_title(f"{p0['model']} {p0['layers']}L {p0['tokens']} tok", fontsize=9)
+        ax.set_ylabel("step ms (mean, 95% CI over reps)")
+        ax.set_ylim(bottom=0)
+    fig.tight_layout()
+    return fig
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m workbench.lever_path", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs", nargs="+", help="--opt levers run folders")
+    p.add_argument("--out", required=True, help="folder for path.csv and path.png")
+    a = p.parse_args(argv)
+    rows = []
+    for d in a.runs:
+        if not os.path.isdir(d):
+            raise WorkbenchError(f"{d}: no such run folder")
+        rows += rows_of(d)
+    os.makedirs(a.out, exist_ok=True)
+    write_csv(rows, os.path.join(a.out, "path.csv"))
+    fig = figure(rows)
+    fig.savefig(os.path.join(a.out, "path.png"), dpi=120, bbox_inches="tight")
+    for r in rows:
+        sp = f"{r['speedup_vs_prev']:.3f}x" if r["speedup_vs_prev"] else "-"
+        ci = (f" [{r['speedup_vs_prev_ci95_lo']:.3f}, {r['speedup_vs_prev_ci95_hi']:.3f}]"
+              if r["speedup_vs_prev_ci95_lo"] is not None else "")
+        mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "-"
+        print(f"{r['run']}  {r['point']} {r['arm']:28s} {r['step_ms'] or float('nan'):10.2f} ms  {sp}{ci}  MFU {mfu}"
+              + (f"  held back by {r['held_back_by']}" if r.get("held_back_by") else ""))
+    print(os.path.join(a.out, "path.csv"))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    from workbench.cli import run_main
+    sys.exit(run_main(main))

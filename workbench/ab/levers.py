@@ -1,0 +1,290 @@
+"""`python -m workbench.ab --opt levers`: the breakdown's levers as arms, each with a predicted saving, a measured
+speedup and a verdict, then the path from the baseline to the best step.
+
+    python -m workbench.ab --opt levers                                    # CPU: equivalence and counts
+    python -m workbench.ab --opt levers --model llama-3.1-8b --layers 8 --tokens 16384 --trace torch
+
+1. Which levers apply (`select`): every registered lever optimization (SPEC `lever`, `workbench.opts.registry`) whose
+   arms this model and device can run (each module's `unsupported`: a dense model skips an expert lever). On a GPU
+   a traced baseline pass (torch.profiler, the model with every applicable lever at its baseline arm, the run's
+   --warmup and --steps on its batches; saved under traces/_levers_baseline/) gives the step's breakdown
+   (`workbench.traces.decompose`) and the levers it names (`workbench.traces.levers.levers`, components with at least
+   MIN_SHARE of the step); the lever optimizations whose component is named run, in order of predicted saving. Where
+   no trace is available (a CPU, or the trace failed) every applicable lever runs, and none has a prediction.
+2. One comparison per lever (its baseline against its OPTIMIZED arm, every comparison on the same batches: one shape,
+   one seed; a lever's baseline is the run's recipe where its module says so: `precision.lever_baseline`, autocast
+   on a GPU), through the ordinary runner: paired speedup with CI, equivalence, or for an arm whose optimization
+   states NUMERICS_CHANGE its deviation from fp32 next to the baseline's (`workbench.measure.numerics`).
+3. The path (comparison `path`, more than one lever): arms that apply the chosen levers cumulatively in order of
+   predicted saving (baseline, +first, +first+second, ...), timed together on the same batches;
+   `python -m workbench.lever_path RUN_DIR` reads it (step time, speedup over the previous point, MFU, breakdown).
+   `--only NAME,...` keeps part of the plan, after the selection (e.g. `--only path`: a long run split in two).
+4. `annotate`: per lever comparison, `lever` = {component, component_ms (its ms per step in the traced baseline,
+   with the se over traced steps), saved_fraction (the module's SAVED_FRACTION, default 1.0), predicted_ms =
+   component_ms x saved_fraction, predicted_se}, and `savings_model`: predicted against the measured paired saving
+   (the rep as the unit), verdict by `workbench.savings.verdicts.judge` (confirmed / refuted / inconclusive: the 90% CI of
+   measured / predicted inside or outside [0.8, 1.25]; the traced-vs-timed bias of the baseline step as in
+   `workbench.savings.verdicts`), Holm over the run's levers. On a CPU: no verdict.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from workbench.opts import registry
+from workbench.cli import progress
+
+MIN_SHARE = 0.05
+"""A lever's component must take at least this share of the traced baseline step to be named (`levers.levers`)."""
+FORMULA = "component_ms x SAVED_FRACTION (component_ms: the lever's component in the traced baseline step)"
+BASELINE_TRACE = "_levers_baseline"
+"""The traces/ subfolder of the traced baseline pass."""
+PATH = "path"
+"""The name of the cumulative comparison."""
+
+
+@dataclasses.dataclass
+class Selection:
+    comparisons: list
+    predictions: dict
+    """{opt: {component, component_ms, component_se_ms, saved_fraction, predicted_ms, predicted_se, named}}."""
+    skipped: dict
+    """{opt: why it does not run here}."""
+    breakdown: dict | None = None
+    """The traced baseline: {components, levers, steps, trace}; None without a trace."""
+    trace_note: str | None = None
+
+    def describe(self) -> dict:
+        return {"predictions": self.predictions, "skipped": self.skipped, "breakdown": self.breakdown,
+                "trace_note": self.trace_note, "run": [c.name for c in self.comparisons]}
+
+
+def saved_fraction(opt: str) -> float:
+    from workbench import opts
+    return float(getattr(opts.module(opt), "SAVED_FRACTION", 1.0))
+
+
+def predict(opt: str, breakdown: dict | None) -> dict:
+    """The predicted saving of lever `opt` from a traced baseline's breakdown (`traced_breakdown`)."""
+    comp, frac = registry.lever(opt), saved_fraction(opt)
+    p = {"component": comp, "saved_fraction": frac, "component_ms": None, "component_se_ms": None,
+         "predicted_ms": None, "predicted_se": None, "named": None}
+    if breakdown is None:
+        return p
+    row = next((r for r in breakdown["levers"] if r["component"] == comp), None)
+    p["named"] = row is not None
+    ms = row["ms"] if row is not None else next((r["ms"] for r in breakdown["components"]
+                                                  if r["component"] == _decompose_component(comp)), None)
+    if ms is None or ms != ms:
+        return p
+    se = breakdown.get("se_ms", {}).get(_decompose_component(comp))
+    p.update(component_ms=ms, component_se_ms=se, predicted_ms=ms * frac,
+             predicted_se=None if se is None else se * frac)
+    return p
+
+
+def _decompose_component(lever_component: str) -> str:
+    """The `decompose` component a lever's component is measured in (its se over traced steps)."""
+    from workbench.traces.levers import DENSE_ATTENTION_COMPONENT
+    return "attention" if lever_component == DENSE_ATTENTION_COMPONENT else lever_component
+
+
+def breakdown_of(events, attention_impl: str | None) -> dict:
+    """{components, levers, se_ms, steps} of a traced baseline's events."""
+    from workbench.step import flops
+    from workbench.traces.levers import levers
+    from workbench.traces import decompose
+
+    comps = decompose.summary(events).to_dict("records")
+    per = decompose.per_step(events)
+    n = len(per)
+    se = {c: (float(per[c].std(ddof=1)) / math.sqrt(n) if n > 1 else None) for c in per.columns}
+    top = decompose.top_kernels(events, 50).to_dict("records")
+    rows = levers(comps, attention_flops=flops.attention_mode(attention_impl), min_share=MIN_SHARE, top_kernels=top)
+    return {"components": comps, "levers": rows, "se_ms": se, "steps": n, "top_kernels": top[:10]}
+
+
+def traced_breakdown(runner, model, cmp, spec) -> dict:
+    """A torch.profiler pass of the baseline `spec` on the run's batches; its breakdown (`breakdown_of`)."""
+    from workbench.step.data import make_batches
+    from workbench.step.models import lora_resetter
+    from workbench.traces import from_torch_trace, save_events
+    from workbench.traces.capture import torch_profile
+
+    a = runner.args
+    attn = model.config._attn_implementation
+    cpu_batches = make_batches(a.lengths, cmp.tokens, a.batches, model.config.vocab_size, seed=runner.data_seed())
+    reset = lora_resetter(model)
+    stem = runner.writer.path("traces", BASELINE_TRACE, "baseline")
+    path = stem + ".pt.trace.json.gz"
+    progress(f"[levers] traced baseline pass ({'+'.join(spec.arms.values()) or 'as built'}) -> {path}")
+
+    def run_steps(step_fn):
+        runner.run_arm_steps(model, cpu_batches, spec, cmp, steps=a.warmup + a.steps, warmup=0,
+                             on_step=lambda r: step_fn(), reset=reset)
+    torch_profile(run_steps, path, device=runner.device, warmup=a.warmup, steps=a.steps)
+    ev = from_torch_trace(path)
+    save_events(ev, stem)
+    if not (ev["kind"] == "kernel").any():
+        raise RuntimeError("the trace holds no GPU kernels")
+    out = breakdown_of(ev, attn)
+    out["trace"] = path
+    return out
+
+
+def select(runner, comps: list) -> Selection:
+    """The lever comparisons that run here, in order of predicted saving, and the path (see the module's doc)."""
+    from workbench import opts
+    from workbench.ab.arm import _free
+    from workbench.ab.planner import ArmSpec
+
+    device = runner.device
+    model = runner.build(comps[0])
+    skipped, ok = {}, []
+    try:
+        o = runner.options(comps[0])
+        for c in comps:
+            mod = opts.module(c.opt)
+            why = (opts.unsupported_reason(model, {c.opt: c.baseline}, device, o)
+                   or opts.unsupported_reason(model, {c.opt: mod.OPTIMIZED}, device, o))
+            if why:
+                skipped[c.opt] = why
+                progress(f"[levers] {c.opt} does not apply here: {why}")
+            else:
+                ok.append(c)
+        bd, note = None, None
+        if not ok:
+            note = "no lever applies to this model"
+        elif device.type != "cuda":
+            note = "no GPU trace on a CPU: every applicable lever runs, without a prediction"
+        else:
+            base = ArmSpec("baseline", {c.opt: c.baseline for c in ok})
+            try:
+                bd = traced_breakdown(runner, model, comps[0], base)
+            except Exception as e:  # noqa: BLE001 - without a trace every applicable lever runs, unpredicted
+                note = f"the traced baseline pass failed ({type(e).__name__}: {e}): every applicable lever runs"
+                progress(f"[levers] {note}")
+    finally:
+        del model
+        _free(device)
+    preds = {c.opt: predict(c.opt, bd) for c in ok}
+    names, not_named = choose([c.opt for c in ok], preds)
+    for o, why in not_named.items():
+        skipped[o] = why
+        progress(f"[levers] {o}: {why}")
+    chosen = sorted((c for c in ok if c.opt in names), key=lambda c: names.index(c.opt))
+    for c in chosen:
+        p = preds[c.opt]
+        progress(f"[levers] {c.opt} ({p['component']}): " + (
+            f"predicted saving {p['predicted_ms']:.2f} ms/step = {p['component_ms']:.2f} ms x {p['saved_fraction']:g}"
+            if p["predicted_ms"] is not None else "no prediction (no trace)"))
+    out = list(chosen)
+    if len(chosen) > 1:
+        out.append(path_comparison(chosen))
+    if runner.args.only:  # a part of the plan (a long run split in two: --only path, or the levers alone)
+        from workbench.errors import WorkbenchError
+        names = [n.strip() for n in runner.args.only.split(",") if n.strip()]
+        bad = [n for n in names if n not in [c.name for c in out]]
+        if bad:
+            raise WorkbenchError(f"--only {bad[0]!r} names no comparison of this levers run; its comparisons: "
+                                 f"{', '.join(c.name for c in out)}")
+        out = [c for c in out if c.name in names]
+    return Selection(out, preds, skipped, bd, note)
+
+
+def choose(applicable: list[str], preds: dict) -> tuple[list[str], dict]:
+    """(the levers that run, in order of predicted saving, largest first; {lever: why not} for those whose component
+    the traced breakdown does not name). Without a breakdown (predictions' `named` None) every applicable lever runs,
+    in the registry's order."""
+    if all(preds[o]["named"] is None for o in applicable):
+        return list(applicable), {}
+    run = [o for o in applicable if preds[o]["named"]]
+    why = {o: f"the traced baseline does not name its component {preds[o]['component']!r} (under "
+              f"{100 * MIN_SHARE:.0f}% of the step)" for o in applicable if not preds[o]["named"]}
+    return sorted(run, key=lambda o: -(preds[o]["predicted_ms"] or 0.0)), why
+
+
+def path_comparison(chosen: list):
+    """The cumulative comparison: baseline (every lever at its comparison's baseline arm: the realistic recipe), then
+    each lever switched to its OPTIMIZED arm on top of the previous point, in the order given."""
+    import dataclasses as dc
+
+    from workbench import opts
+    from workbench.ab.planner import ArmSpec
+
+    mods = {c.opt: opts.module(c.opt) for c in chosen}
+    cur = {c.opt: c.baseline for c in chosen}
+    arms = [ArmSpec("baseline", dict(cur))]
+    for o in mods:
+        cur[o] = mods[o].OPTIMIZED
+        arms.append(ArmSpec(f"+{o}", dict(cur)))
+    return dc.replace(chosen[0], opt="levers", name=PATH, arms=arms, baseline="baseline", optimized=arms[-1].label,
+                      excluded={}, explicit_arms=False)
+
+
+def annotate(writer, summary: dict, sel: Selection, device_type: str) -> list[dict]:
+    """Each lever comparison of `summary` with its `lever` prediction and its `savings_model` verdict; the path's
+    points named. Returns the comparisons (updated in place)."""
+    from workbench.savings import verdicts
+    from workbench.measure.results import load_run
+
+    writer.flush()
+    results = load_run(writer.out_dir)[0]
+    judged = []
+    for c in summary["comparisons"]:
+        p = sel.predictions.get(c.get("opt"))
+        if c.get("name") == PATH:
+            c["path"] = [a for a in [c.get("baseline"), *(c.get("others") or []), c.get("optimized")] if a]
+            c["path"] = [a["arm"] for a in c["path"]]
+            continue
+        if p is None or not c.get("baseline") or not c.get("optimized"):
+            continue
+        c["lever"] = dict(p)
+        sm = {"formula": FORMULA, "predicted_ms": p["predicted_ms"], "predicted_se": p["predicted_se"],
+              "predicted_ci95": None if p["predicted_se"] is None else
+              [p["predicted_ms"] - 1.96 * p["predicted_se"], p["predicted_ms"] + 1.96 * p["predicted_se"]]}
+        try:
+            m = verdicts.measured_saving(results, c["name"], c["baseline"]["arm"], c["optimized"]["arm"])
+        except Exception as e:  # noqa: BLE001 - an arm without timed steps (failed): no measured saving
+            sm.update(verdict=None, reason=f"no measured saving: {type(e).__name__}: {e}")
+            c["savings_model"] = sm
+            continue
+        sm.update(measured_ms=m["mean"], measured_ci95=m["ci95"], measured_n_pairs=m["n_pairs"])
+        traced = next((r["ms"] for r in (sel.breakdown or {}).get("components", []) if r["component"] == "step_ms"),
+                      None)
+        bias = verdicts.bias_rel(traced, c["baseline"].get("step_ms_mean"))  # traced pass vs timed steps
+        if device_type != "cuda":
+            sm.update(verdict=None, reason="a CPU timing measures the machine's load: no verdict")
+        elif p["predicted_ms"] is None:
+            sm.update(verdict=None, reason=sel.trace_note or "no prediction")
+        else:
+            steps = (sel.breakdown or {}).get("steps") or 0
+            j = verdicts.judge(p["predicted_ms"], p["predicted_se"], m["mean"], m["se"], m["df"],
+                               predicted_df=(steps - 1) if steps > 1 else None, bias_rel=bias,
+                               n_units=m["n_units"])
+            sm.update(j, bias_rel=bias, traced_step_ms=traced)
+            judged.append(sm)
+        c["savings_model"] = sm
+    if judged:
+        verdicts.holm_family(judged)
+    return summary["comparisons"]
+
+
+def table(summary: dict) -> str:
+    """One line per lever: component, predicted saving, measured speedup [CI], equivalence, verdict."""
+    lines = ["lever            component                       predicted ms  speedup [95% CI]          "
+             "equivalent  verdict"]
+    for c in summary["comparisons"]:
+        lv = c.get("lever")
+        if lv is None:
+            continue
+        sm = c.get("savings_model") or {}
+        ci = c.get("speedup_ci95")
+        sp = f"{c['speedup']:.3f}" if c.get("speedup") else "-"
+        sp += f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+        pred = f"{lv['predicted_ms']:.2f}" if lv.get("predicted_ms") is not None else "-"
+        eq = "numerics" if c.get("numerics_change") else ""
+        eq = f"{c.get('equivalent')}" + (f" ({eq})" if eq else "")
+        lines.append(f"{c['name']:16s} {str(lv['component'])[:30]:31s} {pred:>12s}  {sp:24s}  {eq:10s}  "
+                     f"{sm.get('verdict') or sm.get('reason') or '-'}")
+    return "\n".join(lines)

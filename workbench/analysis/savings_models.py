@@ -1,0 +1,120 @@
+"""The savings models as the runs wrote them: the engine's model per comparison, `workbench.savings.verdicts`' verdicts
+and step decompositions."""
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+
+from workbench.analysis.loader import _arms, _ctx, _frame, _included, _lohi, _name
+
+
+SAVINGS_COLUMNS = ["folder", "comparison", "opt", "model", "layers", "tokens", "formula", "predicted_ms",
+                   "measured_ms", "measured_over_predicted", "reason", "inputs", "file"]
+
+
+def savings(profiles: str | None = None, **kw) -> pd.DataFrame:
+    """Each A/B comparison's savings model (not the A/A or NVTX ones) as the engine wrote it (`SAVINGS_COLUMNS`):
+    formula, predicted_ms (None where its inputs need a trace: `reason`), measured_ms, measured_over_predicted.
+    Whether the models hold is a later issue."""
+    rows = []
+    for r, comps in _included(profiles, **kw):
+        for c in comps:
+            sm = c.get("savings_model") or {}
+            if sm and _arms(c)[1:2] and _arms(c)[1][1] == "optimized":  # an A/A or NVTX comparison saves nothing
+                p, m = sm.get("predicted_ms"), sm.get("measured_ms")
+                rows.append({"folder": r["folder"], "comparison": _name(c),
+                             **{k: c.get(k) for k in ("opt", "model", "layers", "tokens")},
+                             "formula": sm.get("formula"), "predicted_ms": p, "measured_ms": m,
+                             "measured_over_predicted": m / p if p and m is not None else None,
+                             "reason": sm.get("reason"), "inputs": json.dumps(sm.get("inputs") or {}, default=str),
+                             "file": os.path.join(r["folder"], "summary.json")})
+    return _frame(rows, SAVINGS_COLUMNS, ("predicted_ms", "measured_ms", "measured_over_predicted"))
+
+
+VERDICT_COLUMNS = ["folder", "comparison", "opt", "model", "layers", "tokens", "attn", "precision", "lengths", "baseline",
+                   "arm",
+                   "formula",
+                   "predicted_ms", "predicted_ci95_lo", "predicted_ci95_hi", "measured_ms", "measured_ci95_lo",
+                   "measured_ci95_hi", "n_pairs", "n_units", "n_steps", "bias_rel", "ratio", "ratio_ci90_lo",
+                   "ratio_ci90_hi", "p_confirm", "p_confirm_holm", "p_refute", "p_refute_holm", "family_size",
+                   "verdict", "reps_to_decide", "decide_note", "reason", "largest_missing",
+                   "largest_missing_ms", "corrected_formula", "corrected_ms", "corrected_ci95_lo",
+                   "corrected_ci95_hi", "corrected_ratio", "corrected_verdict", "published_formula", "published_ms",
+                   "published_ci95_lo", "published_ci95_hi", "published_ratio", "published_ratio_ci90_lo",
+                   "published_ratio_ci90_hi", "published_verdict", "published_decide_note", "terms", "inputs",
+                   "gpu_name", "file"]
+
+
+def verdicts(profiles: str | None = None, include_incomplete_comparisons=False, **discover_kw) -> pd.DataFrame:
+    """One row per comparison whose `savings_model` has a verdict (`VERDICT_COLUMNS`; `python -m workbench.verdicts`
+    writes them after a traced run): the model's formula, predicted ms with its 95% CI (delta method over the traced
+    steps), the measured paired saving (baseline - arm, mean over the engine's pairs) with its 95% CI and n pairs,
+    measured / predicted with its 90% CI (the traced-vs-timed bias `bias_rel` included), the p-values raw and
+    Holm-adjusted within the verdict's family, the verdict ("confirmed" | "refuted" | "inconclusive" | "no trace" |
+    "not modelled" | "input check failed"; `workbench.savings.verdicts` states the rule), reps_to_decide and its reason; for a refuted model the largest component it lacks and the corrected model's prediction and
+    verdict; where the model extends a published form (offload: the first reload's term), that form's prediction and
+    verdict on the same data (`published_*`). `inputs` and `terms` are JSON strings ({name: {value, source}}, {term: ms})."""
+    rows = []
+    for r, comps in _included(profiles, include_incomplete_comparisons=include_incomplete_comparisons,
+                              **discover_kw):
+        for c in comps:
+            sm = c.get("savings_model") or {}
+            if not sm.get("verdict"):
+                continue
+            plo, phi = _lohi(sm.get("predicted_ci95"))
+            mlo, mhi = _lohi(sm.get("measured_ci95"))
+            corr, miss = sm.get("corrected") or {}, sm.get("largest_missing") or {}
+            clo, chi = _lohi(corr.get("predicted_ci95"))
+            pub = sm.get("published") or {}
+            pblo, pbhi = _lohi(pub.get("predicted_ci95"))
+            rows.append({**_ctx(r, c), "formula": sm.get("formula"), "predicted_ms": sm.get("predicted_ms"),
+                         "predicted_ci95_lo": plo, "predicted_ci95_hi": phi, "measured_ms": sm.get("measured_ms"),
+                         "measured_ci95_lo": mlo, "measured_ci95_hi": mhi, "n_pairs": sm.get("measured_n_pairs"),
+                         "n_units": sm.get("measured_n_units"), "n_steps": sm.get("n_steps"),
+                         "bias_rel": sm.get("bias_rel"), "ratio": sm.get("ratio"),
+                         "ratio_ci90_lo": _lohi(sm.get("ratio_ci90"))[0], "ratio_ci90_hi": _lohi(sm.get("ratio_ci90"))[1],
+                         "p_confirm": sm.get("p_confirm"), "p_confirm_holm": sm.get("p_confirm_holm"),
+                         "p_refute": sm.get("p_refute"), "p_refute_holm": sm.get("p_refute_holm"),
+                         "family_size": sm.get("family_size"), "verdict": sm.get("verdict"),
+                         "reps_to_decide": sm.get("reps_to_decide"), "decide_note": sm.get("decide_note"),
+                         "reason": sm.get("reason"), "largest_missing": miss.get("component"),
+                         "largest_missing_ms": miss.get("saved_ms"), "corrected_formula": corr.get("formula"),
+                         "corrected_ms": corr.get("predicted_ms"), "corrected_ci95_lo": clo, "corrected_ci95_hi": chi,
+                         "corrected_ratio": corr.get("ratio"), "corrected_verdict": corr.get("verdict"),
+                         "published_formula": pub.get("formula"), "published_ms": pub.get("predicted_ms"),
+                         "published_ci95_lo": pblo, "published_ci95_hi": pbhi, "published_ratio": pub.get("ratio"),
+                         "published_ratio_ci90_lo": _lohi(pub.get("ratio_ci90"))[0],
+                         "published_ratio_ci90_hi": _lohi(pub.get("ratio_ci90"))[1],
+                         "published_verdict": pub.get("verdict"), "published_decide_note": pub.get("decide_note"),
+                         "terms": json.dumps(sm.get("terms") or {}, default=str, sort_keys=True),
+                         "inputs": json.dumps(sm.get("inputs") or {}, default=str, sort_keys=True),
+                         "gpu_name": r["gpu_name"] or r["device"], "file": os.path.join(r["folder"], "summary.json")})
+    return _frame(rows, VERDICT_COLUMNS, ("layers", "tokens", "predicted_ms", "predicted_ci95_lo", "predicted_ci95_hi",
+                                          "measured_ms", "measured_ci95_lo", "measured_ci95_hi", "ratio",
+                                          "largest_missing_ms", "corrected_ms", "corrected_ci95_lo",
+                                          "corrected_ci95_hi", "corrected_ratio", "published_ms",
+                                          "published_ci95_lo", "published_ci95_hi", "published_ratio", "n_units",
+                                          "bias_rel", "ratio_ci90_lo", "ratio_ci90_hi", "p_confirm", "p_confirm_holm",
+                                          "p_refute", "p_refute_holm", "reps_to_decide", "published_ratio_ci90_lo",
+                                          "published_ratio_ci90_hi"))
+
+
+DECOMPOSITION_COLUMNS = ["folder", "comparison", "opt", "model", "layers", "tokens", "attn", "baseline", "arm",
+                         "component", "group", "baseline_ms", "arm_ms", "saved_ms", "file"]
+
+
+def decomposition(profiles: str | None = None, include_incomplete_comparisons=False, **discover_kw) -> pd.DataFrame:
+    """The rows of each comparison's `decomposition` (`DECOMPOSITION_COLUMNS`): per component (busy kernel classes,
+    idle causes, `step_ms`, `residual_ms` = measured - traced), the baseline's and the arm's ms per traced step and
+    the saving (baseline - arm)."""
+    rows = []
+    for r, comps in _included(profiles, include_incomplete_comparisons=include_incomplete_comparisons,
+                              **discover_kw):
+        for c in comps:
+            for d in c.get("decomposition") or []:
+                rows.append({**_ctx(r, c), **{k: d.get(k) for k in ("component", "group", "baseline_ms", "arm_ms",
+                                                                      "saved_ms")},
+                             "file": os.path.join(r["folder"], "summary.json")})
+    return _frame(rows, DECOMPOSITION_COLUMNS, ("baseline_ms", "arm_ms", "saved_ms"))

@@ -1,0 +1,103 @@
+"""The regression gate's statistic and its calibration by simulation (`workbench.measure.power`'s simulator).
+
+Statistic. Two runs of one comparison's arm, the baseline run's and the new one's, are independent: nothing pairs a
+rep of one with a rep of the other. Per run, the rep is the unit (`workbench.measure.stats`): y_r = log(mean step ms of rep
+r). The speedup of new over baseline is exp(mean y_base - mean y_new), its CI the Welch t interval of that
+difference (exp of it); < 1: the new run is slower. The gate fails only when the whole CI lies below 1 - tolerance.
+
+Why a tolerance. Two runs are two processes: clocks, autotuned kernels, memory layout move a whole run, an effect
+the reps of one run cannot see, so a CI built from reps alone fails A/A gates too often. The tolerance is the
+slowdown an A/A gate reaches 5% of the time under the noise of an A/A run on the same machine: its rep / step SDs
+from `power.components_from_run` (as `python -m workbench.power --from` estimates them), batch effects shared by
+both runs (same seeded data: they cancel), and a run effect of SD `run_sd_pct` per run, by default the A/A run's
+rep SD (a new process moves the run at least as much as a new block moves a rep; one A/A folder cannot estimate
+it, two adjacent A/A runs could). The tolerance = the 95th percentile of (1 - CI high) over simulated A/A gates
+(an upper confidence bound on it, so the simulation's own error does not leak into the rate), floored at 0: the
+simulated false-fail rate is <= 5% by construction.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from workbench.measure import power
+
+FALSE_FAIL_RATE = 0.05
+
+
+def speedup_ci(base_rep_ms, new_rep_ms) -> dict:
+    """{"speedup", "ci95", "n_base", "n_new"}: baseline over new from per-rep mean step times (Welch on logs)."""
+    from workbench.compare.rundiff import welch
+    a, b = np.log(np.asarray(new_rep_ms, dtype=float)), np.log(np.asarray(base_rep_ms, dtype=float))
+    w = welch(a, b)  # mean(log base) - mean(log new)
+    ci = [math.exp(w["ci95"][0]), math.exp(w["ci95"][1])] if w["ci95"] else None
+    return {"speedup": math.exp(w["delta_ms"]) if math.isfinite(w["delta_ms"]) else math.nan, "ci95": ci,
+            "n_base": int(b.size), "n_new": int(a.size)}
+
+
+def decide(ci95, tolerance_pct: float) -> str:
+    """"fail" when the CI lies wholly below 1 - tolerance, "pass" otherwise, "no verdict" without a CI."""
+    if ci95 is None:
+        return "no verdict"
+    return "fail" if ci95[1] < 1 - tolerance_pct / 100 else "pass"
+
+
+@dataclasses.dataclass(frozen=True)
+class GateDesign:
+    reps: int = 8
+    """Reps of each run (the new run's reps under the budget)."""
+    steps: int = 2
+    batches: int = 2
+    arms: int = 2
+    run_sd_pct: float | None = None
+    """SD of a whole run's offset, % of step time; None: the noise's rep SD."""
+
+
+def simulate_rep_means(rng, noise: power.Noise, design: GateDesign, slowdown: float = 1.0,
+                       step_ms: float = 100.0) -> tuple[np.ndarray, np.ndarray]:
+    """Per-rep mean step times of the gated arm in a simulated baseline run and a new run `slowdown` x slower,
+    each run simulated by `power.simulate_times` (blocks, drift, step noise), batch effects shared (set to 0: they
+    cancel), one run offset each."""
+    nz = dataclasses.replace(noise, batch_sd_pct=0.0)
+    pd_ = power.Design(reps=design.reps, steps=design.steps, batches=design.batches, arms=design.arms)
+    run_sd = (noise.rep_sd_pct if design.run_sd_pct is None else design.run_sd_pct) / 100
+    out = []
+    for s in (1.0, slowdown):
+        t, _ = power.simulate_times(rng, nz, pd_, design.reps, 1.0, step_ms=step_ms * s)
+        out.append(t.mean(axis=1) * math.exp(rng.standard_normal() * run_sd))
+    return out[0], out[1]
+
+
+def simulate_gates(noise: power.Noise, design: GateDesign, tolerance_pct: float | None, *, sims: int = 1000,
+                   slowdown: float = 1.0, seed: int = 0) -> dict:
+    """Simulated gates: {"ci_high": array, "fail_rate" (None without a tolerance), "sims", "slowdown"}."""
+    rng = np.random.default_rng(seed)
+    hi, fails = [], 0
+    for _ in range(sims):
+        b, n = simulate_rep_means(rng, noise, design, slowdown)
+        ci = speedup_ci(b, n)["ci95"]
+        hi.append(ci[1] if ci else math.inf)
+        if tolerance_pct is not None:
+            fails += decide(ci, tolerance_pct) == "fail"
+    return {"ci_high": np.asarray(hi), "fail_rate": fails / sims if tolerance_pct is not None else None,
+            "sims": sims, "slowdown": slowdown}
+
+
+def tolerance_pct(noise: power.Noise, design: GateDesign, *, sims: int = 1000, seed: int = 0,
+                  false_fail_rate: float = FALSE_FAIL_RATE) -> float:
+    """The tolerance (%) whose A/A false-fail rate is <= `false_fail_rate`: an upper 95% confidence bound on the
+    (1 - rate) quantile of the slowdown 1 - CI high over `sims` simulated A/A gates, floored at 0."""
+    from scipy import stats as sps
+    slow = np.sort(1 - simulate_gates(noise, design, None, sims=sims, seed=seed)["ci_high"])
+    # the order statistic that bounds the (1 - rate) quantile from above with 95% confidence: the simulation's own
+    # sampling error must not push the true false-fail rate above `false_fail_rate`
+    k = min(int(sps.binom.ppf(0.95, sims, 1 - false_fail_rate)), sims - 1)
+    return max(0.0, 100 * float(slow[k]))
+
+
+def detection_rate(noise: power.Noise, design: GateDesign, tolerance: float, *, slowdown_pct: float = 2.0,
+                   sims: int = 1000, seed: int = 1) -> float:
+    """The share of simulated gates that fail when the new run is `slowdown_pct` % slower."""
+    return simulate_gates(noise, design, tolerance, sims=sims, slowdown=1 + slowdown_pct / 100, seed=seed)["fail_rate"]

@@ -1,0 +1,261 @@
+"""The one measurement engine: every timing the workbench reports comes from `measure()`.
+
+    # nb = distinct batches of a comparison, cycled; a sample = one timed step of one arm
+
+Protocol (a comparison = arms x reps over one fixed batch sequence):
+- Each rep runs every arm once, in an order rotated by one from rep to rep (rep r starts with arm r mod n_arms), so
+  drift, and whatever running first costs, fall on every arm alike.
+- Per arm per rep, warmup runs until the step time settles: at least `warmup_min` steps and one pass over every
+  distinct batch, then until a step is within `settle_pct` of the previous step on the same batch, `warmup_max` at
+  most. The steps it took and whether it settled are recorded (`Warmup`).
+- Then `steps` timed steps, batch `step mod nb`, with no dispatch mode, no profiler and no sync-debug mode
+  (`assert_uninstrumented` checks before every timed step); NVTX ranges are the only instrument left on.
+- With `target_ci_pct`, reps continue past `reps` until the speedup's 95% CI half-width is under it, `budget_s` is
+  spent, or `max_reps` is reached; `stopped_by` says which.
+Samples pair by (rep, step): every arm sees batch `step mod nb` at step `step` of every rep. Because each arm runs as
+one block per rep, the pairs of one rep share that rep's block effects: the rep is the unit of independence, and
+every CI is a t-interval over per-rep log ratios (`workbench.measure.stats.paired_speedup`), so more, shorter reps buy
+precision, not more steps. Every pair counts; steps beyond the outlier rule of `workbench.measure.stats` are listed as a
+diagnostic, never dropped. `workbench.measure.power` simulates this protocol (rep effects, drift) and checks its coverage.
+
+Sync counts and traces come from separate passes (`workbench.ab`), never from these steps.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable, ContextManager, Protocol as _Protocol
+
+import torch
+
+from workbench.measure import stats
+from workbench.errors import WorkbenchError
+
+
+class InstrumentActive(WorkbenchError):
+    """An instrument (dispatch mode, profiler, sync-debug mode) is on where a step is being timed."""
+
+
+def active_instruments() -> list[str]:
+    """The instruments switched on right now (empty in a clean timing pass)."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    on = []
+    if _get_current_dispatch_mode_stack():
+        on.append("dispatch mode: " + ", ".join(type(m).__name__ for m in _get_current_dispatch_mode_stack()))
+    if torch._C._is_torch_function_mode_enabled():
+        on.append("torch function mode")
+    if torch._C._autograd._profiler_enabled():
+        on.append("torch.profiler")
+    if torch.cuda.is_available() and torch.cuda.is_initialized() and torch.cuda.get_sync_debug_mode() != 0:
+        on.append("CUDA sync debug mode")
+    return on
+
+
+def assert_uninstrumented() -> None:
+    on = active_instruments()
+    if on:
+        raise InstrumentActive("a timed step would run with an instrument on (" + "; ".join(on) + ")")
+
+
+@dataclasses.dataclass(frozen=True)
+class Protocol:
+    reps: int = 3
+    """Repetitions (at least); each runs every arm once, order rotated."""
+    steps: int = 4
+    """Timed steps per arm per rep (batch = step mod nb)."""
+    warmup_min: int = 2
+    """Warmup steps at least (and at least one pass over the distinct batches, plus one)."""
+    warmup_max: int = 12
+    """Warmup steps at most, settled or not."""
+    settle_pct: float = 2.0
+    """Warmup ends when a step is within this % of the previous step on the same batch."""
+    target_ci_pct: float | None = None
+    """Add reps until the speedup's 95% CI half-width is under this % (None: exactly `reps`)."""
+    budget_s: float | None = None
+    """Stop adding reps when the comparison has run this long."""
+    max_reps: int = 30
+    """Reps at most when `target_ci_pct` or `budget_s` asks for more."""
+
+    def __post_init__(self):
+        if self.reps < 1 or self.steps < 1 or self.warmup_min < 0 or self.warmup_max < self.warmup_min:
+            raise WorkbenchError(f"bad protocol: {self}")
+
+    def describe(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["rule"] = (f"warmup: >= max(warmup_min, nb + 1) steps, until a step is within {self.settle_pct}% of the "
+                     f"previous step on the same batch, <= {self.warmup_max}; arm order rotated by one per rep; "
+                     f"pairs by (rep, step); unit of independence: the rep (t-interval on per-rep log ratios, "
+                     f"verdict from {stats.MIN_UNITS} reps); every pair counts; outliers (listed, not dropped): "
+                     f"|t - median(arm, batch)| > {stats.OUTLIER_K} x max(MAD, {stats.OUTLIER_FLOOR:.0%} of the median)")
+        return d
+
+
+class Session(_Protocol):
+    def step(self, index: int, step: int):
+        """Run one training step on batch `index`; returns a StepRecord (harness) with step_ms etc."""
+
+
+@dataclasses.dataclass
+class Warmup:
+    arm: str
+    rep: int
+    steps: int
+    settled: bool
+    step_ms: list
+
+
+@dataclasses.dataclass
+class Measurement:
+    samples: list[dict]
+    """One dict per timed step: arm, rep, batch, step, step_ms, fwd_ms, bwd_ms, opt_ms, peak_mem_mib, loss, tokens,
+    t_start_s, t_end_s (wall clock, for NVML windows)."""
+    warmups: list[Warmup]
+    windows: list[tuple]
+    """(arm, rep, t_start_s, t_end_s) of every timed block."""
+    failed: dict
+    """arm -> the exception that stopped it (its later reps are skipped)."""
+    reps: int
+    stopped_by: str
+    """reps | target_ci | budget | max_reps | failed"""
+    protocol: Protocol
+    n_batches: int
+
+    def step_ms(self, arm: str) -> list[float]:
+        return [s["step_ms"] for s in self.samples if s["arm"] == arm]
+
+
+def arm_order(arms: list[str], rep: int) -> list[str]:
+    """The order of rep `rep`: rotated by one per rep (A B C, B C A, C A B, ...)."""
+    k = rep % len(arms)
+    return arms[k:] + arms[:k]
+
+
+def _warmup(session: Session, nb: int, p: Protocol, arm: str, rep: int) -> Warmup:
+    times: list[float] = []
+    need = max(p.warmup_min, nb + 1 if p.warmup_max > nb else 0)
+    settled = False
+    i = 0
+    while i < p.warmup_max:
+        rec = session.step(i % nb, i)
+        times.append(rec.step_ms)
+        i += 1
+        if i >= need and i > nb:
+            prev = times[-1 - nb]
+            if prev > 0 and abs(times[-1] - prev) <= p.settle_pct / 100 * prev:
+                settled = True
+                break
+    return Warmup(arm=arm, rep=rep, steps=i, settled=settled, step_ms=times)
+
+
+def measure(arms: list[str], open_session: Callable[[str], ContextManager[Session]], n_batches: int,
+            protocol: Protocol, *, baseline: str | None = None, optimized: str | None = None,
+            on_sample: Callable[[dict], None] | None = None, on_warmup: Callable[[Warmup], None] | None = None,
+            on_rep: Callable[[int, dict | None], None] | None = None) -> Measurement:
+    """Time `arms` under `protocol`. `open_session(arm)` is a context manager that applies the arm (and reverts it on
+    exit) and yields an object with `step(batch_index, step) -> StepRecord`. A failing arm is recorded in `failed`
+    and left out of later reps; KeyboardInterrupt propagates."""
+    p = protocol
+    baseline = baseline or arms[0]
+    optimized = optimized or (arms[1] if len(arms) > 1 else None)
+    samples: list[dict] = []
+    warmups: list[Warmup] = []
+    windows: list[tuple] = []
+    failed: dict = {}
+    t0 = time.perf_counter()
+    rep = 0
+    stopped_by = "reps"
+    last_rep_s = 0.0
+    while True:
+        t_rep = time.perf_counter()
+        for arm in arm_order(arms, rep):
+            if arm in failed:
+                continue
+            try:
+                with open_session(arm) as session:
+                    w = _warmup(session, n_batches, p, arm, rep)
+                    warmups.append(w)
+                    if on_warmup is not None:
+                        on_warmup(w)
+                    w0 = time.time()
+                    for s in range(p.steps):
+                        assert_uninstrumented()
+                        ts = time.time()
+                        rec = session.step(s % n_batches, s)
+                        sample = {"arm": arm, "rep": rep, "batch": s % n_batches, "step": s,
+                                  "step_ms": rec.step_ms, "fwd_ms": rec.fwd_ms, "bwd_ms": rec.bwd_ms,
+                                  "opt_ms": rec.opt_ms, "peak_mem_mib": rec.peak_mem_mib, "loss": rec.loss,
+                                  "tokens": rec.tokens, "t_start_s": ts, "t_end_s": time.time()}
+                        sample.update(getattr(rec, "extra", None) or {})  # e.g. rank_step_ms (distributed)
+                        samples.append(sample)
+                        if on_sample is not None:
+                            on_sample(sample)
+                    windows.append((arm, rep, w0, time.time()))
+            except (KeyboardInterrupt, InstrumentActive):
+                raise
+            except Exception as e:  # noqa: BLE001 - one arm's failure must not stop the others
+                failed[arm] = e
+        rep += 1
+        last_rep_s = time.perf_counter() - t_rep
+        elapsed = time.perf_counter() - t0
+        if baseline in failed or (optimized is not None and optimized in failed) or len(failed) == len(arms):
+            stopped_by = "failed"
+            if on_rep is not None:
+                on_rep(rep, None)
+            break
+        cmp = None
+        if optimized is not None:
+            cmp = paired_comparison(samples, baseline, optimized)
+        if on_rep is not None:
+            on_rep(rep, cmp)
+        if rep < p.reps:
+            continue
+        if p.target_ci_pct is None and p.budget_s is None:
+            stopped_by = "reps"
+            break
+        if p.target_ci_pct is not None and cmp is not None and cmp["half_width_pct"] is not None \
+                and cmp["half_width_pct"] <= p.target_ci_pct:
+            stopped_by = "target_ci"
+            break
+        if p.budget_s is not None and elapsed + last_rep_s > p.budget_s:
+            stopped_by = "budget"
+            break
+        if rep >= p.max_reps:
+            stopped_by = "max_reps"
+            break
+    return Measurement(samples=samples, warmups=warmups, windows=windows, failed=failed, reps=rep,
+                       stopped_by=stopped_by, protocol=p, n_batches=n_batches)
+
+
+def flag_outliers(samples: list[dict]) -> None:
+    """Mark each sample `outlier` (True/False) by the rule of `workbench.measure.stats` within its (arm, batch) cell."""
+    cells: dict = {}
+    for s in samples:
+        cells.setdefault((s["arm"], s["batch"]), []).append(s)
+    for cell in cells.values():
+        mask = stats.outlier_mask([s["step_ms"] for s in cell])
+        for s, m in zip(cell, mask):
+            s["outlier"] = bool(m)
+
+
+def pairs(samples: list[dict], baseline: str, other: str) -> tuple[list, list, list]:
+    """(baseline step_ms, other step_ms, rep) paired by (rep, step), every pair (outliers included)."""
+    b = {(s["rep"], s["step"]): s for s in samples if s["arm"] == baseline}
+    o = {(s["rep"], s["step"]): s for s in samples if s["arm"] == other}
+    keys = sorted(set(b) & set(o))
+    return [b[k]["step_ms"] for k in keys], [o[k]["step_ms"] for k in keys], [k[0] for k in keys]
+
+
+def paired_comparison(samples: list[dict], baseline: str, other: str) -> dict:
+    """The speedup of `other` over `baseline` with its 95% CI and verdict (`workbench.measure.stats.paired_speedup`, the
+    rep as the unit), from every pair. Outliers (`flag_outliers`) are listed as a diagnostic (`outlier_steps`:
+    arm, rep, step, batch, step_ms), never dropped; `variance_components` are the two arms' rep / batch / step
+    SDs."""
+    flag_outliers(samples)
+    b, o, reps = pairs(samples, baseline, other)
+    res = stats.paired_speedup(b, o, reps)
+    flagged = [s for s in samples if s["arm"] in (baseline, other) and s.get("outlier")]
+    res["outlier_pairs"] = len({(s["rep"], s["step"]) for s in flagged})
+    res["outlier_steps"] = [{k: s[k] for k in ("arm", "rep", "step", "batch", "step_ms")} for s in flagged]
+    res["variance_components"] = stats.variance_components([s for s in samples if s["arm"] in (baseline, other)])
+    return res

@@ -1,0 +1,303 @@
+"""Run results on disk: `runs/<run_id>/` (or `--out`) holding results.csv, summary.json and meta.json.
+
+The one schema every result of the project uses (A/B comparisons, sweeps, instrument costs):
+- `results.csv`: long format, one row per number: run_id, comparison, arm, rep, batch, step, metric, value, unit,
+  plus the environment columns (`ENV_COLUMNS`: opt, device, gpu_name, model, layers, tokens, attn, precision, versions, sha),
+  so runs concatenate and compare. Timed steps are `step_ms` (and fwd/bwd/opt); warmup steps `warmup_step_ms`;
+  the counted pass `instrumented_step_ms` and `syncs`; per comparison `speedup`, `speedup_ci95_lo/hi`.
+- `summary.json`: the A/B JSON object (the CLI contract in the README: per comparison the arms, the speedup with
+  `speedup_ci95` and `verdict`, equivalence, savings model).
+- `meta.json`: command, the project's git sha, package versions, device, driver, NVML clocks and power per arm,
+  the protocol and the equivalence criterion (fixed before the run), status
+  ("running" | "complete" | "incomplete" | "failed").
+
+Every write is atomic (temp file + os.replace): a Ctrl-C leaves the earlier files intact and the run marked
+incomplete. `load_run(dir)` reads a run back for notebooks. The state is also a file named for it (`workbench.measure.markers`: RUNNING
+with a heartbeat, INCOMPLETE, FAILED; none when complete), and a dead writer's folder reads as status "died".
+"""
+from __future__ import annotations
+
+from workbench.paths import REPO_ROOT
+import csv
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import random
+import shlex
+import subprocess
+import sys
+
+import pandas as pd
+
+RESULT_COLUMNS = ["run_id", "comparison", "arm", "rep", "batch", "step", "metric", "value", "unit"]
+ENV_COLUMNS = ["opt", "device", "gpu_name", "model", "layers", "tokens", "attn", "precision", "torch", "transformers", "git_sha"]
+
+STEP_METRICS = {"step_ms": "ms", "fwd_ms": "ms", "bwd_ms": "ms", "opt_ms": "ms", "syncs": "count",
+                "syncs_declared": "count", "cuda_sync_warnings": "count", "peak_mem_mib": "MiB", "tokens": "tokens",
+                "loss": "nats"}
+"""StepRecord fields written as rows, with their units."""
+
+
+def new_run_id(tag: str = "") -> str:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    suffix = f"{random.randrange(16**4):04x}"
+    return f"{stamp}-{tag}-{suffix}" if tag else f"{stamp}-{suffix}"
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_write_json(path: str, obj) -> None:
+    atomic_write_text(path, json.dumps(_jsonable(obj), indent=2, allow_nan=False, default=str) + "\n")
+
+
+def _jsonable(o):
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {str(k): _jsonable(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_jsonable(v) for v in o]
+    if hasattr(o, "item") and not isinstance(o, (str, bytes)):
+        try:
+            return _jsonable(o.item())
+        except (ValueError, TypeError):
+            return str(o)
+    return o
+
+
+PROJECT_ROOT = REPO_ROOT
+
+
+def git_sha(cwd: str | None = None) -> str | None:
+    """The project's HEAD sha (with "-dirty" when tracked files changed); None when the package is not inside its
+    own checkout (installed elsewhere, or inside another repository: that repository's sha is not ours)."""
+    if cwd is None and os.environ.get("WORKBENCH_GIT_SHA"):  # a copy of the tree without .git (the GPU machine)
+        return os.environ["WORKBENCH_GIT_SHA"]
+    cwd = cwd or PROJECT_ROOT
+    try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=cwd, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        if not top or os.path.realpath(top) != os.path.realpath(cwd) \
+                or not os.path.isdir(os.path.join(top, "workbench")):
+            return None
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        if not sha:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def versions() -> dict:
+    """Versions of Python and the packages the numbers depend on (None where not installed)."""
+    from importlib import metadata
+    out = {"python": platform.python_version()}
+    for pkg in ("torch", "transformers", "peft", "triton", "numpy", "nvidia-ml-py", "nvtx", "flash-attn"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    try:
+        import torch
+        out["cuda"] = torch.version.cuda
+        out["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    except Exception:  # pragma: no cover
+        pass
+    return out
+
+
+def device_info(device) -> dict:
+    """Device name (and capability, driver, memory on CUDA)."""
+    import torch
+    d = torch.device(device)
+    info = {"type": d.type, "name": platform.processor() or platform.machine(), "cpu_count": os.cpu_count()}
+    if d.type == "cuda":
+        p = torch.cuda.get_device_properties(d)
+        info.update(name=p.name, capability=f"{p.major}.{p.minor}", total_mem_mib=p.total_memory / 2**20)
+        from workbench.instrument import NvmlSampler
+        info.update(NvmlSampler(device_index=d.index or 0).device_info())
+    return info
+
+
+RUN_FILES = ("results.csv", "summary.json", "meta.json", "errors.log", "traces", "RUNNING", "INCOMPLETE", "FAILED")
+"""What a run writes into its folder: `--force` removes exactly these before a new run."""
+
+
+def safe_name(label: str) -> str:
+    """A comparison or arm label as a file or folder name (`traces/<comparison>/<arm>.*`): letters, digits and
+    `-_.+` kept, anything else `_`."""
+    return "".join(c if c.isalnum() or c in "-_.+" else "_" for c in label)
+
+
+def check_out_dir(path: str, force: bool = False) -> None:
+    """Refuse an output folder that would lose or mix results: an existing file, a folder that is not empty (unless
+    `force`), or a place that cannot be written. Raises WorkbenchError (one line); creates nothing."""
+    from workbench.errors import WorkbenchError
+
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise WorkbenchError(f"--out {path} is an existing file; name a new folder")
+    if os.path.isdir(path):
+        if os.listdir(path) and not force:
+            raise WorkbenchError(f"--out {path} is not empty (an earlier run's results?); name a new folder, "
+                                 "or add --force to replace its run files")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise WorkbenchError(f"--out {path} cannot be written (permissions); name another folder")
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        raise WorkbenchError(f"--out {path} cannot be created ({parent} is not a writable folder); name another")
+    import tempfile
+    try:  # permission bits can say yes where the file system says no (/proc, a read-only mount): try it
+        os.rmdir(tempfile.mkdtemp(prefix=".wb-out-check-", dir=parent))
+    except OSError as e:
+        raise WorkbenchError(f"--out {path} cannot be created in {parent} ({e.strerror}); name another folder") from None
+
+
+def clear_run_files(path: str) -> None:
+    """Remove an earlier run's files (RUN_FILES) from `path` (for --force); anything else stays."""
+    import shutil
+
+    for name in RUN_FILES:
+        p = os.path.join(path, name)
+        if os.path.isdir(p):
+            shutil.rmtree(p)
+        elif os.path.exists(p):
+            os.remove(p)
+
+
+class RunWriter:
+    """Collects rows and writes the run folder; every `flush()` rewrites results.csv atomically."""
+
+    def __init__(self, out_dir: str, run_id: str, *, argv: list[str] | None = None, env: dict | None = None,
+                 extra_meta: dict | None = None):
+        self.out_dir = out_dir
+        self.run_id = run_id
+        os.makedirs(out_dir, exist_ok=True)
+        from workbench.measure import markers
+        self.heartbeat = markers.Heartbeat(out_dir)  # RUNNING before any other file: a folder is never unmarked
+        self.env = {c: None for c in ENV_COLUMNS}
+        self.env.update(env or {})
+        self.rows: list[dict] = []
+        self.meta = {
+            "run_id": run_id, "status": "running",
+            "command": " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv)),
+            "cwd": os.getcwd(), "git_sha": git_sha(), "versions": versions(), "host": platform.node(),
+            "started": _dt.datetime.now().isoformat(timespec="seconds"), "ended": None,
+        }
+        self.meta.update(extra_meta or {})
+        from workbench.step import inject
+        if inject.spec() is not None:  # a deliberately slowed run (the gate's check): the analysis leaves it out
+            self.meta["injected"] = f"{inject.ENV}={os.environ[inject.ENV]}"
+        self.env.setdefault("git_sha", self.meta["git_sha"])
+        if self.env.get("git_sha") is None:
+            self.env["git_sha"] = self.meta["git_sha"]
+        for k in ("torch", "transformers"):
+            if self.env.get(k) is None:
+                self.env[k] = self.meta["versions"].get(k)
+        self.write_meta()
+
+    # -- paths ----------------------------------------------------------------------------------------------
+    def path(self, *parts: str) -> str:
+        p = os.path.join(self.out_dir, *parts)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        return p
+
+    # -- rows ----------------------------------------------------------------------------------------------
+    def add(self, comparison: str, arm: str | None, metric: str, value, unit: str, rep=None, step=None, batch=None,
+            **env) -> None:
+        row = {"run_id": self.run_id, "comparison": comparison, "arm": arm, "rep": rep, "batch": batch, "step": step,
+               "metric": metric, "value": value, "unit": unit}
+        e = dict(self.env)
+        e.update(env)
+        row.update({c: e.get(c) for c in ENV_COLUMNS})
+        self.rows.append(row)
+
+    def add_sample(self, comparison: str, sample: dict, prefix: str = "", **env) -> None:
+        """One row per step metric of an engine sample (or a StepRecord as a dict); `prefix` names the pass
+        (`instrumented_` for the counted pass)."""
+        for metric, unit in STEP_METRICS.items():
+            v = sample.get(metric)
+            if v is None:
+                continue
+            name = metric if metric in ("syncs", "syncs_declared", "cuda_sync_warnings") else prefix + metric
+            self.add(comparison, sample["arm"], name, v, unit, rep=sample.get("rep"), step=sample.get("step"),
+                     batch=sample.get("batch"), **env)
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows, columns=RESULT_COLUMNS + ENV_COLUMNS)
+
+    def flush(self) -> None:
+        path = os.path.join(self.out_dir, "results.csv")
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=RESULT_COLUMNS + ENV_COLUMNS)
+            w.writeheader()
+            for r in self.rows:
+                w.writerow({k: ("" if v is None or (isinstance(v, float) and not math.isfinite(v)) else v)
+                            for k, v in r.items()})
+        os.replace(tmp, path)
+
+    # -- json ----------------------------------------------------------------------------------------------
+    def write_summary(self, summary: dict) -> None:
+        atomic_write_json(os.path.join(self.out_dir, "summary.json"), summary)
+
+    def write_meta(self) -> None:
+        atomic_write_json(os.path.join(self.out_dir, "meta.json"), self.meta)
+
+    def finish(self, status: str, **extra) -> None:
+        """Flush rows and mark the run `status` (complete / incomplete / failed)."""
+        self.meta.update(extra)
+        self.meta["status"] = status
+        self.meta["ended"] = _dt.datetime.now().isoformat(timespec="seconds")
+        self.flush()
+        self.write_meta()
+        from workbench.measure import markers
+        markers.finish(self.out_dir, status, self.heartbeat, failures=extra.get("failures") or (),
+                       reason=extra.get("reason"))
+
+
+def load_run(run_dir: str) -> tuple[pd.DataFrame, dict, dict]:
+    """(results DataFrame, summary dict or {}, meta dict) of a run folder."""
+    df = pd.read_csv(os.path.join(run_dir, "results.csv"))
+
+    def j(name):
+        p = os.path.join(run_dir, name)
+        if not os.path.exists(p):
+            return {}
+        with open(p) as f:
+            return json.load(f)
+    meta = j("meta.json")
+    from workbench.measure import markers
+    state, why = markers.state(run_dir, meta)
+    if meta and state != meta.get("status"):  # a dead writer's "running" (or a marker the JSON lacks) is what shows
+        meta = {**meta, "status": state, **({"reason": why} if why and not meta.get("reason") else {})}
+    return df, j("summary.json"), meta
+
+
+def engine_step_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The timed-step rows the engine's statistics used, as `step_ms` rows (rep and step set).
+
+    A single-process run: its `step_ms` rows. A distributed run (a `rank` column with `dp_step_ms` rows): a
+    synchronous data-parallel step lasts as long as its slowest rank, so the engine paired the `dp_step_ms` samples
+    (the max across ranks per step, written once per rank): rank 0's copy, renamed `step_ms`. Each rank's own
+    `step_ms` rows stay in the file for per-rank tables."""
+    timed = df[df["rep"].notna() & df["step"].notna()] if "step" in df else df[df["rep"].notna()]
+    if "rank" in timed and (timed["metric"] == "dp_step_ms").any():
+        rank = pd.to_numeric(timed["rank"], errors="coerce")
+        dp = timed[(timed["metric"] == "dp_step_ms") & (rank == rank[timed["metric"] == "dp_step_ms"].min())]
+        return dp.assign(metric="step_ms")
+    return timed[timed["metric"] == "step_ms"]

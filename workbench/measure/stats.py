@@ -1,0 +1,403 @@
+"""Every statistic the workbench reports, defined once.
+
+Rules (all other modules call these functions rather than re-deriving them):
+
+- Missing values. NaN and None are dropped before any statistic is computed. For paired data a pair is dropped
+  when either side is missing. A statistic of nothing is NaN (`quantile`, `mad`) or None (`summarize`).
+- Quantiles. `quantile` is numpy's linear interpolation (the `np.quantile` default, "type 7"). The spread of a
+  cell is reported as p20-p80 around the median (`summarize`); the mean is reported beside it.
+- MAD. `mad` is the unscaled median absolute deviation, median(|t - median(t)|) (no 1.4826 factor).
+- Outliers. Within one cell (one arm / configuration), a step time t is an outlier when
+  |t - median(cell)| > OUTLIER_K * max(MAD(cell), OUTLIER_FLOOR * median(cell)). Outliers are a diagnostic, listed
+  with their steps; they are never dropped from an estimate (dropping the slow ones biased every A/A upward).
+- The unit of independence. The engine runs each arm as one block per rep, so every pair of one rep shares that
+  rep's two block effects: the rep, not the pair, is the independent unit. Every interval here takes `units` (one
+  label per pair) and works on one value per unit; None means every pair is its own unit, which is right only when
+  pairs are independent (adjacent steps of interleaved arms).
+- Speedup. Per rep u, r_u = log(mean baseline_u / mean optimized_u) (the ratio of means within the rep; > 0: the
+  optimized arm is faster). The speedup is exp(mean r_u), its 95% CI exp(mean ± t_{U-1} · sd(r) / sqrt(U)): a
+  Student-t interval on log ratios (no bootstrap: BCa under-covers at these counts, 0.88 at 8 pairs). Coverage and
+  the A/A false-verdict rate are checked by simulation with rep effects and drift (`workbench.measure.power`, tests).
+- Verdict. "faster" when the whole CI lies above 1, "slower" when it lies below 1, otherwise
+  "no detectable difference (±x%)" with x = 100 * max(1 - lo, hi - 1). Fewer than MIN_UNITS (4) reps: a CI, no
+  verdict. No CI -> "no verdict (fewer than 2 paired samples)".
+- Saving. `paired_difference`: per rep the mean of baseline - arm, t-interval over reps (se and df returned).
+- Half width. `half_width_pct` = 100 * (hi - lo) / 2 / estimate: the CI's half width in percent of the estimate.
+- Linear fits. `linear_fit`: OLS, or weighted least squares with weights 1/se² when each point's se is known (the
+  L sweeps, whose points' CIs differ 15x in width); t with n-2 df.
+- Multiplicity. `holm`: Holm's step-down adjustment within a family of tests (the model verdicts of one run).
+- Variance components. `variance_components`: rep / batch / step SDs of log step time (percent), recorded per
+  comparison; `workbench.measure.power --from RUN_DIR` simulates a protocol with them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+from scipy import stats as _sps
+
+__all__ = ["CONFIDENCE", "OUTLIER_K", "OUTLIER_FLOOR", "MIN_UNITS", "quantile", "summarize", "mad", "outlier_mask",
+           "t_interval", "paired_speedup", "paired_difference", "verdict", "linear_fit", "half_width_pct", "holm",
+           "variance_components", "delta_method"]
+
+CONFIDENCE = 0.95
+OUTLIER_K = 5.0  # a step is an outlier when |t - median(cell)| > OUTLIER_K * max(MAD(cell), OUTLIER_FLOOR * median(cell))
+OUTLIER_FLOOR = 0.01  # MAD floored at 1% of the median (a cell of 3 near-identical steps would otherwise flag a 1% step)
+
+NO_VERDICT = "no verdict (fewer than 2 paired samples)"
+
+# scipy >= 1.15 seeds `bootstrap` with `rng=`; older versions only know `random_state=`.
+_BOOTSTRAP_SEED_KW = "rng" if "rng" in inspect.signature(_sps.bootstrap).parameters else "random_state"
+
+
+def _is_missing(v) -> bool:
+    if v is None:
+        return True
+    try:
+        return math.isnan(float(v))
+    except (TypeError, ValueError):
+        raise TypeError(f"not a number: {v!r}") from None
+
+
+def _clean(values: Iterable) -> np.ndarray:
+    """Float array of `values` with NaN/None dropped."""
+    if values is None:
+        return np.empty(0)
+    return np.asarray([float(v) for v in values if not _is_missing(v)], dtype=float)
+
+
+def _to_float_array(values: Iterable) -> np.ndarray:
+    """Float array of `values`, same length, None -> NaN."""
+    return np.asarray([math.nan if v is None else float(v) for v in values], dtype=float)
+
+
+def quantile(values: Iterable, q: float) -> float:
+    """The q-quantile (0 <= q <= 1) of `values` by numpy's linear interpolation; NaN/None dropped; NaN when empty."""
+    x = _clean(values)
+    if x.size == 0:
+        return math.nan
+    return float(np.quantile(x, q))
+
+
+def summarize(values: Iterable) -> dict:
+    """{"median", "p20", "p80", "mean", "n"} of `values` (NaN/None dropped).
+
+    median/p20/p80/mean are floats, or None when n == 0; n is the number of values kept (int).
+    """
+    x = _clean(values)
+    if x.size == 0:
+        return {"median": None, "p20": None, "p80": None, "mean": None, "n": 0}
+    p20, median, p80 = (float(v) for v in np.quantile(x, [0.2, 0.5, 0.8]))
+    return {"median": median, "p20": p20, "p80": p80, "mean": float(np.mean(x)), "n": int(x.size)}
+
+
+def mad(values: Iterable) -> float:
+    """Median absolute deviation, median(|x - median(x)|), unscaled; NaN/None dropped; NaN when empty."""
+    x = _clean(values)
+    if x.size == 0:
+        return math.nan
+    return float(np.median(np.abs(x - np.median(x))))
+
+
+def outlier_mask(values: Sequence, k: float = OUTLIER_K, floor: float = OUTLIER_FLOOR) -> np.ndarray:
+    """Boolean array, one entry per value of one cell: True where the value is an outlier.
+
+    Outlier: |t - median| > k * max(MAD, floor * |median|), median and MAD over the cell's non-missing values.
+    Missing values (NaN/None) are never flagged.
+    """
+    x = _to_float_array(values)
+    ok = ~np.isnan(x)
+    mask = np.zeros(x.shape, dtype=bool)
+    if not ok.any():
+        return mask
+    med = float(np.median(x[ok]))
+    scale = max(mad(x[ok]), floor * abs(med))
+    mask[ok] = np.abs(x[ok] - med) > k * scale
+    return mask
+
+
+def _paired_arrays(a, b, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """Two equal-length 1-D float arrays with every pair holding a NaN/None dropped (ValueError otherwise)."""
+    aa, ba = _to_float_array(a), _to_float_array(b)
+    if aa.shape != ba.shape or aa.ndim != 1:
+        raise ValueError(f"{what} need two 1-D sequences of equal length, got {aa.shape} and {ba.shape}")
+    keep = ~(np.isnan(aa) | np.isnan(ba))
+    return aa[keep], ba[keep]
+
+
+def _unit_groups(units, n: int) -> list[np.ndarray]:
+    """Indices of each unit's pairs, units in first-seen order (None: every pair its own unit)."""
+    if units is None:
+        return [np.array([i]) for i in range(n)]
+    keys = list(units)
+    if len(keys) != n:
+        raise ValueError(f"units need one entry per pair: {len(keys)} for {n} pairs")
+    order: dict = {}
+    for i, k in enumerate(keys):
+        order.setdefault(k, []).append(i)
+    return [np.asarray(v) for v in order.values()]
+
+
+def t_interval(values: Iterable, *, confidence: float = CONFIDENCE) -> dict:
+    """Mean of independent `values` with its Student-t interval: mean ± t_{(1+c)/2, n-1} · sd / sqrt(n).
+
+    Returns {"mean", "se", "df", "ci": [lo, hi] or None, "n"}; se/ci None with fewer than 2 values; ci collapses to
+    [mean, mean] when every value is equal."""
+    x = _clean(values)
+    n = int(x.size)
+    if n == 0:
+        return {"mean": math.nan, "se": None, "df": None, "ci": None, "n": 0}
+    m = float(x.mean())
+    if n < 2:
+        return {"mean": m, "se": None, "df": None, "ci": None, "n": n}
+    se = float(x.std(ddof=1) / math.sqrt(n))
+    t = float(_sps.t.ppf((1 + confidence) / 2, n - 1))
+    return {"mean": m, "se": se, "df": n - 1, "ci": [m - t * se, m + t * se], "n": n}
+
+
+def _paired_with_units(a, b, units):
+    """`_paired_arrays` that keeps each kept pair's unit (None stays None)."""
+    aa, ba = _to_float_array(a), _to_float_array(b)
+    if aa.shape != ba.shape or aa.ndim != 1:
+        raise ValueError(f"paired samples need two 1-D sequences of equal length, got {aa.shape} and {ba.shape}")
+    keep = ~(np.isnan(aa) | np.isnan(ba))
+    if units is None:
+        return aa[keep], ba[keep], None
+    u = list(units)
+    if len(u) != aa.size:
+        raise ValueError(f"units need one entry per pair: {len(u)} for {aa.size} pairs")
+    return aa[keep], ba[keep], [x for x, k in zip(u, keep) if k]
+
+
+def log_ratio_of_unit_means(a_by_unit: Sequence, b_by_unit: Sequence, *, confidence: float = CONFIDENCE) -> dict:
+    """The ratio a / b with its CI, one value per independent unit: r_u = log(mean a_u / mean b_u) (a_u, b_u: the
+    unit's values, any count each), ratio = exp(mean r), ci = exp(`t_interval` of r), None with fewer than 2 units.
+    Returns {"ratio" (NaN with no unit), "ci", "log_ratios" (array)}. `paired_speedup` and `workbench.fidelity` use
+    it."""
+    if len(a_by_unit) != len(b_by_unit):
+        raise ValueError(f"{len(a_by_unit)} units of a, {len(b_by_unit)} of b")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.asarray([math.log(float(np.mean(np.asarray(a, dtype=float))) / float(np.mean(np.asarray(bb, dtype=float))))
+                        for a, bb in zip(a_by_unit, b_by_unit)])
+    ti = t_interval(r, confidence=confidence)
+    return {"ratio": float(math.exp(ti["mean"])) if r.size else math.nan,
+            "ci": [float(math.exp(ti["ci"][0])), float(math.exp(ti["ci"][1]))] if ti["ci"] is not None else None,
+            "log_ratios": r}
+
+
+def paired_speedup(baseline_ms: Sequence, optimized_ms: Sequence, units: Sequence | None = None, *,
+                   confidence: float = CONFIDENCE) -> dict:
+    """Speedup of the optimized arm over the baseline with a CI at the level of the independent unit.
+
+    `baseline_ms[i]` and `optimized_ms[i]` are pair i (same rep and batch); `units[i]` names its independent unit
+    (the rep: arms run as blocks per rep, so all pairs of one rep share that rep's two block effects). None: every
+    pair is its own unit (only right when pairs are independent, e.g. adjacent steps of interleaved arms). Pairs
+    with a NaN/None are dropped. Per unit u: r_u = log(mean baseline_u / mean optimized_u). The speedup is
+    exp(mean r_u), the CI exp(mean ± t_{U-1} · sd(r) / sqrt(U)) (`t_interval`), None with fewer than 2 units.
+    No pair is ever dropped as an outlier.
+
+    Returns {"speedup", "ci95", "n_pairs", "n_units", "method", "half_width_pct", "verdict", "log_ratio_sd"}.
+    """
+    b, o, u = _paired_with_units(baseline_ms, optimized_ms, units)
+    n = int(b.size)
+    groups = _unit_groups(u, n)
+    lr = log_ratio_of_unit_means([b[g] for g in groups], [o[g] for g in groups], confidence=confidence)
+    r, speedup, ci = lr["log_ratios"], lr["ratio"], lr["ci"]
+    what = "rep" if units is not None else "pair"
+    method = (f"t-interval on per-{what} log ratios of means ({len(groups)} {what}s, {max(len(groups) - 1, 0)} df)"
+              if ci is not None else f"none (fewer than 2 {what}s)")
+    hw = half_width_pct(ci, speedup) if ci is not None and math.isfinite(speedup) and speedup != 0 else None
+    return {"speedup": speedup, "ci95": ci, "n_pairs": n, "n_units": len(groups), "method": method,
+            "half_width_pct": hw, "verdict": verdict(ci, len(groups)),
+            "log_ratio_sd": float(r.std(ddof=1)) if r.size > 1 else None}
+
+
+MIN_UNITS = 4
+"""Fewer independent units (reps) give a CI but no verdict. The rep-level t-interval is exact for normal rep log
+ratios at any count, but with 2 or 3 reps it has 1 or 2 degrees of freedom (t.975 = 12.7, 4.3): one disturbed rep
+(a clock drop, a neighbour's job) then decides the verdict, and nothing can show the rep ratios are near normal.
+At 4 reps (3 df, t.975 = 3.18) `workbench.measure.power` finds the A/A false-verdict rate at its nominal 5% under the
+drift and rep effects measured on the H100."""
+
+MIN_PAIRS = MIN_UNITS  # the old name (pairs were the unit before the rep-level analysis)
+
+
+def verdict(ci95: tuple[float, float] | None, n_units: int | None = None) -> str:
+    """Verdict on a speedup CI: "faster" (lo > 1), "slower" (hi < 1), else "no detectable difference (±x%)".
+
+    x = 100 * max(1 - lo, hi - 1) is the largest effect, in percent, the CI still allows. None -> NO_VERDICT; fewer
+    than MIN_UNITS independent units (when `n_units` is given) -> "no verdict (n=N reps < 4)".
+    """
+    if ci95 is None:
+        return NO_VERDICT
+    if n_units is not None and n_units < MIN_UNITS:
+        return f"no verdict (n={n_units} reps < {MIN_UNITS})"
+    lo, hi = float(ci95[0]), float(ci95[1])
+    if lo > 1:
+        return "faster"
+    if hi < 1:
+        return "slower"
+    return f"no detectable difference (±{100 * max(1 - lo, hi - 1):.1f}%)"
+
+
+def half_width_pct(ci95: tuple[float, float], estimate: float) -> float:
+    """Half width of `ci95` in percent of `estimate`: 100 * (hi - lo) / 2 / estimate."""
+    return float(100 * (ci95[1] - ci95[0]) / 2 / estimate)
+
+
+def linear_fit(x: Sequence, y: Sequence, *, se: Sequence | None = None, confidence: float = CONFIDENCE,
+               at: float | None = None) -> dict:
+    """Line y = slope * x + intercept with CIs on slope and intercept (and on the fitted y at x = `at`).
+
+    Without `se`: ordinary least squares (`scipy.stats.linregress`), ci = estimate ± t_{n-2} · stderr. With `se`
+    (each point's standard error): weighted least squares, weights 1/se², whose covariance (XᵀWX)⁻¹ is scaled by
+    the reduced χ² of the fit when that exceeds 1 (the points scatter more than their se say), t with n-2 df.
+    Points with a NaN/None in x, y (or se) are dropped; ci needs n >= 3.
+    Returns {"slope", "intercept", "slope_ci95", "intercept_ci95", "r2", "n", "weighted"} (+ "at": {"x", "y",
+    "ci95", "se"}); slope, intercept and r2 are None when no line can be fitted (n < 2, or all x identical).
+    """
+    if se is not None:
+        xa, ya, sa = (_to_float_array(v) for v in (x, y, se))
+        keep = ~(np.isnan(xa) | np.isnan(ya) | np.isnan(sa)) & (sa > 0)
+        xa, ya, sa = xa[keep], ya[keep], sa[keep]
+    else:
+        xa, ya = _paired_arrays(x, y, "x and y")
+        sa = None
+    n = int(xa.size)
+    out = {"slope": None, "intercept": None, "slope_ci95": None, "intercept_ci95": None, "r2": None, "n": n,
+           "weighted": sa is not None}
+    if at is not None:
+        out["at"] = {"x": at, "y": None, "ci95": None, "se": None}
+    if n < 2 or np.all(xa == xa[0]):
+        return out
+    w = np.ones(n) if sa is None else 1.0 / sa ** 2
+    X = np.column_stack([xa, np.ones(n)])
+    XtW = X.T * w
+    cov_unscaled = np.linalg.inv(XtW @ X)
+    slope, intercept = (float(v) for v in cov_unscaled @ (XtW @ ya))
+    resid = ya - (slope * xa + intercept)
+    ybar = float(np.sum(w * ya) / np.sum(w))
+    ss_tot = float(np.sum(w * (ya - ybar) ** 2))
+    out.update(slope=slope, intercept=intercept, r2=(1 - float(np.sum(w * resid ** 2)) / ss_tot) if ss_tot > 0 else 1.0)
+    if at is not None:
+        out["at"]["y"] = slope * at + intercept
+    if n < 3:
+        return out
+    chi2_red = float(np.sum(w * resid ** 2)) / (n - 2)
+    scale = chi2_red if sa is None else max(1.0, chi2_red)  # OLS: the residual variance; WLS: the known se, inflated
+    cov = cov_unscaled * scale
+    t = float(_sps.t.ppf((1 + confidence) / 2, n - 2))
+    s_se, i_se = math.sqrt(cov[0, 0]), math.sqrt(cov[1, 1])
+    out.update(slope_ci95=[slope - t * s_se, slope + t * s_se], intercept_ci95=[intercept - t * i_se, intercept + t * i_se])
+    if at is not None:
+        g = np.array([at, 1.0])
+        se_at = float(math.sqrt(max(float(g @ cov @ g), 0.0)))
+        y0 = slope * at + intercept
+        out["at"].update(ci95=[y0 - t * se_at, y0 + t * se_at], se=se_at, df=n - 2)
+    return out
+
+
+def paired_difference(baseline_ms: Sequence, arm_ms: Sequence, units: Sequence | None = None, *,
+                      confidence: float = CONFIDENCE) -> dict:
+    """The mean of baseline - arm over paired samples (a saving, in the samples' unit), with a CI at the level of
+    the independent unit (the rep; None: every pair its own unit): per unit the mean difference, then `t_interval`
+    over units. Returns {"mean", "ci95", "se", "df", "n_pairs", "n_units", "method"}; ci95/se None with fewer than
+    2 units. No pair is dropped."""
+    b, o, u = _paired_with_units(baseline_ms, arm_ms, units)
+    d = b - o
+    n = int(d.size)
+    groups = _unit_groups(u, n)
+    per_unit = [float(d[g].mean()) for g in groups]
+    ti = t_interval(per_unit, confidence=confidence)
+    what = "rep" if units is not None else "pair"
+    return {"mean": float(np.mean(per_unit)) if per_unit else math.nan, "ci95": ti["ci"], "se": ti["se"],
+            "df": ti["df"], "n_pairs": n, "n_units": len(groups),
+            "method": (f"t-interval on per-{what} mean differences ({len(groups)} {what}s)" if ti["ci"] is not None
+                       else f"none (fewer than 2 {what}s)")}
+
+
+def holm(pvalues: Sequence) -> list[float]:
+    """Holm's step-down adjusted p-values (same order as given; None/NaN stay None): sort ascending, multiply the
+    k-th smallest by (m - k + 1), keep the running maximum, cap at 1. Reject H_i at level a when adjusted_i <= a."""
+    idx = [i for i, p in enumerate(pvalues) if p is not None and not math.isnan(float(p))]
+    out: list = [None] * len(pvalues)
+    m = len(idx)
+    running = 0.0
+    for k, i in enumerate(sorted(idx, key=lambda i: float(pvalues[i]))):
+        running = max(running, min(1.0, (m - k) * float(pvalues[i])))
+        out[i] = running
+    return out
+
+
+def variance_components(samples: list[dict]) -> dict:
+    """Rep, batch and step standard deviations of log step time, in percent, pooled over arms (balanced two-way
+    layout per arm: log t = arm + block(rep) + batch + step noise; method of moments).
+
+    `samples`: dicts with arm, rep, batch, step_ms. step_sd = the residual after rep and batch means; rep_sd = the
+    spread of one arm's block means beyond what step noise explains (the block effect every pair of one rep shares);
+    batch_sd = the spread of batch means likewise (it cancels within a pair). Percent = 100 x SD of ln(step_ms).
+    Returns {"rep_sd_pct", "batch_sd_pct", "step_sd_pct", "n_arms", "n_reps", "n_batches"} (None where not
+    estimable)."""
+    import pandas as pd
+    df = pd.DataFrame([{k: s.get(k) for k in ("arm", "rep", "batch", "step_ms")} for s in samples])
+    out = {"rep_sd_pct": None, "batch_sd_pct": None, "step_sd_pct": None, "n_arms": 0, "n_reps": 0, "n_batches": 0}
+    if df.empty:
+        return out
+    df = df.dropna()
+    df = df[df["step_ms"] > 0]
+    df["y"] = np.log(df["step_ms"].astype(float))
+    v_rep, v_batch, v_step, n_arms = [], [], [], 0
+    for _, g in df.groupby("arm"):
+        R, B, n = g["rep"].nunique(), g["batch"].nunique(), len(g)
+        if n < 3:
+            continue
+        n_arms += 1
+        fit = g["y"] - g.groupby("rep")["y"].transform("mean") - g.groupby("batch")["y"].transform("mean") + g["y"].mean()
+        dof = n - R - B + 1
+        s2 = float((fit ** 2).sum() / dof) if dof > 0 else None
+        if s2 is not None:
+            v_step.append(s2)
+        if R > 1:
+            rep_means = g.groupby("rep")["y"].mean()
+            v_rep.append(max(0.0, float(rep_means.var(ddof=1)) - (s2 or 0.0) / (n / R)))
+        if B > 1:
+            batch_means = g.groupby("batch")["y"].mean()
+            v_batch.append(max(0.0, float(batch_means.var(ddof=1)) - (s2 or 0.0) / (n / B)))
+
+    def pct(v):
+        return 100 * math.sqrt(float(np.mean(v))) if v else None
+
+    out.update(rep_sd_pct=pct(v_rep), batch_sd_pct=pct(v_batch), step_sd_pct=pct(v_step), n_arms=n_arms,
+               n_reps=int(df["rep"].nunique()), n_batches=int(df["batch"].nunique()))
+    return out
+
+
+def delta_method(f, samples, *, confidence: float = CONFIDENCE, rel_step: float = 1e-6) -> dict:
+    """f(mean of the samples) and its uncertainty, propagated from the samples' spread by the delta method.
+
+    `samples` is an (n, d) array: n observations (steps) of d inputs. The estimate is f(x̄); its standard error
+    is sqrt(∇f(x̄)ᵀ Σ ∇f(x̄) / n), with Σ the inputs' sample covariance and ∇f by central differences, and the CI
+    is estimate ± t.ppf((1 + confidence) / 2, n - 1) · se (checked against a brute-force bootstrap in the tests).
+    Returns {"estimate", "se", "ci95", "n"}; se and ci95 are None with n < 2."""
+    X = np.asarray(samples, dtype=float)
+    if X.ndim == 1:
+        X = X[:, None]
+    n, d = X.shape
+    xbar = X.mean(axis=0)
+    est = float(f(xbar))
+    if n < 2:
+        return {"estimate": est, "se": None, "ci95": None, "n": n}
+    grad = np.zeros(d)
+    for j in range(d):
+        h = rel_step * max(abs(xbar[j]), 1.0)
+        up, dn = xbar.copy(), xbar.copy()
+        up[j] += h
+        dn[j] -= h
+        grad[j] = (f(up) - f(dn)) / (2 * h)
+    cov = np.atleast_2d(np.cov(X, rowvar=False))
+    se = float(math.sqrt(max(float(grad @ cov @ grad), 0.0) / n))
+    t = float(_sps.t.ppf((1 + confidence) / 2, n - 1))
+    return {"estimate": est, "se": se, "ci95": [est - t * se, est + t * se], "n": n}

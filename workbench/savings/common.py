@@ -1,0 +1,83 @@
+"""The savings models' generic machinery; each optimization's own model lives beside it.
+
+An optimization with a savings model names its module in its SPEC (`"savings": "workbench.opts.<name>_savings"`,
+`workbench.opts.registry`). That module is torch-free (the tables and the verdicts import it without torch) and has:
+
+    FORMULA: str                  the model as judged, e.g. "(L*p - b) * s"
+    MODEL_TERMS: tuple[str, ...]  the decomposition components the model accounts for (the rest are candidates for
+                                  the term a refuted model lacks)
+    TRACED_ARMS: tuple[str, ...]  the arms whose traces its inputs come from: "baseline", and "arm" (the optimized)
+    def from_run(traced, c, meta, *, baseline, arm) -> dict
+        the model from a run's traces ({arm: events frame}), the comparison's summary.json dict and meta.json: the
+        keys of `predicted` (predicted_ms, its se, CI and n_steps) plus formula, inputs ({name: {value, source}})
+        and terms ({term: ms}); raises `InputCheckFailed` when two sources of an input disagree
+
+and its analytic saving function (pure; its docstring states the formula and inputs). `workbench.savings.verdicts` feeds
+the models in-situ inputs from traces, propagates the inputs' spread, and judges them against the engine's
+measured saving.
+"""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pandas as pd
+
+from workbench.opts import registry as opt_registry
+from workbench.measure import stats
+
+AGREE_TOL = 0.20
+"""Two sources of the same input may differ by at most this fraction; more fails the check (loudly)."""
+
+
+class InputCheckFailed(Exception):
+    """Two sources of one model input disagree, or a count differs from what the model assumes."""
+
+
+def module(opt: str):
+    """The savings-model module of an optimization (its SPEC's `savings`), None when it has none (or `opt` is not
+    an optimization: `all`, an A/A or NVTX comparison)."""
+    path = opt_registry.savings_path(opt) if opt in opt_registry.names() else None
+    return importlib.import_module(path) if path else None
+
+
+def modelled() -> tuple[str, ...]:
+    """The optimizations with a savings model, in their order."""
+    return tuple(o for o in opt_registry.names() if opt_registry.savings_path(o))
+
+
+def formula(opt: str) -> str | None:
+    mod = module(opt)
+    return mod.FORMULA if mod else None
+
+
+def model_terms(opt: str) -> tuple[str, ...]:
+    mod = module(opt)
+    return tuple(mod.MODEL_TERMS) if mod else ()
+
+
+# --- helpers of the models' input extractors ------------------------------------------------------------------
+
+def predicted(f, X) -> dict:
+    """f(mean of the per-step inputs X) with its se by the delta method (`stats.delta_method`): predicted_ms,
+    predicted_se_ms, predicted_ci95, n_steps."""
+    d = stats.delta_method(f, X)
+    return {"predicted_ms": d["estimate"], "predicted_se_ms": d["se"], "predicted_ci95": d["ci95"], "n_steps": d["n"]}
+
+
+def step_of(events: pd.DataFrame, windows: pd.DataFrame) -> np.ndarray:
+    """Step index of each event by its start (-1 outside every window)."""
+    out = np.full(len(events), -1, dtype=int)
+    st = events["start_ns"].to_numpy()
+    for w in windows.itertuples():
+        out[(st >= w.start_ns) & (st < w.end_ns)] = w.step
+    return out
+
+
+def gpu_busy(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The merged union of all GPU work (kernels and copies, any stream) and its prefix lengths, for
+    `decompose.covered_ns`."""
+    from workbench.traces import decompose
+
+    gpu = events[events["kind"].isin(("kernel", "memcpy"))]
+    return decompose.union_with_prefix(gpu[["start_ns", "end_ns"]].to_numpy(dtype=np.int64))

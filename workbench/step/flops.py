@@ -1,0 +1,347 @@
+"""Model FLOPs of one LoRA training step, counted analytically from the HF config and the packed batch.
+
+    # T = packed tokens, D = documents (lengths d), L = layers, H = hidden, Hq / Hkv = query / key-value heads,
+    # hd = head dim, I = MLP (or expert) intermediate, V = vocab, E = experts, k = experts per token,
+    # S = T*k routed rows, r = LoRA rank, W = sliding window
+
+Conventions:
+
+- A multiply-add is 2 FLOPs: a GEMM (m, n) x (n, p) is 2*m*n*p. Only matmul-type work is counted (linears, expert
+  GEMMs, attention QK^T and PV, the LoRA fold of the fused experts); elementwise ops (norms, activations, rotary,
+  softmax, residuals, bias adds, the loss) are left out. That is also what `torch.utils.flop_counter.FlopCounterMode`
+  counts, which the tests compare against.
+- Frozen base weights: forward 2*rows*in*out; backward input gradients only (another 2*rows*in*out), no weight
+  gradient. The first decoder layer's q/k/v projections get no input gradient either: the embedding output does not
+  require grad (frozen embeddings, no `enable_input_require_grads`), so autograd skips it (`embed_grad=True` when it
+  does require grad).
+- LoRA on a linear (rank r; `lora_A` in->r, `lora_B` r->out): forward 2*rows*r*(in+out); backward the input gradients
+  and the weight gradients of both factors, 2x the forward (3x in all). Layer 0's q/k/v adapters skip `lora_A`'s
+  input gradient, as their base does.
+- LoRA on the fused experts (peft `target_parameters`, `expert_lora="peft_fold"`, what runs): peft folds the adapter
+  into the expert stack, W' = W + s * B@A, one `baddbmm` of 2*E*in*out*r per parameter, evaluated `fold_evals` times
+  per forward (a peft with `_LoraFactorsProxy`, 0.21 here: once by torch's `register_parametrization` consistency
+  check and once by the experts' forward, so 2; an older peft builds the delta once, 1; `peft_fold_evals()`).
+  W' requires grad, so the backward also computes the weight gradient of the stack on the routed rows (2*S*in*out)
+  and back-propagates through the fold (2 bmms, 2 * 2*E*in*out*r). `expert_lora="factored"` counts an ideal
+  per-row adapter instead (the 3x rule on S rows).
+- Checkpointing (`checkpointing=True`: non-reentrant, every decoder layer, `workbench.step.harness.enable_checkpointing`):
+  each decoder layer's forward runs again in the backward ("recompute"); the LM head and embeddings do not. With
+  torch's checkpoint early stop (`early_stop=True`, torch's default) the recompute ends once the last tensor saved
+  for the backward is rebuilt, so a dense-MLP layer's final GEMM is not recomputed: down_proj's `lora_B` (2*T*r*H)
+  when down_proj is adapted, else the frozen down_proj itself (2*T*I*H). An MoE layer ends in the routing-weight
+  multiply, which saves the experts' output: recomputed whole.
+- Attention scores (QK^T and PV, per query head; GQA changes only the K/V projections, Hkv*hd wide), over P
+  (query, key) pairs per layer, forward 2 matmuls = 4*P*hd*Hq:
+  - `attention="block_diagonal"` (default): what flash / varlen / flex kernels compute on a packed batch, the
+    causal pairs inside each document: P = sum_d d*(d+1)/2 (the FA papers' d^2/2 convention differs by d/2 per
+    document); a sliding layer counts min(i+1, W) keys for query i (HF's mask keeps keys i-W < j <= i). Tile
+    granularity (partly masked blocks computed whole) is ignored. This is the useful work, the one to report MFU on.
+  - `attention="dense"`: what sdpa / eager with an explicit (T, T) mask compute, P = T^2 in every layer, sliding
+    ones included (the mask is applied after the full QK^T).
+  - `attention="auto"`: `attention_mode(config._attn_implementation)`.
+  - backward: `attn_bwd_matmuls` score-sized matmuls (4: autograd through eager's matmuls, dQ dK dV dP; 5: fused
+    kernels, flash / memory-efficient / CPU flash, that also recompute QK^T), so 2x or 2.5x the forward. Default:
+    4 for eager implementations, else 5.
+- MoE: the router H->E (forward and input gradient) on all T tokens, the experts' gate_up (H->2I) and down (I->H) on
+  S = T*k routed rows. Qwen3-MoE layers in `mlp_only_layers` (or off `decoder_sparse_step`) have a dense MLP.
+- LM head: H->V on all T tokens (HF computes the logits of every position), forward and input gradient.
+
+`step_flops` returns each component with its forward / recompute / backward parts; `total` is what the hardware
+executes (recompute included, HFU-style), `model` leaves the recompute out (MFU-style).
+"""
+from __future__ import annotations
+
+import re
+
+PEAK_BF16_DENSE_TFLOPS: dict[str, float] = {
+    # Hopper (H100 / H200 datasheets: 1,979 TFLOPS "with sparsity" for SXM, 1,671 for NVL, 1,513 for PCIe)
+    "NVIDIA H100 80GB HBM3": 989.4,
+    "NVIDIA H100 SXM": 989.4,
+    "NVIDIA H100": 989.4,
+    "NVIDIA H100 PCIe": 756.5,
+    "NVIDIA H100 NVL": 835.5,
+    "NVIDIA H800": 989.4,
+    "NVIDIA H200": 989.4,
+    "NVIDIA H200 NVL": 835.5,
+    "NVIDIA GH200": 989.4,
+    # Blackwell (HGX B200: 4.5 PFLOPS sparse per GPU; GB200 NVL72: 5 PFLOPS sparse per GPU)
+    "NVIDIA B200": 2250.0,
+    "NVIDIA GB200": 2500.0,
+    # Ampere (A100 datasheet: 312 dense / 624 sparse, SXM and PCIe alike; A10: 125 / 250)
+    "NVIDIA A100-SXM4-80GB": 312.0,
+    "NVIDIA A100-SXM4-40GB": 312.0,
+    "NVIDIA A100-PCIE-40GB": 312.0,
+    "NVIDIA A100 80GB PCIe": 312.0,
+    "NVIDIA A100": 312.0,
+    "NVIDIA A10": 125.0,
+    # Ada (L40S: 362.05 dense / 733 sparse; L40: 181.05 / 362.1; L4: 121 / 242)
+    "NVIDIA L40S": 362.05,
+    "NVIDIA L40": 181.05,
+    "NVIDIA L4": 121.0,
+    # AMD Instinct (MI300X: 1,307.4 dense bf16; MI325X the same)
+    "AMD Instinct MI300X": 1307.4,
+    "AMD Instinct MI325X": 1307.4,
+}
+"""Dense (no 2:4 sparsity) bf16 tensor-core peaks, TFLOP/s, from the vendors' datasheets (the "with sparsity"
+figures halved where only those are printed), keyed by `torch.cuda.get_device_name()`. Boost clocks: a real step
+reaches a sustained clock below them, so MFU against these is a lower bound."""
+
+ATTENTION_MODES = ("block_diagonal", "dense")
+_BLOCK_DIAGONAL_IMPLS = ("flash_attention_2", "flash_attention_3", "flex_attention", "paged_attention",
+                         "wb_packing_varlen", "wb_packing_flex", "varlen", "flex")
+"""(`varlen` / `flex`: the workbench packing backends, as summary.json names them.)"""
+_EAGER_IMPLS = ("eager", "wb_packing_eager")
+COMPONENTS = ("attn_proj", "attn_scores", "mlp", "moe_experts", "router", "lm_head", "lora", "lora_experts")
+PASSES = ("forward", "recompute", "backward")
+
+
+def peak_tflops(device_name: str) -> float | None:
+    """Dense bf16 peak (TFLOP/s) of a device name: the exact key, else the longest key found in the name (case
+    blind, ending at a word boundary, so "NVIDIA L4" does not match an L40S); None when unknown (a CPU, say)."""
+    if not device_name:
+        return None
+    if device_name in PEAK_BF16_DENSE_TFLOPS:
+        return PEAK_BF16_DENSE_TFLOPS[device_name]
+    name = device_name.lower()
+    best = None
+    for key in PEAK_BF16_DENSE_TFLOPS:
+        if re.search(re.escape(key.lower()) + r"(?![0-9a-z])", name) and (best is None or len(key) > len(best)):
+            best = key
+    return PEAK_BF16_DENSE_TFLOPS[best] if best is not None else None
+
+
+def attention_mode(attn_implementation: str | None) -> str:
+    """The `attention` count of an HF attention implementation on a packed batch: "block_diagonal" for the ones
+    that skip masked blocks (flash / varlen / flex), "dense" for sdpa and eager with a (T, T) mask. (A batch of one
+    document may reach sdpa as `is_causal` with no mask, which the fused kernels run causally: block_diagonal.)"""
+    return "block_diagonal" if attn_implementation in _BLOCK_DIAGONAL_IMPLS else "dense"
+
+
+def default_lora_targets() -> tuple[str, ...]:
+    """What `workbench.step.models.add_lora` targets: the attention / MLP linears and the fused expert parameters."""
+    from workbench.step.models import LORA_TARGET_EXPERT_PARAMETERS, LORA_TARGET_MODULES
+    return tuple(LORA_TARGET_MODULES) + tuple(LORA_TARGET_EXPERT_PARAMETERS)
+
+
+def peft_fold_evals() -> int:
+    """Evaluations of the expert LoRA fold per forward with the installed peft (see the module docstring)."""
+    try:
+        from peft.tuners.lora import layer
+    except ImportError:
+        return 2
+    return 2 if hasattr(layer, "_LoraFactorsProxy") else 1
+
+
+def causal_pairs(d: int, window: int | None = None) -> int:
+    """(query, key) pairs a causal document of d tokens attends, keys i-W < j <= i with a window W."""
+    if window is None or window >= d:
+        return d * (d + 1) // 2
+    return window * (window + 1) // 2 + (d - window) * window
+
+
+def attention_pairs(doc_lens: list[int], attention: str, window: int | None = None) -> int:
+    """Score pairs of one attention layer over a packed batch (see `attention` in the module docstring)."""
+    if attention == "dense":
+        t = sum(doc_lens)
+        return t * t
+    if attention == "block_diagonal":
+        return sum(causal_pairs(d, window) for d in doc_lens)
+    raise ValueError(f"attention must be one of {ATTENTION_MODES} or 'auto', got {attention!r}")
+
+
+def linear_flops(rows: int, in_f: int, out_f: int, *, input_grad: bool = True) -> dict:
+    """A frozen linear on `rows` rows: forward and backward (input gradient only) FLOPs."""
+    f = 2 * rows * in_f * out_f
+    return {"forward": f, "backward": f if input_grad else 0}
+
+
+def lora_flops(rows: int, in_f: int, out_f: int, rank: int, *, input_grad: bool = True) -> dict:
+    """A LoRA adapter (A: in->r, B: r->out) on `rows` rows: forward; backward = weight gradients of A and B plus the
+    input gradients of B and (when the layer's input requires grad) of A: 2x the forward."""
+    a, b = 2 * rows * in_f * rank, 2 * rows * rank * out_f
+    return {"forward": a + b, "backward": a + 2 * b + (a if input_grad else 0)}
+
+
+class _Acc:
+    def __init__(self):
+        self.c = {name: dict.fromkeys(PASSES, 0) for name in COMPONENTS}
+
+    def add(self, comp: str, fwd: int, bwd: int, recompute: bool):
+        self.c[comp]["forward"] += fwd
+        if recompute:
+            self.c[comp]["recompute"] += fwd
+        self.c[comp]["backward"] += bwd
+
+
+def _family(config) -> str:
+    from workbench.step.models import family_of
+    return family_of(config)
+
+
+def step_flops(config, doc_lens: list[int], *, lora_rank: int, lora_targets=None, attention: str = "block_diagonal",
+               checkpointing: bool = True, early_stop: bool = True, attn_bwd_matmuls: int | None = None,
+               embed_grad: bool = False, expert_lora: str = "peft_fold", fold_evals: int | None = None) -> dict:
+    """FLOPs of one forward + backward of a LoRA model on a packed batch with these document lengths.
+
+    `config`: the HF config (`workbench.step.models.load_config`, or `model.config`); `lora_targets`: module names
+    (`q_proj`, ...) and fused expert parameters (`mlp.experts.gate_up_proj`, ...), default those of
+    `workbench.step.models.add_lora`. Returns {component: {"forward", "recompute", "backward", "total"}} for
+    `COMPONENTS`, plus "by_pass" ({pass: FLOPs}), "total" (all passes), "model" (forward + backward, no recompute),
+    "tokens", "attention" (the count used), "attn_bwd_matmuls", "note". See the module docstring for the rules.
+    """
+    if not doc_lens or any(int(d) <= 0 for d in doc_lens):
+        raise ValueError(f"doc_lens must be positive and non-empty, got {doc_lens}")
+    if lora_rank is None or lora_rank <= 0:
+        raise ValueError(f"lora_rank must be positive, got {lora_rank}")
+    if expert_lora not in ("peft_fold", "factored"):
+        raise ValueError(f"expert_lora must be 'peft_fold' or 'factored', got {expert_lora!r}")
+    doc_lens = [int(d) for d in doc_lens]
+    impl = getattr(config, "_attn_implementation", None)
+    if attention == "auto":
+        attention = attention_mode(impl)
+    if attention not in ATTENTION_MODES:
+        raise ValueError(f"attention must be one of {ATTENTION_MODES} or 'auto', got {attention!r}")
+    if attn_bwd_matmuls is None:
+        attn_bwd_matmuls = 4 if impl in _EAGER_IMPLS else 5
+    if fold_evals is None:
+        fold_evals = peft_fold_evals()
+    targets = set(default_lora_targets() if lora_targets is None else lora_targets)
+    expert_targets = {t.rsplit(".", 1)[-1] for t in targets if "experts." in t}
+    r = lora_rank
+
+    fam = _family(config)
+    T = sum(doc_lens)
+    Hd = config.hidden_size
+    hq = config.num_attention_heads
+    hkv = getattr(config, "num_key_value_heads", None) or hq
+    hd = getattr(config, "head_dim", None) or Hd // hq
+    L = config.num_hidden_layers
+    V = config.vocab_size
+    layer_types = getattr(config, "layer_types", None)
+    window = getattr(config, "sliding_window", None)
+
+    acc = _Acc()
+    rc = checkpointing
+
+    def linear(comp: str, name: str, rows: int, i: int, o: int, input_grad: bool = True, last: bool = False):
+        """`last`: the layer's final linear; with early stop its trailing GEMM is not recomputed (its output is
+        saved by nothing): lora_B when adapted (lora_A's output is saved for lora_B's weight gradient), else the
+        base GEMM (a frozen weight's backward needs only the weight)."""
+        lora = name in targets
+        base = linear_flops(rows, i, o, input_grad=input_grad)
+        acc.add(comp, base["forward"], base["backward"], rc and not (last and early_stop and not lora))
+        if lora:
+            lo = lora_flops(rows, i, o, r, input_grad=input_grad)
+            acc.add("lora", lo["forward"], lo["backward"], rc)
+            if rc and last and early_stop:
+                acc.c["lora"]["recompute"] -= 2 * rows * r * o
+
+    for li in range(L):
+        # attention: q, k, v (GQA: k, v are Hkv*hd wide), o; layer 0's inputs need no gradient
+        qkv_grad = li > 0 or embed_grad
+        linear("attn_proj", "q_proj", T, Hd, hq * hd, qkv_grad)
+        linear("attn_proj", "k_proj", T, Hd, hkv * hd, qkv_grad)
+        linear("attn_proj", "v_proj", T, Hd, hkv * hd, qkv_grad)
+        linear("attn_proj", "o_proj", T, hq * hd, Hd)
+        sliding = layer_types is not None and layer_types[li] == "sliding_attention" and window
+        pairs = attention_pairs(doc_lens, attention, window if sliding else None)
+        one = 2 * pairs * hd * hq  # one score-sized matmul over all query heads
+        acc.add("attn_scores", 2 * one, attn_bwd_matmuls * one, rc)
+
+        # MLP
+        if fam in ("llama", "qwen3") or (fam == "qwen3_moe" and not _qwen3_moe_sparse(config, li)):
+            inter = config.intermediate_size
+            linear("mlp", "gate_proj", T, Hd, inter)
+            linear("mlp", "up_proj", T, Hd, inter)
+            linear("mlp", "down_proj", T, inter, Hd, last=True)
+            continue
+        if fam == "qwen3_moe":
+            E, k, inter = config.num_experts, config.num_experts_per_tok, config.moe_intermediate_size
+        else:  # gpt_oss
+            E, k, inter = config.num_local_experts, config.num_experts_per_tok, config.intermediate_size
+        S = T * k
+        router = linear_flops(T, Hd, E)
+        acc.add("router", router["forward"], router["backward"], rc)
+        for pname, i, o in (("gate_up_proj", Hd, 2 * inter), ("down_proj", inter, Hd)):
+            base = linear_flops(S, i, o)
+            acc.add("moe_experts", base["forward"], base["backward"], rc)
+            if pname not in expert_targets:
+                continue
+            if expert_lora == "factored":
+                lo = lora_flops(S, i, o, r)
+                acc.add("lora_experts", lo["forward"], lo["backward"], rc)
+            else:
+                fold = 2 * E * i * o * r
+                acc.add("lora_experts", fold_evals * fold, 2 * S * i * o + 2 * fold, rc)
+
+    head = linear_flops(T, Hd, V)
+    acc.add("lm_head", head["forward"], head["backward"], False)
+
+    out: dict = {}
+    for name, parts in acc.c.items():
+        out[name] = dict(parts, total=sum(parts.values()))
+    by_pass = {p: sum(acc.c[n][p] for n in COMPONENTS) for p in PASSES}
+    out["by_pass"] = by_pass
+    out["total"] = sum(by_pass.values())
+    out["model"] = by_pass["forward"] + by_pass["backward"]
+    out["tokens"] = T
+    out["attention"] = attention
+    out["attn_bwd_matmuls"] = attn_bwd_matmuls
+    out["note"] = (f"matmul FLOPs (multiply-add = 2) of one {'checkpointed ' if rc else ''}LoRA step (r={r}) on "
+                   f"{len(doc_lens)} documents, {T} tokens; attention scores {attention} "
+                   f"({'causal pairs per document' if attention == 'block_diagonal' else 'T^2 per layer'}, backward "
+                   f"{attn_bwd_matmuls} matmuls); frozen base: input gradients only; expert LoRA {expert_lora}"
+                   f"{f' (fold x{fold_evals} per forward)' if expert_lora == 'peft_fold' else ''}; "
+                   "elementwise ops (norms, activations, rotary, softmax, loss) not counted")
+    return out
+
+
+def _qwen3_moe_sparse(config, li: int) -> bool:
+    """Qwen3MoeDecoderLayer's rule: a sparse MoE block unless in mlp_only_layers or off decoder_sparse_step."""
+    return (li not in (getattr(config, "mlp_only_layers", None) or [])
+            and config.num_experts > 0 and (li + 1) % getattr(config, "decoder_sparse_step", 1) == 0)
+
+
+def throughput(flops: dict | float, seconds: float, device_name: str | None = None) -> dict:
+    """Achieved TFLOP/s of a step and its utilization of the device's dense bf16 peak.
+
+    `flops`: a `step_flops` result (then "tflops" / "mfu" use its "model" FLOPs, recompute left out, and
+    "hfu_tflops" / "hfu" its "total") or a number of FLOPs. Utilizations are None when the device is unknown.
+    """
+    if seconds <= 0:
+        raise ValueError(f"seconds must be positive, got {seconds}")
+    peak = peak_tflops(device_name) if device_name else None
+    if isinstance(flops, dict):
+        model, total = flops["model"], flops["total"]
+    else:
+        model = total = float(flops)
+    tf, htf = model / seconds / 1e12, total / seconds / 1e12
+    return {"tflops": tf, "mfu": tf / peak if peak else None, "hfu_tflops": htf, "hfu": htf / peak if peak else None,
+            "peak_tflops": peak}
+
+
+def for_comparison(model: str, layers: int | None, tokens: int, attn: str | None, *, lengths: str, batches: int,
+                   seed: int, lora_rank: int, checkpointing: bool = True, experts: str | None = None) -> list[dict]:
+    """`step_flops` of each distinct batch of an A/B comparison, rebuilt exactly as `workbench.ab` builds them (the
+    config from `load_config`, the batches from `make_batches` with the run's seed), so the FLOPs of a committed run
+    can be counted after the fact from its meta.json. `attn`: the attention that ran (summary.json's `attn`)."""
+    from workbench.step.data import make_batches
+    from workbench.step.models import load_config
+
+    config = load_config(model, layers, None, experts)
+    mode = attention_mode(attn or config._attn_implementation)
+    return [step_flops(config, b.doc_lens, lora_rank=lora_rank, attention=mode, checkpointing=checkpointing)
+            for b in make_batches(lengths, tokens, batches, config.vocab_size, seed=seed)]
+
+
+def arm_throughput(batch_flops: list[dict], samples: list[dict], device_name: str | None) -> dict:
+    """Model FLOPs per step, achieved TFLOP/s and MFU of one arm over its timed samples (each sample's batch counted
+    with its own FLOPs: sum of FLOPs / sum of step times)."""
+    if not batch_flops or not samples:
+        return {}
+    model = sum(batch_flops[s["batch"]]["model"] for s in samples)
+    total = sum(batch_flops[s["batch"]]["total"] for s in samples)
+    seconds = sum(s["step_ms"] for s in samples) / 1e3
+    t = throughput({"model": model, "total": total}, seconds, device_name)
+    return {"model_tflop_per_step": model / len(samples) / 1e12, "achieved_tflops": t["tflops"], "mfu": t["mfu"],
+            "hfu": t["hfu"], "peak_tflops": t["peak_tflops"], "attention_flops": batch_flops[0]["attention"]}

@@ -1,0 +1,99 @@
+"""What would move an arm closer to the GPU's limit: read off its step breakdown (`workbench.traces.decompose`).
+
+Each component of a traced step has one lever. `levers(components, ...)` ranks the components that are not the
+useful matrix work (GEMM, attention) by their share of the step and names the lever of each that takes at least
+`min_share` of it. Attention is named too when the arm computes it dense over the packed sequence (T^2, `sdpa` or
+`eager` with a packed mask) where a varlen / flash kernel would compute only the block-diagonal part. A pattern in
+the top kernels is named before the components it hides in: a gradient built slice by slice (zero-fills and adds of
+whole tensors, counted as norm_elementwise), the cost of a per-expert loop over LoRA-adapted fused experts.
+"""
+from __future__ import annotations
+
+LEVERS = {
+    "launch_gap": "host-bound: the GPU waits for launches; fewer, larger kernels (fused / grouped ops, "
+                  "torch.compile) or CUDA graphs",
+    "sync_stall": "host syncs drain the queue: remove the readbacks (cache metadata once per batch, count on the "
+                  "device, precompute on the CPU)",
+    "exposed_copy": "host<->device copies not hidden: prefetch on a side stream (double buffering), or keep the "
+                    "tensors on the GPU when memory allows",
+    "glue": "metadata builds and MoE routing / permute kernels: build once per batch, fuse the permutation into the "
+            "grouped GEMM",
+    "norm_elementwise": "norms, activations and pointwise ops are memory-bound: fused kernels (e.g. fused RMSNorm / "
+                        "SwiGLU / cross-entropy) or torch.compile",
+    "copy": "device copies, mostly dtype casts (direct_copy / bfloat16_copy kernels: e.g. fp32 LoRA adapters on a "
+            "bf16 base cast activations both ways in every layer): keep the adapters in the compute dtype, fuse "
+            "the casts, avoid materializing layouts",
+    "optimizer": "optimizer step: fused / foreach AdamW (already fused on CUDA here)",
+    "other": "uncategorized kernels: see the top kernels",
+}
+DENSE_ATTENTION = ("dense",)
+DENSE_ATTENTION_COMPONENT = "attention (dense)"
+SLICE_GRADIENTS_COMPONENT = "slice gradients (fill + add)"
+LEVER_COMPONENTS = frozenset({*LEVERS, DENSE_ATTENTION_COMPONENT, SLICE_GRADIENTS_COMPONENT})
+"""The components a lever optimization may name in its SPEC's `lever` (`workbench.opts.registry`): every row
+`levers()` can emit."""
+
+FILL, ADD = "FillFunctor", "CUDAFunctor_add"
+"""The kernels of a gradient built slice by slice: `select_backward` zero-fills a tensor of the whole weight's shape
+(Fill) and autograd adds it into the gradient (add). A loop over the experts of a fused, LoRA-adapted expert weight
+(`w[e]` per expert: HF's eager loop, the per-expert arms) does this E times per weight per layer, each one the size
+of all E experts (tests/test_moe.py counts the select_backwards on CPU)."""
+MIN_SLICE_GRAD_CALLS = 64
+"""Fill and add calls per step from which the pattern is named (one layer of a 64-expert model)."""
+
+
+def slice_gradients(top_kernels: list[dict] | None, step_ms: float | None) -> dict | None:
+    """The whole-tensor gradient per slice (FILL + ADD kernels, each at least MIN_SLICE_GRAD_CALLS per step), from
+    `decompose.top_kernels` rows: {component, ms, share (of the step), fills, adds, lever}; None when absent."""
+    if not top_kernels or not step_ms:
+        return None
+    fills = [k for k in top_kernels if FILL in str(k.get("name"))]
+    adds = [k for k in top_kernels if ADD in str(k.get("name"))]
+    nf, na = sum(k["count"] for k in fills), sum(k["count"] for k in adds)
+    if nf < MIN_SLICE_GRAD_CALLS or na < MIN_SLICE_GRAD_CALLS:
+        return None
+    ms = sum(k["ms"] for k in fills + adds)
+    return {"component": SLICE_GRADIENTS_COMPONENT, "ms": ms, "share": ms / step_ms, "fills": nf, "adds": na,
+            "lever": f"{nf:.0f} zero-fills and {na:.0f} adds of whole tensors per step ({ms:.0f} ms): a gradient "
+                     "built slice by slice, as a per-expert loop over a fused LoRA-adapted expert weight does (each "
+                     "expert's w[e] back-propagates through a zero tensor of all experts' size): index every expert "
+                     "at once (transformers' grouped_mm experts, or the `grouped` arm)"}
+
+
+def levers(components: list[dict], *, attention_flops: str | None = None, min_share: float = 0.05,
+           top_kernels: list[dict] | None = None) -> list[dict]:
+    """[{component, ms, share, lever}] for the components (rows of `decompose.summary(...)`) other than gemm /
+    attention that take at least `min_share` of the step, largest first; plus attention when it is computed dense;
+    first of all, a gradient built slice by slice (`slice_gradients`, from `top_kernels`) that takes `min_share`."""
+    rows = [r for r in components if r.get("component") in LEVERS and (r.get("share") or 0) >= min_share]
+    out = [{"component": r["component"], "ms": r["ms"], "share": r["share"], "lever": LEVERS[r["component"]]}
+           for r in sorted(rows, key=lambda r: -r["share"])]
+    step = next((r.get("ms") for r in components if r.get("component") == "step_ms"), None)
+    sg = slice_gradients(top_kernels, step)
+    if sg is not None and sg["share"] >= min_share:
+        out.insert(0, sg)
+    att = next((r for r in components if r.get("component") == "attention"), None)
+    if attention_flops in DENSE_ATTENTION:
+        gemm = next((r for r in components if r.get("component") == "gemm"), None)
+        out.append({"component": DENSE_ATTENTION_COMPONENT, "ms": (att or {}).get("ms"), "share": (att or {}).get("share"),
+                    "lever": "the backend computes attention over the whole packed sequence (T^2; its matmuls count "
+                             f"as GEMM: {100 * (gemm or {}).get('share', 0):.0f}% of the step): a varlen / flash "
+                             "kernel computes only the documents' blocks"})
+    return out
+
+
+def main(argv=None) -> int:
+    """`python -m workbench.levers`: each component and its lever."""
+    from workbench.cli import parser
+    parser("workbench.levers", __doc__ + "\nPrints each component and its lever.").parse_args(argv)
+    width = max(map(len, LEVERS))
+    for component, lever in LEVERS.items():
+        print(f"{component:<{width}}  {lever}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    from workbench.cli import run_main
+    sys.exit(run_main(main))
