@@ -29,7 +29,7 @@ FALSE_FAIL_RATE = 0.05
 
 def speedup_ci(base_rep_ms, new_rep_ms) -> dict:
     """{"speedup", "ci95", "n_base", "n_new"}: baseline over new from per-rep mean step times (Welch on logs)."""
-    from workbench.compare.rundiff import welch
+    from workbench.measure.stats import welch
     a, b = np.log(np.asarray(new_rep_ms, dtype=float)), np.log(np.asarray(base_rep_ms, dtype=float))
     w = welch(a, b)  # mean(log base) - mean(log new)
     ci = [math.exp(w["ci95"][0]), math.exp(w["ci95"][1])] if w["ci95"] else None

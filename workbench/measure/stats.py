@@ -401,3 +401,103 @@ def delta_method(f, samples, *, confidence: float = CONFIDENCE, rel_step: float 
     se = float(math.sqrt(max(float(grad @ cov @ grad), 0.0) / n))
     t = float(_sps.t.ppf((1 + confidence) / 2, n - 1))
     return {"estimate": est, "se": se, "ci95": [est - t * se, est + t * se], "n": n}
+
+
+# --- tests of differences and ratios (moved here from savings/verdicts, compare/rundiff, analysis) -------------
+
+def t_quantile(p: float, df) -> float:
+    """The p-quantile of Student's t with `df` degrees of freedom; the normal's when df is None or infinite."""
+    return float(_sps.t.ppf(p, df)) if df is not None and math.isfinite(df) else float(_sps.norm.ppf(p))
+
+
+def t_cdf(x: float, df) -> float:
+    """Student's t cdf at x with `df` degrees of freedom; the normal's when df is None or infinite."""
+    return float(_sps.t.cdf(x, df)) if df is not None and math.isfinite(df) else float(_sps.norm.cdf(x))
+
+
+def se_from_ci(ci95, n_units, *, log: bool = True, confidence: float = CONFIDENCE) -> float | None:
+    """The se behind a t-interval: the half width (of the logs when `log`) / t_{(1+c)/2, n_units - 1}. None without
+    a CI or with fewer than 2 units. What a CI with n_units - 1 df says about its estimate's se."""
+    try:
+        lo, hi = float(ci95[0]), float(ci95[1])
+    except (TypeError, ValueError, IndexError):
+        return None
+    if lo != lo or hi != hi or n_units is None or n_units != n_units or int(n_units) < 2 or (log and not lo > 0):
+        return None
+    half = (math.log(hi) - math.log(lo)) / 2 if log else (hi - lo) / 2
+    return half / t_quantile((1 + confidence) / 2, int(n_units) - 1)
+
+
+def welch_satterthwaite_df(parts) -> float:
+    """Welch-Satterthwaite df of a sum of variances [(variance, df)]; df None/inf: known (no df of its own)."""
+    tot = sum(v for v, _ in parts)
+    den = sum(v * v / d for v, d in parts if d is not None and math.isfinite(d) and d > 0)
+    return tot * tot / den if den > 0 else math.inf
+
+
+def welch(a, b, confidence: float = CONFIDENCE) -> dict:
+    """mean(b) - mean(a) with its Welch t interval and two-sided p (scipy's `ttest_ind`, equal_var=False).
+
+    Both samples constant: the difference is exact (p 0 when it is not 0, 1 when it is). Fewer than 2 per side:
+    no CI, p None. Returns {"delta_ms", "ci95", "p", "n_a", "n_b"} (delta in the samples' unit)."""
+    import warnings
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    d = float(b.mean() - a.mean()) if a.size and b.size else math.nan
+    out = {"delta_ms": d, "ci95": None, "p": None, "n_a": int(a.size), "n_b": int(b.size)}
+    if a.size < 2 or b.size < 2:
+        return out
+    if np.ptp(a) == 0 and np.ptp(b) == 0:
+        return {**out, "ci95": [d, d], "p": 0.0 if d != 0 else 1.0}
+    with warnings.catch_warnings():  # near-identical samples: scipy warns of precision loss, the answer stands
+        warnings.simplefilter("ignore", RuntimeWarning)
+        t = _sps.ttest_ind(b, a, equal_var=False)
+    ci = t.confidence_interval(confidence)
+    return {**out, "ci95": [float(ci.low), float(ci.high)], "p": float(t.pvalue)}
+
+
+def band_ratio_test(m, se_m, df_m, p, se_p, df_p, bias_rel, *, band=(0.8, 1.25), alpha: float = 0.05):
+    """measured / predicted against a band: (estimate form, estimate, se, df, the (1 - 2 alpha) CI of the ratio,
+    p_confirm, p_refute). The savings-model verdicts' test (`workbench.savings.verdicts.judge`).
+
+    Log form (m > 0, p > 0): x = log(m / p), sd = sqrt((se_m/m)^2 + (se_p/p)^2 + bias_rel^2), df by
+    Welch-Satterthwaite; the band is [log lo, log hi]; p_confirm = TOST (the larger of the two one-sided p-values
+    against the band's edges), p_refute = one-sided, on the estimate's side. Linear form otherwise: the two
+    differences m - lo·p and m - hi·p with their se."""
+    lo, hi = band
+    se_m, se_p = float(se_m or 0.0), float(se_p or 0.0)
+    if m > 0 and p > 0:
+        parts = [((se_m / m) ** 2, df_m), ((se_p / p) ** 2, df_p), (bias_rel ** 2, None)]
+        sd = math.sqrt(sum(v for v, _ in parts))
+        df = welch_satterthwaite_df(parts)
+        x = math.log(m / p)
+        if sd == 0:
+            inside = math.log(lo) < x < math.log(hi)
+            return "log", x, 0.0, df, [m / p, m / p], (0.0 if inside else 1.0), (1.0 if inside else 0.0)
+        t = t_quantile(1 - alpha, df)
+        ci = [math.exp(x - t * sd), math.exp(x + t * sd)]
+        z_lo, z_hi = (x - math.log(lo)) / sd, (x - math.log(hi)) / sd
+        p_confirm = max(1 - t_cdf(z_lo, df), t_cdf(z_hi, df))
+        mid = (math.log(lo) + math.log(hi)) / 2
+        p_refute = 1 - t_cdf(z_hi, df) if x >= mid else t_cdf(z_lo, df)
+        return "log", x, sd, df, ci, p_confirm, p_refute
+    # linear: m against the band's edges k * p (k = lo, hi), the prediction's variance scaled by k^2
+    var_p = se_p ** 2 + (bias_rel * p) ** 2
+    edges = sorted([(k * p, k) for k in band])
+    out = []
+    for e, k in edges:
+        parts = [(se_m ** 2, df_m), (k * k * se_p ** 2, df_p), (k * k * (bias_rel * p) ** 2, None)]
+        sd = math.sqrt(sum(v for v, _ in parts))
+        out.append((m - e, sd, welch_satterthwaite_df(parts)))
+    (d_lo, s_lo, f_lo), (d_hi, s_hi, f_hi) = out
+    if s_lo == 0 or s_hi == 0:
+        inside = d_lo > 0 > d_hi
+        return "linear", m, 0.0, math.inf, None, (0.0 if inside else 1.0), (1.0 if inside else 0.0)
+    p_confirm = max(1 - t_cdf(d_lo / s_lo, f_lo), t_cdf(d_hi / s_hi, f_hi))
+    mid = (edges[0][0] + edges[1][0]) / 2
+    p_refute = 1 - t_cdf(d_hi / s_hi, f_hi) if m >= mid else t_cdf(d_lo / s_lo, f_lo)
+    ci = None
+    if p > 0:  # the ratio's CI by Fieller is not needed to decide; a first-order one to show
+        sd_r = math.sqrt(se_m ** 2 + (m / p) ** 2 * var_p) / p
+        t = t_quantile(1 - alpha, min(f_lo, f_hi))
+        ci = [m / p - t * sd_r, m / p + t * sd_r]
+    return "linear", m, math.sqrt(se_m ** 2 + var_p), min(f_lo, f_hi), ci, p_confirm, p_refute
