@@ -178,7 +178,8 @@ def reml_components(groups: Sequence[Sequence[float]], *, ci: bool = True) -> di
     return out
 
 
-def process_estimate(groups: Sequence[Sequence[float]], *, confidence: float = CONFIDENCE) -> dict:
+def process_estimate(groups: Sequence[Sequence[float]], *, confidence: float = CONFIDENCE,
+                     components: bool = True) -> dict:
     """The speedup a rerun would show, from K processes' per-rep log ratios (`groups`, one sequence per process).
 
     m_k = mean of process k's log ratios; estimate = exp(mean m_k); ci95 = exp(t-interval over the m_k, K - 1 df);
@@ -186,9 +187,10 @@ def process_estimate(groups: Sequence[Sequence[float]], *, confidence: float = C
     (for a process of the same R). `population` "a rerun" (K >= 2) or "within this run" (K = 1: the rep-level
     t-interval of that one process, no prediction interval). sigma and tau come from `reml_components`.
     Returns {"speedup", "ci95", "pi95", "K", "R" (sizes), "df", "log_mean", "process_sd_log", "se_log",
-    "process_means_log", "population", "sigma", "tau", "tau_ci95", "lr_p", "method"}."""
+    "process_means_log", "population", "sigma", "tau", "tau_ci95", "lr_p", "method"}. `components` False leaves
+    tau's CI out (a simulation's speed)."""
     gs = _groups(groups)
-    comps = reml_components(gs)
+    comps = reml_components(gs, ci=components)
     K = len(gs)
     base = {"K": K, "R": [int(g.size) for g in gs], "sigma": comps["sigma"], "tau": comps["tau"],
             "tau_ci95": comps["tau_ci95"], "lr_p": comps["lr_p"], "pi95": None}
