@@ -24,7 +24,8 @@ Rules (all other modules call these functions rather than re-deriving them):
 - Saving. `paired_difference`: per rep the mean of baseline - arm, t-interval over reps (se and df returned).
 - Half width. `half_width_pct` = 100 * (hi - lo) / 2 / estimate: the CI's half width in percent of the estimate.
 - Linear fits. `linear_fit`: OLS, or weighted least squares with weights 1/se² when each point's se is known (the
-  L sweeps, whose points' CIs differ 15x in width); t with n-2 df.
+  L sweeps, whose points' CIs differ 15x in width) on at least MIN_WEIGHT_DF (5) df each; below that OLS with a
+  robust (HC3) se; t with n-2 df.
 - Multiplicity. `holm`: Holm's step-down adjustment within a family of tests (the model verdicts of one run).
 - Variance components. `variance_components`: rep / batch / step SDs of log step time (percent), recorded per
   comparison; `workbench.measure.power --from RUN_DIR` simulates a protocol with them.
@@ -248,27 +249,39 @@ def half_width_pct(ci95: tuple[float, float], estimate: float) -> float:
     return float(100 * (ci95[1] - ci95[0]) / 2 / estimate)
 
 
-def linear_fit(x: Sequence, y: Sequence, *, se: Sequence | None = None, confidence: float = CONFIDENCE,
-               at: float | None = None) -> dict:
+MIN_WEIGHT_DF = 5
+"""A point's se weighs a fit (1/se²) only when it rests on at least this many degrees of freedom: a variance from 2
+reps (1 df) is off by 10x one time in 6 (an L = 1 point whose 2 reps agreed by chance weighed 10^5-10^7 times the
+others and "refuted" the (L-1) model). Below it, `linear_fit` falls back to OLS with a robust (HC3) se."""
+
+
+def linear_fit(x: Sequence, y: Sequence, *, se: Sequence | None = None, df: Sequence | None = None,
+               confidence: float = CONFIDENCE, at: float | None = None) -> dict:
     """Line y = slope * x + intercept with CIs on slope and intercept (and on the fitted y at x = `at`).
 
-    Without `se`: ordinary least squares (`scipy.stats.linregress`), ci = estimate ± t_{n-2} · stderr. With `se`
-    (each point's standard error): weighted least squares, weights 1/se², whose covariance (XᵀWX)⁻¹ is scaled by
-    the reduced χ² of the fit when that exceeds 1 (the points scatter more than their se say), t with n-2 df.
-    Points with a NaN/None in x, y (or se) are dropped; ci needs n >= 3.
-    Returns {"slope", "intercept", "slope_ci95", "intercept_ci95", "r2", "n", "weighted"} (+ "at": {"x", "y",
-    "ci95", "se"}); slope, intercept and r2 are None when no line can be fitted (n < 2, or all x identical).
+    Without `se`: ordinary least squares, ci = estimate ± t_{n-2} · stderr. With `se` (each point's standard
+    error) and `df` (the degrees of freedom each se rests on; None: known): weighted least squares, weights 1/se²,
+    whose covariance (XᵀWX)⁻¹ is scaled by the reduced χ² of the fit when that exceeds 1 (the points scatter more
+    than their se say), t with n-2 df, but only when every point's df >= MIN_WEIGHT_DF; otherwise OLS (no weight
+    from a 1-df variance), `robust` True, its covariance the larger (by trace) of the HC3 sandwich (the scatter
+    about the line, robust to unequal variances) and the points' own se² propagated through the OLS weights. Points with a NaN/None in x, y (or se) are dropped; ci needs n >= 3.
+    Returns {"slope", "intercept", "slope_ci95", "intercept_ci95", "r2", "n", "weighted", "robust"} (+ "at": {"x",
+    "y", "ci95", "se"}); slope, intercept and r2 are None when no line can be fitted (n < 2, or all x identical).
     """
+    robust = False
     if se is not None:
+        dfa = _to_float_array(df) if df is not None else np.full(len(list(se)), np.inf)
         xa, ya, sa = (_to_float_array(v) for v in (x, y, se))
         keep = ~(np.isnan(xa) | np.isnan(ya) | np.isnan(sa)) & (sa > 0)
-        xa, ya, sa = xa[keep], ya[keep], sa[keep]
+        xa, ya, sa, dfa = xa[keep], ya[keep], sa[keep], dfa[keep]
+        if (np.nan_to_num(dfa, nan=0.0) < MIN_WEIGHT_DF).any():
+            sa_own, sa, robust = sa, None, True
     else:
         xa, ya = _paired_arrays(x, y, "x and y")
         sa = None
     n = int(xa.size)
     out = {"slope": None, "intercept": None, "slope_ci95": None, "intercept_ci95": None, "r2": None, "n": n,
-           "weighted": sa is not None}
+           "weighted": sa is not None, "robust": robust}
     if at is not None:
         out["at"] = {"x": at, "y": None, "ci95": None, "se": None}
     if n < 2 or np.all(xa == xa[0]):
@@ -289,6 +302,13 @@ def linear_fit(x: Sequence, y: Sequence, *, se: Sequence | None = None, confiden
     chi2_red = float(np.sum(w * resid ** 2)) / (n - 2)
     scale = chi2_red if sa is None else max(1.0, chi2_red)  # OLS: the residual variance; WLS: the known se, inflated
     cov = cov_unscaled * scale
+    if robust:  # HC3: (XᵀX)⁻¹ Xᵀ diag(e² / (1 - h)²) X (XᵀX)⁻¹, or the points' own se through the same OLS weights
+        h = np.einsum("ij,jk,ik->i", X, cov_unscaled, X)
+        e2 = resid ** 2 / np.clip(1 - h, 1e-12, None) ** 2
+        cov = cov_unscaled @ (X.T * e2) @ X @ cov_unscaled
+        cov_own = cov_unscaled @ (X.T * sa_own ** 2) @ X @ cov_unscaled
+        if np.trace(cov_own) > np.trace(cov):  # points on a line by luck of their means: their own se still counts
+            cov = cov_own
     t = float(_sps.t.ppf((1 + confidence) / 2, n - 2))
     s_se, i_se = math.sqrt(cov[0, 0]), math.sqrt(cov[1, 1])
     out.update(slope_ci95=[slope - t * s_se, slope + t * s_se], intercept_ci95=[intercept - t * i_se, intercept + t * i_se])
