@@ -634,6 +634,19 @@ def test_repeats_z_and_mean_z2(tmp_path):
     want = (np.log(a["speedup"]) - np.log(b["speedup"])) / np.sqrt(se(a) ** 2 + se(b) ** 2)
     assert r["z"] == pytest.approx(want) and r["z"] < 0  # the second run saves more
     assert z.attrs["n"] == 2 and z.attrs["mean_z2"] == pytest.approx(float((z["z"] ** 2).mean()))
+    # "agree" is a test (replication.runs_agree), not CI overlap; tau by REML over the runs' per-rep log ratios
+    assert 0 <= r["p"] <= 1
+    assert bool(r["agree"]) == (r["p"] >= 0.05) and z.attrs["n_disagree"] == int((z["p"] < 0.05).sum())
+    g = z.attrs["groups"]
+    assert list(g.columns) == an.REPEAT_GROUP_COLUMNS and len(g) == 2 and (g["K"] == 2).all()
+    assert (g["tau_null_q95_pct"] > 0).all() and (g["sigma_pct"] > 0).all()
+    # not a clean repeat: another commit (or fewer than 4 reps) leaves the pair out
+    other = c.copy()
+    other.loc[other["folder"] == os.path.join("p", "repeat_b"), "git_sha"] = "another-sha"
+    assert an.repeats(other).empty
+    few = c.copy()
+    few.loc[few["folder"] == os.path.join("p", "repeat_b"), "n_units"] = 3
+    assert an.repeats(few).empty
     # the old figures of summary.json: the pair-bootstrap CI's se with the normal quantile
     old = an.repeats(c, "summary").set_index("arm").loc["cached"]
     se_old = lambda lo, hi: (np.log(hi) - np.log(lo)) / 2 / 1.96  # noqa: E731
