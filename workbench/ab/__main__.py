@@ -11,6 +11,9 @@ def _help(argv=None) -> int:
 
 
 def _run(argv=None) -> int:
+    from workbench.ab import preflight
+    from workbench.ab.cli import parse_args
+    preflight.check_early(parse_args(argv))  # every mistake the flags and presets show, before torch is imported
     from workbench.ab.session import main  # imported here: a bad $WORKBENCH_OPTS is one line, not a traceback
     return main(argv)
 

@@ -103,6 +103,13 @@ class ABConfig:
             raise WorkbenchError("--out is empty; name a folder (or leave --out out for runs/<run_id>)")
         if self.aa and self.arms:
             raise WorkbenchError("--aa and --arms both set; for an A/A of one arm use --arms ARM,ARM")
+        names = [a.strip() for a in (self.arms or "").split(",") if a.strip()]
+        if len(set(names)) not in (len(names), 1):  # ARM,ARM is the A/A; a repeat among other arms is a slip
+            dup = next(a for a in names if names.count(a) > 1)
+            raise WorkbenchError(f"--arms names {dup} twice; give each arm once (an A/A repeats one arm alone: "
+                                 f"--arms {dup},{dup})")
+        if self.seed < 0:
+            raise WorkbenchError(f"--seed must be >= 0, got {self.seed}")
         if self.target_ci is None and self.budget_s is None and self.max_reps != MAX_REPS:
             raise WorkbenchError("--max-reps applies with --target-ci or --budget-s")
         if self.reps is not None and self.max_reps < self.reps and (self.target_ci or self.budget_s):
