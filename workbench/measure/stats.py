@@ -401,3 +401,15 @@ def delta_method(f, samples, *, confidence: float = CONFIDENCE, rel_step: float 
     se = float(math.sqrt(max(float(grad @ cov @ grad), 0.0) / n))
     t = float(_sps.t.ppf((1 + confidence) / 2, n - 1))
     return {"estimate": est, "se": se, "ci95": [est - t * se, est + t * se], "n": n}
+
+
+def variance_upper_bound(values: Iterable, *, confidence: float = CONFIDENCE) -> dict:
+    """The sample variance s² of independent normal `values` (n - 1 df) and its one-sided upper confidence bound
+    s² · (n - 1) / chi²_{1 - confidence, n - 1} (chi-square). Returns {"var", "var_upper", "df", "n"}; var_upper is
+    None with fewer than 2 values."""
+    x = _clean(values)
+    n = int(x.size)
+    if n < 2:
+        return {"var": math.nan, "var_upper": None, "df": None, "n": n}
+    s2 = float(x.var(ddof=1))
+    return {"var": s2, "var_upper": s2 * (n - 1) / float(_sps.chi2.ppf(1 - confidence, n - 1)), "df": n - 1, "n": n}
