@@ -253,11 +253,13 @@ def test_the_planner_checks_the_device_default_model_too():
     check before anything is built (a CPU here: tiny-qwen3 for --opt packing)."""
     import torch
 
+    from workbench.ab.cli import CPU_DEFAULTS
     from workbench.ab.config import ABConfig
     from workbench.ab.planner import plan
+    cpu = torch.device("cpu")
     with pytest.raises(WorkbenchError, match="--layers 5: tiny-qwen3 has 2 layers"):
-        plan(ABConfig(opt="packing", layers=5), torch.device("cpu"))
-    assert [c.layers for c in plan(ABConfig(opt="packing", layers=2), torch.device("cpu"))] == [2]
+        plan(ABConfig(opt="packing", layers=5).resolved(cpu, CPU_DEFAULTS["_run"]), cpu)
+    assert [c.layers for c in plan(ABConfig(opt="packing", layers=2).resolved(cpu, CPU_DEFAULTS["_run"]), cpu)] == [2]
 
 
 def test_families_in_the_specs_are_the_moe_families():

@@ -9,6 +9,7 @@ from workbench.errors import WorkbenchError
 
 from workbench.opts import registry
 from workbench.ab.config import ABConfig
+from workbench.step.config import RunConfig
 from workbench.step.precision import CHOICES as PRECISION_CHOICES, HELP as PRECISION_HELP
 
 DOC = 'Interleaved A/B comparisons of the optimizations: a paired speedup with its 95% CI and a verdict per comparison,\nequivalence checked on every run, sync counts and traces from separate passes.\n\n    python -m workbench.ab                                   # --opt all: tiny presets on a CPU (a few minutes)\n    python -m workbench.ab --opt packing --trace torch       # + a torch.profiler pass of every arm\n    python -m workbench.ab --opt packing --aa --reps 6       # A/A: the baseline against itself (the noise floor)\n    python -m workbench.ab --opt packing --sweep layers=4,8,16,28      # one comparison per layer count\n    python -m workbench.ab --opt moe --arms eager,grouped --target-ci 1 --budget-s 600\n    python -m workbench.ab --opt all --nvtx-cost             # + per comparison: NVTX ranges off against on\n\nHow a comparison is measured (workbench/measure/engine.py): the model is built once; every arm sees the same sequence of\n--batches packed batches. Each rep runs every arm, the order rotated by one per rep; per arm: apply, warm up until\nthe step time settles (at least --warmup steps and one pass over every batch, until a step is within --settle-pct\nof the previous step on the same batch, at most --warmup-max), then --steps timed steps with no instrument but NVTX\nranges, then revert. Samples pair by (rep, step); the rep is the unit (arms run as blocks per rep): the speedup is\nexp(mean over reps of log(mean baseline / mean arm)), with a 95% t-interval over reps (reps - 1 df) and a verdict\nfrom 4 reps: faster, slower, or no detectable difference (±x%). No step is dropped; steps beyond 5 x MAD within an\narm and batch are listed. Under torchrun the samples are the slowest rank\'s step. After the timed reps, a counted pass (one\nstep per batch, the sync counter on) gives syncs per step and `instrumented_step_ms` (the counter\'s cost); --trace\nadds profiled passes. Equivalence (workbench/measure/equivalence.py, criterion fixed before the run and written to\nmeta.json): one forward + backward of every arm on the first timed batch, relative L2 per LoRA gradient against the\nbaseline, or in bf16 against an fp32 run of the baseline on that batch.\n\nPrints one table per comparison, then, as the last stdout line, one JSON object: {"run_id", "device",\n"comparisons": [{"name", "opt", "model", "layers", "tokens", "baseline": ARM, "optimized": ARM, "others": [ARM],\n"speedup", "speedup_ci95", "verdict", "n_pairs", "equivalent", "savings_model", ...}], "complete", "status"}.\nProgress goes to stderr. Exit status 0 only when every comparison ran and every arm was equivalent; 2 for bad input\n(one line, nothing written); 130 / 143 when interrupted (Ctrl-C / SIGTERM: the folder is kept, marked incomplete).\nFiles: runs/<run_id>/ (or --out, which must be new or empty unless --force): results.csv, summary.json, meta.json,\nerrors.log on every failure, traces/ when asked (workbench/measure/results.py describes the schema), and a file named\nfor the state while it is not complete: RUNNING (pid and heartbeat), INCOMPLETE or FAILED (workbench/measure/markers.py).'
@@ -25,13 +26,17 @@ ARMS_HELP = {o: registry.spec(o)["help"] for o in OPT_NAMES}
 # optimization's from its SPEC, `all` (every optimization together) here
 CPU_DEFAULTS = {**{o: dict(registry.spec(o)["cpu"]) for o in OPT_NAMES}, "all": dict(model="tiny-qwen3-moe"),
                 "levers": dict(model="tiny-qwen3-moe"),
-                "_run": dict(tokens=256, batches=2, steps=1, warmup=1, warmup_max=2, reps=2)}
+                "_run": dict(tokens=256, batches=2, steps=1, warmup=1, warmup_max=2, reps=2, lengths="uniform:16:64")}
 """On a CPU the run is a functional check: syncs per step by layer and source, equivalence and FLOPs. Its timings
-exercise the engine and are labelled "not a result"; they give no speedup verdict."""
+exercise the engine and are labelled "not a result"; they give no speedup verdict. Its documents (16-64 tokens) are
+shorter than half of any budget from 128 tokens up, so every batch packs several (4 or more at the 256 default):
+the packed-metadata checks cross document boundaries (with the GPU's lognormal, median about 245 tokens, a 256-token
+batch held one document)."""
 GPU_DEFAULTS = {**{o: dict(registry.spec(o)["gpu"]) for o in OPT_NAMES},
                 "all": dict(model="qwen3-30b-a3b", layers=8, tokens=8192),
                 "levers": dict(model="llama-3.1-8b", layers=8, tokens=16384),
-                "_run": dict(tokens=16384, batches=2, steps=2, warmup=2, warmup_max=8, reps=8)}
+                "_run": dict(tokens=16384, batches=2, steps=2, warmup=2, warmup_max=8, reps=8,
+                             lengths=RunConfig().lengths)}
 """GPU protocol: the rep is the unit of independence (arms run as blocks per rep), so more, shorter reps: 8 reps x 2
 timed steps over 2 batches. `python -m workbench.power` finds this protocol's A/A false-verdict rate at 5% and its
 coverage at 0.95 under the rep effects and drift measured on the H100."""
@@ -63,8 +68,8 @@ def _epilog() -> str:
     return (f"arms (baseline first):\n{arms}\n\ndefault shapes per --opt:\n{shapes}\n\n"
             f"run defaults (None above = per device): CPU {cpu['_run']}; GPU {gpu['_run']}\n\n"
             f"presets: {', '.join(PRESETS)}; or --model DIR, a local Hugging Face checkpoint\n\n"
-            "--lengths: fixed:N | uniform:LO:HI | lognormal:MU:SIGMA[:MIN] (natural-log parameters; the default is "
-            "this synthetic shape) | json:PATH (a JSON list of lengths) | jsonl:PATH:TOKENIZER_DIR | "
+            "--lengths: fixed:N | uniform:LO:HI | lognormal:MU:SIGMA[:MIN] (natural-log parameters; the GPU default "
+            "is this synthetic shape) | json:PATH (a JSON list of lengths) | jsonl:PATH:TOKENIZER_DIR | "
             + length_data.help_text())
 
 
@@ -117,7 +122,8 @@ def parse_args(argv=None):
                    "a workbench packing backend (varlen, sdpa, eager, flex); None: the family's default")
     p.add_argument("--experts", default=None, help="HF experts implementation of MoE models (eager, grouped_mm, "
                    "batched_mm); None: transformers' default")
-    p.add_argument("--lengths", type=_lengths, default=d.lengths, help="document lengths (format below)")
+    p.add_argument("--lengths", type=_lengths, default=d.lengths, help="document lengths (format below; None: per "
+                   "device)")
     p.add_argument("--batches", type=_positive(int), default=None, help="distinct packed batches every arm cycles "
                    "through (None: per device)")
     p.add_argument("--steps", type=_positive(int), default=None, help="timed steps per arm per rep (None: per device)")

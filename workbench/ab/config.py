@@ -33,8 +33,9 @@ class ABConfig:
     """Attention: an HF implementation or a workbench packing backend; None: the family's default."""
     experts: str | None = None
     """HF experts implementation of MoE models; None: transformers' default."""
-    lengths: str = _RUN.lengths
-    """Document lengths (`workbench.step.data.LengthSource`)."""
+    lengths: str | None = None
+    """Document lengths (`workbench.step.data.LengthSource`); None: per device (on a CPU short documents, several
+    per batch, so the functional check crosses document boundaries; on a GPU the synthetic lognormal)."""
     batches: int | None = None
     """Distinct packed batches every arm cycles through; None: per device."""
     steps: int | None = None
@@ -133,7 +134,7 @@ class ABConfig:
     def resolved(self, device, run_defaults: dict) -> "ABConfig":
         """The config the run uses on `device`: the precision resolved, the per-device run defaults filled in."""
         from workbench.step import precision
-        fill = {k: run_defaults[k] for k in ("steps", "warmup", "warmup_max", "reps", "batches")
+        fill = {k: run_defaults[k] for k in ("steps", "warmup", "warmup_max", "reps", "batches", "lengths")
                 if getattr(self, k) is None}
         return dataclasses.replace(self, precision=precision.resolve(device, self.precision), **fill)
 
