@@ -188,6 +188,18 @@ def log_ratio_of_unit_means(a_by_unit: Sequence, b_by_unit: Sequence, *, confide
             "log_ratios": r}
 
 
+def geo_mean_of_unit_means(values: Sequence, units: Sequence) -> float:
+    """exp(mean over units of log(the unit's mean value)): one arm's step time as `paired_speedup` sees it. With
+    the same units on both arms, the baseline's over the arm's IS the speedup (a ratio of geometric means is the
+    geometric mean of the ratios), where the arithmetic means of all steps can even disagree with it in direction
+    (a CPU run: reps of 1 and 2.7 s). NaN with no value."""
+    x, _, u = _paired_with_units(values, values, units)
+    groups = _unit_groups(u, int(x.size))
+    if not groups:
+        return math.nan
+    return float(math.exp(np.mean([math.log(float(np.mean(x[g]))) for g in groups])))
+
+
 def paired_speedup(baseline_ms: Sequence, optimized_ms: Sequence, units: Sequence | None = None, *,
                    confidence: float = CONFIDENCE) -> dict:
     """Speedup of the optimized arm over the baseline with a CI at the level of the independent unit.
