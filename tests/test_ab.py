@@ -84,8 +84,10 @@ def test_cli_all_end_to_end(capsys, tmp_path):
     # without a trace no model is predicted: its inputs are in-situ trace measurements
     assert cmps["offload"]["savings_model"]["predicted_ms"] is None
     assert "--trace" in cmps["offload"]["savings_model"]["reason"]
-    # the tables came before the JSON line; progress went to stderr only
+    # the tables came before the JSON line, then one human closing line; progress went to stderr only
     assert any(ln.startswith("packing:") for ln in lines[:-1])
+    assert lines[-2] == f"complete: 4/4 comparisons, all arms equivalent -> {out}"
+    assert all("--settle-pct" in ln for ln in err.splitlines() if "not settled" in ln)  # the cap explained
     assert "equivalence" in err and "{" not in "".join(ln for ln in err.splitlines() if ln.startswith("["))
     # files
     assert json.loads((out / "summary.json").read_text())["run_id"] == summary["run_id"]
@@ -427,6 +429,15 @@ def test_an_out_folder_that_cannot_be_made_is_one_line(capsys, fakes, out, msg):
     rc, lines, err = _run(capsys, ["--opt", "packing", "--out", out])
     assert rc == 2 and msg in err and "Traceback" not in err and lines == []
 
+
+
+def test_the_closing_line_counts_comparisons_and_names_the_ones_not_equivalent():
+    from workbench.ab.session import closing_line
+    s = {"status": "failed", "out": "runs/x", "comparisons": [{"name": "packing", "status": "ok", "equivalent": False},
+                                                                {"name": "moe", "status": "failed"}]}
+    assert closing_line(s, 3) == "failed: 1/3 comparisons, NOT equivalent: packing -> runs/x"
+    ok = {"status": "complete", "out": "o", "comparisons": [{"name": "a", "status": "ok", "equivalent": True}]}
+    assert closing_line(ok, 1) == "complete: 1/1 comparisons, all arms equivalent -> o"
 
 
 def test_every_cpu_comparison_of_opt_all_packs_several_documents_per_batch():

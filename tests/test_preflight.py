@@ -108,6 +108,16 @@ def test_out_on_a_special_file_system_is_refused_and_nothing_created(out):
     assert not os.path.exists(out)
 
 
+def test_an_unwritable_default_folder_is_named_as_the_default_not_as_out(capsys, tmp_path, monkeypatch):
+    """Issue 38, item 11: with no --out, the line names the default runs/<run_id> and says to give --out."""
+    (tmp_path / "runs").write_text("")  # a file where the runs/ folder would go
+    rc, lines, made = _cli(capsys, tmp_path, monkeypatch, ["--opt", "packing"])
+    assert rc == 2 and len(lines) == 1 and made == ["runs"], lines
+    assert "the default output folder runs/" in lines[0] and "give --out DIR" in lines[0]
+    assert "error: --out" not in lines[0]
+    _one_line(check_out_dir, str(tmp_path / "runs" / "x"), match="^--out .* name another folder$")  # given: as was
+
+
 def test_out_in_a_writable_folder_passes(tmp_path):
     check_out_dir(str(tmp_path / "new" / "run"))
     assert os.listdir(tmp_path) == []

@@ -46,8 +46,8 @@ def test_nonexistent_checkpoint_dir(tmp_path):
 
 
 def test_empty_checkpoint_dir_is_not_found(tmp_path):
-    msg = _raises(load_config, str(tmp_path), match="not found")
-    assert "no config.json" in msg
+    msg = _raises(load_config, str(tmp_path), match="is a directory but not a Hugging Face checkpoint")
+    assert "no config.json" in msg and "not found" not in msg  # it exists: issue 38, item 11
 
 
 def test_corrupted_config_json(tmp_path):

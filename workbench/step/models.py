@@ -59,9 +59,8 @@ def check_checkpoint(path: str) -> dict:
                              "that holds config.json and the weights")
     cfg_path = os.path.join(path, "config.json")
     if not os.path.isfile(cfg_path):
-        raise WorkbenchError(f"checkpoint directory not found: {path} has no config.json (empty, or not a Hugging "
-                             "Face checkpoint); pass the directory that holds config.json and the weights, or a "
-                             "preset name (see --help)")
+        raise WorkbenchError(f"{path} is a directory but not a Hugging Face checkpoint: it has no config.json; pass "
+                             "the directory that holds config.json and the weights, or a preset name (see --help)")
     try:
         with open(cfg_path, encoding="utf-8") as f:
             raw = json.load(f)
