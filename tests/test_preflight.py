@@ -259,3 +259,21 @@ def test_analysis_lists_kept_and_left_out_folders(capsys, tmp_path):
     assert analysis_main([str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("0 run folders kept") and out[1] == "1 left out:" and "cpu_run" in out[2]
+
+
+def test_help_times_come_from_the_measured_source(capsys, monkeypatch):
+    """Issue 38, item 6: the time `--help` quotes is profiles/timings.json's (seconds, machine, date), no guess;
+    per-device defaults are spelled out instead of `(default: None)`."""
+    import json
+
+    from workbench.ab import cli
+    from workbench.paths import REPO_ROOT
+    with open(os.path.join(REPO_ROOT, cli.TIMINGS)) as f:
+        t = json.load(f)["cpu_main_command"]
+    monkeypatch.setenv("COLUMNS", "400")
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--help"])
+    h = capsys.readouterr().out
+    assert f"{t['wall_s']:g} s on " in h and f"measured {t['date']}" in h and cli.TIMINGS in h
+    assert "a few minutes" not in h and "(default: None)" not in h
+    assert f"(per device: CPU {cli.CPU_DEFAULTS['_run']['reps']}, GPU {cli.GPU_DEFAULTS['_run']['reps']})" in h
