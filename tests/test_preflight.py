@@ -277,3 +277,22 @@ def test_help_times_come_from_the_measured_source(capsys, monkeypatch):
     assert f"{t['wall_s']:g} s on " in h and f"measured {t['date']}" in h and cli.TIMINGS in h
     assert "a few minutes" not in h and "(default: None)" not in h
     assert f"(per device: CPU {cli.CPU_DEFAULTS['_run']['reps']}, GPU {cli.GPU_DEFAULTS['_run']['reps']})" in h
+
+
+def test_report_lists_what_an_interrupted_comparison_measured(capsys, tmp_path):
+    """Issue 38, item 11: after Ctrl-C, a comparison with timed steps in results.csv but no summary entry is listed
+    (its arms' step counts and reps), not left out; a summarized one is not listed twice."""
+    from workbench.report.__main__ import main as report_main
+    from workbench.measure.results import RunWriter
+    w = RunWriter(str(tmp_path / "run"), "r1", argv=["python", "-m", "workbench.ab"])
+    for rep in range(2):
+        for arm in ("rebuild", "cached"):
+            w.add("packing", arm, "step_ms", 10.0, "ms", rep=rep, step=0, batch=0)
+            w.add("offload", arm, "step_ms", 10.0, "ms", rep=rep, step=0, batch=0)
+    w.write_summary({"comparisons": [{"name": "offload", "status": "failed", "errors": ["boom"]}]})
+    w.finish("incomplete", reason="interrupted (Ctrl-C)")
+    assert report_main([str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "packing: stopped before it finished (no table): results.csv holds timed steps of rebuild 2, cached 2 " \
+           "over 2 rep(s)" in out
+    assert "offload: stopped" not in out
