@@ -275,3 +275,21 @@ def test_own_shape_of_a_checkpoint_reads_its_config_json(tmp_path):
     assert own_shape(str(d)) == {"family": "llama", "layers": 1, "hidden": 32}
     assert own_shape("tiny-qwen3-moe") == {"family": "qwen3_moe", "layers": 2, "hidden": 64}
     assert own_shape(str(tmp_path / "missing")) is None
+
+
+@pytest.mark.parametrize("module, argv", [("workbench.run", ["--help"]), ("workbench.ab", ["--help"]),
+                                          ("workbench.ab", ["--opt", "bogus"])])
+def test_help_and_argument_errors_answer_without_torch(module, argv):
+    """Issue 38, item 6 of its findings: --help and a bad flag answer before torch is imported (well under a
+    second; 3.6-7 s with the import). In a fresh process: whether torch got imported, not a wall-clock bound."""
+    code = ("import runpy, sys\n"
+            f"sys.argv = [{module!r}, *{argv!r}]\n"
+            "try:\n"
+            f"    runpy.run_module({module!r}, run_name='__main__')\n"
+            "except SystemExit as e:\n"
+            "    rc = e.code\n"
+            "print('torch' in sys.modules, rc, file=sys.stderr)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ,
+                                                                                          "PYTHONPATH": ROOT})
+    torch_loaded, rc = r.stderr.strip().splitlines()[-1].split()
+    assert torch_loaded == "False" and rc == ("0" if argv == ["--help"] else "2"), r.stderr[-2000:]
