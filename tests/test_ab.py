@@ -84,8 +84,10 @@ def test_cli_all_end_to_end(capsys, tmp_path):
     # without a trace no model is predicted: its inputs are in-situ trace measurements
     assert cmps["offload"]["savings_model"]["predicted_ms"] is None
     assert "--trace" in cmps["offload"]["savings_model"]["reason"]
-    # the tables came before the JSON line; progress went to stderr only
+    # the tables came before the JSON line, then one human closing line; progress went to stderr only
     assert any(ln.startswith("packing:") for ln in lines[:-1])
+    assert lines[-2] == f"complete: 4/4 comparisons, all arms equivalent -> {out}"
+    assert all("--settle-pct" in ln for ln in err.splitlines() if "not settled" in ln)  # the cap explained
     assert "equivalence" in err and "{" not in "".join(ln for ln in err.splitlines() if ln.startswith("["))
     # files
     assert json.loads((out / "summary.json").read_text())["run_id"] == summary["run_id"]
@@ -106,6 +108,8 @@ def test_cli_all_end_to_end(capsys, tmp_path):
     # the counted pass is recorded apart from the timings
     assert {r["arm"] for r in rows if r["metric"] == "instrumented_step_ms" and r["comparison"] == "packing"} == \
         {"rebuild", "cached", "precomputed"}
+    # the CPU's default documents pack several per batch, so packing's checks cross document boundaries
+    assert all(b["documents"] > 1 for c in cmps.values() for b in c["batches"]), [c["batches"] for c in cmps.values()]
 
 
 @pytest.mark.skipif(not _have_all(), reason="the opt modules are not all in place")
@@ -425,6 +429,34 @@ def test_an_out_folder_that_cannot_be_made_is_one_line(capsys, fakes, out, msg):
     rc, lines, err = _run(capsys, ["--opt", "packing", "--out", out])
     assert rc == 2 and msg in err and "Traceback" not in err and lines == []
 
+
+
+def test_the_closing_line_counts_comparisons_and_names_the_ones_not_equivalent():
+    from workbench.ab.session import closing_line
+    s = {"status": "failed", "out": "runs/x", "comparisons": [{"name": "packing", "status": "ok", "equivalent": False},
+                                                                {"name": "moe", "status": "failed"}]}
+    assert closing_line(s, 3) == "failed: 1/3 comparisons, NOT equivalent: packing -> runs/x"
+    ok = {"status": "complete", "out": "o", "comparisons": [{"name": "a", "status": "ok", "equivalent": True}]}
+    assert closing_line(ok, 1) == "complete: 1/1 comparisons, all arms equivalent -> o"
+
+
+def test_every_cpu_comparison_of_opt_all_packs_several_documents_per_batch():
+    """Issue 38, item 3: the batches every comparison of `python -m workbench.ab --opt all --device cpu` runs (the
+    planner's comparisons, the runner's make_batches call) hold more than one document each; the GPU's lognormal at
+    the CPU's 256 tokens (the old CPU default) held one: the negative control."""
+    from workbench.step.data import make_batches
+    from workbench.step.models import load_config
+
+    cpu = torch.device("cpu")
+    a = ab.parse_args(["--opt", "all", "--device", "cpu"]).resolved(cpu, ab.CPU_DEFAULTS["_run"])
+    comps = ab.plan(a, cpu)
+    assert [c.name for c in comps] == ["packing", "offload", "moe", "all"]
+    for c in comps:
+        vocab = load_config(c.model).vocab_size
+        docs = [len(b.doc_lens) for b in make_batches(a.lengths, c.tokens, a.batches, vocab, seed=a.seed)]
+        assert len(docs) == a.batches and min(docs) > 1, (c.name, docs)
+    old = make_batches(ab.GPU_DEFAULTS["_run"]["lengths"], 256, 2, 256, seed=0)
+    assert [len(b.doc_lens) for b in old] == [1, 1]
 
 
 def test_lengths_are_checked_against_the_budgets_the_comparisons_use():

@@ -33,8 +33,9 @@ class ABConfig:
     """Attention: an HF implementation or a workbench packing backend; None: the family's default."""
     experts: str | None = None
     """HF experts implementation of MoE models; None: transformers' default."""
-    lengths: str = _RUN.lengths
-    """Document lengths (`workbench.step.data.LengthSource`)."""
+    lengths: str | None = None
+    """Document lengths (`workbench.step.data.LengthSource`); None: per device (on a CPU short documents, several
+    per batch, so the functional check crosses document boundaries; on a GPU the synthetic lognormal)."""
     batches: int | None = None
     """Distinct packed batches every arm cycles through; None: per device."""
     steps: int | None = None
@@ -106,6 +107,13 @@ class ABConfig:
             raise WorkbenchError("--out is empty; name a folder (or leave --out out for runs/<run_id>)")
         if self.aa and self.arms:
             raise WorkbenchError("--aa and --arms both set; for an A/A of one arm use --arms ARM,ARM")
+        names = [a.strip() for a in (self.arms or "").split(",") if a.strip()]
+        if len(set(names)) not in (len(names), 1):  # ARM,ARM is the A/A; a repeat among other arms is a slip
+            dup = next(a for a in names if names.count(a) > 1)
+            raise WorkbenchError(f"--arms names {dup} twice; give each arm once (an A/A repeats one arm alone: "
+                                 f"--arms {dup},{dup})")
+        if self.seed < 0:
+            raise WorkbenchError(f"--seed must be >= 0, got {self.seed}")
         if self.target_ci is None and self.budget_s is None and self.max_reps != MAX_REPS:
             raise WorkbenchError("--max-reps applies with --target-ci or --budget-s")
         if self.reps is not None and self.max_reps < self.reps and (self.target_ci or self.budget_s):
@@ -129,7 +137,7 @@ class ABConfig:
     def resolved(self, device, run_defaults: dict) -> "ABConfig":
         """The config the run uses on `device`: the precision resolved, the per-device run defaults filled in."""
         from workbench.step import precision
-        fill = {k: run_defaults[k] for k in ("steps", "warmup", "warmup_max", "reps", "batches")
+        fill = {k: run_defaults[k] for k in ("steps", "warmup", "warmup_max", "reps", "batches", "lengths")
                 if getattr(self, k) is None}
         return dataclasses.replace(self, precision=precision.resolve(device, self.precision), **fill)
 

@@ -82,6 +82,7 @@ def plan(args, device) -> list[Comparison]:
         model = args.model or d["model"]
         layers = args.layers if args.layers is not None else d.get("layers")
         tokens = args.tokens or d.get("tokens") or defaults["_run"]["tokens"]
+        preflight.check_shape(args, opt, model)  # the family, --layers and --lora-rank against the model's own
         hf_attn = args.attn if (args.attn is None or args.attn in HF_ATTN) else None
         cfg = load_config(model, layers, hf_attn, args.experts)  # unknown preset / bad checkpoint / experts -> error
         if opt == "all":
@@ -188,6 +189,7 @@ def _lever_plan(args, defaults, device) -> list[Comparison]:
     model = args.model or d["model"]
     layers = args.layers if args.layers is not None else d.get("layers")
     tokens = args.tokens or d.get("tokens") or defaults["_run"]["tokens"]
+    preflight.check_shape(args, "levers", model)
     cfg = load_config(model, layers, args.attn if args.attn in HF_ATTN else None, args.experts)
     _check_lengths(args, tokens, cfg.vocab_size)
     comps = []

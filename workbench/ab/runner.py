@@ -292,8 +292,11 @@ class Runner:
                                 batch=i % a.batches, **env)
             self.writer.add(cmp.name, w.arm, "warmup_steps", w.steps, "count", rep=w.rep, **env)
             self.writer.add(cmp.name, w.arm, "warmup_settled", int(w.settled), "bool", rep=w.rep, **env)
-            self._progress(f"{tag} rep {w.rep + 1} {w.arm}: warmup {w.steps} steps, "
-                           f"{'settled' if w.settled else 'not settled (cap reached)'}")
+            self._progress(f"{tag} rep {w.rep + 1} {w.arm}: warmup {w.steps} steps, " + (
+                "settled" if w.settled else
+                f"not settled (cap reached: no step came within --settle-pct {a.settle_pct:g}% of the previous one on "
+                f"its batch in --warmup-max {a.warmup_max} steps; timed anyway"
+                + (", as expected of CPU timings" if self.device.type != "cuda" else "") + ")"))
 
         def on_rep(rep, c):
             self.writer.flush()

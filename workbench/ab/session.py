@@ -90,6 +90,17 @@ def capture_child(args, device) -> int:
     return 0
 
 
+def closing_line(summary: dict, planned: int) -> str:
+    """The one human line before the final JSON: how many comparisons ran, whether every arm was equivalent, and
+    where the folder is (`complete: 4/4 comparisons, all arms equivalent -> runs/...`)."""
+    cmps = summary.get("comparisons") or []
+    ran = sum(c.get("status") == "ok" for c in cmps)
+    bad = [c.get("name") for c in cmps if c.get("status") == "ok" and not c.get("equivalent")]
+    equiv = "all arms equivalent" if ran and not bad else (f"NOT equivalent: {', '.join(bad)}" if bad else
+                                                           "no arm compared")
+    return f"{summary.get('status')}: {ran}/{planned} comparisons, {equiv} -> {summary.get('out')}"
+
+
 def _install_sigterm():
     def handler(signum, frame):
         raise Terminated()
@@ -138,9 +149,9 @@ def _main(argv, a, dctx) -> int:
     out_dir = a.out or os.path.join("runs", run_id)
     if dctx is not None:  # one run id and folder for every rank; rank 0 checks the folder
         run_id, out_dir = dctx.broadcast((run_id, out_dir))
-        dctx.on_main(check_out_dir, out_dir, force=a.force)
+        dctx.on_main(check_out_dir, out_dir, force=a.force, given=a.out is not None)
     else:
-        check_out_dir(out_dir, force=a.force)
+        check_out_dir(out_dir, force=a.force, given=a.out is not None)
     comps = plan(a, device)  # every bad name fails here, before anything is written
 
     if a.force and os.path.isdir(out_dir) and main_rank:
@@ -266,6 +277,7 @@ def _main(argv, a, dctx) -> int:
             writer.close()
     if not main_rank:
         return rc
+    print(closing_line(summary, len(comps)), flush=True)
     emit_json(summary)
     if status == "incomplete":
         progress(f"{reason}: results so far are in {out_dir} (meta.json status incomplete)")

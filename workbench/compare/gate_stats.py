@@ -9,11 +9,17 @@ Why a tolerance. Two runs are two processes: clocks, autotuned kernels, memory l
 the reps of one run cannot see, so a CI built from reps alone fails A/A gates too often. The tolerance is the
 slowdown an A/A gate reaches 5% of the time under the noise of an A/A run on the same machine: its rep / step SDs
 from `power.components_from_run` (as `python -m workbench.power --from` estimates them), batch effects shared by
-both runs (same seeded data: they cancel), and a run effect of SD `run_sd_pct` per run, by default the A/A run's
-rep SD (a new process moves the run at least as much as a new block moves a rep; one A/A folder cannot estimate
-it, two adjacent A/A runs could). The tolerance = the 95th percentile of (1 - CI high) over simulated A/A gates
-(an upper confidence bound on it, so the simulation's own error does not leak into the rate), floored at 0: the
-simulated false-fail rate is <= 5% by construction.
+both runs (same seeded data: they cancel), and a run effect of SD `run_sd_pct` per run. The tolerance = the 95th
+percentile of (1 - CI high) over simulated A/A gates (an upper confidence bound on it, so the simulation's own
+error does not leak into the rate), floored at 0: the simulated false-fail rate is <= 5% by construction.
+
+The run SD (issue 37). A rerun of the same commit moves a whole run by more than its reps show: on sync-heavy
+shapes 2-3% (H200 `repeat_a` / `repeat_b`), against a rep SD near 1%. So the run SD is measured, not assumed:
+`run_sd` takes K >= 3 same-commit A/A processes of the comparison on the gate's machine; per process y_k = mean over
+reps of log(rep mean step ms) and w_k = its within-run variance (var / R_k); the run variance is the upper 95%
+chi-square bound of var(y_k) (K - 1 df, `stats.variance_upper_bound`) less mean w_k, floored at 0. An upper bound:
+with K = 3 it is about 19x the sample variance, so a noisy machine gives a wide tolerance, and a tolerance at or
+above the regression the gate must catch is refused (`workbench.compare.gate`) rather than run blind.
 """
 from __future__ import annotations
 
@@ -26,6 +32,8 @@ from workbench.measure import power
 from workbench.measure.engine import Protocol
 
 FALSE_FAIL_RATE = 0.05
+MIN_AA_PROCESSES = 3
+"""Same-commit A/A processes the run SD is estimated from, at least."""
 
 
 def speedup_ci(base_rep_ms, new_rep_ms) -> dict:
@@ -100,3 +108,18 @@ def detection_rate(noise: power.Noise, design: GateDesign, tolerance: float, *, 
                    sims: int = 1000, seed: int = 1) -> float:
     """The share of simulated gates that fail when the new run is `slowdown_pct` % slower."""
     return simulate_gates(noise, design, tolerance, sims=sims, slowdown=1 + slowdown_pct / 100, seed=seed)["fail_rate"]
+
+
+def run_sd(aa_rep_ms: list, *, confidence: float = 0.95) -> dict:
+    """The SD of a whole run's offset, % of step time, from the per-rep mean step ms of K A/A processes (one array
+    per process): {"run_sd_pct" (the upper bound), "point_sd_pct", "processes", "df", "within_var"}."""
+    from workbench.measure import stats
+    logs = [np.log(np.asarray(r, dtype=float)) for r in aa_rep_ms]
+    y = [float(v.mean()) for v in logs]
+    w = float(np.mean([v.var(ddof=1) / v.size for v in logs if v.size >= 2] or [0.0]))
+    b = stats.variance_upper_bound(y, confidence=confidence)
+    if b["var_upper"] is None:
+        raise ValueError("the run SD needs 2 or more processes")
+    return {"run_sd_pct": 100 * math.sqrt(max(0.0, b["var_upper"] - w)),
+            "point_sd_pct": 100 * math.sqrt(max(0.0, b["var"] - w)), "processes": len(y), "df": b["df"],
+            "within_var": w}

@@ -77,9 +77,15 @@ def pick(run_a: str, run_b: str, comparison: str | None, arm: str | None) -> tup
             raise DiffInputError(f"{r}: not a run folder (no results.csv)")
     ta, tb = traced_pairs(run_a), traced_pairs(run_b)
     common = sorted(set(ta) & set(tb))
+    if not common:  # no --comparison can fix this: the traces are missing
+        untraced = [r for r, t in ((run_a, ta), (run_b, tb)) if not t]
+        why = (f"{' and '.join(untraced)} {'has' if len(untraced) == 1 else 'have'} no traces" if untraced else
+               f"{run_a} traced {', '.join(ta)}; {run_b} traced {', '.join(tb)}")
+        raise DiffInputError(f"no comparison is traced in both runs ({why}); re-run with --trace torch "
+                             "(python -m workbench.ab ... --trace torch) to diff where the time went")
     if comparison is None:
         if len(common) != 1:
-            raise DiffInputError(f"give --comparison: the runs both traced {', '.join(common) or 'none'}")
+            raise DiffInputError(f"give --comparison: the runs both traced {', '.join(common)}")
         comparison = common[0]
     if safe_name(comparison) not in common:
         raise DiffInputError(f"comparison {comparison!r} is not traced in both runs (both traced: "

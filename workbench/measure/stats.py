@@ -189,6 +189,18 @@ def log_ratio_of_unit_means(a_by_unit: Sequence, b_by_unit: Sequence, *, confide
             "log_ratios": r}
 
 
+def geo_mean_of_unit_means(values: Sequence, units: Sequence) -> float:
+    """exp(mean over units of log(the unit's mean value)): one arm's step time as `paired_speedup` sees it. With
+    the same units on both arms, the baseline's over the arm's IS the speedup (a ratio of geometric means is the
+    geometric mean of the ratios), where the arithmetic means of all steps can even disagree with it in direction
+    (a CPU run: reps of 1 and 2.7 s). NaN with no value."""
+    x, _, u = _paired_with_units(values, values, units)
+    groups = _unit_groups(u, int(x.size))
+    if not groups:
+        return math.nan
+    return float(math.exp(np.mean([math.log(float(np.mean(x[g]))) for g in groups])))
+
+
 def paired_speedup(baseline_ms: Sequence, optimized_ms: Sequence, units: Sequence | None = None, *,
                    confidence: float = CONFIDENCE) -> dict:
     """Speedup of the optimized arm over the baseline with a CI at the level of the independent unit.
@@ -521,3 +533,15 @@ def band_ratio_test(m, se_m, df_m, p, se_p, df_p, bias_rel, *, band=(0.8, 1.25),
         t = t_quantile(1 - alpha, min(f_lo, f_hi))
         ci = [m / p - t * sd_r, m / p + t * sd_r]
     return "linear", m, math.sqrt(se_m ** 2 + var_p), min(f_lo, f_hi), ci, p_confirm, p_refute
+
+
+def variance_upper_bound(values: Iterable, *, confidence: float = CONFIDENCE) -> dict:
+    """The sample variance s² of independent normal `values` (n - 1 df) and its one-sided upper confidence bound
+    s² · (n - 1) / chi²_{1 - confidence, n - 1} (chi-square). Returns {"var", "var_upper", "df", "n"}; var_upper is
+    None with fewer than 2 values."""
+    x = _clean(values)
+    n = int(x.size)
+    if n < 2:
+        return {"var": math.nan, "var_upper": None, "df": None, "n": n}
+    s2 = float(x.var(ddof=1))
+    return {"var": s2, "var_upper": s2 * (n - 1) / float(_sps.chi2.ppf(1 - confidence, n - 1)), "df": n - 1, "n": n}

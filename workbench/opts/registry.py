@@ -22,6 +22,8 @@ SPEC keys:
     lever: str           optional: the `workbench.traces.levers` component it addresses (one of
                          `levers.LEVER_COMPONENTS`): a lever optimization, run by `--opt levers` (`workbench.ab.levers`)
     in_all: bool         optional: part of `--opt all` (default True; the lever optimizations say False)
+    families: tuple      optional: the model families it applies to (`workbench.step.presets` names); absent: every
+                         family. A single `--opt` on another family is refused before a model is built
 
 Optional hooks in the module itself (called with torch loaded): `comparison_options(cmp, device, state)` -> its
 apply / unsupported keyword arguments for one comparison (`state`: a dict per comparison the module may keep things
@@ -133,3 +135,9 @@ def in_all_names() -> tuple[str, ...]:
 def in_all(opt: str) -> bool:
     """Whether `--opt all` runs `opt` (SPEC `in_all`, default True)."""
     return bool(spec(opt).get("in_all", True))
+
+
+def families(opt: str) -> tuple[str, ...] | None:
+    """The model families `opt` applies to (SPEC `families`), None for every family."""
+    fams = spec(opt).get("families")
+    return tuple(fams) if fams is not None else None
