@@ -14,7 +14,8 @@ from workbench.savings import common as savings
 from workbench.ab import passes, summary
 from workbench.ab.arm import _Parked, _Session, _fresh, _free, _plain
 from workbench.ab.cli import HF_ATTN, NOT_A_RESULT
-from workbench.ab.planner import ArmSpec, Comparison, _module_or_none
+from workbench.ab.planner import ArmSpec, Comparison
+from workbench.opts.protocol import hook as opt_hook
 from workbench.cli import progress
 from workbench.errors import WorkbenchError
 from workbench.opts import apply_all as apply_arms, unsupported_reason
@@ -70,9 +71,9 @@ class Runner:
         state = self._opt_state.setdefault(cmp.name, {})
         o: dict = {}
         for opt in opts_registry.OPTS:
-            hook = getattr(_module_or_none(opt), "comparison_options", None)
-            if hook is not None:
-                o[opt] = hook(cmp, self.device, state.setdefault(opt, {}))
+            fn = opt_hook(opts_registry.module(opt), "comparison_options")
+            if fn is not None:
+                o[opt] = fn(cmp, self.device, state.setdefault(opt, {}))
         return o
 
     @contextlib.contextmanager
@@ -107,9 +108,9 @@ class Runner:
         backend's kernels take only fp16 / bf16 on a GPU, so there the reference runs the sdpa backend)."""
         o = self.options(cmp)
         for opt in {x for s in cmp.arms for x in s.arms}:
-            hook = getattr(_module_or_none(opt), "reference_options", None)
-            if hook is not None:
-                o[opt] = hook(o.get(opt, {}), ran_attn, self.device)
+            fn = opt_hook(opts_registry.module(opt), "reference_options")
+            if fn is not None:
+                o[opt] = fn(o.get(opt, {}), ran_attn, self.device)
         return o
 
     def run_arm_steps(self, model, cpu_batches, spec: ArmSpec, cmp, *, steps, warmup, reset, on_step=None,
@@ -147,9 +148,9 @@ class Runner:
         ran_attn = model.config._attn_implementation
         opts_o = self.options(cmp)
         for opt in dict.fromkeys(x for s in cmp.arms for x in s.arms):  # a backend of ours, through AttentionInterface
-            hook = getattr(_module_or_none(opt), "attention_backend", None)
-            if hook is not None:
-                ran_attn = hook(model, self.device, opts_o.get(opt, {}))
+            fn = opt_hook(opts_registry.module(opt), "attention_backend")
+            if fn is not None:
+                ran_attn = fn(model, self.device, opts_o.get(opt, {}))
         env = dict(opt=cmp.opt, model=cmp.model, layers=L, tokens=cmp.tokens, attn=ran_attn)
         out["attn"] = ran_attn
         from workbench.step import precision
