@@ -13,7 +13,8 @@ from workbench import opts as opts_registry
 from workbench.savings import common as savings
 from workbench.ab import passes, summary
 from workbench.ab.arm import _Parked, _Session, _fresh, _free, _plain
-from workbench.ab.cli import HF_ATTN, NOT_A_RESULT
+from workbench.ab.cli import HF_ATTN
+from workbench.measure.stats import timing_on
 from workbench.ab.planner import ArmSpec, Comparison
 from workbench.opts.protocol import hook as opt_hook
 from workbench.cli import progress
@@ -297,7 +298,7 @@ class Runner:
         def on_rep(rep, c):
             self.writer.flush()
             if c is not None and c.get("ci95"):
-                v = c["verdict"] if self.device.type == "cuda" else NOT_A_RESULT
+                v = timing_on(c, self.device.type)["verdict"]
                 self._progress(f"{tag} after rep {rep}: speedup {c['speedup']:.4f} "
                                f"[{c['ci95'][0]:.4f}, {c['ci95'][1]:.4f}] (n={c['n_units']} reps) {v}")
 
@@ -352,9 +353,7 @@ class Runner:
                                                       arm_status, infos.get(spec.label, {}), equiv.get(spec.label),
                                                       events)
             if spec.label != cmp.baseline and m is not None and arm_status[spec.label]["status"] == "ok":
-                c = engine.paired_comparison(samples, cmp.baseline, spec.label)
-                if self.device.type != "cuda":  # no CI, no verdict: a CPU timing measures the machine's load
-                    c.update(verdict=NOT_A_RESULT, ci95=None, half_width_pct=None)
+                c = timing_on(engine.paired_comparison(samples, cmp.baseline, spec.label), self.device.type)
                 arm_dicts[spec.label]["vs_baseline"] = c
                 self._rows_for_comparison(cmp, spec.label, c, env)
         out["baseline"] = arm_dicts[cmp.baseline]

@@ -125,7 +125,7 @@ def _read_runs(root: str, dirs: list[str]) -> list[dict]:
         job = os.path.basename(d)
         camp = campaign_commands(os.path.dirname(d)).get(job, {})
         dev = m.get("device") if isinstance(m.get("device"), dict) else {}
-        device = dev.get("type") or str(s.get("device") or "").split(":")[0] or None
+        device = _device_type(s, m)
         status, why_state = markers.state(d, m)  # RUNNING / INCOMPLETE / FAILED files; a dead writer is "died"
         if status == "unknown":
             status = s.get("status") or "unknown"
@@ -249,7 +249,7 @@ _RECOMPUTED_CACHE: dict = {}
 def recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict | None:
     """The speedup of `arm` over `baseline` recomputed from the run's results.csv with today's engine statistics
     (`workbench.measure.engine.paired_comparison`: every pair, the rep as the unit, t with R-1 df, no verdict below
-    `stats.MIN_UNITS` reps), with both arms' mean step (`baseline_mean_ms`, `arm_mean_ms`); None without rows. The
+    `stats.MIN_UNITS` reps; a timing on a CPU gives no CI and no verdict: `stats.timing_on`), with both arms' mean step (`baseline_mean_ms`, `arm_mean_ms`); None without rows. The
     summary.json of a run made before the rep-level statistics holds the old pair-bootstrap figures: the tables
     never read those. Cached per file and modification time, as `step_samples` (every table asks again)."""
     p = os.path.join(run_path, "results.csv")
@@ -261,8 +261,14 @@ def recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict 
     return copy.deepcopy(_RECOMPUTED_CACHE[key])
 
 
+def _device_type(summary: dict, meta: dict) -> str | None:
+    """The device type a run timed on ("cuda", "cpu"): meta.json's, else summary.json's ("cuda:0" -> "cuda")."""
+    dev = meta.get("device") if isinstance(meta.get("device"), dict) else {}
+    return dev.get("type") or str(summary.get("device") or "").split(":")[0] or None
+
+
 def _recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict | None:
-    from workbench.measure import engine
+    from workbench.measure import engine, stats
 
     smp = step_samples(run_path).get(comparison)
     if not smp:
@@ -270,7 +276,9 @@ def _recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict
     mine = [dict(x) for x in smp if x["arm"] in (baseline, arm)]
     if not any(x["arm"] == arm for x in mine) or not any(x["arm"] == baseline for x in mine):
         return None
-    res = engine.paired_comparison(mine, baseline, arm)
+    device = _device_type(_json(os.path.join(run_path, "summary.json")) or {},
+                          _json(os.path.join(run_path, "meta.json")) or {})
+    res = stats.timing_on(engine.paired_comparison(mine, baseline, arm), device)  # a CPU timing: no CI, no verdict
     mean = lambda a: float(pd.Series([x["step_ms"] for x in mine if x["arm"] == a]).mean())  # noqa: E731
     return {**res, "baseline_mean_ms": mean(baseline), "arm_mean_ms": mean(arm)}
 

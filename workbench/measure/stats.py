@@ -41,7 +41,7 @@ from scipy import stats as _sps
 
 __all__ = ["CONFIDENCE", "OUTLIER_K", "OUTLIER_FLOOR", "MIN_UNITS", "quantile", "summarize", "mad", "outlier_mask",
            "t_interval", "paired_speedup", "paired_difference", "verdict", "linear_fit", "half_width_pct", "holm",
-           "variance_components", "delta_method"]
+           "variance_components", "delta_method", "NOT_A_RESULT", "timing_on"]
 
 CONFIDENCE = 0.95
 OUTLIER_K = 5.0  # a step is an outlier when |t - median(cell)| > OUTLIER_K * max(MAD(cell), OUTLIER_FLOOR * median(cell))
@@ -241,6 +241,21 @@ def verdict(ci95: tuple[float, float] | None, n_units: int | None = None) -> str
     if hi < 1:
         return "slower"
     return f"no detectable difference (±{100 * max(1 - lo, hi - 1):.1f}%)"
+
+
+NOT_A_RESULT = "not a result (CPU timing)"
+"""The verdict of a timing taken on any device but a GPU: CPU step times measure the machine's load, not the GPU glue
+code (a CPU run is a functional check: syncs, equivalence, FLOPs)."""
+
+
+def timing_on(comparison: dict, device_type: str | None) -> dict:
+    """A paired comparison's dict (`paired_speedup`'s keys) as what a timing on `device_type` can say: unchanged on
+    "cuda"; on any other device (or an unknown one) no CI and no verdict (`NOT_A_RESULT`). The rule's one owner: the
+    A/B runner calls it on what it reports, the analysis (so the README's pages and the notebooks) on what it
+    recomputes from a run's results.csv."""
+    if device_type == "cuda":
+        return comparison
+    return {**comparison, "verdict": NOT_A_RESULT, "ci95": None, "half_width_pct": None}
 
 
 def half_width_pct(ci95: tuple[float, float], estimate: float) -> float:
