@@ -27,6 +27,24 @@ def _json(path):
         return None
 
 
+_META_CACHE: dict = {}
+
+
+def _meta(run_path: str) -> dict:
+    """A run's meta.json ({} without one), read once per file version (path, mtime, size): the tables ask for a run's
+    precision and length distribution once per row, and for its device once per recomputed speedup. Read-only: the
+    dict is shared."""
+    p = os.path.join(run_path, "meta.json")
+    try:
+        st = os.stat(p)
+    except OSError:
+        return {}
+    key = (p, st.st_mtime_ns, st.st_size)
+    if key not in _META_CACHE:
+        _META_CACHE[key] = _json(p) or {}
+    return _META_CACHE[key]
+
+
 def _name(c: dict) -> str:
     return c.get("name") or c.get("opt") or "?"
 
@@ -276,8 +294,9 @@ def _recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict
     mine = [dict(x) for x in smp if x["arm"] in (baseline, arm)]
     if not any(x["arm"] == arm for x in mine) or not any(x["arm"] == baseline for x in mine):
         return None
-    device = _device_type(_json(os.path.join(run_path, "summary.json")) or {},
-                          _json(os.path.join(run_path, "meta.json")) or {})
+    meta = _meta(run_path)
+    device = _device_type({} if isinstance(meta.get("device"), dict) else
+                          _json(os.path.join(run_path, "summary.json")) or {}, meta)
     res = stats.timing_on(engine.paired_comparison(mine, baseline, arm), device)  # a CPU timing: no CI, no verdict
     mean = lambda a: float(pd.Series([x["step_ms"] for x in mine if x["arm"] == a]).mean())  # noqa: E731
     return {**res, "baseline_mean_ms": mean(baseline), "arm_mean_ms": mean(arm)}
@@ -286,7 +305,7 @@ def _recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict
 def _run_lengths(path: str) -> str:
     """The document-length distribution a run packed (meta.json's `--lengths`); runs from before the flag was recorded
     packed the default (`constants.DEFAULT_LENGTHS`)."""
-    args = (_json(os.path.join(path, "meta.json")) or {}).get("args") or {}
+    args = _meta(path).get("args") or {}
     return args.get("lengths") or DEFAULT_LENGTHS
 
 
@@ -301,7 +320,7 @@ def default_lengths(df: pd.DataFrame) -> pd.DataFrame:
 def _run_precision(path: str) -> str:
     """The precision a run timed (meta.json's resolved `--precision`); runs from before the flag timed
     fp32 adapters without autocast on a bf16 base, so they read "fp32-adapters"."""
-    args = (_json(os.path.join(path, "meta.json")) or {}).get("args") or {}
+    args = _meta(path).get("args") or {}
     return args.get("precision") or "fp32-adapters"
 
 
