@@ -92,10 +92,11 @@ def test_a_new_module_is_a_new_optimization(tmp_path):
 def fake_registry(tmp_path, monkeypatch):
     """fakeopt (with its savings model) registered through $WORKBENCH_OPTS, in this process."""
     from workbench.opts import registry
+    before = registry.in_all_names()
     (tmp_path / "fakeopt.py").write_text(FAKE)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv(registry.ENV, "fakeopt")
-    assert registry.in_all_names() == ("packing", "offload", "moe", "fakeopt")
+    assert registry.in_all_names() == (*before, "fakeopt")  # (order 9: after the workbench's own)
     return tmp_path
 
 
@@ -105,9 +106,10 @@ def test_the_fake_fixtures_pick_up_a_new_optimization_and_run_it_under_all(fake_
     from fixtures import fake_opts
     from workbench import ab
     from workbench.cli import run_main
+    from workbench.opts import registry
 
     fakes = fake_opts.install(monkeypatch)
-    assert list(fakes) == ["packing", "offload", "moe", "fakeopt"]
+    assert list(fakes) == list(registry.in_all_names()) and list(fakes)[-1] == "fakeopt"
     assert (fakes["fakeopt"].ARMS, fakes["fakeopt"].BASELINE) == (("plain", "same"), "plain")
     monkeypatch.setitem(ab.CPU_DEFAULTS, "fakeopt", {"model": "tiny-qwen3"})  # (the CLI read the registry at import)
     rc = run_main(ab.main, ["--opt", "all", "--only", "all", "--aa", "--reps", "1", "--tokens", "128", "--steps", "1",
@@ -116,7 +118,8 @@ def test_the_fake_fixtures_pick_up_a_new_optimization_and_run_it_under_all(fake_
     out, err = capsys.readouterr()
     assert rc == 0, err[-2000:]
     (c,) = json.loads(out.strip().splitlines()[-1])["comparisons"]
-    assert c["baseline"]["arm"] == "rebuild+sync_reload+eager+plain" and c["equivalent"] is True
+    assert c["baseline"]["arm"] == "+".join(m.BASELINE for m in fakes.values()) and c["equivalent"] is True
+    assert c["baseline"]["arm"].startswith("rebuild+sync_reload+eager+") and c["baseline"]["arm"].endswith("+plain")
     assert ("fakeopt", "plain") in fake_opts.APPLIED
 
 
@@ -124,10 +127,13 @@ def test_a_fourth_optimization_with_a_model_gets_its_headline_rows(fake_registry
     """The headline table once kept only its first 8 rows: 4 optimizations + all + 4 savings models are 9, and the
     last (a savings model's) went without a word."""
     from test_analysis import arm, comparison, vs, with_verdict, write_run
+    from workbench import opts
+    from workbench.opts import registry
     from workbench.report import headline, readme
+    from workbench.savings import common as savings
 
-    arms = {"packing": ("rebuild", "cached"), "offload": ("sync_reload", "double_buffer"),
-            "moe": ("eager", "sort_bincount"), "fakeopt": ("plain", "same")}
+    arms = {o: (opts.module(o).BASELINE, opts.module(o).OPTIMIZED) for o in registry.in_all_names()}
+    assert len(arms) >= 4 and list(arms)[-1] == "fakeopt" and savings.modelled()[-1] == "fakeopt"
     comps = [with_verdict(comparison(o, arm(b, 110.0), arm(x, 100.0, v=vs(1.1, 1.08, 1.12))), 9.5, [8.0, 11.0], 10.0,
                           [9.0, 11.5]) for o, (b, x) in arms.items()]
     comps.append(comparison("all", arm("baseline", 120.0), arm("optimized", 100.0, v=vs(1.2, 1.18, 1.22))))
@@ -135,8 +141,9 @@ def test_a_fourth_optimization_with_a_model_gets_its_headline_rows(fake_registry
     write_run(str(prof / "camp" / "ab_traced"), comps)
     md = readme.results_markdown(str(prof), repo=str(fake_registry))
     rows = [x for x in md.splitlines() if x.startswith("| ") and not x.startswith("| result |")]
-    assert len(rows) == headline.max_rows() == 9
-    assert [re.match(r"\| (\w+)", r).group(1) for r in rows] == [*arms, "all", *arms]
+    models = [o for o in savings.modelled() if o in arms]
+    assert [re.match(r"\| (\w+)", r).group(1) for r in rows] == [*arms, "all", *models]  # every one, in order
+    assert len(rows) > 8 and len(rows) <= headline.max_rows()
     assert rows[-1].startswith("| fakeopt savings model ")
 
 
