@@ -13,6 +13,7 @@ import torch
 
 from workbench import ab
 from workbench.measure import equivalence
+from workbench.opts import registry
 from workbench.cli import run_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -67,7 +68,7 @@ def test_cli_all_end_to_end(capsys, tmp_path):
     assert set(summary) >= {"run_id", "device", "comparisons", "complete", "status"}
     assert summary["device"] == "cpu" and summary["complete"] is True and summary["status"] == "complete"
     cmps = {c["opt"]: c for c in summary["comparisons"]}
-    assert list(cmps) == ["packing", "offload", "moe", "all"]
+    assert list(cmps) == [*registry.in_all_names(), "all"]
     for c in cmps.values():
         assert set(c) >= CMP_KEYS
         assert c["equivalent"] is True, c["errors"]
@@ -233,9 +234,10 @@ def test_aa_all(capsys, tmp_path, fakes):
                                    "--out", str(tmp_path)])
     assert rc == 0, err
     cmps = _last_json(lines)["comparisons"]
-    assert [c["opt"] for c in cmps] == ["packing", "offload", "moe", "all"]
+    assert [c["opt"] for c in cmps] == [*registry.in_all_names(), "all"]
     assert all(c["baseline"]["arm"] + "#2" == c["optimized"]["arm"] for c in cmps)
-    assert cmps[-1]["baseline"]["arm"] == "rebuild+sync_reload+eager"
+    assert cmps[-1]["baseline"]["arm"] == "+".join(fakes.FAKES[o].BASELINE for o in registry.in_all_names())
+    assert cmps[-1]["baseline"]["arm"].startswith("rebuild+sync_reload+eager")
 
 
 @pytest.mark.parametrize("argv,msg", [

@@ -304,7 +304,9 @@ def test_a_real_cpu_run_is_left_out_by_default_and_read_when_asked(cpu_run):
     assert list(c.index) == ["cached", "precomputed"] and c.loc["cached", "role"] == "optimized"
     ref = reference(cpu_run, s["name"], "rebuild", "cached")
     assert c.loc["cached", "speedup"] == pytest.approx(ref["speedup"]) and c.loc["cached", "n_pairs"] == 2
-    assert c.loc["cached", "n_units"] == 2 and c.loc["cached", "verdict"].startswith("no verdict")
+    # a CPU timing is no result, read back as the runner wrote it (`stats.timing_on`): no CI, no verdict
+    assert c.loc["cached", "n_units"] == 2 and c.loc["cached", "verdict"] == stats.NOT_A_RESULT
+    assert pd.isna(c.loc["cached", "ci95_lo"]) and c.loc["cached", "summary_verdict"] == stats.NOT_A_RESULT
     assert c.loc["cached", "summary_speedup"] == s["optimized"]["vs_baseline"]["speedup"]
     assert c.loc["cached", "baseline_ms"] == s["baseline"]["step_ms"]
     st = an.steps(cpu_run, include_cpu=True)

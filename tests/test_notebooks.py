@@ -60,7 +60,7 @@ def kernel_env(tmp_path_factory, monkeypatch_module):
 
 
 def _execute(path: str, env: dict) -> "nbformat.NotebookNode":
-    from workbench.report.readme import environ
+    from workbench.report.notebook_outputs import environ
 
     with environ(env):
         nb = nbformat.read(path, as_version=4)
@@ -194,7 +194,7 @@ def test_notebook_runs_on_committed_profiles(name, kernel_env):
     text = _text(nb)
     assert "result folders in profiles" in text and "left out" in text
     from workbench import analysis as an
-    from workbench.report.readme import normalize_outputs
+    from workbench.report.notebook_outputs import normalize_outputs
     normalize_outputs(nb)
     committed = nbformat.read(os.path.join(ROOT, "notebooks", name), as_version=4)
     assert _stdout(nb) == _stdout(committed), "committed outputs are stale: python -m workbench.readme_results " \
@@ -254,7 +254,7 @@ def test_notebook_runs_on_a_fresh_cpu_run(name, fresh_run):
 
 def test_normalize_outputs_merges_split_streams_and_drops_stderr():
     """A kernel under load may flush one cell's prints as several streams; the committed file holds one."""
-    from workbench.report.readme import normalize_outputs
+    from workbench.report.notebook_outputs import normalize_outputs
 
     v4 = nbformat.v4
     nb = v4.new_notebook(cells=[v4.new_code_cell("print('a'); print('b')", outputs=[

@@ -235,6 +235,16 @@ def test_verdict_rules():
     assert stats.verdict((1.01, 1.05), 3) == "no verdict (n=3 reps < 4)"
 
 
+def test_a_timing_is_a_result_on_a_gpu_only():
+    """`timing_on`, the one owner of the CPU-timing rule (the runner and the analysis both call it)."""
+    c = stats.paired_speedup([10.0, 10.2, 10.1, 10.3], [9.0, 9.1, 9.0, 9.2], [0, 1, 2, 3])
+    assert stats.timing_on(c, "cuda") == c and c["ci95"] and c["verdict"] == "faster"
+    for device in ("cpu", "mps", None):
+        cpu = stats.timing_on(c, device)
+        assert (cpu["verdict"], cpu["ci95"], cpu["half_width_pct"]) == (stats.NOT_A_RESULT, None, None)
+        assert cpu["speedup"] == c["speedup"] and c["ci95"]  # the estimate stays; the input is not changed
+
+
 def test_half_width_pct():
     assert stats.half_width_pct((0.98, 1.02), 1.0) == pytest.approx(2.0)
     assert stats.half_width_pct([1.9, 2.1], 2.0) == pytest.approx(5.0)

@@ -46,7 +46,7 @@ CPU_DEFAULTS = {**{o: dict(registry.spec(o)["cpu"]) for o in OPT_NAMES}, "all": 
                 "levers": dict(model="tiny-qwen3-moe"),
                 "_run": dict(tokens=256, batches=2, steps=1, warmup=1, warmup_max=2, reps=2, lengths="uniform:16:64")}
 """On a CPU the run is a functional check: syncs per step by layer and source, equivalence and FLOPs. Its timings
-exercise the engine and are labelled "not a result"; they give no speedup verdict. Its documents (16-64 tokens) are
+exercise the engine and are labelled "not a result" (`workbench.measure.stats.timing_on`); they give no speedup verdict. Its documents (16-64 tokens) are
 shorter than half of any budget from 128 tokens up, so every batch packs several (4 or more at the 256 default):
 the packed-metadata checks cross document boundaries (with the GPU's lognormal, median about 245 tokens, a 256-token
 batch held one document)."""
@@ -58,8 +58,6 @@ GPU_DEFAULTS = {**{o: dict(registry.spec(o)["gpu"]) for o in OPT_NAMES},
 """GPU protocol: the rep is the unit of independence (arms run as blocks per rep), so more, shorter reps: 8 reps x 2
 timed steps over 2 batches. `python -m workbench.power` finds this protocol's A/A false-verdict rate at 5% and its
 coverage at 0.95 under the rep effects and drift measured on the H100."""
-NOT_A_RESULT = "not a result (CPU timing)"
-"""The verdict of every CPU comparison: CPU step times depend on the machine's load, not on the GPU glue code."""
 
 DTYPE_CHOICES = ("auto", "fp32", "bf16", "fp16")
 """--dtype: auto = bf16 on CUDA, fp32 on the CPU (workbench.step.models.default_dtype); `runner.DTYPES` maps them."""

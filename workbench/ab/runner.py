@@ -13,8 +13,10 @@ from workbench import opts as opts_registry
 from workbench.savings import common as savings
 from workbench.ab import passes, summary
 from workbench.ab.arm import _Parked, _Session, _fresh, _free, _plain
-from workbench.ab.cli import HF_ATTN, NOT_A_RESULT
-from workbench.ab.planner import ArmSpec, Comparison, _module_or_none
+from workbench.ab.cli import HF_ATTN
+from workbench.measure.stats import timing_on
+from workbench.ab.planner import ArmSpec, Comparison
+from workbench.opts.protocol import hook as opt_hook
 from workbench.cli import progress
 from workbench.errors import WorkbenchError
 from workbench.opts import apply_all as apply_arms, unsupported_reason
@@ -72,9 +74,9 @@ class Runner:
         state = self._opt_state.setdefault(cmp.name, {})
         o: dict = {}
         for opt in opts_registry.OPTS:
-            hook = getattr(_module_or_none(opt), "comparison_options", None)
-            if hook is not None:
-                o[opt] = hook(cmp, self.device, state.setdefault(opt, {}))
+            fn = opt_hook(opts_registry.module(opt), "comparison_options")
+            if fn is not None:
+                o[opt] = fn(cmp, self.device, state.setdefault(opt, {}))
         return o
 
     @contextlib.contextmanager
@@ -109,9 +111,9 @@ class Runner:
         backend's kernels take only fp16 / bf16 on a GPU, so there the reference runs the sdpa backend)."""
         o = self.options(cmp)
         for opt in {x for s in cmp.arms for x in s.arms}:
-            hook = getattr(_module_or_none(opt), "reference_options", None)
-            if hook is not None:
-                o[opt] = hook(o.get(opt, {}), ran_attn, self.device)
+            fn = opt_hook(opts_registry.module(opt), "reference_options")
+            if fn is not None:
+                o[opt] = fn(o.get(opt, {}), ran_attn, self.device)
         return o
 
     def run_arm_steps(self, model, cpu_batches, spec: ArmSpec, cmp, *, steps, warmup, reset, on_step=None,
@@ -149,9 +151,9 @@ class Runner:
         ran_attn = model.config._attn_implementation
         opts_o = self.options(cmp)
         for opt in dict.fromkeys(x for s in cmp.arms for x in s.arms):  # a backend of ours, through AttentionInterface
-            hook = getattr(_module_or_none(opt), "attention_backend", None)
-            if hook is not None:
-                ran_attn = hook(model, self.device, opts_o.get(opt, {}))
+            fn = opt_hook(opts_registry.module(opt), "attention_backend")
+            if fn is not None:
+                ran_attn = fn(model, self.device, opts_o.get(opt, {}))
         env = dict(opt=cmp.opt, model=cmp.model, layers=L, tokens=cmp.tokens, attn=ran_attn)
         out["attn"] = ran_attn
         from workbench.step import precision
@@ -301,7 +303,7 @@ class Runner:
         def on_rep(rep, c):
             self.writer.flush()
             if c is not None and c.get("ci95"):
-                v = c["verdict"] if self.device.type == "cuda" else NOT_A_RESULT
+                v = timing_on(c, self.device.type)["verdict"]
                 self._progress(f"{tag} after rep {rep}: speedup {c['speedup']:.4f} "
                                f"[{c['ci95'][0]:.4f}, {c['ci95'][1]:.4f}] (n={c['n_units']} reps) {v}")
 
@@ -360,9 +362,7 @@ class Runner:
                                                       arm_status, infos.get(spec.label, {}), equiv.get(spec.label),
                                                       events)
             if spec.label != cmp.baseline and m is not None and arm_status[spec.label]["status"] == "ok":
-                c = engine.paired_comparison(samples, cmp.baseline, spec.label)
-                if self.device.type != "cuda":  # no CI, no verdict: a CPU timing measures the machine's load
-                    c.update(verdict=NOT_A_RESULT, ci95=None, half_width_pct=None)
+                c = timing_on(engine.paired_comparison(samples, cmp.baseline, spec.label), self.device.type)
                 arm_dicts[spec.label]["vs_baseline"] = c
                 self._rows_for_comparison(cmp, spec.label, c, env)
         out["baseline"] = arm_dicts[cmp.baseline]

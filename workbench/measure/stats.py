@@ -42,7 +42,7 @@ from scipy import stats as _sps
 
 __all__ = ["CONFIDENCE", "OUTLIER_K", "OUTLIER_FLOOR", "MIN_UNITS", "quantile", "summarize", "mad", "outlier_mask",
            "t_interval", "paired_speedup", "paired_difference", "verdict", "linear_fit", "half_width_pct", "holm",
-           "variance_components", "delta_method"]
+           "variance_components", "delta_method", "NOT_A_RESULT", "timing_on"]
 
 CONFIDENCE = 0.95
 OUTLIER_K = 5.0  # a step is an outlier when |t - median(cell)| > OUTLIER_K * max(MAD(cell), OUTLIER_FLOOR * median(cell))
@@ -256,6 +256,21 @@ def verdict(ci95: tuple[float, float] | None, n_units: int | None = None) -> str
     return f"no detectable difference (±{100 * max(1 - lo, hi - 1):.1f}%)"
 
 
+NOT_A_RESULT = "not a result (CPU timing)"
+"""The verdict of a timing taken on any device but a GPU: CPU step times measure the machine's load, not the GPU glue
+code (a CPU run is a functional check: syncs, equivalence, FLOPs)."""
+
+
+def timing_on(comparison: dict, device_type: str | None) -> dict:
+    """A paired comparison's dict (`paired_speedup`'s keys) as what a timing on `device_type` can say: unchanged on
+    "cuda"; on any other device (or an unknown one) no CI and no verdict (`NOT_A_RESULT`). The rule's one owner: the
+    A/B runner calls it on what it reports, the analysis (so the README's pages and the notebooks) on what it
+    recomputes from a run's results.csv."""
+    if device_type == "cuda":
+        return comparison
+    return {**comparison, "verdict": NOT_A_RESULT, "ci95": None, "half_width_pct": None}
+
+
 def half_width_pct(ci95: tuple[float, float], estimate: float) -> float:
     """Half width of `ci95` in percent of `estimate`: 100 * (hi - lo) / 2 / estimate."""
     return float(100 * (ci95[1] - ci95[0]) / 2 / estimate)
@@ -373,38 +388,56 @@ def variance_components(samples: list[dict]) -> dict:
     batch_sd = the spread of batch means likewise (it cancels within a pair). Percent = 100 x SD of ln(step_ms).
     Returns {"rep_sd_pct", "batch_sd_pct", "step_sd_pct", "n_arms", "n_reps", "n_batches"} (None where not
     estimable)."""
-    import pandas as pd
-    df = pd.DataFrame([{k: s.get(k) for k in ("arm", "rep", "batch", "step_ms")} for s in samples])
+    rows = [(s.get("arm"), s.get("rep"), s.get("batch"), s.get("step_ms")) for s in samples]
     out = {"rep_sd_pct": None, "batch_sd_pct": None, "step_sd_pct": None, "n_arms": 0, "n_reps": 0, "n_batches": 0}
-    if df.empty:
+    if not rows:
         return out
-    df = df.dropna()
-    df = df[df["step_ms"] > 0]
-    df["y"] = np.log(df["step_ms"].astype(float))
+    rows = [r for r in rows if not any(_na(v) for v in r) and r[3] > 0]
+    by_arm: dict = {}
+    for arm, rep, batch, ms in rows:  # (plain Python: the groupby of pandas cost 30 ms a call, for a few dozen steps)
+        by_arm.setdefault(arm, []).append((rep, batch, math.log(float(ms))))
     v_rep, v_batch, v_step, n_arms = [], [], [], 0
-    for _, g in df.groupby("arm"):
-        R, B, n = g["rep"].nunique(), g["batch"].nunique(), len(g)
+    for arm in sorted(by_arm):
+        g = by_arm[arm]
+        n = len(g)
+        by_rep, by_batch = _means_by(g, 0), _means_by(g, 1)
+        R, B = len(by_rep), len(by_batch)
         if n < 3:
             continue
         n_arms += 1
-        fit = g["y"] - g.groupby("rep")["y"].transform("mean") - g.groupby("batch")["y"].transform("mean") + g["y"].mean()
+        mean = float(np.mean([y for _, _, y in g]))
+        fit = np.array([y - by_rep[r] - by_batch[b] + mean for r, b, y in g])
         dof = n - R - B + 1
         s2 = float((fit ** 2).sum() / dof) if dof > 0 else None
         if s2 is not None:
             v_step.append(s2)
         if R > 1:
-            rep_means = g.groupby("rep")["y"].mean()
-            v_rep.append(max(0.0, float(rep_means.var(ddof=1)) - (s2 or 0.0) / (n / R)))
+            v_rep.append(max(0.0, float(np.var(list(by_rep.values()), ddof=1)) - (s2 or 0.0) / (n / R)))
         if B > 1:
-            batch_means = g.groupby("batch")["y"].mean()
-            v_batch.append(max(0.0, float(batch_means.var(ddof=1)) - (s2 or 0.0) / (n / B)))
+            v_batch.append(max(0.0, float(np.var(list(by_batch.values()), ddof=1)) - (s2 or 0.0) / (n / B)))
 
     def pct(v):
         return 100 * math.sqrt(float(np.mean(v))) if v else None
 
     out.update(rep_sd_pct=pct(v_rep), batch_sd_pct=pct(v_batch), step_sd_pct=pct(v_step), n_arms=n_arms,
-               n_reps=int(df["rep"].nunique()), n_batches=int(df["batch"].nunique()))
+               n_reps=len({r for _, r, _, _ in rows}), n_batches=len({b for _, _, b, _ in rows}))
     return out
+
+
+def _na(v) -> bool:
+    """Missing as pandas' dropna reads it: None, NaN, pandas.NA (whose `!=` is no bool)."""
+    try:
+        return v is None or bool(v != v)
+    except TypeError:
+        return True
+
+
+def _means_by(g: list[tuple], i: int) -> dict:
+    """{key: mean of y} of (rep, batch, y) tuples grouped by field `i` (0: rep, 1: batch)."""
+    groups: dict = {}
+    for t in g:
+        groups.setdefault(t[i], []).append(t[2])
+    return {k: float(np.mean(v)) for k, v in groups.items()}
 
 
 def delta_method(f, samples, *, confidence: float = CONFIDENCE, rel_step: float = 1e-6) -> dict:
