@@ -386,7 +386,8 @@ def test_layer_timeline_lanes_and_categories():
     assert meta["dur_ms"].tolist() == pytest.approx([1.0, 2.0]) and meta["start_ms"].tolist() == pytest.approx([2, 21])
     only0 = an.layer_timeline(_events(), layers=["L00"])
     assert set(only0.loc[only0["lane"].str.startswith("host"), "layer"]) == {"L00"}
-    assert {t.name for t in an.timeline_figure(tl).data} >= {"metadata build", "reload", "sync"}
+    assert {t.name for t in an.timeline_figure(tl).data} >= {"metadata build", "reload", "host sync", "memcpy"}
+    assert set(tl["category"]) <= set(an.TIMELINE_CATEGORIES)  # each one coloured by report.palette.TIMELINE
     assert an.layer_timeline(pd.DataFrame()).empty
 
 

@@ -35,7 +35,7 @@ from workbench.analysis.savings_models import (
 from workbench.analysis.breakdowns import (
     BREAKDOWN_COLUMNS, LEVER_COLUMNS, TOP_KERNEL_COLUMNS, breakdown, levers, top_kernels)
 from workbench.analysis.timelines import (
-    STREAM_COLUMNS, TIMELINE_COLUMNS, arm_events, layer_timeline, load_trace, meta_builds, pair_timeline,
+    STREAM_COLUMNS, TIMELINE_CATEGORIES, TIMELINE_COLUMNS, arm_events, layer_timeline, load_trace, meta_builds, pair_timeline,
     step_windows, stream_roles, timeline_pairs, trace_diffs)
 from workbench.analysis.claims import (
     CLAIM_COLUMNS, claims_table, claims_vs_ours, same_model)
@@ -53,7 +53,7 @@ __all__ = [
     "COST_COLUMNS", "MFU_COLUMNS", "SYNC_COLUMNS", "instrument_cost", "mfu", "syncs", "witness_ops",
     "DECOMPOSITION_COLUMNS", "SAVINGS_COLUMNS", "VERDICT_COLUMNS", "decomposition", "savings", "verdicts",
     "BREAKDOWN_COLUMNS", "LEVER_COLUMNS", "TOP_KERNEL_COLUMNS", "breakdown", "levers", "top_kernels",
-    "STREAM_COLUMNS", "TIMELINE_COLUMNS", "arm_events", "layer_timeline", "load_trace", "meta_builds",
+    "STREAM_COLUMNS", "TIMELINE_CATEGORIES", "TIMELINE_COLUMNS", "arm_events", "layer_timeline", "load_trace", "meta_builds",
     "pair_timeline", "step_windows", "stream_roles", "timeline_pairs", "trace_diffs", "CLAIM_COLUMNS",
     "claims_table", "claims_vs_ours", "same_model", "DEFAULT_PROFILES", "KEEP_FROM_INCOMPLETE", "NOT_A_MEASUREMENT",
     "PREVIEW_ROWS", "RECIPE", "REPO", "SWEEP_CONFIDENCE", "breakdown_figure", "claims_figure", "cost_figure",
