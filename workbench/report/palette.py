@@ -25,7 +25,7 @@ OPTS = {"packing": "#0072B2", "offload": "#E69F00", "moe": "#009E73", "all": "#C
 """An optimization, where a figure draws one line per optimization; others take `SPARE` in order."""
 SPARE = ("#882255", "#44AA99", "#999933", "#332288", "#AA4499", "#DDCC77")
 TIMELINE = {"forward": "#F0E442", "recompute": "#EE8866", "backward": "#555555", "metadata build": "#000000",
-            "reload": "#EEDD88", "layer part": "#DDDDDD", "memcpy": "#AA4499", "host sync": "#117733",
+            "reload": "#EEDD88", "layer part": "#EE3377", "memcpy": "#AA4499", "host sync": "#117733",
             "optimizer": COMPONENTS["optimizer"], "other kernel": "#CC6677"}
 """What a bar of a traced step's timeline is (`analysis.layer_timeline` `category`): a layer's pass (its host range
 and the kernels launched inside it share the pass's colour; the lane says which is which), a metadata build, a

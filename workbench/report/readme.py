@@ -38,6 +38,7 @@ import pandas as pd
 from workbench import analysis as an
 from workbench.savings import common as savings
 from workbench.report import figures
+from workbench.report.tables import STATIC_RENDERER as NOTEBOOK_RENDERER  # the committed notebooks' renderer
 from workbench.opts import registry as opt_registry
 
 RESULTS_MARKERS = ("<!-- results -->", "<!-- /results -->")
@@ -687,9 +688,6 @@ cause; tested to sum to the step on synthetic traces with known answers and on t
 
 # --- executed notebooks -------------------------------------------------------------------------------------------
 
-NOTEBOOK_RENDERER = "plotly_mimetype+png"
-"""Plotly renderer of the committed notebooks: the figure as JSON (JupyterLab, VS Code: interactive) and a static PNG
-(kaleido; nbconvert HTML, static viewers) in one output, with no script and nothing loaded from a network."""
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 

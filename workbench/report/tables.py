@@ -200,8 +200,8 @@ def run_label(folder) -> str:
 
 def run_labels(d: pd.DataFrame) -> list[str]:
     """One label per comparison row: run folder · comparison · baseline -> arm (unique: one row per run)."""
-    labels = [f"{run_label(f)} · {n} · {b} -> {a}" for f, n, b, a in zip(d["folder"], d["name"], d["baseline"],
-                                                                        d["arm"])]
+    runs = [run_label(f) for f in d["folder"]] if "folder" in d else d["job"].astype(str).tolist()
+    labels = [f"{r} · {n} · {b} -> {a}" for r, n, b, a in zip(runs, d["name"], d["baseline"], d["arm"])]
     seen: dict = {}
     out = []
     for x in labels:
@@ -279,14 +279,14 @@ def _cost_label(folder, comparison, arm=None) -> str:
 
 def cost_figure(cost: pd.DataFrame, visualize: bool = False):
     """What each instrument costs, in percent of the uninstrumented step, one panel each: NVTX ranges per comparison
-    (points with the 95% CI of 1/speedup - 1) and the sync counter per arm (bars: the `MAX_ROWS` largest; every row
-    in the table), each row labelled comparison · arm (run folder)."""
+    (points with the 95% CI of 1/speedup - 1) and the sync counter per arm (bars: the largest, `MAX_ROWS` rows in
+    both panels together; every row in the table), each row labelled comparison · arm (run folder)."""
     from plotly.subplots import make_subplots
     import plotly.graph_objects as go
 
     n = cost[cost["instrument"] == "nvtx ranges"].copy()
-    c = cost[cost["instrument"] == "sync counter"]
-    c = c.reindex(c["cost_pct"].abs().sort_values(ascending=False).index).head(MAX_ROWS).iloc[::-1]
+    c = cost[cost["instrument"] == "sync counter"]  # the largest, so that both panels hold MAX_ROWS rows at most
+    c = c.reindex(c["cost_pct"].abs().sort_values(ascending=False).index).head(max(MAX_ROWS - len(n), 5)).iloc[::-1]
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.32, subplot_titles=(
         "NVTX ranges: on vs off (paired, 95% CI)", f"sync counter: counted vs timed ({len(c)} largest)"))
     if len(n):
@@ -450,15 +450,62 @@ PNG_WIDTH_PX = 1000
 """Width of the static PNG beside each interactive figure (its height is the figure's layout height)."""
 
 
+STATIC_RENDERER = "plotly_mimetype+png"
+"""The renderer of the committed notebooks: each figure's JSON (JupyterLab, VS Code: interactive) and a static PNG
+(kaleido; nbconvert HTML, static viewers) in one output, no script, nothing loaded from a network."""
+INTERACTIVE_RENDERER = "plotly_mimetype"
+"""Where no static PNG can be drawn (no Chrome / Chromium for kaleido): the figure's JSON only, said once."""
+STATIC_NEEDS = ("static figures need kaleido (the [notebooks] extra) and a Chrome or Chromium: `apt-get install "
+                "chromium`, or BROWSER_PATH=/path/to/chrome")
+
+
+def static_export_missing() -> str | None:
+    """What a static PNG export lacks here (None when kaleido and a browser for it are found)."""
+    try:
+        import kaleido  # noqa: F401
+    except ImportError:
+        return "kaleido is not installed"
+    from workbench.report.notebook_pages import CHROMIUMS
+
+    import shutil
+    if os.environ.get("BROWSER_PATH") or any(shutil.which(c) for c in CHROMIUMS):
+        return None
+    try:  # a Chrome that kaleido downloaded (`kaleido.get_chrome_sync()`)
+        from choreographer.browsers.chromium import Chromium
+        if Chromium.find_browser():
+            return None
+    except Exception:  # noqa: BLE001 (a private API: absent means not found)
+        pass
+    return "no Chrome or Chromium found"
+
+
+def renderer() -> tuple[str, str | None]:
+    """The plotly renderer `show` uses and a note for the reader when it is not the static one: $WB_PLOTLY_RENDERER
+    when set (a static one that cannot be drawn here is an error: `STATIC_NEEDS`), else `STATIC_RENDERER` where
+    kaleido can draw, else `INTERACTIVE_RENDERER` with a note that says what the PNGs need. Never plotly's HTML
+    renderers (they load plotly.js / MathJax as scripts)."""
+    from workbench.errors import WorkbenchError
+
+    wanted = os.environ.get("WB_PLOTLY_RENDERER")
+    static = "png" in (wanted or STATIC_RENDERER).split("+")
+    missing = static_export_missing() if static else None
+    if wanted:
+        if missing:
+            raise WorkbenchError(f"WB_PLOTLY_RENDERER={wanted}: {missing}; {STATIC_NEEDS}")
+        return wanted, None
+    if missing:
+        return INTERACTIVE_RENDERER, (f"figures: interactive only (plotly JSON, no static PNG: {missing}); "
+                                      f"{STATIC_NEEDS}")
+    return STATIC_RENDERER, None
+
+
 def show(fig, png: str | None = None) -> None:
-    """Show a figure ($WB_PLOTLY_RENDERER, default "plotly_mimetype+notebook": plotly.js embedded once per notebook,
-    viewable offline; the committed notebooks use "plotly_mimetype+png": the figure's JSON for JupyterLab and a
-    static PNG (kaleido) for nbconvert HTML and static viewers, no script); also write a PNG to `png` (or
-    $WB_PNG_DIR/<title>.png) when kaleido is installed."""
+    """Show a figure with `renderer()` (static PNG + JSON where kaleido can draw, else JSON; never HTML with
+    scripts); also write a PNG to `png` (or $WB_PNG_DIR/<title>.png) when kaleido is installed."""
     import plotly.io as pio
 
-    wanted = os.environ.get("WB_PLOTLY_RENDERER", "plotly_mimetype+notebook")
-    if pio.renderers.default != wanted:  # set once: plotly.js is embedded at activation, not in every figure
+    wanted, _ = renderer()
+    if pio.renderers.default != wanted:
         pio.renderers.default = wanted
     if "png" in wanted.split("+"):
         pio.renderers["png"].width = PNG_WIDTH_PX

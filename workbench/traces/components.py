@@ -65,10 +65,10 @@ _ROWS = (
     Component("launch_gap", "idle", "#882255",
               "host-bound: the GPU waits for launches; fewer, larger kernels (fused / grouped ops, torch.compile) "
               "or CUDA graphs"),
-    Component("attention (dense)", "lever", "#88CCEE",
+    Component("attention (dense)", "lever", "#004488",
               "the backend computes attention over the whole packed sequence (T^2): a varlen / flash kernel "
               "computes only the documents' blocks", attention_flops="dense"),
-    Component("slice gradients (fill + add)", "lever", "#44AA99",
+    Component("slice gradients (fill + add)", "lever", "#FFAABB",
               "a gradient built slice by slice, as a per-expert loop over a fused LoRA-adapted expert weight does "
               "(each expert's w[e] back-propagates through a zero tensor of all experts' size): index every expert at "
               "once (transformers' grouped_mm experts, or the `grouped` arm)"),
