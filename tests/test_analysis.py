@@ -263,7 +263,14 @@ def test_claims_vs_ours_gain_with_ci(folder):
     assert step["verdict"] == "faster" and step["n_pairs"] == 8
     assert cvo[(cvo["opt"] == "moe")]["note"].eq("no data").all()
     assert cvo[(cvo["opt"] == "packing") & (cvo["scope"] == "fwd")]["note"].iloc[0] == "not measured (scope fwd)"
-    assert len(an.claims_figure(cvo).data) == 2
+    assert step["comparable"] and pd.isna(step["why_not_comparable"])
+    fig = an.claims_figure(cvo)
+    assert "ours (95% CI)" in {t.name for t in fig.data} and fig.layout.xaxis.title.text != "gain_pct"
+    two = an.claims_vs_ours(an.comparisons(folder).assign(ranks=2))  # a 2-GPU step is not the claim's step
+    ours = two[two["ours_pct"].notna()]
+    assert len(ours) and not ours["comparable"].any() and ours["why_not_comparable"].str.contains("2-GPU").all()
+    names = {t.name for t in an.claims_figure(two).data}
+    assert "ours (95% CI)" not in names and any(str(n).startswith("ours, not comparable") for n in names)
 
 
 def test_figures_carry_cis(folder):

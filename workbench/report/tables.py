@@ -318,7 +318,8 @@ def claims_figure(cvo: pd.DataFrame, visualize: bool = False):
     import plotly.graph_objects as go
 
     d = cvo[cvo["claimed_low_pct"].notna() | cvo["claimed_high_pct"].notna()].copy()
-    d["label"] = d["opt"] + " · " + d["scope"] + " · " + d["model"].fillna("").astype(str)
+    d["label"] = [" · ".join(str(x) for x in xs if isinstance(x, str) and x)
+                  for xs in zip(d["opt"], d["scope"], d["model"])]
     claims = d.drop_duplicates("label").reset_index(drop=True)
     y_of = {lab: len(claims) - 1 - i for i, lab in enumerate(claims["label"])}  # the first claim on top
     low = claims["claimed_low_pct"].fillna(claims["claimed_high_pct"])
@@ -327,12 +328,14 @@ def claims_figure(cvo: pd.DataFrame, visualize: bool = False):
     ys = [y_of[x] for x in claims["label"]]
     fig = go.Figure()
     fig.add_trace(go.Bar(x=(high - low)[span], base=low[span], y=[y for y, s in zip(ys, span) if s], orientation="h",
-                         width=0.5, marker_color=palette.MARKS["claimed range"], name="claimed (range)",
+                         width=0.5, marker_color=palette.MARKS["claimed range"],
+                         name="claimed (a range; a diamond: one number)",
                          hovertext=claims["claim"][span], hoverinfo="text"))
     fig.add_trace(go.Scatter(x=low[~span], y=[y for y, s in zip(ys, span) if not s], mode="markers",
                              marker=dict(symbol="diamond", size=12, color=palette.MARKS["claimed range"],
                                          line=dict(width=1, color="#555555")),
-                             name="claimed (one number)", hovertext=claims["claim"][~span], hoverinfo="text"))
+                             name="claimed (one number)", showlegend=False, hovertext=claims["claim"][~span],
+                             hoverinfo="text"))
     o = d[d["ours_pct"].notna()].copy()
     if len(o):
         i, k = o.groupby("label").cumcount(), o.groupby("label")["label"].transform("size")
@@ -356,18 +359,24 @@ def claims_figure(cvo: pd.DataFrame, visualize: bool = False):
     fig.update_yaxes(tickvals=list(y_of.values()), ticktext=list(y_of), range=[-0.7, len(claims) - 0.3],
                      automargin=True)
     fig.update_layout(title="claimed vs measured throughput gain (claims: README, \"The claims we check\")",
-                      xaxis_title=CLAIM_AXIS, height=180 + 34 * max(1, len(claims)), barmode="overlay",
+                      xaxis_title=CLAIM_AXIS, barmode="overlay",
+                      height=180 + max(1, len(claims)) * max(34, 7 * (int(o["label"].value_counts().max()) if len(o)
+                                                                      else 1)),
                       legend=dict(orientation="h", y=1.0, yanchor="bottom", x=1.0, xanchor="right"))
     return _finish(fig, visualize)
 
 
-LEGEND_ROW_PX = 21
-"""Height of one entry of a vertical legend (font 11 and its gap): a figure is tall enough for its whole legend."""
+LEGEND_ROW_PX = 19
+"""Height of one entry of a vertical legend (font 10 and its gap): a figure is tall enough for its whole legend."""
+
+
+MARGIN_PX = 180
+"""Plotly's default top and bottom margins together (100 + 80): the plot area is the figure's height less these."""
 
 
 def _legend_px(entries: int, titles: int = 0) -> int:
     """Height that a vertical legend of `entries` entries and `titles` group titles takes."""
-    return LEGEND_ROW_PX * (entries + titles) + 24 * titles
+    return LEGEND_ROW_PX * (entries + titles) + 16 * titles
 
 
 def _timeline_bars(fig, tl: pd.DataFrame, **where) -> int:
@@ -396,13 +405,15 @@ def timeline_figure(tl: pd.DataFrame, title: str = "one step, per layer", visual
     n = _timeline_bars(fig, tl)
     lanes = tl["lane"].nunique() if len(tl) else 1
     fig.update_layout(barmode="overlay", title=title, xaxis_title="ms from step start",
-                      height=max(250 + 40 * lanes, 160 + _legend_px(n, 1)), legend=dict(font_size=11))
+                      height=max(250 + 40 * lanes, MARGIN_PX + _legend_px(n, 1)), legend=dict(font_size=10))
     return _finish(fig, visualize)
 
 
-def _breakdown_bars(fig, d: pd.DataFrame, xs: list, key: str, horizontal: bool = False, **where) -> int:
+def _breakdown_bars(fig, d: pd.DataFrame, xs: list, key: str, horizontal: bool = False, by_hand: bool = True,
+                    **where) -> int:
     """Stacked bars of `analysis.breakdown` rows per `xs` (values of column `key`), one trace per component in the
-    decomposition's order, each in its component colour (`workbench.traces.components`); returns the traces added."""
+    decomposition's order, each in its component colour (`workbench.traces.components`), stacked `by_hand` (each
+    bar's base: for a figure whose barmode is "overlay") or by plotly ("stack"); returns the traces added."""
     import plotly.graph_objects as go
 
     base, n = [0.0] * len(xs), 0
@@ -415,7 +426,8 @@ def _breakdown_bars(fig, d: pd.DataFrame, xs: list, key: str, horizontal: bool =
         hover = [f"{comp}: {m:.1f} ms ({sh:.1%} of the step)" if m == m else "" for m, sh in
                  zip(g["ms"], g["share"].fillna(0))]
         fig.add_trace(go.Bar(**({"y": xs, "x": ms, "orientation": "h"} if horizontal else {"x": xs, "y": ms}),
-                             base=list(base), marker_color=components.colour(comp), name=label, hovertext=hover,
+                             base=list(base) if by_hand else None, marker_color=components.colour(comp), name=label,
+                             hovertext=hover,
                              hoverinfo="text", legendgroup="breakdown", legendgrouptitle_text="step breakdown"),
                       **where)
         base = [b + m for b, m in zip(base, ms)]
@@ -439,8 +451,8 @@ def timeline_breakdown_figure(tl: pd.DataFrame, bd: pd.DataFrame, arms: list, ti
     n += _breakdown_bars(fig, d, list(arms), "arm", row=1, col=2)  # stacked by hand: the timeline's bars overlay
     lanes = tl["lane"].nunique() if len(tl) else 1
     fig.update_layout(barmode="overlay", title=title, margin=dict(t=100),
-                      height=max(400, 160 + 30 * lanes, 140 + _legend_px(n, 2)),
-                      legend=dict(font_size=11, groupclick="toggleitem", tracegroupgap=12))
+                      height=max(400, 160 + 30 * lanes, MARGIN_PX + _legend_px(n, 2)),
+                      legend=dict(font_size=10, groupclick="toggleitem", tracegroupgap=8))
     fig.update_yaxes(automargin=True, tickfont_size=10, row=1, col=1)
     fig.update_xaxes(title_text="ms from step start", row=1, col=1)
     return _finish(fig, visualize)
@@ -539,9 +551,9 @@ def breakdown_figure(bd: pd.DataFrame, title: str = "step breakdown per arm (ms 
     d["bar"] = [f"{run_label(f)} · {c} · {a}" for f, c, a in zip(d["folder"], d["comparison"], d["arm"])]
     bars = list(dict.fromkeys(d["bar"]))[::-1]  # the first on top
     fig = go.Figure()
-    n = _breakdown_bars(fig, d, bars, "bar", horizontal=True)
-    fig.update_layout(barmode="overlay", title=title, xaxis_title="ms per traced step", legend_traceorder="grouped",
-                      height=max(160 + 28 * len(bars), 140 + _legend_px(n, 1)), legend=dict(font_size=11))
+    n = _breakdown_bars(fig, d, bars, "bar", horizontal=True, by_hand=False)
+    fig.update_layout(barmode="stack", title=title, xaxis_title="ms per traced step", legend_traceorder="grouped",
+                      height=max(160 + 28 * len(bars), MARGIN_PX + _legend_px(n, 1)), legend=dict(font_size=10))
     fig.update_yaxes(automargin=True, tickfont_size=10)
     return _finish(fig, visualize)
 
