@@ -166,7 +166,8 @@ def _legend_problems(fig) -> list[str]:
             out.append(f"{len(entries)} entries in a horizontal legend")
     elif len(entries) > 1:
         titles = len({t.legendgroup for t in f.data if t.legendgrouptitle.text})
-        plot_px = (f.layout.height or 450) - report.MARGIN_PX
+        m = f.layout.margin
+        plot_px = (f.layout.height or 450) - (100 if m.t is None else m.t) - (80 if m.b is None else m.b)
         if plot_px < report._legend_px(len(entries), titles):
             out.append(f"{len(entries)} entries in {plot_px} px")
     colours = [c for _, c in entries]
@@ -282,3 +283,35 @@ def test_notebook_pages_refuses_bad_input_in_one_line(capsys, tmp_path):
     assert notebook_pages.main(["--chromium", str(tmp_path / "no-chromium"), "--no-screenshot", NOTEBOOKS[0]]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(x.startswith("notebook_pages: ") for x in err) and "Traceback" not in "".join(err)
+
+
+def test_reexecution_keeps_static_images_or_says_what_they_need(monkeypatch):
+    """Without a browser for kaleido a re-executed notebook gets the figures' JSON and one line naming what the PNGs
+    need, never plotly's HTML renderer (plotly.js and MathJax as scripts); a static renderer asked for explicitly
+    that cannot draw here is an error, not a silent switch."""
+    from workbench.errors import WorkbenchError
+
+    monkeypatch.delenv("WB_PLOTLY_RENDERER", raising=False)
+    monkeypatch.setattr(report, "static_export_missing", lambda: None)
+    assert report.renderer() == (report.STATIC_RENDERER, None)
+    monkeypatch.setattr(report, "static_export_missing", lambda: "no Chrome or Chromium found")
+    wanted, note = report.renderer()
+    assert wanted == report.INTERACTIVE_RENDERER and "chromium" in note and "no Chrome" in note
+    assert "notebook" not in wanted and "html" not in wanted
+    monkeypatch.setenv("WB_PLOTLY_RENDERER", report.STATIC_RENDERER)
+    with pytest.raises(WorkbenchError, match="apt-get install chromium"):
+        report.renderer()
+    monkeypatch.setenv("WB_PLOTLY_RENDERER", "plotly_mimetype")  # the tests' own: no PNG asked, none needed
+    assert report.renderer() == ("plotly_mimetype", None)
+
+
+def test_the_setup_module_says_how_figures_render(monkeypatch, capsys):
+    from workbench.report import notebook_setup
+
+    monkeypatch.delenv("WB_PLOTLY_RENDERER", raising=False)
+    monkeypatch.setattr(report, "static_export_missing", lambda: "kaleido is not installed")
+    monkeypatch.setattr(notebook_setup, "display", lambda *a: None)
+    kw = notebook_setup.setup(os.path.join(ROOT, "profiles"))
+    out = capsys.readouterr().out
+    assert out.startswith("figures: interactive only") and "result folders in" in out
+    assert kw == notebook_setup.selection() and kw["include_cpu"] is False

@@ -175,7 +175,9 @@ def speedup_figure(comps: pd.DataFrame, title: str = "speedup over the baseline 
              for s, lo, hi, n, u, v, b, a, f in zip(d["speedup"], d["ci95_lo"], d["ci95_hi"], d["n_pairs"], units,
                                                      d["verdict"], d["baseline_mean_ms"], d["arm_mean_ms"], d["file"])]
     fig = go.Figure()
-    for role, g in d.assign(label=labels.values, hover=hover).groupby("role", sort=False):
+    order = {r: i for i, r in enumerate(palette.ROLES)}  # the legend in one order everywhere
+    groups = d.assign(label=labels.values, hover=hover).groupby("role", sort=False)
+    for role, g in sorted(groups, key=lambda rg: order.get(str(rg[0]), len(order))):
         c = palette.ROLES.get(str(role), palette.ROLES["other"])
         fig.add_trace(go.Scatter(x=g["speedup"], y=g["label"], mode="markers", marker_color=c,
                                  name=palette.ROLE_NAMES.get(str(role), str(role)),
@@ -450,8 +452,8 @@ def timeline_breakdown_figure(tl: pd.DataFrame, bd: pd.DataFrame, arms: list, ti
     d = bd[bd["arm"].isin(arms)] if len(bd) else bd
     n += _breakdown_bars(fig, d, list(arms), "arm", row=1, col=2)  # stacked by hand: the timeline's bars overlay
     lanes = tl["lane"].nunique() if len(tl) else 1
-    fig.update_layout(barmode="overlay", title=title, margin=dict(t=100),
-                      height=max(400, 160 + 30 * lanes, MARGIN_PX + _legend_px(n, 2)),
+    fig.update_layout(barmode="overlay", title=title, margin=dict(t=100, b=60),
+                      height=max(400, 160 + 30 * lanes, 160 + _legend_px(n, 2)),
                       legend=dict(font_size=10, groupclick="toggleitem", tracegroupgap=8))
     fig.update_yaxes(automargin=True, tickfont_size=10, row=1, col=1)
     fig.update_xaxes(title_text="ms from step start", row=1, col=1)
