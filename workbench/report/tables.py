@@ -452,11 +452,14 @@ def timeline_breakdown_figure(tl: pd.DataFrame, bd: pd.DataFrame, arms: list, ti
     d = bd[bd["arm"].isin(arms)] if len(bd) else bd
     n += _breakdown_bars(fig, d, list(arms), "arm", row=1, col=2)  # stacked by hand: the timeline's bars overlay
     lanes = tl["lane"].nunique() if len(tl) else 1
-    fig.update_layout(barmode="overlay", title=title, margin=dict(t=100, b=60),
-                      height=max(400, 160 + 30 * lanes, 160 + _legend_px(n, 2)),
+    ticks = [str(a).replace("+", "+<br>") for a in arms]  # a combined arm's name on lines, never rotated
+    bottom = 60 + 13 * max([t.count("<br>") for t in ticks] or [0])
+    fig.update_layout(barmode="overlay", title=title, margin=dict(t=100, b=bottom),
+                      height=max(400, 160 + 30 * lanes, 100 + bottom + _legend_px(n, 2)),
                       legend=dict(font_size=10, groupclick="toggleitem", tracegroupgap=8))
     fig.update_yaxes(automargin=True, tickfont_size=10, row=1, col=1)
     fig.update_xaxes(title_text="ms from step start", row=1, col=1)
+    fig.update_xaxes(tickvals=list(arms), ticktext=ticks, tickangle=0, tickfont_size=10, row=1, col=2)
     return _finish(fig, visualize)
 
 
