@@ -6,7 +6,7 @@ from workbench import ab
 from workbench.ab import cli, passes
 
 FLAGS = {"opt", "model", "layers", "tokens", "attn", "experts", "lengths", "batches", "steps", "warmup", "warmup_max",
-         "settle_pct", "reps", "target_ci", "budget_s", "max_reps", "sweep", "nvtx_cost", "only", "headline", "device",
+         "settle_pct", "reps", "target_ci", "budget_s", "max_reps", "processes", "sweep", "nvtx_cost", "only", "headline", "device",
          "trace", "out", "force", "arms", "aa", "dtype", "precision", "seed", "lora_rank", "lr", "no_checkpointing",
          "cross_check", "_capture", "_config"}
 

@@ -264,3 +264,24 @@ def test_linear_fit_small_n():
     assert f["slope_ci95"] is None and f["n"] == 2
     assert stats.linear_fit([1, None, 3], [2, 4, math.nan])["n"] == 1
     assert stats.linear_fit([1], [2])["slope"] is None
+
+
+def test_no_weights_from_a_2_rep_point_that_agreed_by_chance():
+    """The L sweep that "refuted" (L-1): its L = 1 point came from 2 reps that agreed by chance (se 0.0007 ms on
+    1 df), a weight 10^6 times the others', so the weighted fit went through it with a CI of nothing. With the df
+    given, `linear_fit` refuses the weights (df < MIN_WEIGHT_DF): OLS, a robust se, and a wide CI at L = 1 that no
+    longer excludes 0. The negative control is the same call without df (the old weighted fit)."""
+    x = [1, 2, 4, 8]
+    y = [1.7, 2.3, 7.9, 17.2]
+    se = [0.0007, 1.0, 1.1, 0.9]
+    df = [1, 3, 3, 3]
+    old = stats.linear_fit(x, y, se=se, at=1)
+    assert old["weighted"] and old["at"]["y"] == pytest.approx(1.7, abs=0.01)
+    assert old["at"]["ci95"][1] - old["at"]["ci95"][0] < 0.01  # "1.7 [1.7, 1.7]"
+    new = stats.linear_fit(x, y, se=se, df=df, at=1)
+    ols = stats.linear_fit(x, y, at=1)
+    assert not new["weighted"] and new["robust"] and new["slope"] == pytest.approx(ols["slope"])
+    lo, hi = new["at"]["ci95"]
+    assert lo < 0 < hi and hi - lo > 2
+    # with enough df per point the weights stand
+    assert stats.linear_fit(x, y, se=[0.5, 1.0, 1.1, 0.9], df=[7] * 4)["weighted"]

@@ -44,9 +44,11 @@ class Runner:
         from workbench.measure.engine import Protocol
 
         a = self.args
+        # the discarded warm-up rep on a GPU only: a CPU run is a functional check, its timings are not results
         return Protocol(reps=a.reps, steps=a.steps, warmup_min=a.warmup, warmup_max=max(a.warmup_max, a.warmup),
                         settle_pct=a.settle_pct, target_ci_pct=a.target_ci, budget_s=a.budget_s,
-                        max_reps=max(a.max_reps, a.reps))
+                        max_reps=max(a.max_reps, a.reps), discard_reps=1 if self.device.type == "cuda" else 0,
+                        batches=a.batches)
 
     def build(self, cmp: Comparison):
         from workbench.step.harness import enable_checkpointing
@@ -307,9 +309,13 @@ class Runner:
                                optimized=cmp.optimized if cmp.optimized in specs else None,
                                on_sample=on_sample, on_warmup=on_warmup, on_rep=on_rep)
             bar.close()
+            for d in m.discarded:  # the warm-up rep: recorded (rep -1), never a `step_ms` row, never a statistic
+                self.writer.add(cmp.name, d["arm"], "discarded_step_ms", d["step_ms"], "ms", rep=-1, step=d["step"],
+                                batch=d["batch"], **env)
             for label, e in m.failed.items():
                 self._arm_failed(cmp, specs[label], e, arm_status, out)
-            out["protocol"] = {"reps": m.reps, "stopped_by": m.stopped_by, "steps": a.steps, "batches": a.batches}
+            out["protocol"] = {"reps": m.reps, "stopped_by": m.stopped_by, "steps": a.steps, "batches": a.batches,
+                              "discarded_reps": m.protocol.discard_reps, "order": "williams"}
             self.writer.add(cmp.name, None, "reps", m.reps, "count", **env)
         self.writer.flush()
 

@@ -24,7 +24,7 @@ from workbench.analysis.loader import (
     LEFT_OUT_COLUMNS, RUN_COLUMNS, _json, campaign_commands, default_lengths, discover, left_out, no_data, preview,
     profiles_root, recomputed, shown_path, step_samples)
 from workbench.analysis.speedups import (
-    COMP_COLUMNS, CONFIG_KEY, REPEAT_COLUMNS, REPEAT_KEY, STEP_COLUMNS, comparisons, headline_runs, lever_comparisons,
+    COMP_COLUMNS, CONFIG_KEY, REPEAT_COLUMNS, REPEAT_GROUP_COLUMNS, REPEAT_KEY, STEP_COLUMNS, comparisons, headline_runs, lever_comparisons,
     one_gpu, repeats, runs_of, steps, warmups)
 from workbench.analysis.sweeps import (
     SWEEP_FIT_COLUMNS, SWEEP_POINT_COLUMNS, equivalence, sweep, sweep_fits, sweep_points)
@@ -48,7 +48,7 @@ from workbench.report.tables import (  # the figures live in report.py; re-expor
 
 __all__ = [
     "LEFT_OUT_COLUMNS", "RUN_COLUMNS", "_json", "campaign_commands", "discover", "left_out", "no_data", "preview",
-    "profiles_root", "default_lengths", "recomputed", "shown_path", "step_samples", "COMP_COLUMNS", "CONFIG_KEY", "REPEAT_COLUMNS",
+    "profiles_root", "default_lengths", "recomputed", "shown_path", "step_samples", "COMP_COLUMNS", "CONFIG_KEY", "REPEAT_COLUMNS", "REPEAT_GROUP_COLUMNS",
     "REPEAT_KEY", "STEP_COLUMNS", "comparisons", "headline_runs", "lever_comparisons", "one_gpu", "repeats", "runs_of", "steps",
     "warmups", "SWEEP_FIT_COLUMNS", "SWEEP_POINT_COLUMNS", "equivalence", "sweep", "sweep_fits", "sweep_points",
     "COST_COLUMNS", "MFU_COLUMNS", "SYNC_COLUMNS", "instrument_cost", "mfu", "syncs", "witness_ops",

@@ -23,13 +23,14 @@ import math
 import numpy as np
 
 from workbench.measure import power
+from workbench.measure.engine import Protocol
 
 FALSE_FAIL_RATE = 0.05
 
 
 def speedup_ci(base_rep_ms, new_rep_ms) -> dict:
     """{"speedup", "ci95", "n_base", "n_new"}: baseline over new from per-rep mean step times (Welch on logs)."""
-    from workbench.compare.rundiff import welch
+    from workbench.measure.stats import welch
     a, b = np.log(np.asarray(new_rep_ms, dtype=float)), np.log(np.asarray(base_rep_ms, dtype=float))
     w = welch(a, b)  # mean(log base) - mean(log new)
     ci = [math.exp(w["ci95"][0]), math.exp(w["ci95"][1])] if w["ci95"] else None
@@ -45,12 +46,11 @@ def decide(ci95, tolerance_pct: float) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class GateDesign:
+class GateDesign(Protocol):
+    """The one `engine.Protocol` (reps, steps, batches, arms) plus the gate's run offset."""
     reps: int = 8
     """Reps of each run (the new run's reps under the budget)."""
     steps: int = 2
-    batches: int = 2
-    arms: int = 2
     run_sd_pct: float | None = None
     """SD of a whole run's offset, % of step time; None: the noise's rep SD."""
 
@@ -60,12 +60,11 @@ def simulate_rep_means(rng, noise: power.Noise, design: GateDesign, slowdown: fl
     """Per-rep mean step times of the gated arm in a simulated baseline run and a new run `slowdown` x slower,
     each run simulated by `power.simulate_times` (blocks, drift, step noise), batch effects shared (set to 0: they
     cancel), one run offset each."""
-    nz = dataclasses.replace(noise, batch_sd_pct=0.0)
-    pd_ = power.Design(reps=design.reps, steps=design.steps, batches=design.batches, arms=design.arms)
+    nz = dataclasses.replace(noise, batch_sd_pct=0.0, process_sd_pct=0.0)  # the run offset below is the process
     run_sd = (noise.rep_sd_pct if design.run_sd_pct is None else design.run_sd_pct) / 100
     out = []
     for s in (1.0, slowdown):
-        t, _ = power.simulate_times(rng, nz, pd_, design.reps, 1.0, step_ms=step_ms * s)
+        t, _ = power.simulate_times(rng, nz, design, design.reps, 1.0, step_ms=step_ms * s)
         out.append(t.mean(axis=1) * math.exp(rng.standard_normal() * run_sd))
     return out[0], out[1]
 

@@ -121,23 +121,7 @@ def timed_rep_means(run_dir: str, comparison: str, arm: str) -> np.ndarray:
 
 # --- statistics -----------------------------------------------------------------------------------------------
 
-def welch(a, b, confidence: float = stats.CONFIDENCE) -> dict:
-    """mean(b) - mean(a) with its Welch t interval and two-sided p (scipy's `ttest_ind`, equal_var=False).
-
-    Both samples constant: the difference is exact (p 0 when it is not 0, 1 when it is). Fewer than 2 per side:
-    no CI, p None."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    d = float(b.mean() - a.mean()) if a.size and b.size else math.nan
-    out = {"delta_ms": d, "ci95": None, "p": None, "n_a": int(a.size), "n_b": int(b.size)}
-    if a.size < 2 or b.size < 2:
-        return out
-    if np.ptp(a) == 0 and np.ptp(b) == 0:
-        return {**out, "ci95": [d, d], "p": 0.0 if d != 0 else 1.0}
-    with warnings.catch_warnings():  # near-identical samples: scipy warns of precision loss, the answer stands
-        warnings.simplefilter("ignore", RuntimeWarning)
-        t = sps.ttest_ind(b, a, equal_var=False)
-    ci = t.confidence_interval(confidence)
-    return {**out, "ci95": [float(ci.low), float(ci.high)], "p": float(t.pvalue)}
+welch = stats.welch  # the one definition lives in workbench.measure.stats
 
 
 def paired(a, b, confidence: float = stats.CONFIDENCE) -> dict:
