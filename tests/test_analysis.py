@@ -267,7 +267,14 @@ def test_claims_vs_ours_gain_with_ci(folder):
     assert step["verdict"] == "faster" and step["n_pairs"] == 8
     assert cvo[(cvo["opt"] == "moe")]["note"].eq("no data").all()
     assert cvo[(cvo["opt"] == "packing") & (cvo["scope"] == "fwd")]["note"].iloc[0] == "not measured (scope fwd)"
-    assert len(an.claims_figure(cvo).data) == 2
+    assert step["comparable"] and pd.isna(step["why_not_comparable"])
+    fig = an.claims_figure(cvo)
+    assert "ours (95% CI)" in {t.name for t in fig.data} and fig.layout.xaxis.title.text != "gain_pct"
+    two = an.claims_vs_ours(an.comparisons(folder).assign(ranks=2))  # a 2-GPU step is not the claim's step
+    ours = two[two["ours_pct"].notna()]
+    assert len(ours) and not ours["comparable"].any() and ours["why_not_comparable"].str.contains("2-GPU").all()
+    names = {t.name for t in an.claims_figure(two).data}
+    assert "ours (95% CI)" not in names and any(str(n).startswith("ours, not comparable") for n in names)
 
 
 def test_figures_carry_cis(folder):
@@ -392,7 +399,8 @@ def test_layer_timeline_lanes_and_categories():
     assert meta["dur_ms"].tolist() == pytest.approx([1.0, 2.0]) and meta["start_ms"].tolist() == pytest.approx([2, 21])
     only0 = an.layer_timeline(_events(), layers=["L00"])
     assert set(only0.loc[only0["lane"].str.startswith("host"), "layer"]) == {"L00"}
-    assert {t.name for t in an.timeline_figure(tl).data} >= {"metadata build", "reload", "sync"}
+    assert {t.name for t in an.timeline_figure(tl).data} >= {"metadata build", "reload", "host sync", "memcpy"}
+    assert set(tl["category"]) <= set(an.TIMELINE_CATEGORIES)  # each one coloured by report.palette.TIMELINE
     assert an.layer_timeline(pd.DataFrame()).empty
 
 

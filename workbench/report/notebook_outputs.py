@@ -8,9 +8,7 @@ import re
 
 from workbench.paths import REPO_ROOT as REPO
 
-NOTEBOOK_RENDERER = "plotly_mimetype+png"
-"""Plotly renderer of the committed notebooks: the figure as JSON (JupyterLab, VS Code: interactive) and a static PNG
-(kaleido; nbconvert HTML, static viewers) in one output, with no script and nothing loaded from a network."""
+from workbench.report.tables import STATIC_RENDERER as NOTEBOOK_RENDERER  # the committed notebooks' renderer
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
