@@ -136,10 +136,10 @@ def aggregate(run_dirs: list[str], *, skip_reps: int = WARMUP_REPS) -> list[dict
 
 
 def _line(r: dict) -> str:
-    if "estimate" not in r:
+    if "speedup" not in r:
         return f"{r['comparison']}: {r['arm']} vs {r['baseline']}: {r['why']}"
     ci, pi = r.get("ci95") or (math.nan, math.nan), r.get("pi95") or (math.nan, math.nan)
-    return (f"{r['comparison']}: {r['arm']} vs {r['baseline']}: {r['estimate']:.4f}x, 95% CI [{ci[0]:.4f}, "
+    return (f"{r['comparison']}: {r['arm']} vs {r['baseline']}: {r['speedup']:.4f}x, 95% CI [{ci[0]:.4f}, "
             f"{ci[1]:.4f}] over {r['processes']} processes (a rerun's population); 95% prediction interval for one "
             f"more run [{pi[0]:.4f}, {pi[1]:.4f}]; sigma {100 * r['sigma']:.2f}%, tau {100 * r['tau']:.2f}% (REML)")
 
