@@ -41,7 +41,8 @@ import time
 import torch
 
 from workbench.cli import emit_json, progress, run_main
-from workbench.step.data import LENGTHS_HELP, lengths_arg
+from workbench.step.data import lengths_arg
+from workbench.step.length_data import DEFAULT_LENGTHS, lengths_help
 from workbench.errors import WorkbenchError
 
 CPU_DEFAULTS = dict(model="tiny-qwen3", layers=None, tokens=256, steps=3, warmup=1, reps=3, batches=2)
@@ -357,7 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "GPU)")
     p.add_argument("--tokens", type=int, default=None, help="packed tokens per batch (default: 256 on a CPU, 16384 on "
                    "a GPU)")
-    p.add_argument("--lengths", type=lengths_arg, default="lognormal:5.5:0.8:16", help=LENGTHS_HELP)
+    p.add_argument("--lengths", type=lengths_arg, default=DEFAULT_LENGTHS, help=lengths_help())
     p.add_argument("--batches", type=int, default=None, help="distinct packed batches cycled (default: 2 on a CPU, 4 "
                    "on a GPU)")
     p.add_argument("--attn", default=None, help="HF attention implementation (default: the family's, sdpa; the "
@@ -422,7 +423,8 @@ def run(a) -> dict:
     tokens, steps = a.tokens or d["tokens"], a.steps or d["steps"]
     warmup = a.warmup if a.warmup is not None else d["warmup"]
     reps, n_batches = a.reps or d["reps"], a.batches or d["batches"]
-    prec = precision.resolve(device, precision.AUTO)
+    from workbench.step.config import StepConfig
+    prec = StepConfig().resolved(device).precision  # auto: what Trainer(bf16=True) runs on CUDA
 
     progress(f"building {model_name}" + (f" ({layers} layers)" if layers else "") + f" on {device}, precision {prec}")
     model = build_model(model_name, layers=layers, attn=a.attn, device=device, seed=a.seed, lora_rank=a.lora_rank,

@@ -63,19 +63,12 @@ def _epilog() -> str:
     return (f"arms (baseline first):\n{arms}\n\ndefault shapes per --opt:\n{shapes}\n\n"
             f"run defaults (None above = per device): CPU {cpu['_run']}; GPU {gpu['_run']}\n\n"
             f"presets: {', '.join(PRESETS)}; or --model DIR, a local Hugging Face checkpoint\n\n"
-            "--lengths: fixed:N | uniform:LO:HI | lognormal:MU:SIGMA[:MIN] (natural-log parameters; the default is "
-            "this synthetic shape) | json:PATH (a JSON list of lengths) | jsonl:PATH:TOKENIZER_DIR | "
-            + length_data.help_text())
+            "--lengths: " + length_data.lengths_help())
 
 
 def _lengths(spec: str) -> str:
-    from workbench.step.data import LengthSource
-
-    try:
-        LengthSource(spec)
-    except WorkbenchError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return spec
+    from workbench.step.data import lengths_arg  # parsed once per process: the run reuses this parse
+    return lengths_arg(spec)
 
 
 def _positive(kind):
@@ -100,9 +93,10 @@ def _non_negative(s):
     return v
 
 
-def parse_args(argv=None):
-
+def build_parser() -> argparse.ArgumentParser:
+    """The A/B command line; every default is `ABConfig`'s own."""
     d = ABConfig()  # every default is the config's own
+    dd, ds = d.data, d.step
     p = OneLineParser(prog="python -m workbench.ab", description=DOC, formatter_class=_HelpFormatter,
                 epilog=_epilog())
     p.add_argument("--opt", default=d.opt, choices=OPT_CHOICES, help="the optimization to compare (all: each, then "
@@ -117,7 +111,7 @@ def parse_args(argv=None):
                    "a workbench packing backend (varlen, sdpa, eager, flex); None: the family's default")
     p.add_argument("--experts", default=None, help="HF experts implementation of MoE models (eager, grouped_mm, "
                    "batched_mm); None: transformers' default")
-    p.add_argument("--lengths", type=_lengths, default=d.lengths, help="document lengths (format below)")
+    p.add_argument("--lengths", type=_lengths, default=dd.lengths, help="document lengths (forms below)")
     p.add_argument("--batches", type=_positive(int), default=None, help="distinct packed batches every arm cycles "
                    "through (None: per device)")
     p.add_argument("--steps", type=_positive(int), default=None, help="timed steps per arm per rep (None: per device)")
@@ -128,7 +122,7 @@ def parse_args(argv=None):
                    "%% of the previous step on the same batch")
     p.add_argument("--reps", type=_positive(int), default=None, help="repetitions, at least; each runs every arm, "
                    "order rotated (None: per device)")
-    p.add_argument("--target-ci", type=_positive(float), default=None, metavar="PCT", help="add reps until the "
+    p.add_argument("--target-ci", dest="target_ci_pct", type=_positive(float), default=None, metavar="PCT", help="add reps until the "
                    "speedup's 95%% CI half-width is under PCT %%")
     p.add_argument("--budget-s", type=_positive(float), default=None, metavar="S", help="stop adding reps once a "
                    "comparison has run S seconds")
@@ -155,18 +149,24 @@ def parse_args(argv=None):
                    "(repeat one for an A/A: --arms rebuild,rebuild)")
     p.add_argument("--aa", action="store_true", help="A/A: the baseline against itself (the noise floor; its CI "
                    "should contain 1)")
-    p.add_argument("--dtype", default=d.dtype, choices=DTYPE_CHOICES, help="auto: bf16 on CUDA, fp32 on a CPU; bf16 "
+    p.add_argument("--dtype", default=ds.dtype, choices=DTYPE_CHOICES, help="auto: bf16 on CUDA, fp32 on a CPU; bf16 "
                    "on a CPU reproduces the GPU's rounding")
-    p.add_argument("--precision", default=d.precision, choices=PRECISION_CHOICES, help=PRECISION_HELP)
-    p.add_argument("--seed", type=int, default=d.seed, help="seeds weights, LoRA and data")
-    p.add_argument("--lora-rank", type=_positive(int), default=d.lora_rank, help="LoRA rank r of every adapter")
-    p.add_argument("--lr", type=_positive(float), default=d.lr, help="AdamW learning rate of the LoRA parameters")
-    p.add_argument("--no-checkpointing", action="store_true", help="keep all activations (no recompute)")
+    p.add_argument("--precision", default=ds.precision, choices=PRECISION_CHOICES, help=PRECISION_HELP)
+    p.add_argument("--seed", type=int, default=dd.seed, help="seeds weights, LoRA and data")
+    p.add_argument("--lora-rank", type=_positive(int), default=ds.lora_rank, help="LoRA rank r of every adapter")
+    p.add_argument("--lr", type=_positive(float), default=ds.lr, help="AdamW learning rate of the LoRA parameters")
+    p.add_argument("--no-checkpointing", dest="checkpointing", action="store_false",
+                   help="keep all activations (no recompute); without it checkpointing=%(default)s")
     p.add_argument("--cross-check", action="store_true", help="on CUDA, the counted pass also counts sync-debug-mode "
                    "warnings (the second witness)")
     p.add_argument("--_capture", default=None, help=argparse.SUPPRESS)
     p.add_argument("--_config", default=None, help=argparse.SUPPRESS)  # the nsys child: the parent's config, JSON
-    ns = p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None) -> ABConfig:
+    """The command line as an `ABConfig` (the nsys child: the parent's, from `--_config`)."""
+    ns = build_parser().parse_args(argv)
     if ns._config:  # the nsys child: the parent's whole config
         return ABConfig.from_json(ns._config)
-    return ABConfig(**vars(ns))  # the checks that involve several flags run here, once (ABConfig.__post_init__)
+    return ABConfig.from_flat(vars(ns))  # the checks that involve several flags run here, once (ABConfig.__post_init__)

@@ -38,14 +38,14 @@ class Runner:
 
     def data_seed(self) -> int:
         """The seed of this process's batches (workbench.ab.distributed: offset per rank under torchrun)."""
-        return self.args.seed
+        return self.args.data.seed
 
     def protocol(self):
         from workbench.measure.engine import Protocol
 
         a = self.args
         return Protocol(reps=a.reps, steps=a.steps, warmup_min=a.warmup, warmup_max=max(a.warmup_max, a.warmup),
-                        settle_pct=a.settle_pct, target_ci_pct=a.target_ci, budget_s=a.budget_s,
+                        settle_pct=a.settle_pct, target_ci_pct=a.target_ci_pct, budget_s=a.budget_s,
                         max_reps=max(a.max_reps, a.reps))
 
     def build(self, cmp: Comparison):
@@ -54,11 +54,11 @@ class Runner:
         from workbench.step.models import build_model
 
         hf_attn = cmp.attn if (cmp.attn is None or cmp.attn in HF_ATTN) else None
-        model = build_model(cmp.model, layers=cmp.layers, attn=hf_attn, device=self.device, seed=self.args.seed,
-                            dtype=DTYPES[self.args.dtype],
-                            lora_rank=self.args.lora_rank, experts_implementation=self.args.experts,
-                            precision=self.args.precision)
-        if not self.args.no_checkpointing:
+        model = build_model(cmp.model, layers=cmp.layers, attn=hf_attn, device=self.device, seed=self.args.data.seed,
+                            dtype=DTYPES[self.args.step.dtype],
+                            lora_rank=self.args.step.lora_rank, experts_implementation=self.args.step.experts,
+                            precision=self.args.step.precision)
+        if self.args.step.checkpointing:
             enable_checkpointing(model)
         instrument_layers(model)
         return model
@@ -84,7 +84,7 @@ class Runner:
         handle = apply_arms(model, spec.arms, options if options is not None else self.options(cmp))
         try:
             batches = to_device(_fresh(cpu_batches), self.device, prepare=handle.prepare_batch)
-            yield _Session(model, batches, handle, self.args.lr, spec.ranges)
+            yield _Session(model, batches, handle, self.args.step.lr, spec.ranges)
             if infos is not None:
                 info = {}
                 for h in handle.handles:
@@ -125,7 +125,6 @@ class Runner:
 
     def run(self, cmp: Comparison, index: int, total: int) -> dict:
         from workbench.measure import engine, equivalence
-        from workbench.step.data import make_batches
         from workbench.step.models import lora_parameters, lora_resetter
 
         a = self.args
@@ -189,15 +188,15 @@ class Runner:
             else:
                 self._progress(f"{tag} skipping arm {spec.label}: {why}")
 
-        cpu_batches = make_batches(a.lengths, cmp.tokens, a.batches, model.config.vocab_size, seed=self.data_seed())
+        cpu_batches = a.data.make_batches(cmp.tokens, model.config.vocab_size, seed=self.data_seed())
         out["batches"] = [{"tokens": b.tokens, "documents": len(b.doc_lens)} for b in cpu_batches]
         try:  # model FLOPs per batch (workbench.step.flops): achieved TFLOP/s and MFU per arm
             from workbench.step import flops
             from workbench.step.models import base_model_of
             cfg = base_model_of(model).config
-            self._batch_flops = [flops.step_flops(cfg, b.doc_lens, lora_rank=a.lora_rank,
+            self._batch_flops = [flops.step_flops(cfg, b.doc_lens, lora_rank=a.step.lora_rank,
                                                   attention=flops.attention_mode(ran_attn),
-                                                  checkpointing=not a.no_checkpointing) for b in cpu_batches]
+                                                  checkpointing=a.step.checkpointing) for b in cpu_batches]
         except Exception as e:  # noqa: BLE001 - a count this model's config does not fit must not stop the timing
             self._batch_flops = []
             self._progress(f"{tag} no FLOP count: {type(e).__name__}: {e}")
@@ -273,7 +272,7 @@ class Runner:
 
         from tqdm import tqdm
         # a progress bar on a terminal; one line per timed step in a log (stderr not a terminal)
-        bar = tqdm(total=len(live) * (a.max_reps if a.target_ci else a.reps) * a.steps, desc=f"{tag} timed steps",
+        bar = tqdm(total=len(live) * (a.max_reps if a.target_ci_pct else a.reps) * a.steps, desc=f"{tag} timed steps",
                    unit="step", file=sys.stderr, disable=not sys.stderr.isatty(), dynamic_ncols=True)
 
         def on_sample(s):
@@ -287,7 +286,7 @@ class Runner:
         def on_warmup(w):
             for i, ms in enumerate(w.step_ms):
                 self.writer.add(cmp.name, w.arm, "warmup_step_ms", ms, "ms", rep=w.rep, step=i,
-                                batch=i % a.batches, **env)
+                                batch=i % a.data.batches, **env)
             self.writer.add(cmp.name, w.arm, "warmup_steps", w.steps, "count", rep=w.rep, **env)
             self.writer.add(cmp.name, w.arm, "warmup_settled", int(w.settled), "bool", rep=w.rep, **env)
             self._progress(f"{tag} rep {w.rep + 1} {w.arm}: warmup {w.steps} steps, "
@@ -302,14 +301,14 @@ class Runner:
 
         m = None
         if base_spec is not None and arm_status[cmp.baseline]["status"] == "ok" and len(live) >= 1:
-            m = engine.measure([s.label for s in live], open_session, a.batches, self.protocol(),
+            m = engine.measure([s.label for s in live], open_session, a.data.batches, self.protocol(),
                                baseline=cmp.baseline,
                                optimized=cmp.optimized if cmp.optimized in specs else None,
                                on_sample=on_sample, on_warmup=on_warmup, on_rep=on_rep)
             bar.close()
             for label, e in m.failed.items():
                 self._arm_failed(cmp, specs[label], e, arm_status, out)
-            out["protocol"] = {"reps": m.reps, "stopped_by": m.stopped_by, "steps": a.steps, "batches": a.batches}
+            out["protocol"] = {"reps": m.reps, "stopped_by": m.stopped_by, "steps": a.steps, "batches": a.data.batches}
             self.writer.add(cmp.name, None, "reps", m.reps, "count", **env)
         self.writer.flush()
 
@@ -322,7 +321,7 @@ class Runner:
                 from workbench.instrument import SyncCounter
                 with self.session(model, cpu_batches, spec, cmp, reset=reset_weights) as s:
                     recs = []
-                    for i in range(a.batches):
+                    for i in range(a.data.batches):
                         counter = SyncCounter(cross_check=a.cross_check, device_type=self.device.type)
                         r = s.step(i, i, counter=counter)
                         recs.append(r)

@@ -57,25 +57,26 @@ def _verdicts(writer, summary: dict, failures: list) -> list:
 def capture_child(args, device) -> int:
     """Under `nsys profile -c cudaProfilerApi`: run one arm's warmup, then its timed steps between
     torch.cuda.profiler.start() and stop()."""
-    from workbench.step.data import make_batches, to_device
+    from workbench.step.data import to_device
     from workbench.step.harness import train_steps
     from workbench.instrument import Ranges
 
     arms = dict(kv.split("=", 1) for kv in args._capture.split(","))
-    cmp = Comparison(opt=args.opt, model=args.model, layers=args.layers, tokens=args.tokens, attn=args.attn,
+    cmp = Comparison(opt=args.opt, model=args.step.model, layers=args.step.layers, tokens=args.data.tokens,
+                     attn=args.step.attn,
                      arms=[ArmSpec("capture", arms)], baseline="capture", optimized=None)
     r = Runner(args, device, writer=None)
     model = r.build(cmp)
     why = unsupported_reason(model, arms, device, r.options(cmp))
     if why:
         raise UnsupportedArm(why)
-    cpu_batches = make_batches(args.lengths, args.tokens, args.batches, model.config.vocab_size, seed=args.seed)
+    cpu_batches = args.data.make_batches(args.data.tokens, model.config.vocab_size)
     handle = apply_arms(model, arms, r.options(cmp))
     try:
         batches = to_device(_fresh(cpu_batches), device, prepare=handle.prepare_batch)
         ranges = Ranges(nvtx=True, profiler=False)
         from workbench.step.harness import make_optimizer
-        optim = make_optimizer(model, args.lr)
+        optim = make_optimizer(model, args.step.lr)
         if args.warmup:
             train_steps(model, batches, steps=args.warmup, optimizer=optim, ranges=ranges, count_syncs=False,
                         inputs_fn=handle.inputs_fn)
@@ -126,7 +127,7 @@ def _main(argv, a, dctx) -> int:
     from workbench.ab import preflight
     preflight.check_run(a, device, note=progress if main_rank else None)  # dtype, attention, protocol: no model yet
     if a._capture:
-        if a.model is None or a.tokens is None:
+        if a.step.model is None or a.data.tokens is None:
             raise WorkbenchError("--_capture needs --model and --tokens")
         return capture_child(a, device)
     if a.trace == "nsys":
@@ -146,13 +147,14 @@ def _main(argv, a, dctx) -> int:
     if a.force and os.path.isdir(out_dir) and main_rank:
         clear_run_files(out_dir)
     dinfo = device_info(device)
-    dtype = _prec.criterion_dtype(a.precision, DTYPES[a.dtype] or _prec.model_dtype(a.precision, device))
+    dtype = _prec.criterion_dtype(a.step.precision, DTYPES[a.step.dtype]
+                                  or _prec.model_dtype(a.step.precision, device))
     protocol = Runner(a, device, None).protocol()
     meta = {"device": dinfo, "args": {k: v for k, v in a.as_dict().items() if k not in ("_capture", "_config")},
             "protocol": protocol.describe(), "equivalence_criterion": describe(dtype),
             "comparisons": [c.name for c in comps]}
     wenv = dict(device=device.type, gpu_name=dinfo.get("name") if device.type == "cuda" else None,
-                precision=a.precision)
+                precision=a.step.precision)
     from workbench import interrupts
     interrupts.raise_from_now_on()  # a Ctrl-C from here on marks the folder incomplete
     if dctx is not None:

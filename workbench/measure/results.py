@@ -288,6 +288,23 @@ def load_run(run_dir: str) -> tuple[pd.DataFrame, dict, dict]:
     return df, j("summary.json"), meta
 
 
+RENAMED_ARGS = {"no_checkpointing": ("checkpointing", lambda v: not v), "target_ci": ("target_ci_pct", lambda v: v)}
+"""meta.json `args` keys of runs made before the config tree (`workbench.step.config`), with the leaf each became."""
+
+
+def run_args(meta: dict) -> dict:
+    """meta.json's `args` (the run's flat config) in today's leaf names: an older run's `no_checkpointing` read as
+    `checkpointing`, its `target_ci` as `target_ci_pct` (`RENAMED_ARGS`); `checkpointing` True where neither is
+    recorded (the default)."""
+    args = dict((meta or {}).get("args") or {})
+    for old, (new, conv) in RENAMED_ARGS.items():
+        if old in args:
+            v = args.pop(old)
+            args.setdefault(new, conv(v))
+    args.setdefault("checkpointing", True)
+    return args
+
+
 def engine_step_rows(df: pd.DataFrame) -> pd.DataFrame:
     """The timed-step rows the engine's statistics used, as `step_ms` rows (rep and step set).
 

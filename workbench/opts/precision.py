@@ -50,7 +50,7 @@ def lever_baseline(args, device) -> str:
     precision the run times (`--precision`, autocast on a GPU: the step Trainer(bf16=True) runs; fp32-adapters on a
     CPU), so the levers' traced baseline and the path start from the realistic recipe. `--precision fp32-adapters`
     starts it from peft's default instead; under `--precision bf16` the lever has nothing to do (it is skipped)."""
-    return prec.resolve(device, getattr(args, "precision", prec.AUTO) or prec.AUTO)
+    return args.step.resolved(device).precision
 
 
 def base_dtype(model) -> torch.dtype:
