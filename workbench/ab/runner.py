@@ -84,7 +84,8 @@ class Runner:
         handle = apply_arms(model, spec.arms, options if options is not None else self.options(cmp))
         try:
             batches = to_device(_fresh(cpu_batches), self.device, prepare=handle.prepare_batch)
-            yield _Session(model, batches, handle, self.args.step.lr, spec.ranges)
+            yield _Session(model, batches, handle, self.args.step.lr, spec.ranges,
+                           precision=handle.precision(self.args.step.precision))
             if infos is not None:
                 info = {}
                 for h in handle.handles:
@@ -113,15 +114,17 @@ class Runner:
         return o
 
     def run_arm_steps(self, model, cpu_batches, spec: ArmSpec, cmp, *, steps, warmup, reset, on_step=None,
-                      count_syncs=False, optimizer=None, options=None):
-        """A fixed number of steps of one arm (trace passes, equivalence): `harness.train_steps`."""
+                      count_syncs=False, optimizer=None, options=None, precision=None):
+        """A fixed number of steps of one arm (trace passes, equivalence): `harness.train_steps`, at the session's
+        precision unless `precision` says otherwise (the fp32 reference)."""
         from workbench.step.harness import train_steps
         from workbench.instrument import Ranges
 
         with self.session(model, cpu_batches, spec, cmp, reset=reset, options=options) as s:
             return train_steps(model, s.batches, steps=steps, warmup=warmup, optimizer=optimizer or s.optimizer,
                                ranges=Ranges(nvtx=True, profiler=True), count_syncs=count_syncs,
-                               cross_check=self.args.cross_check, inputs_fn=s.handle.inputs_fn, on_step=on_step)
+                               cross_check=self.args.cross_check, inputs_fn=s.handle.inputs_fn, on_step=on_step,
+                               precision=precision or s.precision)
 
     def run(self, cmp: Comparison, index: int, total: int) -> dict:
         from workbench.measure import engine, equivalence
@@ -152,7 +155,7 @@ class Runner:
         env = dict(opt=cmp.opt, model=cmp.model, layers=L, tokens=cmp.tokens, attn=ran_attn)
         out["attn"] = ran_attn
         from workbench.step import precision
-        dtype = precision.compute_dtype(model)  # the equivalence tolerance's dtype: bf16 under autocast
+        dtype = precision.compute_dtype(model, a.step.precision)  # the equivalence tolerance's: bf16 under autocast
         reset_weights = lora_resetter(model)
 
         # which arms can run here
@@ -202,10 +205,10 @@ class Runner:
             self._progress(f"{tag} no FLOP count: {type(e).__name__}: {e}")
 
         # equivalence: one forward+backward from the same weights on the first timed batch, every arm vs the baseline
-        def one_step(spec, batch, options=None):
+        def one_step(spec, batch, options=None, precision=None):
             cap = equivalence.GradCapture(lora_parameters(model))
             recs = self.run_arm_steps(model, [batch], spec, cmp, steps=1, warmup=0, optimizer=cap,
-                                      reset=reset_weights, options=options)
+                                      reset=reset_weights, options=options, precision=precision)
             return {"loss": recs[0].loss, "grads": cap.grads}
 
         equiv, ref, ref32 = {}, None, None
@@ -216,7 +219,8 @@ class Runner:
             if ref32 is None:
                 self._progress(f"{tag} {why}: judging against an fp32 run of {cmp.baseline}")
                 ref_opts = self.reference_options(cmp, ran_attn)
-                ref32 = self.reference_fp32(model, lambda b: one_step(base_spec, b, ref_opts), cpu_batches[0],
+                ref32 = self.reference_fp32(model, lambda b: one_step(base_spec, b, ref_opts,
+                                                                      equivalence.REFERENCE_PRECISION), cpu_batches[0],
                                             cmp=cmp, spec=base_spec, options=ref_opts)
                 ref32["attn"] = next((v["backend"] for v in ref_opts.values()
                                       if isinstance(v, dict) and "backend" in v), ran_attn)

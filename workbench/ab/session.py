@@ -63,8 +63,7 @@ def capture_child(args, device) -> int:
 
     arms = dict(kv.split("=", 1) for kv in args._capture.split(","))
     cmp = Comparison(opt=args.opt, model=args.step.model, layers=args.step.layers, tokens=args.data.tokens,
-                     attn=args.step.attn,
-                     arms=[ArmSpec("capture", arms)], baseline="capture", optimized=None)
+                     attn=args.step.attn, arms=[ArmSpec("capture", arms)], baseline="capture", optimized=None)
     r = Runner(args, device, writer=None)
     model = r.build(cmp)
     why = unsupported_reason(model, arms, device, r.options(cmp))
@@ -77,13 +76,14 @@ def capture_child(args, device) -> int:
         ranges = Ranges(nvtx=True, profiler=False)
         from workbench.step.harness import make_optimizer
         optim = make_optimizer(model, args.step.lr)
+        step_precision = handle.precision(args.step.precision)
         if args.warmup:
             train_steps(model, batches, steps=args.warmup, optimizer=optim, ranges=ranges, count_syncs=False,
-                        inputs_fn=handle.inputs_fn)
+                        inputs_fn=handle.inputs_fn, precision=step_precision)
         torch.cuda.synchronize()
         torch.cuda.profiler.start()
         train_steps(model, batches, steps=args.steps, optimizer=optim, ranges=ranges, count_syncs=False,
-                    inputs_fn=handle.inputs_fn)
+                    inputs_fn=handle.inputs_fn, precision=step_precision)
         torch.cuda.synchronize()
         torch.cuda.profiler.stop()
     finally:

@@ -109,7 +109,8 @@ class DistRunner(Runner):
                 with equivalence.Upcast(plain):
                     cap = equivalence.GradCapture(lora_parameters(plain))
                     recs = Runner.run_arm_steps(self, plain, [batch], spec, cmp, steps=1, warmup=0,
-                                                optimizer=cap, reset=lambda: None, options=options)
+                                                optimizer=cap, reset=lambda: None, options=options,
+                                                precision=equivalence.REFERENCE_PRECISION)
                     loss = recs[0].loss
                     shapes = {n: p.shape for n, p in lora_parameters(plain)}
                     grads = {n: (g.detach().float().cpu() if g is not None else None)
