@@ -57,8 +57,19 @@ class _Comparison:
     counted: dict = dataclasses.field(default_factory=dict)
     events: dict = dataclasses.field(default_factory=dict)
     arm_attention: dict = dataclasses.field(default_factory=dict)
-    """{arm: the attention implementation the model ran with the arm applied} (`Runner.session`)."""
+    """{arm: (the attention implementation the model ran with the arm applied, the attention count its module states
+    or None)} (`Runner.session`, `_attention_ran`)."""
     flops_by_attention: dict = dataclasses.field(default_factory=dict)
+
+
+def _attention_ran(model, spec: ArmSpec) -> tuple:
+    """(attention implementation, stated count) of `model` with `spec`'s arms applied: the implementation the model
+    runs (an optimization's own is counted as its module declares it: `flops.declare_attention`), and the count an
+    applied arm's module states in `ATTENTION_FLOPS` (None where none does)."""
+    stated = None
+    for opt, arm in spec.arms.items():
+        stated = stated or (getattr(_module_or_none(opt), "ATTENTION_FLOPS", None) or {}).get(arm)
+    return model.config._attn_implementation, stated
 
 
 class Runner:
@@ -122,7 +133,7 @@ class Runner:
 
         reset()
         handle = apply_arms(model, spec.arms, options if options is not None else self.options(cmp))
-        self._arm_attention.setdefault(spec.label, model.config._attn_implementation)  # what the arm runs
+        self._arm_attention.setdefault(spec.label, _attention_ran(model, spec))
         try:
             batches = to_device(_fresh(cpu_batches), self.device, prepare=handle.prepare_batch)
             yield _Session(model, batches, handle, self.args.step.lr, spec.ranges,
@@ -418,18 +429,18 @@ class Runner:
         from workbench.step import flops
         from workbench.step.models import base_model_of
 
-        impl = c.arm_attention.get(label, c.built_attn)
-        if impl not in c.flops_by_attention:
+        key = c.arm_attention.get(label, (c.built_attn, None))
+        if key not in c.flops_by_attention:
             try:
                 cfg = base_model_of(c.model).config
-                c.flops_by_attention[impl] = [
-                    flops.arm_batch_flops(cfg, b.doc_lens, attn_implementation=impl,
+                c.flops_by_attention[key] = [
+                    flops.arm_batch_flops(cfg, b.doc_lens, attn_implementation=key[0], attention=key[1],
                                           lora_rank=self.args.step.lora_rank,
                                           checkpointing=self.args.step.checkpointing) for b in c.cpu_batches]
             except Exception as e:  # noqa: BLE001 - a count this model's config does not fit must not stop the run
-                c.flops_by_attention[impl] = []
+                c.flops_by_attention[key] = []
                 self._progress(f"{c.tag} no FLOP count for {label}: {type(e).__name__}: {e}")
-        return c.flops_by_attention[impl]
+        return c.flops_by_attention[key]
 
     def phase_summary(self, c: "_Comparison") -> dict:
         from workbench.measure import engine, numerics
@@ -441,7 +452,7 @@ class Runner:
             arm_dicts[spec.label] = self._arm_summary(spec.label, samples, m, c.counted.get(spec.label, []),
                                                       arm_status, c.infos.get(spec.label, {}), equiv.get(spec.label),
                                                       c.events, self.arm_flops(c, spec.label),
-                                                      c.arm_attention.get(spec.label, c.built_attn))
+                                                      c.arm_attention.get(spec.label, (c.built_attn,))[0])
             if spec.label != cmp.baseline and m is not None and arm_status[spec.label]["status"] == "ok":
                 r = engine.paired_comparison(samples, cmp.baseline, spec.label)
                 if self.device.type != "cuda":  # no CI, no verdict: a CPU timing measures the machine's load

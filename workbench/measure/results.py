@@ -288,6 +288,22 @@ def load_run(run_dir: str) -> tuple[pd.DataFrame, dict, dict]:
     return df, j("summary.json"), meta
 
 
+_NOTED: set = set()
+
+
+def older_run_note(run_dir: str, what: str) -> str:
+    """`what` (an older run folder's missing field and what the reader does instead) as one line on stderr, once per
+    folder and line per process; returned for the reader's `note` column, so a table says it on every row it
+    affects."""
+    import sys
+
+    key = (os.path.abspath(run_dir), what)
+    if key not in _NOTED:
+        _NOTED.add(key)
+        print(f"note: {run_dir}: {what}", file=sys.stderr)
+    return what
+
+
 RENAMED_ARGS = {"no_checkpointing": ("checkpointing", lambda v: not v), "target_ci": ("target_ci_pct", lambda v: v)}
 """meta.json `args` keys of runs made before the config tree (`workbench.step.config`), with the leaf each became."""
 

@@ -343,12 +343,12 @@ def throughput(flops: dict | float, seconds: float, device_name: str | None = No
 
 
 def arm_batch_flops(config, doc_lens: list[int], *, attn_implementation: str | None, lora_rank: int,
-                    checkpointing: bool = True) -> dict:
+                    checkpointing: bool = True, attention: str | None = None) -> dict:
     """One batch's FLOPs as a run records them per arm (summary.json's `flops_per_batch`): `model` = the useful work
     (block-diagonal attention, recompute left out: what MFU is of, whatever the arm ran), `total` = what the arm
-    executed (its attention implementation's count, `attention_mode`, recompute included: HFU), `attention` = that
-    count."""
-    mode = attention_mode(attn_implementation)
+    executed (its attention implementation's count, `attention_mode`, or `attention` where the arm's module states
+    it: recompute included, HFU), `attention` = that count."""
+    mode = attention or attention_mode(attn_implementation)
     kw = dict(lora_rank=lora_rank, checkpointing=checkpointing, attn_bwd_matmuls=attention_bwd_matmuls(
         attn_implementation))
     done = step_flops(config, doc_lens, attention=mode, **kw)
