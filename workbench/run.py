@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto: cuda when available, else cpu")
     p.add_argument("--seed", type=int, default=dd.seed, help="seeds weights, LoRA init and data")
     p.add_argument("--lora-rank", type=int, default=ds.lora_rank, help="LoRA rank r (alpha 2r)")
-    p.add_argument("--no-checkpointing", action="store_true", help="keep all activations (no recompute)")
+    p.add_argument("--no-checkpointing", dest="checkpointing", action="store_false",
+                   help="keep all activations (no recompute)")
     p.add_argument("--no-ranges", action="store_true", help="emit no NVTX / record_function ranges")
     p.add_argument("--no-sync-count", action="store_true", help="do not run the dispatch-level sync counter")
     p.add_argument("--cross-check", action="store_true",
@@ -68,7 +69,7 @@ def parse_args(argv=None) -> RunConfig:
     a = build_parser().parse_args(argv)
     cfg = RunConfig(data=DataConfig(lengths=a.lengths, tokens=a.tokens, seed=a.seed),
                     step=StepConfig(model=a.model, layers=a.layers, attn=a.attn, experts=a.experts,
-                                    lora_rank=a.lora_rank, checkpointing=not a.no_checkpointing),
+                                    lora_rank=a.lora_rank, checkpointing=a.checkpointing),
                     steps=a.steps, warmup=a.warmup, device=a.device, ranges=not a.no_ranges,
                     count_syncs=not a.no_sync_count, cross_check=a.cross_check)
     st = cfg.step

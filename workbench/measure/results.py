@@ -6,9 +6,13 @@ The one schema every result of the project uses (A/B comparisons, sweeps, instru
   so runs concatenate and compare. Timed steps are `step_ms` (and fwd/bwd/opt); warmup steps `warmup_step_ms`;
   the counted pass `instrumented_step_ms` and `syncs`; per comparison `speedup`, `speedup_ci95_lo/hi`.
 - `summary.json`: the A/B JSON object (the CLI contract in the README: per comparison the arms, the speedup with
-  `speedup_ci95` and `verdict`, equivalence, savings model).
+  `speedup_ci95` and `verdict`, equivalence, savings model). What was built is written, so no reader replays it:
+  each comparison's `batches` ({tokens, documents, doc_lens}) and, per arm, the attention it ran
+  (`attention_impl`, `attention_flops`) and its FLOPs per batch (`flops_per_batch`: {model, total},
+  `workbench.step.flops.arm_batch_flops`). Runs before these fields: `older_run_note`.
 - `meta.json`: command, the project's git sha, package versions, device, driver, NVML clocks and power per arm,
-  the protocol and the equivalence criterion (fixed before the run), status
+  `args` (the run's config, flat; older names: `run_args`), the protocol and the equivalence criterion (fixed
+  before the run), status
   ("running" | "complete" | "incomplete" | "failed").
 
 Every write is atomic (temp file + os.replace): a Ctrl-C leaves the earlier files intact and the run marked

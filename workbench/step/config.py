@@ -28,6 +28,12 @@ class DataConfig:
     seed: int = 0
     """Seeds the document lengths and token ids (and, through `StepConfig`'s owner, weights and LoRA init)."""
 
+    def __post_init__(self):
+        for name in ("tokens", "batches"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or v <= 0):
+                raise WorkbenchError(f"{name} must be a positive integer, got {v!r}")
+
     @functools.cached_property
     def source(self):
         """The parsed length source (`workbench.step.data.parse_lengths`: a `jsonl:` corpus is tokenized once per
@@ -103,7 +109,9 @@ def leaf_names(cls) -> tuple[str, ...]:
 
 
 def _nested_class(cls, f):
-    return {"data": DataConfig, "step": StepConfig}.get(f.name) if f.name in ("data", "step") else None
+    """The config class of field `f` when it is a subtree (DataConfig, StepConfig), else None."""
+    name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+    return {"DataConfig": DataConfig, "StepConfig": StepConfig}.get(name)
 
 
 def from_flat(cls, d: dict):
