@@ -11,6 +11,10 @@ def _help(argv=None) -> int:
 
 
 def _run(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    from workbench.ab import processes
+    if (processes.split_argv(argv)[0] or 1) > 1:  # K processes of this command, then the process-level estimate
+        return processes.main(argv)
     from workbench.ab.session import main  # imported here: a bad $WORKBENCH_OPTS is one line, not a traceback
     return main(argv)
 

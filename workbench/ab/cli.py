@@ -141,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto: cuda when torch sees a GPU, else cpu")
     p.add_argument("--trace", default=d.trace, choices=("none", "torch", "nsys"),
                    help="separate profiled passes per arm (never inside the timed steps)")
+    p.add_argument("--processes", type=_positive(int), default=d.processes, metavar="K", help="run the whole command "
+                   "as K independent processes (seeds --seed .. --seed+K-1, each its own model build, into OUT/p00 ..; "
+                   "rep 0 of each a discarded warm-up rep): the estimate, its CI over processes and a 95%% prediction "
+                   "interval for a rerun (workbench/ab/processes.py)")
     p.add_argument("--out", default=None, help="output folder, new or empty (None: runs/<run_id>)")
     p.add_argument("--force", action="store_true", help="let --out name a folder that holds an earlier run: its run "
                    "files are replaced; and run a shape whose memory lower bound exceeds the device (refused "

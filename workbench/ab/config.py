@@ -45,6 +45,9 @@ class ABConfig:
     """Stop adding reps once a comparison has run this many seconds."""
     max_reps: int = MAX_REPS
     """Reps at most under target_ci_pct / budget_s."""
+    processes: int = 1
+    """Independent processes of this same run (`workbench.ab.processes`): > 1 gives the process-level estimate, its CI
+    and a prediction interval for a rerun."""
     sweep: str | None = None
     """One comparison per value: layers=4,8,16 or tokens=8192,16384."""
     nvtx_cost: str = "off"

@@ -1,0 +1,188 @@
+"""`python -m workbench.ab ... --processes K`: the process as the unit of a claim ("you will see this on a rerun").
+
+    python -m workbench.ab --opt packing --headline --processes 8 --reps 5 --out DIR      # DIR/p00 ... DIR/p07
+
+Runs the same `python -m workbench.ab` command K times, each in its own process with its own data and weight seed
+(`--seed S+k`) and its own model build, into `DIR/pNN/` (each a complete run folder). Rep 0 of every process is a
+warm-up rep: timed and recorded like any other, left out of the process-level statistics (a process's first block
+runs on a cold machine: rep 0 fell outside the t band in 15% of the committed 8-rep runs). Then, per comparison
+(baseline against optimized arm, and every other arm):
+
+- each process's mean per-rep log ratio m_k (the reps after the warm-up rep);
+- the estimate exp(mean m_k), a 95% t-interval over processes (K-1 df), and a 95% prediction interval for one more
+  process (`workbench.measure.replication.process_estimate`);
+- sigma (rep within process) and tau (between processes) by REML.
+
+Each process's own rep-level CI stays in its folder, labelled "within this run". Written: `DIR/processes.json`
+(each process's command, seed, exit status and wall time, and the per-comparison estimates) and one line per
+comparison on stdout; the last stdout line is that JSON.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+from workbench.cli import emit_json, progress
+from workbench.errors import WorkbenchError
+
+WARMUP_REPS = 1
+"""Reps at the start of each process left out of the process-level statistics (timed and recorded all the same)."""
+
+
+def split_argv(argv: list[str]) -> tuple[int | None, list[str]]:
+    """(K, the argv without --processes) from a `python -m workbench.ab` argv; K is None when the flag is absent
+    (K = 1: one plain run)."""
+    out, k, i = [], None, 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--processes" or a.startswith("--processes="):
+            v = a.split("=", 1)[1] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else "")
+            i += 1 if "=" in a else 2
+            try:
+                k = int(v)
+            except ValueError:
+                raise WorkbenchError(f"argument --processes: expected an integer, got {v!r} (see python -m "
+                                     "workbench.ab --help)") from None
+            if k < 1:
+                raise WorkbenchError(f"argument --processes: must be >= 1, got {k} (see python -m workbench.ab --help)")
+            continue
+        out.append(a)
+        i += 1
+    return k, out
+
+
+def _flag(argv: list[str], name: str) -> str | None:
+    for i, a in enumerate(argv):
+        if a == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def _without(argv: list[str], name: str) -> list[str]:
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == name:
+            skip = True
+            continue
+        if a.startswith(name + "="):
+            continue
+        out.append(a)
+    return out
+
+
+def per_rep_log_ratios(run_dir: str, comparison: str, baseline: str, arm: str, *,
+                       skip_reps: int = WARMUP_REPS) -> list[float]:
+    """log(mean baseline step / mean arm step) per rep of one run folder's comparison, reps < `skip_reps` left out."""
+    from workbench.analysis.loader import step_samples
+
+    smp = step_samples(run_dir).get(comparison) or []
+    by_rep: dict = {}
+    for x in smp:
+        if x["rep"] >= skip_reps and x["arm"] in (baseline, arm):
+            by_rep.setdefault(x["rep"], {}).setdefault(x["arm"], []).append(x["step_ms"])
+    out = []
+    for rep in sorted(by_rep):
+        d = by_rep[rep]
+        if d.get(baseline) and d.get(arm):
+            out.append(math.log(sum(d[baseline]) / len(d[baseline]) / (sum(d[arm]) / len(d[arm]))))
+    return out
+
+
+def _arm_pairs(summary: dict) -> list[tuple[str, str, str]]:
+    """(comparison, baseline, arm) of every arm of every comparison that ran, the optimized arm first."""
+    out = []
+    for c in summary.get("comparisons", []):
+        b = (c.get("baseline") or {}).get("arm")
+        if not b:
+            continue
+        arms = [(c.get("optimized") or {}).get("arm")] + [o.get("arm") for o in c.get("others") or []]
+        out += [(c.get("name") or c.get("opt"), b, a) for a in arms if a and a != b]
+    return out
+
+
+def aggregate(run_dirs: list[str], *, skip_reps: int = WARMUP_REPS) -> list[dict]:
+    """Per (comparison, arm): the process-level estimate over the run folders that hold it."""
+    from workbench.measure import replication
+
+    pairs: dict = {}
+    for d in run_dirs:
+        p = os.path.join(d, "summary.json")
+        if not os.path.isfile(p):
+            continue
+        with open(p, encoding="utf-8") as f:
+            summary = json.load(f)
+        for key in _arm_pairs(summary):
+            pairs.setdefault(key, []).append(d)
+    out = []
+    for (name, base, arm), dirs in pairs.items():
+        groups = [g for g in (per_rep_log_ratios(d, name, base, arm, skip_reps=skip_reps) for d in dirs) if g]
+        row = {"comparison": name, "baseline": base, "arm": arm, "processes": len(groups),
+               "folders": [os.path.basename(d) for d in dirs]}
+        if len(groups) >= 2:
+            row.update(replication.process_estimate(groups))
+        else:
+            row["why"] = f"{len(groups)} process(es) with timed reps after the warm-up rep: no process-level interval"
+        out.append(row)
+    return out
+
+
+def _line(r: dict) -> str:
+    if "estimate" not in r:
+        return f"{r['comparison']}: {r['arm']} vs {r['baseline']}: {r['why']}"
+    ci, pi = r.get("ci95") or (math.nan, math.nan), r.get("pi95") or (math.nan, math.nan)
+    return (f"{r['comparison']}: {r['arm']} vs {r['baseline']}: {r['estimate']:.4f}x, 95% CI [{ci[0]:.4f}, "
+            f"{ci[1]:.4f}] over {r['processes']} processes (a rerun's population); 95% prediction interval for one "
+            f"more run [{pi[0]:.4f}, {pi[1]:.4f}]; sigma {100 * r['sigma']:.2f}%, tau {100 * r['tau']:.2f}% (REML)")
+
+
+def main(argv: list[str]) -> int:
+    """Run K processes of `python -m workbench.ab` (argv with --processes K), then the process-level estimates."""
+    k, rest = split_argv(argv)
+    from workbench.ab.cli import parse_args
+
+    cfg = parse_args(rest)  # every flag checked here, once, before any process starts
+    out = _flag(rest, "--out")
+    if out is None:
+        out = os.path.join("runs", time.strftime("processes_%Y%m%d_%H%M%S"))
+    if os.path.isdir(out) and os.listdir(out) and "--force" not in rest:
+        raise WorkbenchError(f"--out {out} holds files already; give a new or empty folder (or --force)")
+    os.makedirs(out, exist_ok=True)
+    base = _without(_without(rest, "--out"), "--seed")
+    seed0 = cfg.data.seed
+    record = {"command": " ".join(["python -m workbench.ab", *argv]), "warmup_reps_left_out": WARMUP_REPS,
+              "processes": []}
+    dirs = []
+    for i in range(k):
+        d = os.path.join(out, f"p{i:02d}")
+        cmd = [sys.executable, "-m", "workbench.ab", *base, "--seed", str(seed0 + i), "--out", d]
+        progress(f"process {i + 1}/{k}: seed {seed0 + i} -> {d}")
+        t0 = time.time()
+        with open(os.path.join(out, f"p{i:02d}.log"), "w", encoding="utf-8") as log:
+            rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+        wall_s = time.time() - t0
+        record["processes"].append({"folder": os.path.basename(d), "seed": seed0 + i, "rc": rc,
+                                    "wall_s": round(wall_s, 1), "command": " ".join(cmd[1:])})
+        progress(f"process {i + 1}/{k}: rc {rc}, {wall_s:.0f} s")
+        dirs.append(d)
+        with open(os.path.join(out, "processes.json"), "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=1)
+        if rc == 2:  # bad input: every other process would say the same
+            raise WorkbenchError(f"process {i + 1} refused its input (see {d}.log)")
+    record["estimates"] = aggregate(dirs)
+    with open(os.path.join(out, "processes.json"), "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1, default=float)
+    for r in record["estimates"]:
+        print(_line(r))
+    failed = [p for p in record["processes"] if p["rc"] != 0]
+    print(f"{'complete' if not failed else 'INCOMPLETE'}: {k - len(failed)}/{k} processes ran cleanly -> {out}")
+    emit_json({"out": out, **record})
+    return 0 if not failed else 1
