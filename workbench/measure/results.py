@@ -297,14 +297,13 @@ _NOTED: set = set()
 
 def older_run_note(run_dir: str, what: str) -> str:
     """`what` (an older run folder's missing field and what the reader does instead) as one line on stderr, once per
-    folder and line per process; returned for the reader's `note` column, so a table says it on every row it
-    affects."""
+    process for every folder it applies to (the first one named); returned for the reader's `note` column, so a table
+    says it on every row it affects."""
     import sys
 
-    key = (os.path.abspath(run_dir), what)
-    if key not in _NOTED:
-        _NOTED.add(key)
-        print(f"note: {run_dir}: {what}", file=sys.stderr)
+    if what not in _NOTED:
+        _NOTED.add(what)
+        print(f"note: {what} (e.g. {run_dir}; said once for every such run folder)", file=sys.stderr)
     return what
 
 

@@ -375,11 +375,13 @@ def results_page(ctx: _Ctx) -> str:
     if len(mf):
         peak = mf["peak_tflops"].dropna().iloc[0] if mf["peak_tflops"].notna().any() else None
         lines += ["## Model FLOPs and MFU", "",
-                  "Model FLOPs of a step counted from the config and the run's own batches by `workbench.step.flops`, "
-                  "recompute left out; achieved TFLOP/s over each arm's mean step time; MFU against the device's "
-                  f"dense bf16 peak, {_f(peak, '{:.0f}')} TFLOP/s. `block_diagonal` counts the causal pairs inside "
-                  "each document, what varlen kernels compute; `dense` counts T^2 per layer, what sdpa / eager with "
-                  "a packed mask compute.", ""]
+                  "Model FLOPs of a step: the useful work of the run's own batches (`workbench.step.flops`: attention "
+                  "block-diagonal, the causal pairs inside each document; recompute left out), as the run wrote them "
+                  "(summary.json's per-arm `flops_per_batch`), or for a run before those were written counted from "
+                  "its batches here; achieved TFLOP/s over each arm's mean step time; MFU against the device's dense "
+                  f"bf16 peak, {_f(peak, '{:.0f}')} TFLOP/s. The attention count says what the arm ran: "
+                  "`block_diagonal` (varlen / flex kernels) or `dense` (T^2 per layer: sdpa / eager with a packed "
+                  "mask), whose masked-out work is not counted as useful.", ""]
         rows = []
         for (folder, name), g in mf.groupby(["folder", "name"], sort=False):
             r0 = g.iloc[0]
