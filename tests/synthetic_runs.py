@@ -51,22 +51,29 @@ def layered_trace(rng, *, layers=4, steps=8, gemm_us=50.0, elem_us=10.0, gap_us=
     return t.events()
 
 
+GPU = {"type": "cuda", "name": "NVIDIA H100 80GB HBM3"}
+
+
 def write_run(path, *, rng, reps=8, steps=2, step_ms=100.0, slowdown=1.0, rep_sd=0.005, step_sd=0.002,
-              trace_kw: dict | None = None, arms=(BASELINE_ARM, ARM)) -> str:
+              trace_kw: dict | None = None, arms=(BASELINE_ARM, ARM), device: dict = GPU, git_sha="c0ffee",
+              run_offset=1.0) -> str:
     """A run folder of one comparison: timed step_ms rows (per rep a block effect, per step noise; the gated arm
-    `slowdown` x slower) and, with `trace_kw`, a layered trace of every arm."""
+    `slowdown` x slower; every step x `run_offset`, the whole run's shift) and, with `trace_kw`, a layered trace of
+    every arm. Its summary names arms[0] the baseline and arms[1] the optimized arm; meta.json records `device`
+    and `git_sha`."""
     os.makedirs(path, exist_ok=True)
     rows = []
     for rep in range(reps):
         for arm in arms:
             block = rng.normal(0, rep_sd)
             for s in range(steps):
-                v = step_ms * (slowdown if arm == ARM else 1.0) * np.exp(block + rng.normal(0, step_sd))
+                v = step_ms * run_offset * (slowdown if arm == ARM else 1.0) * np.exp(block + rng.normal(0, step_sd))
                 rows.append(dict(run_id="syn", comparison=COMPARISON, arm=arm, rep=rep, batch=s % 2, step=s,
                                  metric="step_ms", value=v, unit="ms"))
     pd.DataFrame(rows).to_csv(os.path.join(path, "results.csv"), index=False)
-    summary = {"comparisons": [{"name": COMPARISON, "baseline": {"arm": BASELINE_ARM}, "optimized": {"arm": ARM}}]}
-    meta = {"status": "complete", "args": {"opt": "packing", "reps": reps, "steps": steps, "batches": 2,
+    summary = {"comparisons": [{"name": COMPARISON, "baseline": {"arm": arms[0]},
+                                "optimized": {"arm": arms[1]} if len(arms) > 1 else None}]}
+    meta = {"status": "complete", "device": dict(device), "git_sha": git_sha, "args": {"opt": "packing", "reps": reps, "steps": steps, "batches": 2,
                                            "trace": "torch", "only": None, "aa": False, "out": path},
             "protocol": {"reps": reps, "steps": steps, "warmup_min": 2}}
     for name, obj in (("summary.json", summary), ("meta.json", meta)):

@@ -13,6 +13,7 @@ import torch
 
 from workbench import ab
 from workbench.measure import equivalence
+from workbench.opts import registry
 from workbench.cli import run_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -67,7 +68,7 @@ def test_cli_all_end_to_end(capsys, tmp_path):
     assert set(summary) >= {"run_id", "device", "comparisons", "complete", "status"}
     assert summary["device"] == "cpu" and summary["complete"] is True and summary["status"] == "complete"
     cmps = {c["opt"]: c for c in summary["comparisons"]}
-    assert list(cmps) == ["packing", "offload", "moe", "all"]
+    assert list(cmps) == [*registry.in_all_names(), "all"]
     for c in cmps.values():
         assert set(c) >= CMP_KEYS
         assert c["equivalent"] is True, c["errors"]
@@ -84,8 +85,10 @@ def test_cli_all_end_to_end(capsys, tmp_path):
     # without a trace no model is predicted: its inputs are in-situ trace measurements
     assert cmps["offload"]["savings_model"]["predicted_ms"] is None
     assert "--trace" in cmps["offload"]["savings_model"]["reason"]
-    # the tables came before the JSON line; progress went to stderr only
+    # the tables came before the JSON line, then one human closing line; progress went to stderr only
     assert any(ln.startswith("packing:") for ln in lines[:-1])
+    assert lines[-2] == f"complete: 4/4 comparisons, all arms equivalent -> {out}"
+    assert all("--settle-pct" in ln for ln in err.splitlines() if "not settled" in ln)  # the cap explained
     assert "equivalence" in err and "{" not in "".join(ln for ln in err.splitlines() if ln.startswith("["))
     # files
     assert json.loads((out / "summary.json").read_text())["run_id"] == summary["run_id"]
@@ -106,6 +109,8 @@ def test_cli_all_end_to_end(capsys, tmp_path):
     # the counted pass is recorded apart from the timings
     assert {r["arm"] for r in rows if r["metric"] == "instrumented_step_ms" and r["comparison"] == "packing"} == \
         {"rebuild", "cached", "precomputed"}
+    # the CPU's default documents pack several per batch, so packing's checks cross document boundaries
+    assert all(b["documents"] > 1 for c in cmps.values() for b in c["batches"]), [c["batches"] for c in cmps.values()]
 
 
 @pytest.mark.skipif(not _have_all(), reason="the opt modules are not all in place")
@@ -229,9 +234,10 @@ def test_aa_all(capsys, tmp_path, fakes):
                                    "--out", str(tmp_path)])
     assert rc == 0, err
     cmps = _last_json(lines)["comparisons"]
-    assert [c["opt"] for c in cmps] == ["packing", "offload", "moe", "all"]
+    assert [c["opt"] for c in cmps] == [*registry.in_all_names(), "all"]
     assert all(c["baseline"]["arm"] + "#2" == c["optimized"]["arm"] for c in cmps)
-    assert cmps[-1]["baseline"]["arm"] == "rebuild+sync_reload+eager"
+    assert cmps[-1]["baseline"]["arm"] == "+".join(fakes.FAKES[o].BASELINE for o in registry.in_all_names())
+    assert cmps[-1]["baseline"]["arm"].startswith("rebuild+sync_reload+eager")
 
 
 @pytest.mark.parametrize("argv,msg", [
@@ -425,6 +431,34 @@ def test_an_out_folder_that_cannot_be_made_is_one_line(capsys, fakes, out, msg):
     rc, lines, err = _run(capsys, ["--opt", "packing", "--out", out])
     assert rc == 2 and msg in err and "Traceback" not in err and lines == []
 
+
+
+def test_the_closing_line_counts_comparisons_and_names_the_ones_not_equivalent():
+    from workbench.ab.session import closing_line
+    s = {"status": "failed", "out": "runs/x", "comparisons": [{"name": "packing", "status": "ok", "equivalent": False},
+                                                                {"name": "moe", "status": "failed"}]}
+    assert closing_line(s, 3) == "failed: 1/3 comparisons, NOT equivalent: packing -> runs/x"
+    ok = {"status": "complete", "out": "o", "comparisons": [{"name": "a", "status": "ok", "equivalent": True}]}
+    assert closing_line(ok, 1) == "complete: 1/1 comparisons, all arms equivalent -> o"
+
+
+def test_every_cpu_comparison_of_opt_all_packs_several_documents_per_batch():
+    """Issue 38, item 3: the batches every comparison of `python -m workbench.ab --opt all --device cpu` runs (the
+    planner's comparisons, the runner's make_batches call) hold more than one document each; the GPU's lognormal at
+    the CPU's 256 tokens (the old CPU default) held one: the negative control."""
+    from workbench.step.data import make_batches
+    from workbench.step.models import load_config
+
+    cpu = torch.device("cpu")
+    a = ab.parse_args(["--opt", "all", "--device", "cpu"]).resolved(cpu, ab.CPU_DEFAULTS["_run"])
+    comps = ab.plan(a, cpu)
+    assert [c.name for c in comps] == ["packing", "offload", "moe", "all"]
+    for c in comps:
+        vocab = load_config(c.model).vocab_size
+        docs = [len(b.doc_lens) for b in make_batches(a.data.lengths, c.tokens, a.data.batches, vocab, seed=a.data.seed)]
+        assert len(docs) == a.data.batches and min(docs) > 1, (c.name, docs)
+    old = make_batches(ab.GPU_DEFAULTS["_run"]["lengths"], 256, 2, 256, seed=0)
+    assert [len(b.doc_lens) for b in old] == [1, 1]
 
 
 def test_lengths_are_checked_against_the_budgets_the_comparisons_use():

@@ -1,10 +1,15 @@
-"""Adding an optimization is one new module: a fake one, written to a temporary folder, named in $WORKBENCH_OPTS,
-runs under `--opt all` on the CPU and shows in the tables, with no file of the workbench touched."""
+"""Adding an optimization is one new module: a fake two-arm one, written to a temporary folder and named in
+$WORKBENCH_OPTS, runs (`--opt fakeopt --device cpu`) and shows in the tables and the results page, with no file of the
+workbench touched; the registry-derived test fixtures (tests/fixtures/fake_opts.py) pick it up and run it under
+`--opt all`; the README headline keeps its rows (one per optimization and savings model: none cut)."""
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 FAKE = textwrap.dedent('''
     """A do-nothing optimization: two arms that compute the same function; its savings model in the same module."""
@@ -39,7 +44,7 @@ def _new_module_commands(tmp_path):
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "WORKBENCH_OPTS": "fakeopt", "PYTHONPATH": os.pathsep.join([str(tmp_path), repo])}
     return [("help", [sys.executable, "-m", "workbench.ab", "--help"], env),
-            ("run", [sys.executable, "-m", "workbench.ab", "--opt", "all", "--only", "fakeopt",
+            ("run", [sys.executable, "-m", "workbench.ab", "--opt", "fakeopt", "--device", "cpu",
                      "--out", str(tmp_path / "run")], env)]
 
 
@@ -77,6 +82,69 @@ def test_a_new_module_is_a_new_optimization(tmp_path):
     comps = an.comparisons(str(tmp_path / "run"), include_cpu=True)
     assert comps[["opt", "baseline", "arm"]].values.tolist() == [["fakeopt", "plain", "same"]]
     assert an.savings(str(tmp_path / "run"), include_cpu=True)["formula"].tolist() == ["0 (the fake saves nothing)"]
+    from workbench.report import readme
+    page = readme.page_markdown(str(tmp_path / "run"), include_cpu=True, repo=str(tmp_path))
+    row = next(x for x in page.splitlines() if x.startswith("| fakeopt |"))  # the results page reports it
+    assert "| plain -> same |" in row and "| not a result (CPU timing) |" in row  # a CPU timing: no CI, no verdict
+
+
+@pytest.fixture
+def fake_registry(tmp_path, monkeypatch):
+    """fakeopt (with its savings model) registered through $WORKBENCH_OPTS, in this process."""
+    from workbench.opts import registry
+    before = registry.in_all_names()
+    (tmp_path / "fakeopt.py").write_text(FAKE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(registry.ENV, "fakeopt")
+    assert registry.in_all_names() == (*before, "fakeopt")  # (order 9: after the workbench's own)
+    return tmp_path
+
+
+def test_the_fake_fixtures_pick_up_a_new_optimization_and_run_it_under_all(fake_registry, monkeypatch, capsys):
+    """tests/fixtures/fake_opts.py derives its fakes from the registry, so the runner tests cover a new optimization
+    too: an A/A of every optimization together, fakeopt's arm included."""
+    from fixtures import fake_opts
+    from workbench import ab
+    from workbench.cli import run_main
+    from workbench.opts import registry
+
+    fakes = fake_opts.install(monkeypatch)
+    assert list(fakes) == list(registry.in_all_names()) and list(fakes)[-1] == "fakeopt"
+    assert (fakes["fakeopt"].ARMS, fakes["fakeopt"].BASELINE) == (("plain", "same"), "plain")
+    monkeypatch.setitem(ab.CPU_DEFAULTS, "fakeopt", {"model": "tiny-qwen3"})  # (the CLI read the registry at import)
+    rc = run_main(ab.main, ["--opt", "all", "--only", "all", "--aa", "--reps", "1", "--tokens", "128", "--steps", "1",
+                            "--warmup", "0", "--warmup-max", "0", "--device", "cpu", "--model", "tiny-qwen3",
+                            "--out", str(fake_registry / "all")])
+    out, err = capsys.readouterr()
+    assert rc == 0, err[-2000:]
+    (c,) = json.loads(out.strip().splitlines()[-1])["comparisons"]
+    assert c["baseline"]["arm"] == "+".join(m.BASELINE for m in fakes.values()) and c["equivalent"] is True
+    assert c["baseline"]["arm"].startswith("rebuild+sync_reload+eager+") and c["baseline"]["arm"].endswith("+plain")
+    assert ("fakeopt", "plain") in fake_opts.APPLIED
+
+
+def test_a_fourth_optimization_with_a_model_gets_its_headline_rows(fake_registry):
+    """The headline table once kept only its first 8 rows: 4 optimizations + all + 4 savings models are 9, and the
+    last (a savings model's) went without a word."""
+    from test_analysis import arm, comparison, vs, with_verdict, write_run
+    from workbench import opts
+    from workbench.opts import registry
+    from workbench.report import headline, readme
+    from workbench.savings import common as savings
+
+    arms = {o: (opts.module(o).BASELINE, opts.module(o).OPTIMIZED) for o in registry.in_all_names()}
+    assert len(arms) >= 4 and list(arms)[-1] == "fakeopt" and savings.modelled()[-1] == "fakeopt"
+    comps = [with_verdict(comparison(o, arm(b, 110.0), arm(x, 100.0, v=vs(1.1, 1.08, 1.12))), 9.5, [8.0, 11.0], 10.0,
+                          [9.0, 11.5]) for o, (b, x) in arms.items()]
+    comps.append(comparison("all", arm("baseline", 120.0), arm("optimized", 100.0, v=vs(1.2, 1.18, 1.22))))
+    prof = fake_registry / "profiles"
+    write_run(str(prof / "camp" / "ab_traced"), comps)
+    md = readme.results_markdown(str(prof), repo=str(fake_registry))
+    rows = [x for x in md.splitlines() if x.startswith("| ") and not x.startswith("| result |")]
+    models = [o for o in savings.modelled() if o in arms]
+    assert [re.match(r"\| (\w+)", r).group(1) for r in rows] == [*arms, "all", *models]  # every one, in order
+    assert len(rows) > 8 and len(rows) <= headline.max_rows()
+    assert rows[-1].startswith("| fakeopt savings model ")
 
 
 def test_a_module_without_spec_is_refused_in_one_line(tmp_path):

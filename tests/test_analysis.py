@@ -208,11 +208,15 @@ def test_sweep_recovers_the_slope_per_layer(tmp_path):
     pc = points[points["arm"] == "cached"]
     assert pc["x"].tolist() == [4, 8, 16, 28] and pc["stat"].eq("mean").all() and pc["saving_se_ms"].notna().all()
     f = fit.set_index("arm").loc["cached"]
-    assert f["key"] == "layers" and f["n_points"] == 4 and f["xs"] == "4,8,16,28" and f["weighted"]
+    # each point's se rests on n_units - 1 < stats.MIN_WEIGHT_DF df: OLS with a robust se, no 1/se² weights
+    assert (pc["n_units"] - 1 < stats.MIN_WEIGHT_DF).all()
+    assert f["key"] == "layers" and f["n_points"] == 4 and f["xs"] == "4,8,16,28" and not f["weighted"]
     assert f["slope_ms_per_x"] == pytest.approx(3.5, abs=0.05) and f["intercept_ms"] == pytest.approx(-0.5, abs=0.5)
     assert f["slope_ci95_lo"] < f["slope_ms_per_x"] < f["slope_ci95_hi"] and f["r2"] > 0.99
-    # weighted least squares, 1/se² with each point's se (the reference: stats.linear_fit with the same se)
-    ref = stats.linear_fit(pc["x"].tolist(), pc["saving_ms"].tolist(), se=pc["saving_se_ms"].tolist())
+    # the reference: stats.linear_fit with the same se and df
+    ref = stats.linear_fit(pc["x"].tolist(), pc["saving_ms"].tolist(), se=pc["saving_se_ms"].tolist(),
+                           df=(pc["n_units"] - 1).tolist())
+    assert ref["robust"]
     assert f["slope_ms_per_x"] == pytest.approx(ref["slope"])
     assert f["slope_ci95_lo"] == pytest.approx(ref["slope_ci95"][0])
     assert an.sweep(an.comparisons(str(tmp_path)), stat="median")[0]["stat"].eq("median").all()
@@ -263,7 +267,14 @@ def test_claims_vs_ours_gain_with_ci(folder):
     assert step["verdict"] == "faster" and step["n_pairs"] == 8
     assert cvo[(cvo["opt"] == "moe")]["note"].eq("no data").all()
     assert cvo[(cvo["opt"] == "packing") & (cvo["scope"] == "fwd")]["note"].iloc[0] == "not measured (scope fwd)"
-    assert len(an.claims_figure(cvo).data) == 2
+    assert step["comparable"] and pd.isna(step["why_not_comparable"])
+    fig = an.claims_figure(cvo)
+    assert "ours (95% CI)" in {t.name for t in fig.data} and fig.layout.xaxis.title.text != "gain_pct"
+    two = an.claims_vs_ours(an.comparisons(folder).assign(ranks=2))  # a 2-GPU step is not the claim's step
+    ours = two[two["ours_pct"].notna()]
+    assert len(ours) and not ours["comparable"].any() and ours["why_not_comparable"].str.contains("2-GPU").all()
+    names = {t.name for t in an.claims_figure(two).data}
+    assert "ours (95% CI)" not in names and any(str(n).startswith("ours, not comparable") for n in names)
 
 
 def test_figures_carry_cis(folder):
@@ -300,7 +311,9 @@ def test_a_real_cpu_run_is_left_out_by_default_and_read_when_asked(cpu_run):
     assert list(c.index) == ["cached", "precomputed"] and c.loc["cached", "role"] == "optimized"
     ref = reference(cpu_run, s["name"], "rebuild", "cached")
     assert c.loc["cached", "speedup"] == pytest.approx(ref["speedup"]) and c.loc["cached", "n_pairs"] == 2
-    assert c.loc["cached", "n_units"] == 2 and c.loc["cached", "verdict"].startswith("no verdict")
+    # a CPU timing is no result, read back as the runner wrote it (`stats.timing_on`): no CI, no verdict
+    assert c.loc["cached", "n_units"] == 2 and c.loc["cached", "verdict"] == stats.NOT_A_RESULT
+    assert pd.isna(c.loc["cached", "ci95_lo"]) and c.loc["cached", "summary_verdict"] == stats.NOT_A_RESULT
     assert c.loc["cached", "summary_speedup"] == s["optimized"]["vs_baseline"]["speedup"]
     assert c.loc["cached", "baseline_ms"] == s["baseline"]["step_ms"]
     st = an.steps(cpu_run, include_cpu=True)
@@ -386,7 +399,8 @@ def test_layer_timeline_lanes_and_categories():
     assert meta["dur_ms"].tolist() == pytest.approx([1.0, 2.0]) and meta["start_ms"].tolist() == pytest.approx([2, 21])
     only0 = an.layer_timeline(_events(), layers=["L00"])
     assert set(only0.loc[only0["lane"].str.startswith("host"), "layer"]) == {"L00"}
-    assert {t.name for t in an.timeline_figure(tl).data} >= {"metadata build", "reload", "sync"}
+    assert {t.name for t in an.timeline_figure(tl).data} >= {"metadata build", "reload", "host sync", "memcpy"}
+    assert set(tl["category"]) <= set(an.TIMELINE_CATEGORIES)  # each one coloured by report.palette.TIMELINE
     assert an.layer_timeline(pd.DataFrame()).empty
 
 
@@ -549,12 +563,12 @@ def test_sweep_fits_and_the_l_minus_1_test(tmp_path):
     assert pts["measured_from"].str.startswith("results.csv").all() and (pts["n_units"] == 4).all()
     f = an.sweep_fits(points=pts).set_index("folder")
     a, b = f.loc[os.path.join("p", "lm1")], f.loc[os.path.join("p", "lin")]
-    # weighted least squares with each point's rep-level se (the reference: stats.linear_fit with those se)
+    # 4-rep points (3 df < stats.MIN_WEIGHT_DF): OLS with a robust se (the reference: stats.linear_fit, se and df)
     pa = pts[pts["folder"] == os.path.join("p", "lm1")]
-    ref = stats.linear_fit(pa["x"].tolist(), pa["measured_ms"].tolist(), se=pa["measured_se_ms"].tolist(), at=1)
-    ref90 = stats.linear_fit(pa["x"].tolist(), pa["measured_ms"].tolist(), se=pa["measured_se_ms"].tolist(), at=1,
-                             confidence=0.90)
-    assert a["weighted"] and a["slope_ms"] == pytest.approx(ref["slope"])
+    kw = dict(se=pa["measured_se_ms"].tolist(), df=pa["measured_df"].tolist(), at=1)
+    ref = stats.linear_fit(pa["x"].tolist(), pa["measured_ms"].tolist(), **kw)
+    ref90 = stats.linear_fit(pa["x"].tolist(), pa["measured_ms"].tolist(), confidence=0.90, **kw)
+    assert not a["weighted"] and ref["robust"] and a["slope_ms"] == pytest.approx(ref["slope"])
     assert a["slope_ci95_lo"] == pytest.approx(ref["slope_ci95"][0])
     assert (a["at1_ms"], a["at1_ci95_lo"], a["at1_ci95_hi"]) == pytest.approx((ref["at"]["y"], *ref["at"]["ci95"]))
     assert (a["at1_ci90_lo"], a["at1_ci90_hi"]) == pytest.approx(ref90["at"]["ci95"])
@@ -630,6 +644,19 @@ def test_repeats_z_and_mean_z2(tmp_path):
     want = (np.log(a["speedup"]) - np.log(b["speedup"])) / np.sqrt(se(a) ** 2 + se(b) ** 2)
     assert r["z"] == pytest.approx(want) and r["z"] < 0  # the second run saves more
     assert z.attrs["n"] == 2 and z.attrs["mean_z2"] == pytest.approx(float((z["z"] ** 2).mean()))
+    # "agree" is a test (replication.runs_agree), not CI overlap; tau by REML over the runs' per-rep log ratios
+    assert 0 <= r["p"] <= 1
+    assert bool(r["agree"]) == (r["p"] >= 0.05) and z.attrs["n_disagree"] == int((z["p"] < 0.05).sum())
+    g = z.attrs["groups"]
+    assert list(g.columns) == an.REPEAT_GROUP_COLUMNS and len(g) == 2 and (g["K"] == 2).all()
+    assert (g["tau_null_q95_pct"] > 0).all() and (g["sigma_pct"] > 0).all()
+    # not a clean repeat: another commit (or fewer than 4 reps) leaves the pair out
+    other = c.copy()
+    other.loc[other["folder"] == os.path.join("p", "repeat_b"), "git_sha"] = "another-sha"
+    assert an.repeats(other).empty
+    few = c.copy()
+    few.loc[few["folder"] == os.path.join("p", "repeat_b"), "n_units"] = 3
+    assert an.repeats(few).empty
     # the old figures of summary.json: the pair-bootstrap CI's se with the normal quantile
     old = an.repeats(c, "summary").set_index("arm").loc["cached"]
     se_old = lambda lo, hi: (np.log(hi) - np.log(lo)) / 2 / 1.96  # noqa: E731

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from workbench import ab, campaign
+from workbench.opts import registry
 
-EXPECTED_JOBS = ["ab_all", "ab_aa", "nvtx_cost", "packing_sweep", "offload_tokens", "ab_torch", "ab_packing_nsys",
-                 "ab_offload_nsys", "ab_moe_nsys", "ab_witness", "witness_ops",
+EXPECTED_JOBS = ["ab_all", "ab_aa", "nvtx_cost", "packing_sweep", "offload_tokens", "ab_torch",
+                 *[f"ab_{o}_nsys" for o in registry.in_all_names()], "ab_witness", "witness_ops",
                  "ab_traced", "offload_sweep", "packing_sweep_l1", "packing_sweep_llama", "offload_sweep_qwen3",
                  "all_traced", "offload_first_reload", "offload_first_reload_qwen3", "repeat_a", "repeat_b",
                  "fidelity_llama", "fidelity_moe"]

@@ -134,3 +134,12 @@ def test_same_batches_needs_the_same_data_args_and_step_count(tmp_path):
     assert rundiff.same_batches(a, b, 2, 2)       # precision is not a data argument
     assert not rundiff.same_batches(a, c, 2, 2)   # another seed: other batches
     assert not rundiff.same_batches(a, b, 2, 3)   # another traced-step count
+
+
+def test_untraced_runs_are_told_to_trace_not_to_give_a_comparison(runs, tmp_path, capsys):
+    """Issue 38, item 11: `--comparison` cannot fix runs without traces; the line says to add --trace torch."""
+    bare = write_run(str(tmp_path / "bare"), rng=np.random.default_rng(1))  # timed steps, no traces
+    assert run_main(diff.main, [runs[0], bare]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--trace torch" in err and f"{bare} has no traces" in err
+    assert "give --comparison" not in err

@@ -136,15 +136,18 @@ def test_counted_and_timed_passes_use_the_same_batches(capsys, tmp_path, monkeyp
 
 # --- arm order ----------------------------------------------------------------------------------------------
 
-def test_arm_order_rotates():
-    assert [engine.arm_order(["A", "B", "C"], r) for r in range(4)] == \
-        [["A", "B", "C"], ["B", "C", "A"], ["C", "A", "B"], ["A", "B", "C"]]
+def test_arm_order_williams_rows():
+    """3 arms: the rotation's 3 rows, then the same reversed (a cycle of 6); 4 arms: 0 1 3 2 plus r."""
+    assert [engine.arm_order(["A", "B", "C"], r) for r in range(7)] == \
+        [["A", "B", "C"], ["B", "C", "A"], ["C", "A", "B"], ["C", "B", "A"], ["A", "C", "B"], ["B", "A", "C"],
+         ["A", "B", "C"]]
+    assert [engine.arm_order(list("ABCD"), r) for r in range(2)] == [list("ABDC"), list("BCAD")]
     assert [engine.arm_order(["A", "B"], r) for r in range(3)] == [["A", "B"], ["B", "A"], ["A", "B"]]
 
 
 def test_arm_order_rotates_end_to_end(capsys, tmp_path, monkeypatch, fakes):
-    """The applies during timing (equivalence and counted applies excluded) follow A B C, B C A, C A B. Catches a
-    fixed order (drift and first-arm costs would then fall on one arm)."""
+    """The applies during timing (equivalence and counted applies excluded) follow the Williams rows A B C, B C A,
+    C A B (no discarded rep on a CPU). Catches a fixed order (drift and first-arm costs would then fall on one arm)."""
     ph = _Phases(monkeypatch, fakes)
     rc, out, err = _ab(capsys, ["--opt", "packing", *FAST, "--steps", "1", "--batches", "1", "--reps", "3",
                                 "--out", str(tmp_path)])
@@ -194,40 +197,55 @@ def _measure(script, arms, nb, p, **kw):
     return m
 
 
-def test_warmup_stops_when_a_step_is_within_settle_pct_of_the_previous_on_its_batch():
-    # batches 0 and 1 alternate (100, 90, 50, 49, 50.4, ...): step 4 (batch 0) is 0.8% from step 2 (batch 0)
+def test_warmup_stops_when_every_batch_is_within_settle_pct_of_its_previous_step():
+    # batches 0 and 1 alternate (100, 90, 50, 49, 50.4, 49.1, ...): step 4 (batch 0) is 0.8% from step 2, but batch 1
+    # (step 3: 49 against 90) has not settled; step 5 (batch 1) is 0.2% from step 3: both settled after 6 steps
     w_times = [100.0, 90.0, 50.0, 49.0, 50.4, 49.1, 50.0, 49.0]
     s = Script(lambda arm, rep, k, i: w_times[k] if k < len(w_times) else 10.0)
-    m = _measure(s, ["A"], 2, Protocol(reps=1, steps=2, warmup_min=0, warmup_max=8, settle_pct=2.0))
+    m = _measure(s, ["A"], 2, Protocol(discard_reps=0, reps=1, steps=2, warmup_min=0, warmup_max=8, settle_pct=2.0))
     (w,) = m.warmups
-    assert (w.steps, w.settled) == (5, True) and w.step_ms == w_times[:5]
+    assert (w.steps, w.settled) == (6, True) and w.step_ms == w_times[:6]
     # the timed steps come after the warmup, batch = step mod nb, from step 0
-    assert [(k, i, st) for arm, rep, k, i, st, ms in s.steps][5:] == [(5, 0, 0), (6, 1, 1)]
-    assert [x["step_ms"] for x in m.samples] == [w_times[5], w_times[6]]
+    assert [(k, i, st) for arm, rep, k, i, st, ms in s.steps][6:] == [(6, 0, 0), (7, 1, 1)]
+    assert [x["step_ms"] for x in m.samples] == [w_times[6], w_times[7]]
+
+
+def test_warmup_rechecks_every_batch_not_only_the_last_step():
+    """Batch 0 settles at once, batch 1 keeps getting 10% faster: the warmup must not call it settled (the rule
+    before compared only the last step with its batch's previous one, so a settled batch 0 ended the warmup while
+    batch 1 was still moving)."""
+    def t(arm, rep, k, i):
+        return 50.0 if i == 0 else 100.0 * 0.9 ** k
+    m = _measure(Script(t), ["A"], 2, Protocol(discard_reps=0, reps=1, steps=1, warmup_min=0, warmup_max=9))
+    assert (m.warmups[0].steps, m.warmups[0].settled) == (9, False)
+    # and once batch 1 stops moving, it settles
+    m = _measure(Script(lambda arm, rep, k, i: 50.0 if i == 0 else (100.0 * 0.9 ** k if k < 5 else 40.0)), ["A"], 2,
+                 Protocol(discard_reps=0, reps=1, steps=1, warmup_min=0, warmup_max=12))
+    assert m.warmups[0].settled and m.warmups[0].steps == 8
 
 
 @pytest.mark.parametrize("nb", [1, 2, 3])
-def test_warmup_runs_at_least_one_pass_over_every_batch_plus_one(nb):
-    """Constant step times settle at once, yet warmup takes nb + 1 steps (every batch once, then one compared with
-    its batch's previous step). Catches a warmup that stops before it has seen every batch."""
+def test_warmup_runs_at_least_two_passes_over_every_batch(nb):
+    """Constant step times settle at once, yet warmup takes 2 nb steps (every batch once, then every batch compared
+    with its previous step). Catches a warmup that stops before it has re-checked every batch."""
     s = Script(lambda arm, rep, k, i: 10.0)
-    m = _measure(s, ["A"], nb, Protocol(reps=1, steps=1, warmup_min=0, warmup_max=10))
+    m = _measure(s, ["A"], nb, Protocol(discard_reps=0, reps=1, steps=1, warmup_min=0, warmup_max=10))
     (w,) = m.warmups
-    assert (w.steps, w.settled) == (nb + 1, True)
+    assert (w.steps, w.settled) == (2 * nb, True)
     # warmup_min above that wins
-    m = _measure(Script(lambda arm, rep, k, i: 10.0), ["A"], nb, Protocol(reps=1, steps=1, warmup_min=6,
+    m = _measure(Script(lambda arm, rep, k, i: 10.0), ["A"], nb, Protocol(discard_reps=0, reps=1, steps=1, warmup_min=6,
                                                                           warmup_max=10))
     assert (m.warmups[0].steps, m.warmups[0].settled) == (6, True)
 
 
 def test_warmup_stops_at_warmup_max_when_it_never_settles():
     s = Script(lambda arm, rep, k, i: 100.0 * 1.1 ** k)  # every step 10% slower than the last
-    m = _measure(s, ["A", "B"], 2, Protocol(reps=2, steps=1, warmup_min=0, warmup_max=7))
+    m = _measure(s, ["A", "B"], 2, Protocol(discard_reps=0, reps=2, steps=1, warmup_min=0, warmup_max=7))
     assert len(m.warmups) == 4
     assert all(w.steps == 7 and w.settled is False for w in m.warmups)
     assert [(w.arm, w.rep) for w in m.warmups] == [("A", 0), ("B", 0), ("B", 1), ("A", 1)]
     # no warmup at all when warmup_max is 0
-    m = _measure(Script(lambda *a: 10.0), ["A"], 2, Protocol(reps=1, steps=1, warmup_min=0, warmup_max=0))
+    m = _measure(Script(lambda *a: 10.0), ["A"], 2, Protocol(discard_reps=0, reps=1, steps=1, warmup_min=0, warmup_max=0))
     assert (m.warmups[0].steps, m.warmups[0].settled) == (0, False)
 
 
@@ -241,7 +259,7 @@ def test_an_outlier_step_is_listed_and_never_dropped_from_the_estimate():
         base = 10.0 if arm == "A" else 8.0
         return base * noise[(arm, rep, k)] * (5.0 if (arm, rep, k) == ("B", 1, 2) else 1.0)
     s = Script(times)
-    m = _measure(s, ["A", "B"], 1, Protocol(reps=4, steps=4, warmup_min=0, warmup_max=0))
+    m = _measure(s, ["A", "B"], 1, Protocol(discard_reps=0, reps=4, steps=4, warmup_min=0, warmup_max=0))
     c = engine.paired_comparison(m.samples, "A", "B")
     flagged = [(x["arm"], x["rep"], x["step"]) for x in m.samples if x["outlier"]]
     assert flagged == [("B", 1, 2)]
@@ -257,16 +275,16 @@ def test_an_outlier_step_is_listed_and_never_dropped_from_the_estimate():
 def test_target_ci_stops_when_the_noise_is_small_and_max_reps_when_unreachable():
     rng = random.Random(0)
     quiet = Script(lambda arm, rep, k, i: (10.0 if arm == "A" else 9.0) * (1 + rng.uniform(-0.001, 0.001)))
-    m = _measure(quiet, ["A", "B"], 2, Protocol(reps=2, steps=4, warmup_min=0, warmup_max=0, target_ci_pct=2.0))
+    m = _measure(quiet, ["A", "B"], 2, Protocol(discard_reps=0, reps=2, steps=4, warmup_min=0, warmup_max=0, target_ci_pct=2.0))
     assert (m.stopped_by, m.reps) == ("target_ci", 2)
     rng2 = random.Random(0)
     loud = Script(lambda arm, rep, k, i: 10.0 * (1 + rng2.uniform(-0.5, 0.5)))
-    m = _measure(loud, ["A", "B"], 2, Protocol(reps=2, steps=2, warmup_min=0, warmup_max=0, target_ci_pct=0.01,
+    m = _measure(loud, ["A", "B"], 2, Protocol(discard_reps=0, reps=2, steps=2, warmup_min=0, warmup_max=0, target_ci_pct=0.01,
                                                max_reps=5))
-    assert (m.stopped_by, m.reps) == ("max_reps", 5)
-    assert len(m.step_ms("A")) == len(m.step_ms("B")) == 5 * 2
+    assert (m.stopped_by, m.reps) == ("max_reps", 4)  # max_reps 5, but never an odd R
+    assert len(m.step_ms("A")) == len(m.step_ms("B")) == 4 * 2
     # without a target (nor a budget), exactly `reps`
-    m = _measure(Script(lambda *a: 10.0), ["A", "B"], 1, Protocol(reps=3, steps=1, warmup_min=0, warmup_max=0))
+    m = _measure(Script(lambda *a: 10.0), ["A", "B"], 1, Protocol(discard_reps=0, reps=3, steps=1, warmup_min=0, warmup_max=0))
     assert (m.stopped_by, m.reps) == ("reps", 3)
 
 
@@ -277,7 +295,7 @@ def test_budget_stops_adding_reps(monkeypatch):
     monkeypatch.setattr(engine, "time", types.SimpleNamespace(perf_counter=lambda: clock.t, time=time.time))
     rng = random.Random(0)
     s = Script(lambda arm, rep, k, i: 10.0 * (1 + rng.uniform(-0.3, 0.3) * 0.01), clock=clock)
-    p = Protocol(reps=1, steps=2, warmup_min=0, warmup_max=0, target_ci_pct=1e-6, budget_s=0.1, max_reps=30)
+    p = Protocol(discard_reps=0, reps=1, steps=2, warmup_min=0, warmup_max=0, target_ci_pct=1e-6, budget_s=0.1, max_reps=30)
     t0 = clock.t
     m = _measure(s, ["A", "B"], 2, p)
     assert m.stopped_by == "budget"
@@ -288,14 +306,14 @@ def test_budget_stops_adding_reps(monkeypatch):
 
 def test_a_failing_arm_is_recorded_and_skipped_in_later_reps():
     s = Script(lambda arm, rep, k, i: 10.0, fail={("C", 0): 1})  # C fails at its second step of rep 0
-    m = _measure(s, ["A", "B", "C"], 1, Protocol(reps=3, steps=2, warmup_min=0, warmup_max=0))
+    m = _measure(s, ["A", "B", "C"], 1, Protocol(discard_reps=0, reps=3, steps=2, warmup_min=0, warmup_max=0))
     assert list(m.failed) == ["C"] and "C broke" in str(m.failed["C"])
     assert [x for x in s.sessions if x[0] == "C"] == [("C", 0)]  # never opened again
     assert m.stopped_by == "reps" and m.reps == 3
     assert len(m.step_ms("A")) == len(m.step_ms("B")) == 6 and len(m.step_ms("C")) == 1
     # the optimized arm failing stops the comparison
     s = Script(lambda arm, rep, k, i: 10.0, fail={("B", 0): 0})
-    m = _measure(s, ["A", "B"], 1, Protocol(reps=3, steps=2, warmup_min=0, warmup_max=0))
+    m = _measure(s, ["A", "B"], 1, Protocol(discard_reps=0, reps=3, steps=2, warmup_min=0, warmup_max=0))
     assert m.stopped_by == "failed" and m.reps == 1 and list(m.failed) == ["B"]
 
 
@@ -303,14 +321,14 @@ def test_keyboard_interrupt_and_an_instrument_propagate():
     def ctrl_c(arm, rep, k, i):
         raise KeyboardInterrupt
     with pytest.raises(KeyboardInterrupt):
-        _measure(Script(ctrl_c), ["A", "B"], 1, Protocol(reps=1, steps=1, warmup_min=0, warmup_max=0))
+        _measure(Script(ctrl_c), ["A", "B"], 1, Protocol(discard_reps=0, reps=1, steps=1, warmup_min=0, warmup_max=0))
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Mode(TorchDispatchMode):
         def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
             return func(*args, **(kwargs or {}))
     with Mode(), pytest.raises(engine.InstrumentActive, match="dispatch mode: Mode"):
-        _measure(Script(lambda *a: 10.0), ["A", "B"], 1, Protocol(reps=1, steps=1, warmup_min=0, warmup_max=0))
+        _measure(Script(lambda *a: 10.0), ["A", "B"], 1, Protocol(discard_reps=0, reps=1, steps=1, warmup_min=0, warmup_max=0))
     assert engine.active_instruments() == []
 
 
@@ -328,7 +346,7 @@ def test_aa_sessions_with_rep_effects_ci_contains_one_at_the_nominal_rate():
             if (arm, rep) not in block:
                 block[(arm, rep)] = rng.gauss(0, 0.01)
             return 10.0 * (1 + block[(arm, rep)] + rng.gauss(0, 0.002))
-        m = _measure(Script(t), ["A", "A#2"], 2, Protocol(reps=5, steps=4, warmup_min=0, warmup_max=0))
+        m = _measure(Script(t), ["A", "A#2"], 2, Protocol(discard_reps=0, reps=5, steps=4, warmup_min=0, warmup_max=0))
         c = engine.paired_comparison(m.samples, "A", "A#2")
         assert c["n_pairs"] == 20 and c["n_units"] == 5
         contains += c["ci95"][0] < 1 < c["ci95"][1]
@@ -340,19 +358,95 @@ def test_aa_sessions_with_rep_effects_ci_contains_one_at_the_nominal_rate():
     # a real difference: 10% slower from the same noise is "slower"
     rng = random.Random(3)
     ab_ = Script(lambda arm, rep, k, i: rng.gauss(10.0, 0.2) * (1.1 if arm == "B" else 1.0))
-    m = _measure(ab_, ["A", "B"], 2, Protocol(reps=4, steps=4, warmup_min=0, warmup_max=0))
+    m = _measure(ab_, ["A", "B"], 2, Protocol(discard_reps=0, reps=4, steps=4, warmup_min=0, warmup_max=0))
     c = engine.paired_comparison(m.samples, "A", "B")
     assert c["ci95"][1] < 1 and c["verdict"] == "slower"
 
 
 def test_samples_pair_by_rep_and_step():
     s = Script(lambda arm, rep, k, i: 10.0 + rep + (0.5 if arm == "B" else 0.0) + k / 10)
-    m = _measure(s, ["A", "B"], 2, Protocol(reps=2, steps=3, warmup_min=0, warmup_max=0))
+    m = _measure(s, ["A", "B"], 2, Protocol(discard_reps=0, reps=2, steps=3, warmup_min=0, warmup_max=0))
     assert [(x["rep"], x["step"], x["batch"]) for x in m.samples if x["arm"] == "A"] == \
         [(0, 0, 0), (0, 1, 1), (0, 2, 0), (1, 0, 0), (1, 1, 1), (1, 2, 0)]
     b, o, reps = engine.pairs(m.samples, "A", "B")
     assert [y - x for x, y in zip(b, o)] == pytest.approx([0.5] * 6)
     assert reps == [0, 0, 0, 1, 1, 1]
+
+
+def _rotate_by_one(arms, rep):
+    """The order before the Williams design: the negative control of the balance test."""
+    k = rep % len(arms)
+    return arms[k:] + arms[:k]
+
+
+def _balance(order, arms, reps):
+    """(position counts {arm: [count per position]}, adjacency counts {(a, b): times a came right before b})."""
+    pos = {a: [0] * len(arms) for a in arms}
+    adj: dict = {}
+    for r in range(reps):
+        o = order(arms, r)
+        assert sorted(o) == sorted(arms)
+        for i, a in enumerate(o):
+            pos[a][i] += 1
+        for a, b in zip(o, o[1:]):
+            adj[(a, b)] = adj.get((a, b), 0) + 1
+    return pos, adj
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6])
+def test_arm_order_is_a_williams_design_balanced_for_position_and_carryover(n):
+    """Over one cycle (n reps, 2n for odd n) every arm takes every position equally often and comes right before
+    every other arm equally often. The rotation by one (the order before) fails the carryover half for n >= 3: with
+    4 arms the baseline runs right before the compared arm in 3 of 4 reps."""
+    arms = [chr(65 + i) for i in range(n)]
+    cyc = engine.williams_cycle(n)
+    assert cyc == (n if n % 2 == 0 else 2 * n)
+    pos, adj = _balance(engine.arm_order, arms, cyc)
+    assert all(len(set(c)) == 1 for c in pos.values()), pos
+    assert len(adj) == n * (n - 1) and len(set(adj.values())) == 1, adj
+    if n >= 3:
+        _, old = _balance(_rotate_by_one, arms, cyc)
+        assert len(set(old.get((a, b), 0) for a in arms for b in arms if a != b)) > 1
+    if n == 4:
+        _, old = _balance(_rotate_by_one, arms, 4)
+        assert old[("A", "B")] == 3  # the offload headline's 75%
+    assert engine.arm_order(["A", "B"], 0) == ["A", "B"] and engine.arm_order(["A", "B"], 1) == ["B", "A"]
+
+
+def test_one_warmup_rep_is_discarded_timed_recorded_and_never_in_the_statistics():
+    """rep -1 runs every arm (its own warmup and timed steps) before rep 0; its steps land in `discarded` with
+    rep -1 and never in `samples` or the speedup: a 3x slow first rep of the optimized arm leaves the estimate at
+    the true 1.25x."""
+    def t(arm, rep, k, i):
+        base = 10.0 if arm == "A" else 8.0
+        return base * (3.0 if rep == 0 and arm == "B" else 1.0)  # Script's rep 0 is the discarded rep here
+    s = Script(t)
+    m = _measure(s, ["A", "B"], 2, Protocol(reps=4, steps=2, warmup_min=0, warmup_max=0))
+    assert m.protocol.discard_reps == 1 and m.reps == 4
+    assert sorted((x["arm"], x["rep"]) for x in m.discarded) == [("A", -1)] * 2 + [("B", -1)] * 2
+    assert all(x["discarded"] for x in m.discarded) and max(x["step_ms"] for x in m.discarded) == 24.0
+    assert {x["rep"] for x in m.samples} == {0, 1, 2, 3} and not any(x.get("discarded") for x in m.samples)
+    assert sorted({(w.arm, w.rep) for w in m.warmups})[:2] == [("A", -1), ("A", 0)]
+    c = engine.paired_comparison(m.samples, "A", "B")
+    assert c["speedup"] == pytest.approx(1.25) and c["n_units"] == 4
+    # the negative control: without the discard the slow rep is in the estimate
+    m0 = _measure(Script(t), ["A", "B"], 2, Protocol(discard_reps=0, reps=4, steps=2, warmup_min=0, warmup_max=0))
+    assert engine.paired_comparison(m0.samples, "A", "B")["speedup"] < 1.1
+
+
+def test_target_ci_stops_at_an_even_r_and_whole_williams_cycles():
+    """The CI is already tight after 3 reps, yet the engine runs a 4th (never an odd R); with 4 arms and reps >= 4 it
+    stops at whole cycles of 4."""
+    quiet = Script(lambda arm, rep, k, i: (10.0 if arm == "A" else 9.0) * (1 + 0.001 * ((rep * 7 + k) % 3)))
+    m = _measure(quiet, ["A", "B"], 1, Protocol(discard_reps=0, reps=3, steps=2, warmup_min=0, warmup_max=0,
+                                                target_ci_pct=5.0))
+    assert (m.stopped_by, m.reps) == ("target_ci", 4)
+    rng = random.Random(1)
+    loud = Script(lambda arm, rep, k, i: 10.0 * (1 + rng.uniform(-0.3, 0.3)))
+    m = _measure(loud, list("ABCD"), 1, Protocol(discard_reps=0, reps=4, steps=1, warmup_min=0, warmup_max=0,
+                                                 target_ci_pct=0.01, max_reps=11))
+    assert (m.stopped_by, m.reps) == ("max_reps", 8)
+    assert engine.stop_every(Protocol(reps=4), 4) == 4 and engine.stop_every(Protocol(reps=3), 3) == 2
 
 
 # --- equivalence: the chunked fp32 reference is the same function ----------------------------------------------

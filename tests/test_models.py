@@ -60,3 +60,50 @@ def test_bad_model_names(name, msg):
 
 def test_every_preset_has_a_family():
     assert {p.family for p in PRESETS.values()} == {"llama", "qwen3", "qwen3_moe", "gpt_oss"}
+
+
+DRIFT = ("past_key_values", "is_gradient_checkpointing")
+"""Deprecations transformers announced that our own code once triggered (issue 38, item 7)."""
+
+
+def _drift_warnings(fn) -> list[str]:
+    import warnings
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")  # pyproject ignores FutureWarning / DeprecationWarning in tests: not here
+        fn()
+    return [str(x.message) for x in w if any(d in str(x.message) for d in DRIFT)]
+
+
+def test_no_deprecated_transformers_call_in_a_build_and_a_packed_step():
+    """A GPT-OSS build (peft wraps it) and a forward + backward of a packed batch (our packed masks through
+    create_causal_mask): no deprecation of DRIFT. The negative control: the old keyword call does warn."""
+    from transformers.masking_utils import create_causal_mask
+
+    from workbench.step.data import batch_from_lengths
+    from workbench.step.models import model_inputs
+
+    def step():
+        m = build_model("tiny-gpt-oss", layers=2)
+        b = batch_from_lengths([5, 7], m.config.vocab_size)
+        m(**model_inputs(m, b)).loss.backward()
+    assert _drift_warnings(step) == []
+    cfg = load_config("tiny-gpt-oss")
+    probe = torch.empty((1, 4, 1))
+    old = _drift_warnings(lambda: create_causal_mask(config=cfg, inputs_embeds=probe, attention_mask=None,
+                                                     past_key_values=None, position_ids=torch.arange(4)[None]))
+    assert old and "past_key_values" in old[0]
+
+
+def test_the_supported_transformers_range_is_the_tested_one():
+    """pyproject names the transformers the suite runs against (the one installed here), not a range it never saw."""
+    import os
+    import re
+
+    import transformers
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml")) as f:
+        req = re.search(r'"transformers([^"]*)"', f.read()).group(1)
+    lo, hi = re.fullmatch(r">=([\d.]+),<([\d.]+)", req).groups()
+    v = tuple(int(x) for x in transformers.__version__.split(".")[:2])
+    assert tuple(int(x) for x in lo.split(".")[:2]) == v  # the lower end is the tested version
+    assert tuple(int(x) for x in hi.split(".")[:2]) == (v[0], v[1] + 1)  # and nothing past its minor release

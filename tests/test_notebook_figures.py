@@ -55,8 +55,11 @@ def _is_speedup(fig) -> bool:
 
 
 def _rows(fig) -> int:
-    """Distinct categories on the figure's category axis (y for horizontal CI plots, x for bars)."""
+    """Distinct categories on the figure's category axis (y for horizontal CI plots, x for bars; the labelled ticks
+    where the rows are placed by number)."""
     f = _fig(fig)
+    if f.layout.yaxis.ticktext is not None:
+        return len(f.layout.yaxis.ticktext)
     ys = {str(y) for t in f.data if t.type == "scatter" and t.error_x.array is not None for y in _seq(t.y)}
     xs = {str(x) for t in f.data if t.type == "bar" and t.orientation != "h" for x in _seq(t.x)}
     return max(len(ys), len(xs))
@@ -122,6 +125,90 @@ def test_committed_notebook_is_readable(path):
             body = html.split("<tbody>", 1)[-1] if "<tbody>" in html else ""
             assert body.count("<tr") <= analysis.PREVIEW_ROWS + 1, "a table longer than a reader reads"
     assert _page_px(nb) <= MAX_PAGE_PX, f"about {_page_px(nb)} px"
+
+
+MAX_LEGEND_ENTRIES = 20
+"""Categories one figure's legend may hold (a reader tells about this many colours apart)."""
+MAX_HORIZONTAL_ENTRIES = 6
+"""A horizontal legend (above or below the plot) holds one line of entries at most."""
+
+
+def _colour(trace) -> str | None:
+    for part in ("marker", "line"):
+        c = getattr(getattr(trace, part, None), "color", None)
+        if isinstance(c, str):
+            return c.lower()
+    return None
+
+
+def _legend(fig) -> list[tuple[str, str | None]]:
+    """(name, colour) of each legend entry, in order (a name once)."""
+    f = _fig(fig)
+    if f.layout.showlegend is False:
+        return []
+    out = {}
+    for t in f.data:
+        if t.showlegend is not False and t.name:
+            out.setdefault(t.name, _colour(t))
+    return list(out.items())
+
+
+def _legend_problems(fig) -> list[str]:
+    """Why a reader would not see the figure's whole legend, or could not tell its entries apart."""
+    f, entries = _fig(fig), _legend(fig)
+    out = []
+    if len(entries) > MAX_LEGEND_ENTRIES:
+        out.append(f"{len(entries)} legend entries")
+    if any(k.startswith("legend") and k != "legend" and f.layout[k] is not None for k in f.layout.to_plotly_json()):
+        out.append("a second legend (placed outside the plot area, it is cut off)")
+    if f.layout.legend.orientation == "h":
+        if len(entries) > MAX_HORIZONTAL_ENTRIES:
+            out.append(f"{len(entries)} entries in a horizontal legend")
+    elif len(entries) > 1:
+        titles = len({t.legendgroup for t in f.data if t.legendgrouptitle.text})
+        m = f.layout.margin
+        plot_px = (f.layout.height or 450) - (100 if m.t is None else m.t) - (80 if m.b is None else m.b)
+        if plot_px < report._legend_px(len(entries), titles):
+            out.append(f"{len(entries)} entries in {plot_px} px")
+    colours = [c for _, c in entries]
+    if None in colours:
+        out.append("an entry without its own colour (plotly's cycle: the colour follows the order)")
+    if len(set(colours)) < len(colours):
+        out.append("two entries, one colour")
+    return out
+
+
+def test_every_legend_whole_and_one_colour_per_meaning_across_the_notebooks():
+    """Each figure's legend is whole (one legend, tall enough, at most MAX_LEGEND_ENTRIES) and tells its entries
+    apart; a name keeps one colour in every figure of every notebook ("optimized" the same blue everywhere)."""
+    seen: dict[str, tuple[str, str]] = {}
+    for path in NOTEBOOKS:
+        with open(path) as f:
+            nb = json.load(f)
+        for fig in _figures(nb):
+            where = f"{os.path.basename(path)}: {_title(fig)[:60]}"
+            assert _legend_problems(fig) == [], where
+            for name, colour in _legend(fig):
+                first = seen.setdefault(name, (colour, where))
+                assert first[0] == colour, f"{name}: {colour} in {where}, {first[0]} in {first[1]}"
+
+
+def test_the_legend_rules_catch_the_figures_notebook_04_drew_before():
+    """Negative control: the timeline beside its breakdown with two legends, plotly's cycle for the timeline, 16 kinds
+    of event in 10 colours, and the breakdown's legend cut at the figure's bottom."""
+    import plotly.graph_objects as go
+
+    cycle = ["#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692", "#b6e880", "#ff97ff",
+             "#fecb52"]  # plotly's default colourway
+    fig = go.Figure([go.Bar(x=[1], y=["lane"], name=f"kind {i}", marker_color=cycle[i % 10]) for i in range(16)]
+                    + [go.Bar(x=[1], y=["arm"], name=c, legend="legend2") for c in ("gemm", "launch_gap (idle)")])
+    fig.update_layout(height=400, legend2=dict(x=1.02, y=1))
+    problems = _legend_problems(fig)
+    assert any("second legend" in p for p in problems) and "two entries, one colour" in problems
+    assert any("without its own colour" in p for p in problems)
+    tall = go.Figure([go.Bar(x=[1], y=["a"], name=f"c{i}", marker_color=f"#{i:02x}{i:02x}{i:02x}") for i in range(12)])
+    assert any("entries in" in p for p in _legend_problems(tall.update_layout(height=300)))
+    assert _legend_problems(tall.update_layout(height=report.MARGIN_PX + report._legend_px(12))) == []
 
 
 def test_the_rules_catch_a_long_linear_speedup_figure():
@@ -196,3 +283,35 @@ def test_notebook_pages_refuses_bad_input_in_one_line(capsys, tmp_path):
     assert notebook_pages.main(["--chromium", str(tmp_path / "no-chromium"), "--no-screenshot", NOTEBOOKS[0]]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(x.startswith("notebook_pages: ") for x in err) and "Traceback" not in "".join(err)
+
+
+def test_reexecution_keeps_static_images_or_says_what_they_need(monkeypatch):
+    """Without a browser for kaleido a re-executed notebook gets the figures' JSON and one line naming what the PNGs
+    need, never plotly's HTML renderer (plotly.js and MathJax as scripts); a static renderer asked for explicitly
+    that cannot draw here is an error, not a silent switch."""
+    from workbench.errors import WorkbenchError
+
+    monkeypatch.delenv("WB_PLOTLY_RENDERER", raising=False)
+    monkeypatch.setattr(report, "static_export_missing", lambda: None)
+    assert report.renderer() == (report.STATIC_RENDERER, None)
+    monkeypatch.setattr(report, "static_export_missing", lambda: "no Chrome or Chromium found")
+    wanted, note = report.renderer()
+    assert wanted == report.INTERACTIVE_RENDERER and "chromium" in note and "no Chrome" in note
+    assert "notebook" not in wanted and "html" not in wanted
+    monkeypatch.setenv("WB_PLOTLY_RENDERER", report.STATIC_RENDERER)
+    with pytest.raises(WorkbenchError, match="apt-get install chromium"):
+        report.renderer()
+    monkeypatch.setenv("WB_PLOTLY_RENDERER", "plotly_mimetype")  # the tests' own: no PNG asked, none needed
+    assert report.renderer() == ("plotly_mimetype", None)
+
+
+def test_the_setup_module_says_how_figures_render(monkeypatch, capsys):
+    from workbench.report import notebook_setup
+
+    monkeypatch.delenv("WB_PLOTLY_RENDERER", raising=False)
+    monkeypatch.setattr(report, "static_export_missing", lambda: "kaleido is not installed")
+    monkeypatch.setattr(notebook_setup, "display", lambda *a: None)
+    kw = notebook_setup.setup(os.path.join(ROOT, "profiles"))
+    out = capsys.readouterr().out
+    assert out.startswith("figures: interactive only") and "result folders in" in out
+    assert kw == notebook_setup.selection() and kw["include_cpu"] is False

@@ -60,7 +60,7 @@ def kernel_env(tmp_path_factory, monkeypatch_module):
 
 
 def _execute(path: str, env: dict) -> "nbformat.NotebookNode":
-    from workbench.report.readme import environ
+    from workbench.report.notebook_outputs import environ
 
     with environ(env):
         nb = nbformat.read(path, as_version=4)
@@ -168,6 +168,9 @@ def test_notebooks_exist_and_first_cell_names_the_command():
         params = nb.cells[1]
         assert "WB_PROFILES" in params.source and "PROFILES =" in params.source and "WB_INCLUDE_CPU" in params.source
         assert "parameters" in params.metadata.get("tags", [])
+        setup = nb.cells[2].source  # the shared setup: one module, one short cell
+        assert "notebook_setup import setup" in setup and len(setup.splitlines()) <= 5, p
+        assert not any("an.left_out(" in c.source or "pd.set_option(" in c.source for c in nb.cells), p
         code = [c for c in nb.cells if c.cell_type == "code"]
         assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), p  # committed executed, in order
         assert "result folders in profiles" in _stdout(nb), p
@@ -194,7 +197,7 @@ def test_notebook_runs_on_committed_profiles(name, kernel_env):
     text = _text(nb)
     assert "result folders in profiles" in text and "left out" in text
     from workbench import analysis as an
-    from workbench.report.readme import normalize_outputs
+    from workbench.report.notebook_outputs import normalize_outputs
     normalize_outputs(nb)
     committed = nbformat.read(os.path.join(ROOT, "notebooks", name), as_version=4)
     assert _stdout(nb) == _stdout(committed), "committed outputs are stale: python -m workbench.readme_results " \
@@ -209,10 +212,9 @@ def test_notebook_runs_on_committed_profiles(name, kernel_env):
     if name.startswith("02"):
         assert "(L-1) form" in text and "slope_ms" in text  # the L sweep fits and their L = 1 test
         v = an.verdicts(PROFILES, include_incomplete_comparisons=an.KEEP_FROM_INCOMPLETE)
-        if len(v):  # one printed verdict line per model and configuration
-            lines = [x for x in _stdout(nb).splitlines()
-                     if re.search(r"-> (confirmed|refuted|inconclusive|no trace|not modelled|input check failed)", x)]
-            assert len(lines) == len(v)
+        if len(v):  # one row per model and configuration, as a table (no sentences printed)
+            assert f"{len(v)} savings-model verdicts" in text and len(an.verdict_table(v)) == len(v)
+            assert not re.search(r"-> (confirmed|refuted|inconclusive)", _stdout(nb))
         else:
             assert "no data for savings-model verdicts" in text
     if name.startswith("03"):
@@ -244,7 +246,7 @@ def test_notebook_runs_on_a_fresh_cpu_run(name, fresh_run):
     if name.startswith("01"):
         assert "rebuild" in text and "cached" in text and "no data for an A/A run" in text
     if name.startswith("02"):
-        assert "-> no trace" in text  # a CPU trace has no GPU events: the verdict says so
+        assert "no trace" in text  # a CPU trace has no GPU events: the verdict (a table row) says so
     if name.startswith("03"):
         assert "build_meta" in text
     if name.startswith("04"):
@@ -254,7 +256,7 @@ def test_notebook_runs_on_a_fresh_cpu_run(name, fresh_run):
 
 def test_normalize_outputs_merges_split_streams_and_drops_stderr():
     """A kernel under load may flush one cell's prints as several streams; the committed file holds one."""
-    from workbench.report.readme import normalize_outputs
+    from workbench.report.notebook_outputs import normalize_outputs
 
     v4 = nbformat.v4
     nb = v4.new_notebook(cells=[v4.new_code_cell("print('a'); print('b')", outputs=[

@@ -108,6 +108,16 @@ def test_out_on_a_special_file_system_is_refused_and_nothing_created(out):
     assert not os.path.exists(out)
 
 
+def test_an_unwritable_default_folder_is_named_as_the_default_not_as_out(capsys, tmp_path, monkeypatch):
+    """Issue 38, item 11: with no --out, the line names the default runs/<run_id> and says to give --out."""
+    (tmp_path / "runs").write_text("")  # a file where the runs/ folder would go
+    rc, lines, made = _cli(capsys, tmp_path, monkeypatch, ["--opt", "packing"])
+    assert rc == 2 and len(lines) == 1 and made == ["runs"], lines
+    assert "the default output folder runs/" in lines[0] and "give --out DIR" in lines[0]
+    assert "error: --out" not in lines[0]
+    _one_line(check_out_dir, str(tmp_path / "runs" / "x"), match="^--out .* name another folder$")  # given: as was
+
+
 def test_out_in_a_writable_folder_passes(tmp_path):
     check_out_dir(str(tmp_path / "new" / "run"))
     assert os.listdir(tmp_path) == []
@@ -249,3 +259,40 @@ def test_analysis_lists_kept_and_left_out_folders(capsys, tmp_path):
     assert analysis_main([str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("0 run folders kept") and out[1] == "1 left out:" and "cpu_run" in out[2]
+
+
+def test_help_times_come_from_the_measured_source(capsys, monkeypatch):
+    """Issue 38, item 6: the time `--help` quotes is profiles/timings.json's (seconds, machine, date), no guess;
+    per-device defaults are spelled out instead of `(default: None)`."""
+    import json
+
+    from workbench.ab import cli
+    from workbench.paths import REPO_ROOT
+    with open(os.path.join(REPO_ROOT, cli.TIMINGS)) as f:
+        t = json.load(f)["cpu_main_command"]
+    monkeypatch.setenv("COLUMNS", "400")
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--help"])
+    h = capsys.readouterr().out
+    assert f"{t['wall_s']:g} s on " in h and f"measured {t['date']}" in h and cli.TIMINGS in h
+    assert "a few minutes" not in h and "(default: None)" not in h
+    assert f"(per device: CPU {cli.CPU_DEFAULTS['_run']['reps']}, GPU {cli.GPU_DEFAULTS['_run']['reps']})" in h
+
+
+def test_report_lists_what_an_interrupted_comparison_measured(capsys, tmp_path):
+    """Issue 38, item 11: after Ctrl-C, a comparison with timed steps in results.csv but no summary entry is listed
+    (its arms' step counts and reps), not left out; a summarized one is not listed twice."""
+    from workbench.report.__main__ import main as report_main
+    from workbench.measure.results import RunWriter
+    w = RunWriter(str(tmp_path / "run"), "r1", argv=["python", "-m", "workbench.ab"])
+    for rep in range(2):
+        for arm in ("rebuild", "cached"):
+            w.add("packing", arm, "step_ms", 10.0, "ms", rep=rep, step=0, batch=0)
+            w.add("offload", arm, "step_ms", 10.0, "ms", rep=rep, step=0, batch=0)
+    w.write_summary({"comparisons": [{"name": "offload", "status": "failed", "errors": ["boom"]}]})
+    w.finish("incomplete", reason="interrupted (Ctrl-C)")
+    assert report_main([str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "packing: stopped before it finished (no table): results.csv holds timed steps of rebuild 2, cached 2 " \
+           "over 2 rep(s)" in out
+    assert "offload: stopped" not in out

@@ -1,7 +1,8 @@
-"""The README headline, the results page and the headline figure (`workbench.report.readme`): run against the
-committed profiles/ and against synthetic run folders with savings-model verdicts; every number on the page sits on
-a row that names an existing file; the headline stays short; `--check` fails on a stale block, page or figure and on
-a prose speedup that matches no comparison."""
+"""The README headline, the results page and the headline figure (`workbench.report.readme` over `headline`,
+`results_page` and `prose_check`): run against the committed profiles/ and against synthetic run folders with
+savings-model verdicts; every number on the page sits on a row that names an existing file; the headline stays short
+and drops no row; `--check` fails on a stale block, page or figure and on a prose speedup that matches no comparison;
+a CPU run is never a result."""
 from __future__ import annotations
 
 import os
@@ -9,7 +10,8 @@ import re
 
 import pytest
 
-from workbench.report import figures
+from workbench.report import figures, headline
+from workbench.report import prose_check
 from workbench.report import readme as rr
 
 from test_analysis import _sweep, arm, comparison, packing, vs, with_verdict, write_run
@@ -52,7 +54,8 @@ def test_page_on_committed_profiles_every_number_names_its_file():
     aa = next(line for line in page.splitlines() if "rebuild -> rebuild#2" in line)
     assert "1.002x [0.980, 1.024] | yes | no detectable difference (±2.4%) | 24 (6) |" in aa  # 6 reps: a verdict
     rep = page[page.index("## Repeat runs"): page.index("## Savings models")]
-    assert "mean z² = " in rep and "old pair-bootstrap" in rep and len(_rows_with_numbers(rep)) >= 10
+    # clean repeats only (same commit, batches, steps, trace mode, arm set; >= 4 reps each): 6 pairs in profiles/
+    assert "mean z² = " in rep and "old pair-bootstrap" in rep and len(_rows_with_numbers(rep)) >= 5
     assert "rebuild 791.5 -> 881.2 ms (+11.3%)" in page  # the counter's cost on the packing baseline
     for name in ("nvtx:packing", "nvtx:offload", "nvtx:moe", "nvtx:all"):
         assert f"| {name} |" in page
@@ -73,7 +76,7 @@ def test_page_on_committed_profiles_every_number_names_its_file():
 def test_headline_on_committed_profiles_is_short_and_names_backend_pairs_and_ci():
     md = rr.results_markdown(PROFILES)
     rows = _table_rows(md)
-    assert 4 <= len(rows) <= rr.HEADLINE_MAX_ROWS
+    assert 4 <= len(rows) <= headline.max_rows()
     assert md.startswith("![") and "(profiles/headline.png)" in md and "(profiles/RESULTS.md)" in md
     for opt in ("packing", "offload", "moe", "all"):
         assert any(r.startswith(f"| {opt}: ") for r in rows), opt
@@ -146,6 +149,11 @@ def test_gpu_runs_only_unless_asked(tmp_path):
     assert "x [1.0" in aa and "| NO |" in aa  # an A/A whose CI misses 1 says so (99 against 100 ms)
     with_cpu = rr.page_markdown(str(prof), include_cpu=True, repo=str(tmp_path))
     assert "profiles/cpu/summary.json" in with_cpu and "## Left out" not in with_cpu
+    # a CPU timing is never a result: no CI, no verdict (the runner's rule, `stats.timing_on`, read by the pages too)
+    cpu = next(line for line in with_cpu.splitlines() if "(cpu/summary.json)" in line and "rebuild -> cached" in line)
+    gpu = next(line for line in with_cpu.splitlines() if "(gpu/summary.json)" in line and "rebuild -> cached" in line)
+    assert re.search(r"\| 1\.\d{3}x \[-, -\] \| not a result \(CPU timing\) \|", cpu), cpu
+    assert re.search(r"\| 1\.\d{3}x \[1\.\d{3}, 1\.\d{3}\] \| faster \|", gpu), gpu
     assert "No complete GPU comparison" in rr.results_markdown(str(tmp_path / "nothing"), repo=str(tmp_path))
 
 
@@ -154,13 +162,13 @@ def test_prose_check_catches_a_figure_that_matches_no_comparison(tmp_path):
     comps = an.comparisons(PROFILES, include_incomplete_comparisons=True)
     good = "cached is 1.080x [1.045, 1.115], n=12, grouped 1.37x; ~~retracted 1.70x~~\n```\nexample 9.999x\n```\n" \
         "`speedup 1.133x [95% CI 1.081-1.188, n=12 pairs]`\n"
-    assert rr.prose_problems(good, comps) == []
-    assert len(rr.prose_problems("cached is 1.080x [1.045, 1.115], n=9", comps)) == 1  # wrong n pairs
-    assert len(rr.prose_problems("- cached is 1.080x\n  [1.045, 1.116], n=12", comps)) == 1  # wrapped: still read
+    assert prose_check.prose_problems(good, comps) == []
+    assert len(prose_check.prose_problems("cached is 1.080x [1.045, 1.115], n=9", comps)) == 1  # wrong n pairs
+    assert len(prose_check.prose_problems("- cached is 1.080x\n  [1.045, 1.116], n=12", comps)) == 1  # wrapped: still read
     # the old figures (pair bootstrap, outliers dropped) that summary.json still holds are not accepted
-    assert len(rr.prose_problems("cached is 1.076x [1.059, 1.104], n=9", comps)) == 1
+    assert len(prose_check.prose_problems("cached is 1.076x [1.059, 1.104], n=9", comps)) == 1
     bad = "moe 1.086x [1.071, 1.116]\nand 1.50x\n<!-- results -->\n7.777x\n<!-- /results -->\n"
-    problems = rr.prose_problems(bad, comps)
+    problems = prose_check.prose_problems(bad, comps)
     assert len(problems) == 2 and problems[0].startswith("README.md:1: '1.086x [1.071, 1.116]'")
     assert problems[1].startswith("README.md:2: '1.50x'")  # the generated block is not prose
 
@@ -223,7 +231,7 @@ def test_committed_readme_first_screen_and_check():
            "constraints.txt -e \".[dev]\" && python -m pytest -q\n```\n<!-- /test-command -->" in first
     assert "python -m workbench.ab --opt all" in first and "(profiles/headline.png)" in first
     assert "(profiles/RESULTS.md)" in first
-    assert len(_table_rows(first)) <= rr.HEADLINE_MAX_ROWS
+    assert len(_table_rows(first)) <= headline.max_rows()
     for target in re.findall(r"\]\(([^)#]+)\)", text):  # every relative link stays inside the repository
         if not target.startswith(("http://", "https://")):
             path = os.path.normpath(os.path.join(ROOT, target))
@@ -236,11 +244,11 @@ def test_the_prose_may_quote_two_arms_of_one_comparison():
     recomputed from results.csv like any speedup; a figure no pair gives is still caught (negative control)."""
     from workbench.analysis import loader
     run = os.path.join(rr.REPO, "profiles", "2026-11-25_h100_levers_path", "qwen3moe_levers")
-    pairs = rr.arm_pairs(run)
+    pairs = prose_check.arm_pairs(run)
     r = loader.recomputed(run, "expert_lora", "grouped_mm", "split")  # split against the anchor beside it
     text = f"split beats the anchor: {r['speedup']:.3f}x [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]"
-    assert rr.prose_problems(text, pairs) == []
-    assert len(rr.prose_problems(f"{r['speedup'] + 0.01:.3f}x [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]", pairs)) == 1
+    assert prose_check.prose_problems(text, pairs) == []
+    assert len(prose_check.prose_problems(f"{r['speedup'] + 0.01:.3f}x [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]", pairs)) == 1
     # the point of a path against the previous one
     p = loader.recomputed(run, "path", "+expert_lora", "+attention")
-    assert rr.prose_problems(f"{p['speedup']:.3f}x [{p['ci95'][0]:.3f}, {p['ci95'][1]:.3f}]", pairs) == []
+    assert prose_check.prose_problems(f"{p['speedup']:.3f}x [{p['ci95'][0]:.3f}, {p['ci95'][1]:.3f}]", pairs) == []

@@ -74,7 +74,7 @@ CASES = {
                               lambda c: _write(os.path.join(c, "ckpt", "config.json"), json.dumps(_llama_config())),
                               ["no weights"]),
     "model_empty_dir": ("workbench.ab", ["--model", "ckpt/"], lambda c: os.makedirs(os.path.join(c, "ckpt")),
-                        ["not found"]),
+                        ["not a Hugging Face checkpoint", "no config.json"]),
     "experts_bogus": ("workbench.ab", ["--experts", "bogus"], None, ["unknown experts implementation 'bogus'"]),
     "lengths_not_a_number": ("workbench.ab", ["--lengths", "lognormal:x:1"], None,
                              ["--lengths", "lognormal:x:1", "lognormal:MU:SIGMA"]),

@@ -6,6 +6,9 @@ non-empty stderr line, no traceback, and no "building" progress line (the argume
 """
 import argparse
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -17,6 +20,7 @@ from workbench.step.models import (EXPERTS_CHOICES, build_model, check_attn, che
                               load_config)
 
 SUPPORTED = "llama, qwen3, qwen3_moe, gpt_oss"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _raises(fn, *args, match, **kwargs) -> str:
@@ -42,8 +46,8 @@ def test_nonexistent_checkpoint_dir(tmp_path):
 
 
 def test_empty_checkpoint_dir_is_not_found(tmp_path):
-    msg = _raises(load_config, str(tmp_path), match="not found")
-    assert "no config.json" in msg
+    msg = _raises(load_config, str(tmp_path), match="is a directory but not a Hugging Face checkpoint")
+    assert "no config.json" in msg and "not found" not in msg  # it exists: issue 38, item 11
 
 
 def test_corrupted_config_json(tmp_path):
@@ -185,3 +189,107 @@ def test_cli_help_lists_presets_and_lengths_forms():
     assert all(name in r.stdout for name in PRESETS)
     assert "lognormal:MU:SIGMA[:MIN]" in r.stdout and "jsonl:PATH:TOKENIZER_DIR" in r.stdout
     assert "(default: 1024)" in r.stdout  # ArgumentDefaultsHelpFormatter
+
+
+# --- `python -m workbench.ab`: the flags against the model's own shape, before torch (issue 38, item 4) ----------
+
+AB_BAD = [
+    (["--opt", "moe", "--model", "tiny-qwen3"], "--opt moe applies to qwen3_moe, gpt_oss models; tiny-qwen3 is a qwen3"),
+    (["--opt", "expert_lora", "--model", "tiny-llama"], "--opt expert_lora applies to qwen3_moe, gpt_oss"),
+    (["--opt", "packing", "--model", "tiny-qwen3", "--layers", "1000"], "--layers 1000: tiny-qwen3 has 2 layers"),
+    (["--opt", "packing", "--device", "cpu", "--sweep", "layers=1,4"], "--layers 4: tiny-qwen3 has 2 layers"),
+    (["--opt", "packing", "--device", "cpu", "--lora-rank", "100000"], "--lora-rank 100000 is above tiny-qwen3's "
+                                                                        "hidden size 64"),
+    (["--opt", "packing", "--arms", "rebuild,cached,cached"], "--arms names cached twice"),
+    (["--opt", "packing", "--seed", "-1"], "--seed must be >= 0"),
+    (["--opt", "bogus"], "invalid choice: 'bogus'"),
+]
+AB_GOOD = [  # the negative controls: one flag changed, each passes the early checks
+    ["--opt", "moe", "--model", "tiny-qwen3-moe"],
+    ["--opt", "all", "--model", "tiny-qwen3"],  # --opt all leaves moe out on a dense model and says so (the runner)
+    ["--opt", "packing", "--model", "tiny-qwen3", "--layers", "2"],
+    ["--opt", "packing", "--model", "tiny-qwen3", "--layers", "3", "--force"],  # the stated way to stack more
+    ["--opt", "packing", "--device", "cpu", "--lora-rank", "64"],
+    ["--opt", "packing", "--arms", "rebuild,rebuild"],  # the A/A
+    ["--opt", "packing", "--seed", "0"],
+]
+
+
+def test_ab_refuses_bad_shapes_in_one_line_before_importing_torch():
+    """Each refusal in a fresh process that never imports torch (so it answers in well under a second, against
+    3-7 s with the import), one `error:` line, rc 2; the controls pass the same checks."""
+    code = ("import json, sys\n"
+            "from workbench.ab import preflight\n"
+            "from workbench.ab.cli import parse_args\n"
+            "from workbench.errors import WorkbenchError\n"
+            "out = []\n"
+            "for argv in json.loads(sys.argv[1]):\n"
+            "    try:\n"
+            "        preflight.check_early(parse_args(argv)); out.append(None)\n"
+            "    except WorkbenchError as e:\n"
+            "        out.append(str(e))\n"
+            "print(json.dumps({'errors': out, 'torch': 'torch' in sys.modules}))\n")
+    argvs = [a for a, _ in AB_BAD] + AB_GOOD
+    r = subprocess.run([sys.executable, "-c", code, json.dumps(argvs)], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": ROOT})
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.splitlines()[-1])
+    assert got["torch"] is False
+    for (argv, match), err in zip(AB_BAD, got["errors"]):
+        assert err is not None and match in err and "\n" not in err, (argv, err)
+    assert got["errors"][len(AB_BAD):] == [None] * len(AB_GOOD)
+
+
+@pytest.mark.parametrize("argv, match", AB_BAD[:3])
+def test_ab_cli_refuses_them_once_with_no_folder(tmp_path, argv, match):
+    """The whole CLI (`python -m workbench.ab`, in-process): rc 2, one line, the reason once, no folder."""
+    r = run_cli("workbench.ab", [*argv, "--out", str(tmp_path / "x")])
+    assert match in _one_error_line(r)
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_planner_checks_the_device_default_model_too():
+    """With --device auto the default model is known only once torch picked the device: the planner runs the same
+    check before anything is built (a CPU here: tiny-qwen3 for --opt packing)."""
+    import torch
+
+    from workbench.ab.cli import CPU_DEFAULTS
+    from workbench.ab.config import ABConfig
+    from workbench.ab.planner import plan
+    cpu = torch.device("cpu")
+    with pytest.raises(WorkbenchError, match="--layers 5: tiny-qwen3 has 2 layers"):
+        plan(ABConfig.from_flat(dict(opt="packing", layers=5)).resolved(cpu, CPU_DEFAULTS["_run"]), cpu)
+    assert [c.layers for c in plan(ABConfig.from_flat(dict(opt="packing", layers=2)).resolved(cpu, CPU_DEFAULTS["_run"]), cpu)] == [2]
+
+
+def test_families_in_the_specs_are_the_moe_families():
+    from workbench.opts import registry
+    from workbench.step.presets import MOE_FAMILIES
+    assert registry.families("moe") == registry.families("expert_lora") == MOE_FAMILIES
+    assert registry.families("packing") is None
+
+
+def test_own_shape_of_a_checkpoint_reads_its_config_json(tmp_path):
+    from workbench.step.presets import own_shape
+    d = _llama_config_dir(tmp_path / "ckpt")
+    assert own_shape(str(d)) == {"family": "llama", "layers": 1, "hidden": 32}
+    assert own_shape("tiny-qwen3-moe") == {"family": "qwen3_moe", "layers": 2, "hidden": 64}
+    assert own_shape(str(tmp_path / "missing")) is None
+
+
+@pytest.mark.parametrize("module, argv", [("workbench.run", ["--help"]), ("workbench.ab", ["--help"]),
+                                          ("workbench.ab", ["--opt", "bogus"])])
+def test_help_and_argument_errors_answer_without_torch(module, argv):
+    """Issue 38, item 6 of its findings: --help and a bad flag answer before torch is imported (well under a
+    second; 3.6-7 s with the import). In a fresh process: whether torch got imported, not a wall-clock bound."""
+    code = ("import runpy, sys\n"
+            f"sys.argv = [{module!r}, *{argv!r}]\n"
+            "try:\n"
+            f"    runpy.run_module({module!r}, run_name='__main__')\n"
+            "except SystemExit as e:\n"
+            "    rc = e.code\n"
+            "print('torch' in sys.modules, rc, file=sys.stderr)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ,
+                                                                                          "PYTHONPATH": ROOT})
+    torch_loaded, rc = r.stderr.strip().splitlines()[-1].split()
+    assert torch_loaded == "False" and rc == ("0" if argv == ["--help"] else "2"), r.stderr[-2000:]

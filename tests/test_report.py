@@ -2,6 +2,8 @@
 lines as wide as the widest; the A/B comparison table keeps its title line `<comparison>: ...`."""
 from __future__ import annotations
 
+import pytest
+
 from workbench.report import tables as report
 
 
@@ -35,10 +37,24 @@ def test_comparison_table_columns_line_up():
 
 
 def test_comparison_table_prints_the_mean_the_speedup_is_a_ratio_of():
-    arm = {"step_ms": 10.0, "step_ms_mean": 10.75, "step_ms_p20": 9.9, "step_ms_p80": 10.1, "n": 8, "status": "ok"}
+    """Issue 38, item 5: the CPU run whose mean step column read 1841.7 (baseline) against 2164.1 ms beside a
+    1.195x. Reps of very different length (a loaded CPU): the arithmetic means of all steps contradict the speedup
+    (the negative control); the column the table prints, the geometric mean of the rep means, gives it exactly."""
+    from workbench.measure import stats
+    base = [1000.0, 1000.0, 2700.0, 2700.0]
+    arm = [500.0, 500.0, 3800.0, 3800.0]
+    reps = [0, 0, 1, 1]
+    sp = stats.paired_speedup(base, arm, reps)["speedup"]
+    assert sp > 1 and sum(base) / 4 < sum(arm) / 4  # "faster" beside a slower arithmetic mean
+    gb, ga = stats.geo_mean_of_unit_means(base, reps), stats.geo_mean_of_unit_means(arm, reps)
+    assert gb / ga == pytest.approx(sp, rel=1e-12)
+    a0 = {"step_ms": 10.0, "step_ms_p20": 9.9, "step_ms_p80": 10.1, "n": 4, "status": "ok"}
     c = {"name": "packing", "opt": "packing", "model": "m", "layers": 2, "tokens": 128, "attn": "sdpa",
-         "baseline": {**arm, "arm": "rebuild"},
-         "optimized": {**arm, "arm": "cached", "step_ms_mean": 8.5, "vs_baseline": {"speedup": 1.26, "ci95": [1.2, 1.3]}}}
+         "baseline": {**a0, "arm": "rebuild", "step_ms_mean": 1850.0, "step_ms_rep_geomean": gb},
+         "optimized": {**a0, "arm": "cached", "step_ms_mean": 2150.0, "step_ms_rep_geomean": ga,
+                       "vs_baseline": {"speedup": sp, "ci95": None}}}
     lines = report.comparison_table(c).splitlines()
-    assert "mean step ms" in lines[1] and "10.75" in lines[2] and "8.50" in lines[3]
-    assert "10.00" not in lines[2]  # the median is not what the speedup estimates
+    assert "step ms (rep geomean)" in lines[1] and f"{gb:.2f}" in lines[2] and f"{ga:.2f}" in lines[3]
+    assert "1850.00" not in lines[2] and "10.00" not in lines[2]  # neither the mean nor the median
+    old = {**c, "baseline": {**c["baseline"], "step_ms_rep_geomean": None}}  # a summary from before the column
+    assert "1850.00 (mean)" in report.comparison_table(old).splitlines()[2]

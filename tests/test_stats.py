@@ -235,6 +235,16 @@ def test_verdict_rules():
     assert stats.verdict((1.01, 1.05), 3) == "no verdict (n=3 reps < 4)"
 
 
+def test_a_timing_is_a_result_on_a_gpu_only():
+    """`timing_on`, the one owner of the CPU-timing rule (the runner and the analysis both call it)."""
+    c = stats.paired_speedup([10.0, 10.2, 10.1, 10.3], [9.0, 9.1, 9.0, 9.2], [0, 1, 2, 3])
+    assert stats.timing_on(c, "cuda") == c and c["ci95"] and c["verdict"] == "faster"
+    for device in ("cpu", "mps", None):
+        cpu = stats.timing_on(c, device)
+        assert (cpu["verdict"], cpu["ci95"], cpu["half_width_pct"]) == (stats.NOT_A_RESULT, None, None)
+        assert cpu["speedup"] == c["speedup"] and c["ci95"]  # the estimate stays; the input is not changed
+
+
 def test_half_width_pct():
     assert stats.half_width_pct((0.98, 1.02), 1.0) == pytest.approx(2.0)
     assert stats.half_width_pct([1.9, 2.1], 2.0) == pytest.approx(5.0)
@@ -264,3 +274,24 @@ def test_linear_fit_small_n():
     assert f["slope_ci95"] is None and f["n"] == 2
     assert stats.linear_fit([1, None, 3], [2, 4, math.nan])["n"] == 1
     assert stats.linear_fit([1], [2])["slope"] is None
+
+
+def test_no_weights_from_a_2_rep_point_that_agreed_by_chance():
+    """The L sweep that "refuted" (L-1): its L = 1 point came from 2 reps that agreed by chance (se 0.0007 ms on
+    1 df), a weight 10^6 times the others', so the weighted fit went through it with a CI of nothing. With the df
+    given, `linear_fit` refuses the weights (df < MIN_WEIGHT_DF): OLS, a robust se, and a wide CI at L = 1 that no
+    longer excludes 0. The negative control is the same call without df (the old weighted fit)."""
+    x = [1, 2, 4, 8]
+    y = [1.7, 2.3, 7.9, 17.2]
+    se = [0.0007, 1.0, 1.1, 0.9]
+    df = [1, 3, 3, 3]
+    old = stats.linear_fit(x, y, se=se, at=1)
+    assert old["weighted"] and old["at"]["y"] == pytest.approx(1.7, abs=0.01)
+    assert old["at"]["ci95"][1] - old["at"]["ci95"][0] < 0.01  # "1.7 [1.7, 1.7]"
+    new = stats.linear_fit(x, y, se=se, df=df, at=1)
+    ols = stats.linear_fit(x, y, at=1)
+    assert not new["weighted"] and new["robust"] and new["slope"] == pytest.approx(ols["slope"])
+    lo, hi = new["at"]["ci95"]
+    assert lo < 0 < hi and hi - lo > 2
+    # with enough df per point the weights stand
+    assert stats.linear_fit(x, y, se=[0.5, 1.0, 1.1, 0.9], df=[7] * 4)["weighted"]

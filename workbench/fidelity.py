@@ -499,7 +499,8 @@ def run(a) -> dict:
     t_ms = _mean([_mean(x) for x in per_rep["trainer"]])
     h_ms = _mean([_mean(x) for x in per_rep["harness"]])
     lo_hi = ci["ci95"]
-    within = None if lo_hi is None else bool(1 - TOLERANCE_PCT / 100 <= lo_hi[0] and lo_hi[1] <= 1 + TOLERANCE_PCT / 100)
+    within = None if lo_hi is None or not cuda else bool(1 - TOLERANCE_PCT / 100 <= lo_hi[0]
+                                                         and lo_hi[1] <= 1 + TOLERANCE_PCT / 100)  # CPU: no verdict
     experts = getattr(cfg, "_experts_implementation", None) if hasattr(cfg, "num_experts") or \
         hasattr(cfg, "num_local_experts") else None
     out = {
@@ -550,8 +551,10 @@ def main(argv=None) -> int:
     print(f"model {res['model']}  layers {res['layers']}  tokens {res['tokens']}  device {res['device']}  "
           f"precision {res['precision']}  attn {res['attn']}")
     print(table(rows, ["step", "step_ms", "loss (batch 0)"]))
+    from workbench.ab.cli import NOT_A_RESULT
+    verdict = NOT_A_RESULT if res["gpu_name"] is None else f"within ±{TOLERANCE_PCT:g}%: {res['within_3pct']}"
     print(f"harness / Trainer: {res['ratio']:.4f} 95% CI {_fmt_ci(res['ratio_ci95'])} over {res['reps']} reps; "
-          f"within ±{TOLERANCE_PCT:g}%: {res['within_3pct']}")
+          f"{verdict}")
     print(f"equivalent: {res['equivalent']} (loss rel diff {res['loss_rel_diff']:.3g}, grad max rel L2 "
           f"{res['grad_max_rel_l2']:.3g}, {res['compute_dtype']})")
     if res["breakdown"]:

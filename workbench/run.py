@@ -20,7 +20,7 @@ from workbench.errors import WorkbenchError
 
 
 def _epilog() -> str:
-    from workbench.step.models import ATTN_CHOICES, EXPERTS_CHOICES, PRESETS
+    from workbench.step.presets import ATTN_CHOICES, EXPERTS_CHOICES, PRESETS
     presets = "\n".join(f"  {name:<16} {p.family}" for name, p in PRESETS.items())
     return (f"presets (--model; or a local Hugging Face checkpoint directory with config.json and weights):\n"
             f"{presets}\n\n"
@@ -64,9 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv=None) -> RunConfig:
     """Parse and validate the command line; every bad argument raises WorkbenchError before any model is built
     (--lengths is read by argparse, --attn / --experts / --model / --layers checked on the model's config)."""
+    a = build_parser().parse_args(argv)  # --help and argparse's errors before torch is imported
     from workbench.step.models import check_attn, check_experts, load_config
 
-    a = build_parser().parse_args(argv)
     cfg = RunConfig(data=DataConfig(lengths=a.lengths, tokens=a.tokens, seed=a.seed),
                     step=StepConfig(model=a.model, layers=a.layers, attn=a.attn, experts=a.experts,
                                     lora_rank=a.lora_rank, checkpointing=a.checkpointing),
@@ -107,9 +107,8 @@ def execute(cfg: RunConfig, on_step=None):
 
 
 def main(argv=None) -> int:
-    from workbench.report.tables import table  # the project's one table renderer
-
     cfg = parse_args(argv)
+    from workbench.report.tables import table  # the project's one table renderer
     progress(f"building {cfg.step.model} ...")
     total = cfg.steps
 

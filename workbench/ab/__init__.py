@@ -1,7 +1,7 @@
 """Interleaved A/B comparisons of the optimizations: a paired speedup with its 95% CI and a verdict per comparison,
 equivalence checked on every run, sync counts and traces from separate passes.
 
-    python -m workbench.ab                                   # --opt all: tiny presets on a CPU (a few minutes)
+    python -m workbench.ab                                   # --opt all: tiny presets on a CPU (time: profiles/timings.json)
     python -m workbench.ab --opt packing --trace torch       # + a torch.profiler pass of every arm
     python -m workbench.ab --opt packing --aa --reps 6       # A/A: the baseline against itself (the noise floor)
     python -m workbench.ab --opt packing --sweep layers=4,8,16,28      # one comparison per layer count
@@ -51,7 +51,7 @@ _HOME = {
     "main": "session", "_main": "session", "Terminated": "session", "_verdicts": "session",
     "_install_sigterm": "session",
     "parse_args": "cli", "parse_sweep": "config", "ABConfig": "config", "OPT_CHOICES": "cli", "HF_ATTN": "cli", "ARMS_HELP": "cli",
-    "SWEEPABLE": "config", "CPU_DEFAULTS": "cli", "GPU_DEFAULTS": "cli", "NOT_A_RESULT": "cli", "DOC": "cli",
+    "SWEEPABLE": "config", "CPU_DEFAULTS": "cli", "GPU_DEFAULTS": "cli", "DOC": "cli",
     "DTYPE_CHOICES": "cli",
     "plan": "planner", "ArmSpec": "planner", "Comparison": "planner",
     "Runner": "runner", "_Session": "arm", "_free": "arm", "_fresh": "arm", "_plain": "arm",

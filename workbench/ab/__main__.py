@@ -15,6 +15,9 @@ def _run(argv=None) -> int:
     from workbench.ab import processes
     if (processes.split_argv(argv)[0] or 1) > 1:  # K processes of this command, then the process-level estimate
         return processes.main(argv)
+    from workbench.ab import preflight
+    from workbench.ab.cli import parse_args
+    preflight.check_early(parse_args(argv))  # every mistake the flags and presets show, before torch is imported
     from workbench.ab.session import main  # imported here: a bad $WORKBENCH_OPTS is one line, not a traceback
     return main(argv)
 

@@ -4,14 +4,33 @@ from __future__ import annotations
 
 import argparse
 
-from workbench.cli import OneLineParser
+from workbench.cli import HelpFormatter, OneLineParser
 from workbench.errors import WorkbenchError
 
 from workbench.opts import registry
 from workbench.ab.config import ABConfig
+from workbench.step.config import RunConfig
 from workbench.step.precision import CHOICES as PRECISION_CHOICES, HELP as PRECISION_HELP
 
-DOC = 'Interleaved A/B comparisons of the optimizations: a paired speedup with its 95% CI and a verdict per comparison,\nequivalence checked on every run, sync counts and traces from separate passes.\n\n    python -m workbench.ab                                   # --opt all: tiny presets on a CPU (a few minutes)\n    python -m workbench.ab --opt packing --trace torch       # + a torch.profiler pass of every arm\n    python -m workbench.ab --opt packing --aa --reps 6       # A/A: the baseline against itself (the noise floor)\n    python -m workbench.ab --opt packing --sweep layers=4,8,16,28      # one comparison per layer count\n    python -m workbench.ab --opt moe --arms eager,grouped --target-ci 1 --budget-s 600\n    python -m workbench.ab --opt all --nvtx-cost             # + per comparison: NVTX ranges off against on\n\nHow a comparison is measured (workbench/measure/engine.py): the model is built once; every arm sees the same sequence of\n--batches packed batches. Each rep runs every arm, the order rotated by one per rep; per arm: apply, warm up until\nthe step time settles (at least --warmup steps and one pass over every batch, until a step is within --settle-pct\nof the previous step on the same batch, at most --warmup-max), then --steps timed steps with no instrument but NVTX\nranges, then revert. Samples pair by (rep, step); the rep is the unit (arms run as blocks per rep): the speedup is\nexp(mean over reps of log(mean baseline / mean arm)), with a 95% t-interval over reps (reps - 1 df) and a verdict\nfrom 4 reps: faster, slower, or no detectable difference (±x%). No step is dropped; steps beyond 5 x MAD within an\narm and batch are listed. Under torchrun the samples are the slowest rank\'s step. After the timed reps, a counted pass (one\nstep per batch, the sync counter on) gives syncs per step and `instrumented_step_ms` (the counter\'s cost); --trace\nadds profiled passes. Equivalence (workbench/measure/equivalence.py, criterion fixed before the run and written to\nmeta.json): one forward + backward of every arm on the first timed batch, relative L2 per LoRA gradient against the\nbaseline, or in bf16 against an fp32 run of the baseline on that batch.\n\nPrints one table per comparison, then, as the last stdout line, one JSON object: {"run_id", "device",\n"comparisons": [{"name", "opt", "model", "layers", "tokens", "baseline": ARM, "optimized": ARM, "others": [ARM],\n"speedup", "speedup_ci95", "verdict", "n_pairs", "equivalent", "savings_model", ...}], "complete", "status"}.\nProgress goes to stderr. Exit status 0 only when every comparison ran and every arm was equivalent; 2 for bad input\n(one line, nothing written); 130 / 143 when interrupted (Ctrl-C / SIGTERM: the folder is kept, marked incomplete).\nFiles: runs/<run_id>/ (or --out, which must be new or empty unless --force): results.csv, summary.json, meta.json,\nerrors.log on every failure, traces/ when asked (workbench/measure/results.py describes the schema), and a file named\nfor the state while it is not complete: RUNNING (pid and heartbeat), INCOMPLETE or FAILED (workbench/measure/markers.py).'
+DOC = 'Interleaved A/B comparisons of the optimizations: a paired speedup with its 95% CI and a verdict per comparison,\nequivalence checked on every run, sync counts and traces from separate passes.\n\n    python -m workbench.ab                                   # --opt all: tiny presets on a CPU ({cpu_main_time})\n    python -m workbench.ab --opt packing --trace torch       # + a torch.profiler pass of every arm\n    python -m workbench.ab --opt packing --aa --reps 6       # A/A: the baseline against itself (the noise floor)\n    python -m workbench.ab --opt packing --sweep layers=4,8,16,28      # one comparison per layer count\n    python -m workbench.ab --opt moe --arms eager,grouped --target-ci 1 --budget-s 600\n    python -m workbench.ab --opt all --nvtx-cost             # + per comparison: NVTX ranges off against on\n\nHow a comparison is measured (workbench/measure/engine.py): the model is built once; every arm sees the same sequence of\n--batches packed batches. Each rep runs every arm, the order rotated by one per rep; per arm: apply, warm up until\nthe step time settles (at least --warmup steps and one pass over every batch, until a step is within --settle-pct\nof the previous step on the same batch, at most --warmup-max), then --steps timed steps with no instrument but NVTX\nranges, then revert. Samples pair by (rep, step); the rep is the unit (arms run as blocks per rep): the speedup is\nexp(mean over reps of log(mean baseline / mean arm)), with a 95% t-interval over reps (reps - 1 df) and a verdict\nfrom 4 reps: faster, slower, or no detectable difference (±x%). No step is dropped; steps beyond 5 x MAD within an\narm and batch are listed. Under torchrun the samples are the slowest rank\'s step. After the timed reps, a counted pass (one\nstep per batch, the sync counter on) gives syncs per step and `instrumented_step_ms` (the counter\'s cost); --trace\nadds profiled passes. Equivalence (workbench/measure/equivalence.py, criterion fixed before the run and written to\nmeta.json): one forward + backward of every arm on the first timed batch, relative L2 per LoRA gradient against the\nbaseline, or in bf16 against an fp32 run of the baseline on that batch.\n\nPrints one table per comparison, then, as the last stdout line, one JSON object: {"run_id", "device",\n"comparisons": [{"name", "opt", "model", "layers", "tokens", "baseline": ARM, "optimized": ARM, "others": [ARM],\n"speedup", "speedup_ci95", "verdict", "n_pairs", "equivalent", "savings_model", ...}], "complete", "status"}.\nProgress goes to stderr. Exit status 0 only when every comparison ran and every arm was equivalent; 2 for bad input\n(one line, nothing written); 130 / 143 when interrupted (Ctrl-C / SIGTERM: the folder is kept, marked incomplete).\nFiles: runs/<run_id>/ (or --out, which must be new or empty unless --force): results.csv, summary.json, meta.json,\nerrors.log on every failure, traces/ when asked (workbench/measure/results.py describes the schema), and a file named\nfor the state while it is not complete: RUNNING (pid and heartbeat), INCOMPLETE or FAILED (workbench/measure/markers.py).'
+
+TIMINGS = "profiles/timings.json"
+"""The one measured source of the times the help quotes (command, wall seconds, date, machine)."""
+
+
+def measured_time(key: str = "cpu_main_command") -> str:
+    """`364 s on <machine>, measured <date>` from TIMINGS; says where to look when the file is not here."""
+    import json
+    import os
+
+    from workbench.paths import REPO_ROOT
+    try:
+        with open(os.path.join(REPO_ROOT, TIMINGS)) as f:
+            t = json.load(f)[key]
+        return f"{t['wall_s']:g} s on {t['machine'].split(':')[0].split(' (')[0]}, measured {t['date']}: {TIMINGS}"
+    except (OSError, ValueError, KeyError):
+        return f"its measured time: {TIMINGS} in the repository"
+
 
 OPT_NAMES = registry.names()
 """The optimizations (`workbench.opts.registry`: read from their modules' SPEC, nothing imported)."""
@@ -25,18 +44,20 @@ ARMS_HELP = {o: registry.spec(o)["help"] for o in OPT_NAMES}
 # optimization's from its SPEC, `all` (every optimization together) here
 CPU_DEFAULTS = {**{o: dict(registry.spec(o)["cpu"]) for o in OPT_NAMES}, "all": dict(model="tiny-qwen3-moe"),
                 "levers": dict(model="tiny-qwen3-moe"),
-                "_run": dict(tokens=256, batches=2, steps=1, warmup=1, warmup_max=2, reps=2)}
+                "_run": dict(tokens=256, batches=2, steps=1, warmup=1, warmup_max=2, reps=2, lengths="uniform:16:64")}
 """On a CPU the run is a functional check: syncs per step by layer and source, equivalence and FLOPs. Its timings
-exercise the engine and are labelled "not a result"; they give no speedup verdict."""
+exercise the engine and are labelled "not a result" (`workbench.measure.stats.timing_on`); they give no speedup verdict. Its documents (16-64 tokens) are
+shorter than half of any budget from 128 tokens up, so every batch packs several (4 or more at the 256 default):
+the packed-metadata checks cross document boundaries (with the GPU's lognormal, median about 245 tokens, a 256-token
+batch held one document)."""
 GPU_DEFAULTS = {**{o: dict(registry.spec(o)["gpu"]) for o in OPT_NAMES},
                 "all": dict(model="qwen3-30b-a3b", layers=8, tokens=8192),
                 "levers": dict(model="llama-3.1-8b", layers=8, tokens=16384),
-                "_run": dict(tokens=16384, batches=2, steps=2, warmup=2, warmup_max=8, reps=8)}
+                "_run": dict(tokens=16384, batches=2, steps=2, warmup=2, warmup_max=8, reps=8,
+                             lengths=RunConfig().data.lengths)}
 """GPU protocol: the rep is the unit of independence (arms run as blocks per rep), so more, shorter reps: 8 reps x 2
 timed steps over 2 batches. `python -m workbench.power` finds this protocol's A/A false-verdict rate at 5% and its
 coverage at 0.95 under the rep effects and drift measured on the H100."""
-NOT_A_RESULT = "not a result (CPU timing)"
-"""The verdict of every CPU comparison: CPU step times depend on the machine's load, not on the GPU glue code."""
 
 DTYPE_CHOICES = ("auto", "fp32", "bf16", "fp16")
 """--dtype: auto = bf16 on CUDA, fp32 on the CPU (workbench.step.models.default_dtype); `runner.DTYPES` maps them."""
@@ -47,8 +68,9 @@ DTYPE_CHOICES = ("auto", "fp32", "bf16", "fp16")
 
 # --- CLI ----------------------------------------------------------------------------------------------------
 
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Defaults shown on every option; the module docstring kept as written."""
+def _per_device(key: str) -> str:
+    """`per device: CPU x, GPU y`: the run default the help shows where the flag's own default is None."""
+    return f"per device: CPU {CPU_DEFAULTS['_run'][key]}, GPU {GPU_DEFAULTS['_run'][key]}"
 
 
 def _epilog() -> str:
@@ -61,7 +83,7 @@ def _epilog() -> str:
                        + (f" {gpu[o]['layers']} layers" if gpu[o].get("layers") else "")
                        + f", {gpu[o].get('tokens', gpu['_run']['tokens'])} tokens" for o in OPT_CHOICES)
     return (f"arms (baseline first):\n{arms}\n\ndefault shapes per --opt:\n{shapes}\n\n"
-            f"run defaults (None above = per device): CPU {cpu['_run']}; GPU {gpu['_run']}\n\n"
+            f"run defaults per device: CPU {cpu['_run']}; GPU {gpu['_run']}\n\n"
             f"presets: {', '.join(PRESETS)}; or --model DIR, a local Hugging Face checkpoint\n\n"
             "--lengths: " + length_data.lengths_help())
 
@@ -97,31 +119,37 @@ def build_parser() -> argparse.ArgumentParser:
     """The A/B command line; every default is `ABConfig`'s own."""
     d = ABConfig()  # every default is the config's own
     dd, ds = d.data, d.step
-    p = OneLineParser(prog="python -m workbench.ab", description=DOC, formatter_class=_HelpFormatter,
+    p = OneLineParser(prog="python -m workbench.ab", description=DOC.replace("{cpu_main_time}", measured_time()), formatter_class=HelpFormatter,
                 epilog=_epilog())
     p.add_argument("--opt", default=d.opt, choices=OPT_CHOICES, help="the optimization to compare (all: each, then "
                    "all three together, with two more MoE arms on top of the other two fixes: grouped, the floor, and "
                    "hf_grouped_mm, transformers' own grouped_mm as the anchor; optimizations whose SPEC says in_all: False are left "
                    "out); levers: the lever optimizations a traced baseline names, one comparison each, then their "
                    "cumulative path (workbench/ab/levers.py)")
-    p.add_argument("--model", default=None, help="preset or local HF checkpoint dir (None: per --opt and device)")
-    p.add_argument("--layers", type=_positive(int), default=None, help="override the layer count (None: per --opt)")
-    p.add_argument("--tokens", type=_positive(int), default=None, help="packed tokens per batch (None: per device)")
+    p.add_argument("--model", default=None, help="preset or local HF checkpoint dir (per --opt and "
+                   "device: the list below)")
+    p.add_argument("--layers", type=_positive(int), default=None, help="override the layer count, at most the model's own "
+                   "(--force stacks more); default: per --opt (the list below), else the model's own")
+    p.add_argument("--tokens", type=_positive(int), default=None, help="packed tokens per batch (per --opt and device: "
+                   f"CPU {CPU_DEFAULTS['_run']['tokens']}, GPU as the list below)")
     p.add_argument("--attn", default=None, help="attention: HF's (sdpa, eager, flex_attention, flash_attention_2) or "
-                   "a workbench packing backend (varlen, sdpa, eager, flex); None: the family's default")
+                   "a workbench packing backend (varlen, sdpa, eager, flex); default: the family's")
     p.add_argument("--experts", default=None, help="HF experts implementation of MoE models (eager, grouped_mm, "
-                   "batched_mm); None: transformers' default")
-    p.add_argument("--lengths", type=_lengths, default=dd.lengths, help="document lengths (forms below)")
+                   "batched_mm); default: transformers'")
+    p.add_argument("--lengths", type=_lengths, default=dd.lengths, help="document lengths (forms below; "
+                   f"{_per_device('lengths')})")
     p.add_argument("--batches", type=_positive(int), default=None, help="distinct packed batches every arm cycles "
-                   "through (None: per device)")
-    p.add_argument("--steps", type=_positive(int), default=None, help="timed steps per arm per rep (None: per device)")
+                   f"through ({_per_device('batches')})")
+    p.add_argument("--steps", type=_positive(int), default=None, help="timed steps per arm per rep "
+                   f"({_per_device('steps')})")
     p.add_argument("--warmup", type=_non_negative, default=None, help="warmup steps per arm per rep, at least "
-                   "(also at least one pass over the batches + 1); None: per device")
-    p.add_argument("--warmup-max", type=_non_negative, default=None, help="warmup steps at most (None: per device)")
+                   f"(also at least one pass over the batches + 1; {_per_device('warmup')})")
+    p.add_argument("--warmup-max", type=_non_negative, default=None, help="warmup steps at most "
+                   f"({_per_device('warmup_max')})")
     p.add_argument("--settle-pct", type=_positive(float), default=d.settle_pct, help="warmup ends when a step is within this "
                    "%% of the previous step on the same batch")
     p.add_argument("--reps", type=_positive(int), default=None, help="repetitions, at least; each runs every arm, "
-                   "order rotated (None: per device)")
+                   f"order rotated ({_per_device('reps')})")
     p.add_argument("--target-ci", dest="target_ci_pct", type=_positive(float), default=None, metavar="PCT", help="add reps until the "
                    "speedup's 95%% CI half-width is under PCT %%")
     p.add_argument("--budget-s", type=_positive(float), default=None, metavar="S", help="stop adding reps once a "
@@ -142,10 +170,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", default=d.trace, choices=("none", "torch", "nsys"),
                    help="separate profiled passes per arm (never inside the timed steps)")
     p.add_argument("--processes", type=_positive(int), default=d.processes, metavar="K", help="run the whole command "
-                   "as K independent processes (seeds --seed .. --seed+K-1, each its own model build, into OUT/p00 ..; "
-                   "rep 0 of each a discarded warm-up rep): the estimate, its CI over processes and a 95%% prediction "
+                   "as K independent processes (seeds --seed .. --seed+K-1, each its own model build and discarded "
+                   "warm-up rep, into OUT/p00 ..): the estimate, its CI over processes and a 95%% prediction "
                    "interval for a rerun (workbench/ab/processes.py)")
-    p.add_argument("--out", default=None, help="output folder, new or empty (None: runs/<run_id>)")
+    p.add_argument("--out", default=None, help="output folder, new or empty (default: "
+                   "runs/<run_id>)")
     p.add_argument("--force", action="store_true", help="let --out name a folder that holds an earlier run: its run "
                    "files are replaced; and run a shape whose memory lower bound exceeds the device (refused "
                    "otherwise, before anything is built)")

@@ -22,8 +22,10 @@ SWEEPABLE = ("layers", "tokens")
 
 @dataclasses.dataclass(kw_only=True, frozen=True)
 class ABConfig:
-    data: DataConfig = dataclasses.field(default_factory=DataConfig)
-    """The packed batches: --lengths, --tokens (None: per --opt and device), --batches (None: per device), --seed."""
+    data: DataConfig = dataclasses.field(default_factory=lambda: DataConfig(lengths=None))
+    """The packed batches: --lengths (None: per device; on a CPU short documents, several per batch, so the functional
+    check crosses document boundaries; on a GPU the synthetic lognormal), --tokens (None: per --opt and device),
+    --batches (None: per device), --seed."""
     step: StepConfig = dataclasses.field(default_factory=StepConfig)
     """The step: --model / --layers (None: the --opt's default), --attn, --experts, --dtype, --precision (resolved
     for the device by `resolved`), --lora-rank, --lr, --no-checkpointing."""
@@ -86,6 +88,13 @@ class ABConfig:
             raise WorkbenchError("--out is empty; name a folder (or leave --out out for runs/<run_id>)")
         if self.aa and self.arms:
             raise WorkbenchError("--aa and --arms both set; for an A/A of one arm use --arms ARM,ARM")
+        names = [a.strip() for a in (self.arms or "").split(",") if a.strip()]
+        if len(set(names)) not in (len(names), 1):  # ARM,ARM is the A/A; a repeat among other arms is a slip
+            dup = next(a for a in names if names.count(a) > 1)
+            raise WorkbenchError(f"--arms names {dup} twice; give each arm once (an A/A repeats one arm alone: "
+                                 f"--arms {dup},{dup})")
+        if self.data.seed < 0:
+            raise WorkbenchError(f"--seed must be >= 0, got {self.data.seed}")
         if self.target_ci_pct is None and self.budget_s is None and self.max_reps != MAX_REPS:
             raise WorkbenchError("--max-reps applies with --target-ci or --budget-s")
         if self.reps is not None and self.max_reps < self.reps and (self.target_ci_pct or self.budget_s):
@@ -115,8 +124,8 @@ class ABConfig:
         """The config the run uses on `device`: the precision resolved (`StepConfig.resolved`, once), the per-device
         run defaults filled in."""
         fill = {k: run_defaults[k] for k in ("steps", "warmup", "warmup_max", "reps") if getattr(self, k) is None}
-        data = self.data if self.data.batches is not None else \
-            dataclasses.replace(self.data, batches=run_defaults["batches"])
+        data_fill = {k: run_defaults[k] for k in ("batches", "lengths") if getattr(self.data, k) is None}
+        data = dataclasses.replace(self.data, **data_fill) if data_fill else self.data
         return dataclasses.replace(self, data=data, step=self.step.resolved(device), **fill)
 
 

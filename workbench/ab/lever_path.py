@@ -131,16 +131,15 @@ def _attention_of_points(c: dict, order: list[str]) -> list[str]:
     """The attention each point computes (`flops.ATTENTION_MODES`): the run's, until a lever's optimized arm states
     another in its module's ATTENTION_FLOPS."""
     from workbench import opts
+    from workbench.opts import registry
+    from workbench.opts.protocol import hook
     from workbench.step import flops
 
     mode, out = flops.attention_mode(c.get("attn")), []
     for i, arm in enumerate(order):
-        if i > 0 and arm.startswith("+"):
-            try:
-                mod = opts.module(arm[1:])
-                mode = (getattr(mod, "ATTENTION_FLOPS", None) or {}).get(mod.OPTIMIZED, mode)
-            except Exception:  # noqa: BLE001 - an optimization not registered here: its attention as before
-                pass
+        if i > 0 and arm.startswith("+") and arm[1:] in registry.names():  # (one not registered here: as before)
+            mod = opts.module(arm[1:])  # a broken module fails loudly
+            mode = hook(mod, "ATTENTION_FLOPS").get(mod.OPTIMIZED, mode)
         out.append(mode)
     return out
 

@@ -61,7 +61,8 @@ class Selection:
 
 def saved_fraction(opt: str) -> float:
     from workbench import opts
-    return float(getattr(opts.module(opt), "SAVED_FRACTION", 1.0))
+    from workbench.opts.protocol import hook
+    return float(hook(opts.module(opt), "SAVED_FRACTION"))
 
 
 def predict(opt: str, breakdown: dict | None) -> dict:

@@ -5,6 +5,7 @@ import dataclasses
 
 from workbench.opts import registry
 from workbench import opts as opts_registry
+from workbench.opts.protocol import hook
 from workbench.ab import preflight
 from workbench.ab.cli import CPU_DEFAULTS, GPU_DEFAULTS, HF_ATTN
 from workbench.ab.config import parse_sweep
@@ -82,6 +83,7 @@ def plan(args, device) -> list[Comparison]:
         model = args.step.model or d["model"]
         layers = args.step.layers if args.step.layers is not None else d.get("layers")
         tokens = args.data.tokens or d.get("tokens") or defaults["_run"]["tokens"]
+        preflight.check_shape(args, opt, model)  # the family, --layers and --lora-rank against the model's own
         hf_attn = args.step.attn if (args.step.attn is None or args.step.attn in HF_ATTN) else None
         cfg = load_config(model, layers, hf_attn, args.step.experts)  # unknown preset / bad checkpoint / experts -> error
         if opt == "all":
@@ -91,7 +93,7 @@ def plan(args, device) -> list[Comparison]:
                      for which in names]
             for o, m in mods.items():  # each optimization's floor / anchor arms in place of its optimized one
                 for variant in () if args.aa else _all_variants(o):
-                    if variant in getattr(m, "ARMS", ()):
+                    if variant in m.ARMS:
                         specs.append({**specs[1], o: variant})
             labels = _unique_labels(["+".join(a.values()) for a in specs])
             arms = [ArmSpec(lbl, a) for lbl, a in zip(labels, specs)]
@@ -108,7 +110,7 @@ def plan(args, device) -> list[Comparison]:
                 names = [mod.BASELINE, mod.BASELINE]
             else:
                 names = [mod.BASELINE, mod.OPTIMIZED] + [a for a in mod.ARMS if a not in (mod.BASELINE, mod.OPTIMIZED)
-                                                         and a not in getattr(mod, "OPT_IN_ARMS", ())]
+                                                         and a not in hook(mod, "OPT_IN_ARMS")]
             labels = _unique_labels(names)
             arms = [ArmSpec(lbl, {opt: a}) for lbl, a in zip(labels, names)]
         if args.headline and not args.arms:
@@ -149,13 +151,6 @@ def _check_lengths(args, tokens: int, vocab_size: int) -> None:
     args.data.make_batches(tokens, vocab_size, batches=1)
 
 
-def _module_or_none(opt: str):
-    try:
-        return opts_registry.module(opt)
-    except Exception:  # noqa: BLE001 - a module still being written must not break the others
-        return None
-
-
 def _all_variants(opt: str) -> tuple:
     """The arms that replace `opt`'s optimized arm in extra arms of --opt all (its SPEC; none for an unlisted one)."""
     from workbench.opts import registry as opt_registry
@@ -167,7 +162,7 @@ def _all_variants(opt: str) -> tuple:
 
 def _attention_backends() -> tuple:
     """The attention backends the optimizations register (a module's BACKENDS): what --attn may name besides HF's."""
-    return tuple(b for o in opts_registry.OPTS for b in getattr(_module_or_none(o), "BACKENDS", ()))
+    return tuple(b for o in registry.names() for b in hook(opts_registry.module(o), "BACKENDS"))
 
 
 def _lever_plan(args, defaults, device) -> list[Comparison]:
@@ -186,6 +181,7 @@ def _lever_plan(args, defaults, device) -> list[Comparison]:
     model = args.step.model or d["model"]
     layers = args.step.layers if args.step.layers is not None else d.get("layers")
     tokens = args.data.tokens or d.get("tokens") or defaults["_run"]["tokens"]
+    preflight.check_shape(args, "levers", model)
     cfg = load_config(model, layers, args.step.attn if args.step.attn in HF_ATTN else None, args.step.experts)
     _check_lengths(args, tokens, cfg.vocab_size)
     comps = []
@@ -195,7 +191,7 @@ def _lever_plan(args, defaults, device) -> list[Comparison]:
         if base == mod.OPTIMIZED:  # the run's recipe already is the lever's optimized arm (--precision bf16)
             continue
         arms = [ArmSpec(base, {opt: base}), ArmSpec(mod.OPTIMIZED, {opt: mod.OPTIMIZED})]
-        anchor = getattr(mod, "LEVER_ANCHOR", None)  # the arm a user would pick instead, timed beside (GPU only)
+        anchor = hook(mod, "LEVER_ANCHOR")  # the arm a user would pick instead, timed beside (GPU only)
         if anchor and device.type == "cuda" and anchor not in (base, mod.OPTIMIZED):
             arms.append(ArmSpec(anchor, {opt: anchor}))
         comps.append(Comparison(opt=opt, model=model, layers=layers, tokens=tokens, attn=args.step.attn, arms=arms,
@@ -206,5 +202,5 @@ def _lever_plan(args, defaults, device) -> list[Comparison]:
 def lever_baseline(mod, args, device) -> str:
     """The arm a lever starts from in `--opt levers`: the module's `lever_baseline(args, device)` (the realistic
     recipe the run times: precision's is the run's --precision, autocast on a GPU) or its BASELINE."""
-    hook = getattr(mod, "lever_baseline", None)
-    return hook(args, device) if hook is not None else mod.BASELINE
+    fn = hook(mod, "lever_baseline")
+    return fn(args, device) if fn is not None else mod.BASELINE

@@ -1,6 +1,12 @@
 """Every check that needs no model, run before a model is built or a folder written: one WorkbenchError line
 (rc 2) instead of a failure half a minute in, after a folder was made.
 
+- `check_early(args)` (`python -m workbench.ab`, before torch is imported: a mistake answers in well under a
+  second): `check_shape` for every comparison whose model is known without the device.
+- `check_shape(args, opt, model)` (also the planner's, once the device picked the default model): the model's own
+  shape (`workbench.step.presets.own_shape`, torch-free) against the flags: an optimization for other model
+  families, --layers beyond the model's own count (unless --force), a LoRA rank above the hidden size.
+
 - `check_run(args, device)` (the session, once the per-device defaults are filled in): the dtype on this device,
   the attention implementation's availability on this device, and protocols that can never give a verdict.
 - `check_model(args, device, config, comparisons)` (the planner, once per model config, before the document
@@ -17,6 +23,48 @@ from workbench.errors import WorkbenchError
 
 FLASH_ATTN = {"flash_attention_2": "is_flash_attn_2_available", "flash_attention_3": "is_flash_attn_3_available"}
 """HF attention implementations that need a CUDA device and a package: the transformers check of each."""
+
+
+def check_shape(args, opt: str, model: str) -> None:
+    """The flags against `model`'s own shape, for comparison `opt` (an optimization, `all` or `levers`); a model
+    whose shape cannot be read here passes (`load_config` refuses it with its own line)."""
+    from workbench.ab.config import parse_sweep
+    from workbench.opts import registry
+    from workbench.step.presets import PRESETS, own_shape
+
+    shape = own_shape(model)
+    if shape is None:
+        return
+    fams = registry.families(opt) if opt == args.opt and opt in registry.names() else None
+    if fams and shape["family"] not in fams:  # --opt all leaves such an optimization out, and says so
+        fitting = [n for n, p in PRESETS.items() if p.family in fams]
+        raise WorkbenchError(f"--opt {opt} applies to {', '.join(fams)} models; {model} is a {shape['family']} model: "
+                             f"pick one of {', '.join(fitting)} (or leave --model out)")
+    sweep = parse_sweep(args.sweep)
+    layers = [args.step.layers] if args.step.layers is not None else (sweep[1] if sweep and sweep[0] == "layers" else [])
+    over = [n for n in layers if n > shape["layers"]]
+    if over and not args.force:
+        raise WorkbenchError(f"--layers {max(over)}: {model} has {shape['layers']} layers; give at most "
+                             f"{shape['layers']}, or add --force to stack more (its layer pattern repeated, the added "
+                             "layers with random weights)")
+    if args.step.lora_rank > shape["hidden"]:
+        raise WorkbenchError(f"--lora-rank {args.step.lora_rank} is above {model}'s hidden size {shape['hidden']} (a LoRA "
+                             f"adapter's rank is at most its layer's width); give at most {shape['hidden']}")
+
+
+def check_early(args) -> None:
+    """`check_shape` for each comparison whose model is known before the device is (--model, or --device cpu /
+    cuda with the per-device default); torch-free, so `python -m workbench.ab` refuses these before importing it."""
+    from workbench.ab.cli import CPU_DEFAULTS, GPU_DEFAULTS
+    from workbench.opts import registry
+
+    if args._config or args._capture:
+        return
+    defaults = {"cpu": CPU_DEFAULTS, "cuda": GPU_DEFAULTS}.get(args.device)
+    for opt in [*registry.in_all_names(), "all"] if args.opt == "all" else [args.opt]:
+        model = args.step.model or (defaults[opt]["model"] if defaults and opt in defaults else None)
+        if model:
+            check_shape(args, opt, model)
 
 
 def check_run(args, device, note=None) -> None:

@@ -15,8 +15,10 @@ from workbench import opts as opts_registry
 from workbench.savings import common as savings
 from workbench.ab import passes, summary
 from workbench.ab.arm import _Parked, _Session, _fresh, _free, _plain
-from workbench.ab.cli import HF_ATTN, NOT_A_RESULT
-from workbench.ab.planner import ArmSpec, Comparison, _module_or_none
+from workbench.ab.cli import HF_ATTN
+from workbench.measure.stats import timing_on
+from workbench.ab.planner import ArmSpec, Comparison
+from workbench.opts.protocol import hook as opt_hook
 from workbench.cli import progress
 from workbench.errors import WorkbenchError
 from workbench.opts import apply_all as apply_arms, unsupported_reason
@@ -68,7 +70,7 @@ def _attention_ran(model, spec: ArmSpec) -> tuple:
     applied arm's module states in `ATTENTION_FLOPS` (None where none does)."""
     stated = None
     for opt, arm in spec.arms.items():
-        stated = stated or (getattr(_module_or_none(opt), "ATTENTION_FLOPS", None) or {}).get(arm)
+        stated = stated or (opt_hook(opts_registry.module(opt), "ATTENTION_FLOPS") or {}).get(arm)
     return model.config._attn_implementation, stated
 
 
@@ -95,9 +97,11 @@ class Runner:
         from workbench.measure.engine import Protocol
 
         a = self.args
+        # the discarded warm-up rep on a GPU only: a CPU run is a functional check, its timings are not results
         return Protocol(reps=a.reps, steps=a.steps, warmup_min=a.warmup, warmup_max=max(a.warmup_max, a.warmup),
                         settle_pct=a.settle_pct, target_ci_pct=a.target_ci_pct, budget_s=a.budget_s,
-                        max_reps=max(a.max_reps, a.reps))
+                        max_reps=max(a.max_reps, a.reps), discard_reps=1 if self.device.type == "cuda" else 0,
+                        batches=a.data.batches)
 
     def build(self, cmp: Comparison):
         from workbench.step.harness import enable_checkpointing
@@ -121,9 +125,9 @@ class Runner:
         state = self._opt_state.setdefault(cmp.name, {})
         o: dict = {}
         for opt in opts_registry.OPTS:
-            hook = getattr(_module_or_none(opt), "comparison_options", None)
-            if hook is not None:
-                o[opt] = hook(cmp, self.device, state.setdefault(opt, {}))
+            fn = opt_hook(opts_registry.module(opt), "comparison_options")
+            if fn is not None:
+                o[opt] = fn(cmp, self.device, state.setdefault(opt, {}))
         return o
 
     @contextlib.contextmanager
@@ -160,9 +164,9 @@ class Runner:
         backend's kernels take only fp16 / bf16 on a GPU, so there the reference runs the sdpa backend)."""
         o = self.options(cmp)
         for opt in {x for s in cmp.arms for x in s.arms}:
-            hook = getattr(_module_or_none(opt), "reference_options", None)
-            if hook is not None:
-                o[opt] = hook(o.get(opt, {}), ran_attn, self.device)
+            fn = opt_hook(opts_registry.module(opt), "reference_options")
+            if fn is not None:
+                o[opt] = fn(o.get(opt, {}), ran_attn, self.device)
         return o
 
     def run_arm_steps(self, model, cpu_batches, spec: ArmSpec, cmp, *, steps, warmup, reset, on_step=None,
@@ -216,9 +220,9 @@ class Runner:
         ran_attn = built_attn
         opts_o = self.options(cmp)
         for opt in dict.fromkeys(x for s in cmp.arms for x in s.arms):  # a backend of ours, through AttentionInterface
-            hook = getattr(_module_or_none(opt), "attention_backend", None)
-            if hook is not None:
-                ran_attn = hook(model, self.device, opts_o.get(opt, {}))
+            fn = opt_hook(opts_registry.module(opt), "attention_backend")
+            if fn is not None:
+                ran_attn = fn(model, self.device, opts_o.get(opt, {}))
         out["attn"] = ran_attn
         c = _Comparison(cmp=cmp, tag=tag, out=out, model=model, ran_attn=ran_attn, built_attn=built_attn,
                         env=dict(opt=cmp.opt, model=cmp.model, layers=L, tokens=cmp.tokens, attn=ran_attn),
@@ -366,13 +370,16 @@ class Runner:
                                 batch=i % a.data.batches, **env)
             self.writer.add(cmp.name, w.arm, "warmup_steps", w.steps, "count", rep=w.rep, **env)
             self.writer.add(cmp.name, w.arm, "warmup_settled", int(w.settled), "bool", rep=w.rep, **env)
-            self._progress(f"{tag} rep {w.rep + 1} {w.arm}: warmup {w.steps} steps, "
-                           f"{'settled' if w.settled else 'not settled (cap reached)'}")
+            self._progress(f"{tag} rep {w.rep + 1} {w.arm}: warmup {w.steps} steps, " + (
+                "settled" if w.settled else
+                f"not settled (cap reached: no step came within --settle-pct {a.settle_pct:g}% of the previous one on "
+                f"its batch in --warmup-max {a.warmup_max} steps; timed anyway"
+                + (", as expected of CPU timings" if self.device.type != "cuda" else "") + ")"))
 
         def on_rep(rep, r):
             self.writer.flush()
             if r is not None and r.get("ci95"):
-                v = r["verdict"] if self.device.type == "cuda" else NOT_A_RESULT
+                v = timing_on(r, self.device.type)["verdict"]
                 self._progress(f"{tag} after rep {rep}: speedup {r['speedup']:.4f} "
                                f"[{r['ci95'][0]:.4f}, {r['ci95'][1]:.4f}] (n={r['n_units']} reps) {v}")
 
@@ -382,10 +389,14 @@ class Runner:
                                  optimized=cmp.optimized if cmp.optimized in specs else None,
                                  on_sample=on_sample, on_warmup=on_warmup, on_rep=on_rep)
             bar.close()
+            for d in c.m.discarded:  # the warm-up rep: recorded (rep -1), never a `step_ms` row, never a statistic
+                self.writer.add(cmp.name, d["arm"], "discarded_step_ms", d["step_ms"], "ms", rep=-1, step=d["step"],
+                                batch=d["batch"], **env)
             for label, e in c.m.failed.items():
                 self._arm_failed(cmp, specs[label], e, c.arm_status, c.out)
             c.out["protocol"] = {"reps": c.m.reps, "stopped_by": c.m.stopped_by, "steps": a.steps,
-                                 "batches": a.data.batches}
+                                 "batches": a.data.batches, "discarded_reps": c.m.protocol.discard_reps,
+                                 "order": "williams"}
             self.writer.add(cmp.name, None, "reps", c.m.reps, "count", **env)
         self.writer.flush()
 
@@ -454,9 +465,7 @@ class Runner:
                                                       c.events, self.arm_flops(c, spec.label),
                                                       c.arm_attention.get(spec.label, (c.built_attn,))[0])
             if spec.label != cmp.baseline and m is not None and arm_status[spec.label]["status"] == "ok":
-                r = engine.paired_comparison(samples, cmp.baseline, spec.label)
-                if self.device.type != "cuda":  # no CI, no verdict: a CPU timing measures the machine's load
-                    r.update(verdict=NOT_A_RESULT, ci95=None, half_width_pct=None)
+                r = timing_on(engine.paired_comparison(samples, cmp.baseline, spec.label), self.device.type)
                 arm_dicts[spec.label]["vs_baseline"] = r
                 self._rows_for_comparison(cmp, spec.label, r, c.env)
         out["baseline"] = arm_dicts[cmp.baseline]

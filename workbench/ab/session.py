@@ -92,6 +92,17 @@ def capture_child(args, device) -> int:
     return 0
 
 
+def closing_line(summary: dict, planned: int) -> str:
+    """The one human line before the final JSON: how many comparisons ran, whether every arm was equivalent, and
+    where the folder is (`complete: 4/4 comparisons, all arms equivalent -> runs/...`)."""
+    cmps = summary.get("comparisons") or []
+    ran = sum(c.get("status") == "ok" for c in cmps)
+    bad = [c.get("name") for c in cmps if c.get("status") == "ok" and not c.get("equivalent")]
+    equiv = "all arms equivalent" if ran and not bad else (f"NOT equivalent: {', '.join(bad)}" if bad else
+                                                           "no arm compared")
+    return f"{summary.get('status')}: {ran}/{planned} comparisons, {equiv} -> {summary.get('out')}"
+
+
 def _install_sigterm():
     def handler(signum, frame):
         raise Terminated()
@@ -192,9 +203,9 @@ def _plan(r: _Run) -> None:
     r.out_dir = a.out or os.path.join("runs", r.run_id)
     if dctx is not None:  # one run id and folder for every rank; rank 0 checks the folder
         r.run_id, r.out_dir = dctx.broadcast((r.run_id, r.out_dir))
-        dctx.on_main(check_out_dir, r.out_dir, force=a.force)
+        dctx.on_main(check_out_dir, r.out_dir, force=a.force, given=a.out is not None)
     else:
-        check_out_dir(r.out_dir, force=a.force)
+        check_out_dir(r.out_dir, force=a.force, given=a.out is not None)
     r.comps = plan(a, r.device)
 
 
@@ -354,6 +365,7 @@ def _exit(r: _Run) -> int:
     """The final JSON line (rank 0) and the exit code."""
     if not r.main_rank:
         return r.rc
+    print(closing_line(r.summary, len(r.comps)), flush=True)
     emit_json(r.summary)
     if r.status == "incomplete":
         progress(f"{r.reason}: results so far are in {r.out_dir} (meta.json status incomplete)")

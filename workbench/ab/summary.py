@@ -39,6 +39,8 @@ def arm_summary(runner, label, samples, m, counted, arm_status, info, equiv, eve
     inst = stats.summarize([r.step_ms for r in counted])
     d = {"arm": label, "step_ms": st["median"], "step_ms_p20": st["p20"], "step_ms_p80": st["p80"],
          "step_ms_mean": st["mean"], "n": st["n"],
+         "step_ms_rep_geomean": stats.geo_mean_of_unit_means([s["step_ms"] for s in mine], [s["rep"] for s in mine])
+         if mine else None,
          "fwd_ms": stats.summarize([s["fwd_ms"] for s in mine])["median"],
          "bwd_ms": stats.summarize([s["bwd_ms"] for s in mine])["median"],
          "syncs_per_step": (sum(r.syncs for r in counted) / len(counted)) if counted else None,

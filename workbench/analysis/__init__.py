@@ -24,18 +24,19 @@ from workbench.analysis.loader import (
     LEFT_OUT_COLUMNS, RUN_COLUMNS, _json, campaign_commands, default_lengths, discover, left_out, no_data, preview,
     profiles_root, recomputed, shown_path, step_samples)
 from workbench.analysis.speedups import (
-    COMP_COLUMNS, CONFIG_KEY, REPEAT_COLUMNS, REPEAT_KEY, STEP_COLUMNS, comparisons, headline_runs, lever_comparisons,
+    COMP_COLUMNS, CONFIG_KEY, REPEAT_COLUMNS, REPEAT_GROUP_COLUMNS, REPEAT_KEY, STEP_COLUMNS, comparisons, headline_runs, lever_comparisons,
     one_gpu, repeats, runs_of, steps, warmups)
 from workbench.analysis.sweeps import (
     SWEEP_FIT_COLUMNS, SWEEP_POINT_COLUMNS, equivalence, sweep, sweep_fits, sweep_points)
 from workbench.analysis.costs import (
     COST_COLUMNS, MFU_COLUMNS, SYNC_COLUMNS, instrument_cost, mfu, syncs, witness_ops)
 from workbench.analysis.savings_models import (
-    DECOMPOSITION_COLUMNS, SAVINGS_COLUMNS, VERDICT_COLUMNS, decomposition, savings, verdicts)
+    DECOMPOSITION_COLUMNS, SAVINGS_COLUMNS, VERDICT_COLUMNS, VERDICT_TABLE_COLUMNS, decomposition, savings,
+    verdict_table, verdicts)
 from workbench.analysis.breakdowns import (
     BREAKDOWN_COLUMNS, LEVER_COLUMNS, TOP_KERNEL_COLUMNS, breakdown, levers, top_kernels)
 from workbench.analysis.timelines import (
-    STREAM_COLUMNS, TIMELINE_COLUMNS, arm_events, layer_timeline, load_trace, meta_builds, pair_timeline,
+    STREAM_COLUMNS, TIMELINE_CATEGORIES, TIMELINE_COLUMNS, arm_events, layer_timeline, load_trace, meta_builds, pair_timeline,
     step_windows, stream_roles, timeline_pairs, trace_diffs)
 from workbench.analysis.claims import (
     CLAIM_COLUMNS, claims_table, claims_vs_ours, same_model)
@@ -47,13 +48,14 @@ from workbench.report.tables import (  # the figures live in report.py; re-expor
 
 __all__ = [
     "LEFT_OUT_COLUMNS", "RUN_COLUMNS", "_json", "campaign_commands", "discover", "left_out", "no_data", "preview",
-    "profiles_root", "default_lengths", "recomputed", "shown_path", "step_samples", "COMP_COLUMNS", "CONFIG_KEY", "REPEAT_COLUMNS",
+    "profiles_root", "default_lengths", "recomputed", "shown_path", "step_samples", "COMP_COLUMNS", "CONFIG_KEY", "REPEAT_COLUMNS", "REPEAT_GROUP_COLUMNS",
     "REPEAT_KEY", "STEP_COLUMNS", "comparisons", "headline_runs", "lever_comparisons", "one_gpu", "repeats", "runs_of", "steps",
     "warmups", "SWEEP_FIT_COLUMNS", "SWEEP_POINT_COLUMNS", "equivalence", "sweep", "sweep_fits", "sweep_points",
     "COST_COLUMNS", "MFU_COLUMNS", "SYNC_COLUMNS", "instrument_cost", "mfu", "syncs", "witness_ops",
-    "DECOMPOSITION_COLUMNS", "SAVINGS_COLUMNS", "VERDICT_COLUMNS", "decomposition", "savings", "verdicts",
+    "DECOMPOSITION_COLUMNS", "SAVINGS_COLUMNS", "VERDICT_COLUMNS", "VERDICT_TABLE_COLUMNS", "decomposition", "savings",
+    "verdict_table", "verdicts",
     "BREAKDOWN_COLUMNS", "LEVER_COLUMNS", "TOP_KERNEL_COLUMNS", "breakdown", "levers", "top_kernels",
-    "STREAM_COLUMNS", "TIMELINE_COLUMNS", "arm_events", "layer_timeline", "load_trace", "meta_builds",
+    "STREAM_COLUMNS", "TIMELINE_CATEGORIES", "TIMELINE_COLUMNS", "arm_events", "layer_timeline", "load_trace", "meta_builds",
     "pair_timeline", "step_windows", "stream_roles", "timeline_pairs", "trace_diffs", "CLAIM_COLUMNS",
     "claims_table", "claims_vs_ours", "same_model", "DEFAULT_PROFILES", "KEEP_FROM_INCOMPLETE", "NOT_A_MEASUREMENT",
     "PREVIEW_ROWS", "RECIPE", "REPO", "SWEEP_CONFIDENCE", "breakdown_figure", "claims_figure", "cost_figure",

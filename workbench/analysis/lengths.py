@@ -103,13 +103,18 @@ def figure(tab: pd.DataFrame, title: str = "speedup against documents per batch 
 
     fig = go.Figure()
     d = tab.dropna(subset=["speedup", "docs_per_batch_mean"])
+    from workbench.report import palette
+
+    opts = sorted(d["opt"].astype(str).unique())
     for opt, g in d.groupby("opt", sort=True):
+        c = palette.opt_colour(str(opt), opts)
         g = g.sort_values("docs_per_batch_mean")
         hover = [f"{ln}<br>{s:.3f}x [{lo:.3f}, {hi:.3f}] ({v})<br>D per batch {m:.1f} (min {a:.0f}, max {b:.0f})"
                  f"<br>savings model: {sv}" for ln, s, lo, hi, v, m, a, b, sv in
                  zip(g["lengths"], g["speedup"], g["ci95_lo"], g["ci95_hi"], g["verdict"], g["docs_per_batch_mean"],
                      g["docs_per_batch_min"], g["docs_per_batch_max"], g["savings_verdict"])]
-        fig.add_trace(go.Scatter(x=g["docs_per_batch_mean"], y=g["speedup"], mode="lines+markers", name=str(opt),
+        fig.add_trace(go.Scatter(x=g["docs_per_batch_mean"], y=g["speedup"], mode="lines+markers", name=str(opt), marker_color=c,
+                                 line_color=c,
                                  error_y=dict(type="data", symmetric=False, array=(g["ci95_hi"] - g["speedup"]).tolist(),
                                               arrayminus=(g["speedup"] - g["ci95_lo"]).tolist()),
                                  hovertext=hover, hoverinfo="text"))

@@ -27,6 +27,24 @@ def _json(path):
         return None
 
 
+_META_CACHE: dict = {}
+
+
+def _meta(run_path: str) -> dict:
+    """A run's meta.json ({} without one), read once per file version (path, mtime, size): the tables ask for a run's
+    precision and length distribution once per row, and for its device once per recomputed speedup. Read-only: the
+    dict is shared."""
+    p = os.path.join(run_path, "meta.json")
+    try:
+        st = os.stat(p)
+    except OSError:
+        return {}
+    key = (p, st.st_mtime_ns, st.st_size)
+    if key not in _META_CACHE:
+        _META_CACHE[key] = _json(p) or {}
+    return _META_CACHE[key]
+
+
 def _name(c: dict) -> str:
     return c.get("name") or c.get("opt") or "?"
 
@@ -125,7 +143,7 @@ def _read_runs(root: str, dirs: list[str]) -> list[dict]:
         job = os.path.basename(d)
         camp = campaign_commands(os.path.dirname(d)).get(job, {})
         dev = m.get("device") if isinstance(m.get("device"), dict) else {}
-        device = dev.get("type") or str(s.get("device") or "").split(":")[0] or None
+        device = _device_type(s, m)
         status, why_state = markers.state(d, m)  # RUNNING / INCOMPLETE / FAILED files; a dead writer is "died"
         if status == "unknown":
             status = s.get("status") or "unknown"
@@ -249,7 +267,7 @@ _RECOMPUTED_CACHE: dict = {}
 def recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict | None:
     """The speedup of `arm` over `baseline` recomputed from the run's results.csv with today's engine statistics
     (`workbench.measure.engine.paired_comparison`: every pair, the rep as the unit, t with R-1 df, no verdict below
-    `stats.MIN_UNITS` reps), with both arms' mean step (`baseline_mean_ms`, `arm_mean_ms`); None without rows. The
+    `stats.MIN_UNITS` reps; a timing on a CPU gives no CI and no verdict: `stats.timing_on`), with both arms' mean step (`baseline_mean_ms`, `arm_mean_ms`); None without rows. The
     summary.json of a run made before the rep-level statistics holds the old pair-bootstrap figures: the tables
     never read those. Cached per file and modification time, as `step_samples` (every table asks again)."""
     p = os.path.join(run_path, "results.csv")
@@ -261,8 +279,14 @@ def recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict 
     return copy.deepcopy(_RECOMPUTED_CACHE[key])
 
 
+def _device_type(summary: dict, meta: dict) -> str | None:
+    """The device type a run timed on ("cuda", "cpu"): meta.json's, else summary.json's ("cuda:0" -> "cuda")."""
+    dev = meta.get("device") if isinstance(meta.get("device"), dict) else {}
+    return dev.get("type") or str(summary.get("device") or "").split(":")[0] or None
+
+
 def _recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict | None:
-    from workbench.measure import engine
+    from workbench.measure import engine, stats
 
     smp = step_samples(run_path).get(comparison)
     if not smp:
@@ -270,7 +294,10 @@ def _recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict
     mine = [dict(x) for x in smp if x["arm"] in (baseline, arm)]
     if not any(x["arm"] == arm for x in mine) or not any(x["arm"] == baseline for x in mine):
         return None
-    res = engine.paired_comparison(mine, baseline, arm)
+    meta = _meta(run_path)
+    device = _device_type({} if isinstance(meta.get("device"), dict) else
+                          _json(os.path.join(run_path, "summary.json")) or {}, meta)
+    res = stats.timing_on(engine.paired_comparison(mine, baseline, arm), device)  # a CPU timing: no CI, no verdict
     mean = lambda a: float(pd.Series([x["step_ms"] for x in mine if x["arm"] == a]).mean())  # noqa: E731
     return {**res, "baseline_mean_ms": mean(baseline), "arm_mean_ms": mean(arm)}
 
@@ -278,7 +305,7 @@ def _recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict
 def _run_lengths(path: str) -> str:
     """The document-length distribution a run packed (meta.json's `--lengths`); runs from before the flag was recorded
     packed the default (`constants.DEFAULT_LENGTHS`)."""
-    args = (_json(os.path.join(path, "meta.json")) or {}).get("args") or {}
+    args = _meta(path).get("args") or {}
     return args.get("lengths") or DEFAULT_LENGTHS
 
 
@@ -293,7 +320,7 @@ def default_lengths(df: pd.DataFrame) -> pd.DataFrame:
 def _run_precision(path: str) -> str:
     """The precision a run timed (meta.json's resolved `--precision`); runs from before the flag timed
     fp32 adapters without autocast on a bf16 base, so they read "fp32-adapters"."""
-    args = (_json(os.path.join(path, "meta.json")) or {}).get("args") or {}
+    args = _meta(path).get("args") or {}
     return args.get("precision") or "fp32-adapters"
 
 

@@ -118,3 +118,33 @@ def decomposition(profiles: str | None = None, include_incomplete_comparisons=Fa
                                                                       "saved_ms")},
                              "file": os.path.join(r["folder"], "summary.json")})
     return _frame(rows, DECOMPOSITION_COLUMNS, ("baseline_ms", "arm_ms", "saved_ms"))
+
+
+VERDICT_TABLE_COLUMNS = ["comparison", "run", "model", "layers", "tokens", "attn", "predicted ms [95% CI]",
+                         "measured ms [95% CI]", "pairs (reps)", "measured / predicted [90% CI]", "verdict", "why"]
+
+
+def verdict_table(v: pd.DataFrame) -> pd.DataFrame:
+    """`verdicts(...)` as a reader reads it, one row per model and configuration (`VERDICT_TABLE_COLUMNS`): the
+    predicted and measured saving with their CIs, the pairs (reps), the ratio with its 90% CI, the verdict, and why
+    (the reason a verdict could not be given, or the reps that would decide), each as text."""
+    def ci(x, lo, hi, unit=""):
+        return "-" if x is None or x != x else (f"{x:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if lo == lo and lo is not None
+                                                              else "") + unit)
+
+    rows = []
+    for r in v.to_dict("records"):
+        why = "; ".join(str(r[k]) for k in ("reason", "decide_note") if isinstance(r.get(k), str))
+        rows.append({"comparison": r["comparison"], "run": str(r["folder"]).split("profiles/", 1)[-1], "model": r["model"],
+                     "layers": _int(r["layers"]), "tokens": _int(r["tokens"]), "attn": r["attn"],
+                     "predicted ms [95% CI]": ci(r["predicted_ms"], r["predicted_ci95_lo"], r["predicted_ci95_hi"]),
+                     "measured ms [95% CI]": ci(r["measured_ms"], r["measured_ci95_lo"], r["measured_ci95_hi"]),
+                     "pairs (reps)": f"{_int(r['n_pairs'])}" + (f" ({_int(r['n_units'])})" if r["n_units"] == r["n_units"]
+                                                               and r["n_units"] is not None else ""),
+                     "measured / predicted [90% CI]": ci(r["ratio"], r["ratio_ci90_lo"], r["ratio_ci90_hi"]),
+                     "verdict": r["verdict"], "why": why})
+    return pd.DataFrame(rows, columns=VERDICT_TABLE_COLUMNS)
+
+
+def _int(x) -> str:
+    return "-" if x is None or x != x else f"{float(x):.0f}"

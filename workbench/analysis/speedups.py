@@ -17,7 +17,8 @@ COMP_COLUMNS = ["folder", "job", "name", "opt", "model", "layers", "tokens", "at
                 "baseline", "arm", "baseline_ms", "arm_ms", "baseline_mean_ms", "arm_mean_ms", "speedup", "ci95_lo",
                 "ci95_hi", "ci_contains_1", "verdict", "n_pairs", "n_units", "outlier_pairs", "summary_speedup",
                 "summary_ci95_lo", "summary_ci95_hi", "summary_verdict", "summary_n_pairs", "equivalent",
-                "syncs_baseline", "syncs_arm", "instrument_cost_pct", "run_status", "file", "command"]
+                "syncs_baseline", "syncs_arm", "instrument_cost_pct", "run_status", "file", "command",
+                "git_sha", "batches", "steps", "trace", "arm_set", "rep_log_ratios"]
 
 
 def comparisons(profiles: str | None = None, include_incomplete_comparisons=False, **discover_kw) -> pd.DataFrame:
@@ -58,10 +59,37 @@ def comparisons(profiles: str | None = None, include_incomplete_comparisons=Fals
                              "equivalent": a.get("equivalent"),
                              "syncs_baseline": b.get("syncs_per_step"), "syncs_arm": a.get("syncs_per_step"),
                              "instrument_cost_pct": a.get("instrument_cost_pct"), "run_status": r["status"],
-                             "file": os.path.join(r["folder"], "summary.json"), "command": r["command"]})
+                             "file": os.path.join(r["folder"], "summary.json"), "command": r["command"],
+                             **_clean_repeat_facts(r, c), "rep_log_ratios": _rep_log_ratios(r["path"], _name(c),
+                                                                                             b.get("arm"), a["arm"])})
     return _frame(rows, COMP_COLUMNS, ("baseline_ms", "arm_ms", "baseline_mean_ms", "arm_mean_ms", "speedup",
                                        "ci95_lo", "ci95_hi", "syncs_baseline", "syncs_arm", "instrument_cost_pct",
                                        "summary_speedup", "summary_ci95_lo", "summary_ci95_hi"))
+
+
+def _clean_repeat_facts(r: dict, c: dict) -> dict:
+    """What a clean repeat must share beyond the comparison: the commit, the batches, steps and trace mode it ran,
+    and its set of arms (meta.json's args; None where not recorded)."""
+    from workbench.analysis.loader import _json
+    args = (_json(os.path.join(r["path"], "meta.json")) or {}).get("args") or {}
+    return {"git_sha": r.get("git_sha"), "batches": args.get("batches"), "steps": args.get("steps"),
+            "trace": args.get("trace"), "arm_set": ",".join(sorted(a["arm"] for a, _ in _arms(c) if a.get("arm")))}
+
+
+def _rep_log_ratios(path: str, comparison: str, baseline, arm) -> list | None:
+    """The run's per-rep log(mean baseline / mean arm) (the rep as the unit), for `workbench.measure.replication`."""
+    from workbench.analysis.loader import step_samples
+    from workbench.measure import engine
+    smp = step_samples(path).get(comparison)
+    if not smp or baseline is None:
+        return None
+    b, o, reps = engine.pairs(smp, baseline, arm)
+    per: dict = {}
+    for x, y, u in zip(b, o, reps):
+        if u is not None and u == u and u >= 0:
+            per.setdefault(u, ([], []))[0].append(x)
+            per[u][1].append(y)
+    return [math.log(sum(x) / len(x) / (sum(y) / len(y))) for x, y in per.values()] or None
 
 
 STEP_COLUMNS = ["folder", "comparison", "arm", "rep", "batch", "step", "step_ms", "opt", "model", "layers", "tokens"]
@@ -122,58 +150,87 @@ def runs_of(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
     return d
 
 
-REPEAT_KEY = ["name", "baseline", "arm", "model", "layers", "tokens", "precision", "lengths", "gpu_name", "ranks"]
-REPEAT_COLUMNS = ["name", "baseline", "arm", "model", "layers", "tokens", "precision", "lengths", "gpu_name", "ranks", "statistic", "folder_1",
-                  "speedup_1", "ci95_lo_1", "ci95_hi_1", "se_log_1", "folder_2", "speedup_2", "ci95_lo_2",
-                  "ci95_hi_2", "se_log_2", "z", "z2"]
+REPEAT_KEY = ["name", "baseline", "arm", "model", "layers", "tokens", "precision", "lengths", "gpu_name", "ranks",
+              "git_sha", "batches", "steps", "trace", "arm_set"]
+"""A clean repeat: the same comparison on the same GPU model, commit, batches, steps, trace mode and arm set."""
+MIN_REPEAT_REPS = 4
+"""A run enters the repeat diagnostic with at least this many reps (fewer: its se rests on 1-2 df)."""
+REPEAT_COLUMNS = [*REPEAT_KEY, "statistic", "folder_1", "speedup_1", "ci95_lo_1", "ci95_hi_1", "se_log_1", "folder_2",
+                  "speedup_2", "ci95_lo_2", "ci95_hi_2", "se_log_2", "z", "z2", "p", "agree"]
+REPEAT_GROUP_COLUMNS = [*REPEAT_KEY, "K", "R", "sigma_pct", "tau_pct", "tau_ci95_lo_pct", "tau_ci95_hi_pct", "lr_p",
+                        "tau_null_q95_pct", "tau_beyond_null"]
 
 
 def repeats(comps: pd.DataFrame, statistic: str = "rep") -> pd.DataFrame:
-    """Do repeat runs agree? For each comparison (`REPEAT_KEY`: name (a sweep point's without its `@key=value`: the
-    same shape is the same comparison), baseline -> arm, model, layers, tokens, precision where recorded) measured in two or more run folders, one row per pair of runs (`REPEAT_COLUMNS`):
-    z = (log s1 - log s2) / sqrt(se1² + se2²), se = the log CI's half width / t. `statistic` "rep": the speedups
-    `comparisons` recomputes (the rep as the unit, t with n_units - 1 df); "summary": the figures each summary.json
-    holds (t with n_units - 1 df where its vs_baseline has n_units, else the pair bootstrap's CI with the normal
-    quantile 1.96). Honest CIs give a mean z² near 1 (`df.attrs["mean_z2"]`, `df.attrs["n"]`)."""
-    from scipy import stats as sps
+    """Do repeat runs agree? Clean repeats only (`REPEAT_KEY`: the comparison (a sweep point's name without its
+    `@key=value`), arms, model, shape, precision, lengths, GPU, ranks, git sha, batches, steps, trace mode and arm
+    set), each run with at least MIN_REPEAT_REPS reps. One row per pair of runs (`REPEAT_COLUMNS`):
+    `replication.runs_agree`, a test (z = (log s1 - log s2) / sqrt(se1² + se2²), se from each CI with reps - 1 df,
+    two-sided p, `agree` p >= 0.05), not CI overlap. `statistic` "rep": the speedups `comparisons` recomputes;
+    "summary": the figures each summary.json holds. `df.attrs`: "n" pairs, "n_disagree" (p < 0.05; about 5% of
+    pairs when the runs' CIs speak for a rerun), "mean_z2" (kept for comparison only: its null mean is not 1 with
+    few reps per run), and "groups": per clean repeat group with K >= 2 runs of per-rep log ratios
+    (`REPEAT_GROUP_COLUMNS`), sigma and tau by REML (`replication.reml_components`) with tau's 95% CI and the LR
+    test of tau = 0, judged against the 95th percentile of tau-hat when tau = 0 simulated for the group's own design
+    (`replication.null_tau_quantile`)."""
+    from workbench.measure import replication, stats
 
     cols = {"rep": ("speedup", "ci95_lo", "ci95_hi", "n_units"),
             "summary": ("summary_speedup", "summary_ci95_lo", "summary_ci95_hi", None)}[statistic]
     d = comps.copy()
-    for k in REPEAT_KEY:
+    for k in (*REPEAT_KEY, "n_units", "rep_log_ratios"):
         if k not in d:
             d[k] = None
     d["name"] = d["name"].astype(str).str.split("@").str[0]  # a sweep point at the main shape is the same comparison
     d = d[d[cols[0]].notna() & d[cols[1]].notna()]
-    rows = []
+    d = d[pd.to_numeric(d["n_units"], errors="coerce").fillna(0) >= MIN_REPEAT_REPS]
+    rows, groups = [], []
     for _, g in ([] if d.empty else d.groupby(d[REPEAT_KEY].map(str).agg("|".join, axis=1), sort=False)):
         if g["folder"].nunique() < 2:
             continue
         recs = g.sort_values("folder", kind="stable").to_dict("records")
 
-        def se(r):
-            s_, lo, hi = (float(r[c]) for c in cols[:3])
-            n = r.get(cols[3]) if cols[3] else None
-            q = float(sps.t.ppf(0.975, int(n) - 1)) if n is not None and n == n and n >= 2 else 1.96
-            return (math.log(hi) - math.log(lo)) / 2 / q
+        def est(r):
+            lo, hi = float(r[cols[1]]), float(r[cols[2]])
+            if statistic == "summary":  # the old pair-bootstrap CI: the normal quantile
+                se = (math.log(hi) - math.log(lo)) / 2 / 1.96 if lo > 0 else None
+                return {"speedup": float(r[cols[0]]), "se_log": se, "df": None}
+            n = int(r["n_units"])
+            return {"speedup": float(r[cols[0]]), "se_log": stats.se_from_ci([lo, hi], n), "df": n - 1}
 
         for i in range(len(recs)):
             for j in range(i + 1, len(recs)):
                 a, b = recs[i], recs[j]
                 if a["folder"] == b["folder"]:
                     continue
-                sa, sb = se(a), se(b)
-                z = (math.log(a[cols[0]]) - math.log(b[cols[0]])) / math.sqrt(sa ** 2 + sb ** 2) \
-                    if sa > 0 or sb > 0 else math.nan
+                ea, eb = est(a), est(b)
+                if ea["se_log"] is None or eb["se_log"] is None:
+                    continue
+                t = replication.runs_agree(ea, eb)
                 rows.append({**{k: a.get(k) for k in REPEAT_KEY}, "statistic": statistic,
                              "folder_1": a["folder"], "speedup_1": a[cols[0]], "ci95_lo_1": a[cols[1]],
-                             "ci95_hi_1": a[cols[2]], "se_log_1": sa, "folder_2": b["folder"],
+                             "ci95_hi_1": a[cols[2]], "se_log_1": ea["se_log"], "folder_2": b["folder"],
                              "speedup_2": b[cols[0]], "ci95_lo_2": b[cols[1]], "ci95_hi_2": b[cols[2]],
-                             "se_log_2": sb, "z": z, "z2": z * z})
+                             "se_log_2": eb["se_log"], "z": t["z"], "z2": t["z"] ** 2, "p": t["p"],
+                             "agree": t["agree"]})
+        ys = [r["rep_log_ratios"] for r in recs if isinstance(r.get("rep_log_ratios"), list)]
+        if len(ys) >= 2:
+            c = replication.reml_components(ys)
+            if c["tau"] is not None and c["sigma"]:
+                q95 = replication.null_tau_quantile(c["R"], c["sigma"], sims=200)
+                lo, hi = c["tau_ci95"] or [None, None]
+                groups.append({**{k: recs[0].get(k) for k in REPEAT_KEY}, "K": c["K"], "R": ",".join(map(str, c["R"])),
+                               "sigma_pct": 100 * c["sigma"], "tau_pct": 100 * c["tau"],
+                               "tau_ci95_lo_pct": None if lo is None else 100 * lo,
+                               "tau_ci95_hi_pct": None if hi is None else 100 * hi, "lr_p": c["lr_p"],
+                               "tau_null_q95_pct": 100 * q95, "tau_beyond_null": c["tau"] > q95})
     out = _frame(rows, REPEAT_COLUMNS, ("speedup_1", "ci95_lo_1", "ci95_hi_1", "se_log_1", "speedup_2", "ci95_lo_2",
-                                        "ci95_hi_2", "se_log_2", "z", "z2"))
+                                        "ci95_hi_2", "se_log_2", "z", "z2", "p"))
     out.attrs["mean_z2"] = float(out["z2"].mean()) if len(out) else None
     out.attrs["n"] = len(out)
+    out.attrs["n_disagree"] = int((~out["agree"].astype(bool)).sum()) if len(out) else 0
+    out.attrs["groups"] = _frame(groups, REPEAT_GROUP_COLUMNS, ("sigma_pct", "tau_pct", "tau_ci95_lo_pct",
+                                                                "tau_ci95_hi_pct", "lr_p", "tau_null_q95_pct"))
     return out
 
 

@@ -13,12 +13,9 @@ from workbench.analysis.loader import _empty, _frame, _included, _lohi, _name, s
 
 
 def _log_se(speedup, lo, hi, n_units) -> float | None:
-    """The se of log(speedup) behind a 95% CI: log half width / t_{0.975, n_units - 1} (None without a CI)."""
-    from scipy import stats as sps
+    """The se of log(speedup) behind a 95% CI with n_units - 1 df (`stats.se_from_ci`; None without a CI)."""
     try:
-        if lo is None or hi is None or lo != lo or hi != hi or not lo > 0 or not n_units or n_units < 2:
-            return None
-        return (math.log(hi) - math.log(lo)) / 2 / float(sps.t.ppf(0.975, int(n_units) - 1))
+        return stats.se_from_ci([lo, hi], n_units)
     except (TypeError, ValueError):
         return None
 
@@ -28,8 +25,9 @@ def sweep(comps: pd.DataFrame, stat: str = "mean") -> tuple[pd.DataFrame, pd.Dat
     before '@'), arm and value x, `saving_ms` = baseline - arm step time (`stat` "mean": the arms' means, what the
     speedup is a ratio of; "median": their medians) with the speedup and its CI, and `saving_se_ms` = arm_mean x
     speedup x se(log speedup) (the rep-level CI's se, first order). fit: per folder, group, key and arm,
-    `stats.linear_fit` of saving_ms on x, weighted (1/se²) where every point has an se: `slope_ms_per_x` (ms per
-    layer in a layers sweep), `slope_ci95_lo/hi`, intercept_ms, r2, `weighted`."""
+    `stats.linear_fit` of saving_ms on x, weighted (1/se²) where every point has an se on at least
+    `stats.MIN_WEIGHT_DF` df, else OLS with a robust se: `slope_ms_per_x` (ms per layer in a layers sweep),
+    `slope_ci95_lo/hi`, intercept_ms, r2, `weighted`."""
     pcols = ["folder", "group", "key", "x", "arm", "baseline", "baseline_ms", "arm_ms", "saving_ms", "saving_se_ms",
              "stat", "speedup", "ci95_lo", "ci95_hi", "n_pairs", "n_units", "file"]
     fcols = ["folder", "group", "key", "arm", "n_points", "xs", "slope_ms_per_x", "slope_ci95_lo", "slope_ci95_hi",
@@ -48,8 +46,11 @@ def sweep(comps: pd.DataFrame, stat: str = "mean") -> tuple[pd.DataFrame, pd.Dat
     fits = []
     for (folder, group, key, arm), g in points.groupby(["folder", "group", "key", "arm"], sort=False):
         se = g["saving_se_ms"].tolist()
-        weighted = all(v is not None and v == v and v > 0 for v in se)
-        f = stats.linear_fit(g["x"].tolist(), g["saving_ms"].tolist(), se=se if weighted else None)
+        df = [n - 1 if n == n and n is not None else None for n in pd.to_numeric(g["n_units"], errors="coerce")]
+        has_se = all(v is not None and v == v and v > 0 for v in se)
+        f = stats.linear_fit(g["x"].tolist(), g["saving_ms"].tolist(), se=se if has_se else None,
+                             df=df if has_se else None)
+        weighted = f["weighted"]
         lo, hi = f["slope_ci95"] or [None, None]
         fits.append({"folder": folder, "group": group, "key": key, "arm": arm, "n_points": f["n"],
                      "xs": ",".join(f"{x:g}" for x in g["x"]), "slope_ms_per_x": f["slope"], "slope_ci95_lo": lo,
@@ -120,6 +121,8 @@ def equivalence(ci, target: float, margin: float | None) -> str:
 def sweep_fits(profiles: str | None = None, points: pd.DataFrame | None = None, **kw) -> pd.DataFrame:
     """Per `name@layers=N` sweep (`SWEEP_FIT_COLUMNS`): weighted least squares of the measured saving on L
     (`stats.linear_fit`, weights 1/se² with each point's rep-level se; the points' CIs differ many-fold in width),
+    or, where a point's se rests on fewer than `stats.MIN_WEIGHT_DF` df (2 or 3 reps), OLS with a robust (HC3) se:
+    no weight from a variance that 2 reps agreeing by chance made tiny,
     slope (ms per layer) and intercept with their 95% CIs, and the fitted saving at L = 1 with its 95% and 90% CIs.
 
     The (L-1) form (no saving with one layer) is judged by equivalence within a stated margin, never by a CI that
@@ -137,8 +140,10 @@ def sweep_fits(profiles: str | None = None, points: pd.DataFrame | None = None, 
     for (folder, group, key, arm), g in pts.groupby(["folder", "group", "key", "arm"], sort=False):
         g = g.dropna(subset=["x", "measured_ms"]).sort_values("x")
         se = pd.to_numeric(g["measured_se_ms"], errors="coerce").tolist() if "measured_se_ms" in g else None
-        f = stats.linear_fit(g["x"].tolist(), g["measured_ms"].tolist(), se=se, at=1)
-        f90 = stats.linear_fit(g["x"].tolist(), g["measured_ms"].tolist(), se=se, at=1, confidence=SWEEP_CONFIDENCE)
+        df = pd.to_numeric(g["measured_df"], errors="coerce").tolist() if "measured_df" in g else None
+        f = stats.linear_fit(g["x"].tolist(), g["measured_ms"].tolist(), se=se, df=df, at=1)
+        f90 = stats.linear_fit(g["x"].tolist(), g["measured_ms"].tolist(), se=se, df=df, at=1,
+                               confidence=SWEEP_CONFIDENCE)
         slo, shi = _lohi(f["slope_ci95"])
         ilo, ihi = _lohi(f["intercept_ci95"])
         at = f.get("at") or {}

@@ -88,20 +88,32 @@ def stream_roles(events: pd.DataFrame) -> pd.DataFrame:
 TIMELINE_COLUMNS = ["lane", "category", "name", "layer", "pass", "part", "start_ms", "end_ms", "dur_ms"]
 
 
+PASS_CATEGORIES = {"fwd": "forward", "recompute": "recompute", "bwd": "backward", "opt": "optimizer"}
+TIMELINE_CATEGORIES = (*PASS_CATEGORIES.values(), "metadata build", "reload", "layer part", "memcpy", "host sync",
+                       "other kernel")
+"""What a timeline bar is, one colour each (`workbench.report.palette.TIMELINE`): a pass (its host range and the
+kernels launched inside it; the lane tells which), a metadata build, a reload, another part of a layer (attention,
+MLP, routing: the name in the hover), a copy (its direction in the hover), a host sync, a kernel outside every pass."""
+
+
 def _category(kind, name, pass_, part) -> str:
     if kind == "range":
-        return {"attn/meta": "metadata build", "meta": "metadata build", "reload": "reload"}.get(
-            part, str(part) if part else (pass_ or "range"))
+        if part in ("attn/meta", "meta"):
+            return "metadata build"
+        if part == "reload":
+            return "reload"
+        return "layer part" if part else PASS_CATEGORIES.get(pass_, "layer part")
     if kind == "memcpy":
-        return f"copy {name}"
+        return "memcpy"
     if kind == "kernel":
-        return f"kernel ({pass_})" if pass_ else "kernel"
-    return kind
+        return PASS_CATEGORIES.get(pass_, "other kernel")
+    return "host sync" if kind == "sync" else "other kernel"
 
 
 def _merge_kernels(tl: pd.DataFrame, gap_ms: float | None) -> pd.DataFrame:
     """Back-to-back kernels of one lane, category and layer (gaps <= `gap_ms`) merged into one bar "N kernels"."""
-    k = tl["category"].astype(str).str.startswith("kernel")
+    k = tl["category"].isin([*PASS_CATEGORIES.values(), "other kernel"]) & ~tl["name"].astype(str).str.startswith("wb/") \
+        & tl["lane"].astype(str).str.startswith("stream")  # kernels: on a stream, not a (projected) range
     if gap_ms is None or not k.any():
         return tl
     out, cur = [], None

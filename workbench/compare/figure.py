@@ -15,16 +15,17 @@ def changes_figure(diff: dict, *, top: int = 8, title: str | None = None):
 
     rows = sorted(diff["rows"], key=lambda r: -abs(r["delta_ms"]))
     named, rest = rows[:top], rows[top:]
-    segs = [("/".join(x for x in (r["component"], r["layer"], r["pass"]) if x), r["delta_ms"], r["flagged"])
-            for r in named]
+    from workbench.traces.components import COLOURS
+
+    segs = [("/".join(x for x in (r["component"], r["layer"], r["pass"]) if x), r["delta_ms"], r["flagged"],
+             COLOURS.get(r["component"], "#DDDDDD")) for r in named]  # a component's one colour, in every layer
     if rest:
-        segs.append(("other", sum(r["delta_ms"] for r in rest), False))
+        segs.append((f"the other {len(rest)} changes", sum(r["delta_ms"] for r in rest), False, "#FFFFFF"))
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    cmap = plt.get_cmap("tab10")
     up = down = 0.0
-    for i, (name, v, flagged) in enumerate(segs):
+    for name, v, flagged, colour in segs:
         base = up if v >= 0 else down
-        ax.bar(0, v, bottom=base, color=cmap(i % 10), alpha=1.0 if flagged else 0.35,
+        ax.bar(0, v, bottom=base, color=colour, alpha=1.0 if flagged else 0.35,
                label=f"{name}{' *' if flagged else ''}", edgecolor="black", linewidth=0.4)
         if v >= 0:
             up += v

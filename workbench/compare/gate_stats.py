@@ -9,11 +9,17 @@ Why a tolerance. Two runs are two processes: clocks, autotuned kernels, memory l
 the reps of one run cannot see, so a CI built from reps alone fails A/A gates too often. The tolerance is the
 slowdown an A/A gate reaches 5% of the time under the noise of an A/A run on the same machine: its rep / step SDs
 from `power.components_from_run` (as `python -m workbench.power --from` estimates them), batch effects shared by
-both runs (same seeded data: they cancel), and a run effect of SD `run_sd_pct` per run, by default the A/A run's
-rep SD (a new process moves the run at least as much as a new block moves a rep; one A/A folder cannot estimate
-it, two adjacent A/A runs could). The tolerance = the 95th percentile of (1 - CI high) over simulated A/A gates
-(an upper confidence bound on it, so the simulation's own error does not leak into the rate), floored at 0: the
-simulated false-fail rate is <= 5% by construction.
+both runs (same seeded data: they cancel), and a run effect of SD `run_sd_pct` per run. The tolerance = the 95th
+percentile of (1 - CI high) over simulated A/A gates (an upper confidence bound on it, so the simulation's own
+error does not leak into the rate), floored at 0: the simulated false-fail rate is <= 5% by construction.
+
+The run SD (issue 37). A rerun of the same commit moves a whole run by more than its reps show: on sync-heavy
+shapes 2-3% (H200 `repeat_a` / `repeat_b`), against a rep SD near 1%. So the run SD is measured, not assumed:
+`run_sd` takes K >= 3 same-commit A/A processes of the comparison on the gate's machine; per process y_k = mean over
+reps of log(rep mean step ms) and w_k = its within-run variance (var / R_k); the run variance is the upper 95%
+chi-square bound of var(y_k) (K - 1 df, `stats.variance_upper_bound`) less mean w_k, floored at 0. An upper bound:
+with K = 3 it is about 19x the sample variance, so a noisy machine gives a wide tolerance, and a tolerance at or
+above the regression the gate must catch is refused (`workbench.compare.gate`) rather than run blind.
 """
 from __future__ import annotations
 
@@ -23,13 +29,16 @@ import math
 import numpy as np
 
 from workbench.measure import power
+from workbench.measure.engine import Protocol
 
 FALSE_FAIL_RATE = 0.05
+MIN_AA_PROCESSES = 3
+"""Same-commit A/A processes the run SD is estimated from, at least."""
 
 
 def speedup_ci(base_rep_ms, new_rep_ms) -> dict:
     """{"speedup", "ci95", "n_base", "n_new"}: baseline over new from per-rep mean step times (Welch on logs)."""
-    from workbench.compare.rundiff import welch
+    from workbench.measure.stats import welch
     a, b = np.log(np.asarray(new_rep_ms, dtype=float)), np.log(np.asarray(base_rep_ms, dtype=float))
     w = welch(a, b)  # mean(log base) - mean(log new)
     ci = [math.exp(w["ci95"][0]), math.exp(w["ci95"][1])] if w["ci95"] else None
@@ -45,12 +54,11 @@ def decide(ci95, tolerance_pct: float) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class GateDesign:
+class GateDesign(Protocol):
+    """The one `engine.Protocol` (reps, steps, batches, arms) plus the gate's run offset."""
     reps: int = 8
     """Reps of each run (the new run's reps under the budget)."""
     steps: int = 2
-    batches: int = 2
-    arms: int = 2
     run_sd_pct: float | None = None
     """SD of a whole run's offset, % of step time; None: the noise's rep SD."""
 
@@ -60,12 +68,11 @@ def simulate_rep_means(rng, noise: power.Noise, design: GateDesign, slowdown: fl
     """Per-rep mean step times of the gated arm in a simulated baseline run and a new run `slowdown` x slower,
     each run simulated by `power.simulate_times` (blocks, drift, step noise), batch effects shared (set to 0: they
     cancel), one run offset each."""
-    nz = dataclasses.replace(noise, batch_sd_pct=0.0)
-    pd_ = power.Design(reps=design.reps, steps=design.steps, batches=design.batches, arms=design.arms)
+    nz = dataclasses.replace(noise, batch_sd_pct=0.0, process_sd_pct=0.0)  # the run offset below is the process
     run_sd = (noise.rep_sd_pct if design.run_sd_pct is None else design.run_sd_pct) / 100
     out = []
     for s in (1.0, slowdown):
-        t, _ = power.simulate_times(rng, nz, pd_, design.reps, 1.0, step_ms=step_ms * s)
+        t, _ = power.simulate_times(rng, nz, design, design.reps, 1.0, step_ms=step_ms * s)
         out.append(t.mean(axis=1) * math.exp(rng.standard_normal() * run_sd))
     return out[0], out[1]
 
@@ -101,3 +108,18 @@ def detection_rate(noise: power.Noise, design: GateDesign, tolerance: float, *, 
                    sims: int = 1000, seed: int = 1) -> float:
     """The share of simulated gates that fail when the new run is `slowdown_pct` % slower."""
     return simulate_gates(noise, design, tolerance, sims=sims, slowdown=1 + slowdown_pct / 100, seed=seed)["fail_rate"]
+
+
+def run_sd(aa_rep_ms: list, *, confidence: float = 0.95) -> dict:
+    """The SD of a whole run's offset, % of step time, from the per-rep mean step ms of K A/A processes (one array
+    per process): {"run_sd_pct" (the upper bound), "point_sd_pct", "processes", "df", "within_var"}."""
+    from workbench.measure import stats
+    logs = [np.log(np.asarray(r, dtype=float)) for r in aa_rep_ms]
+    y = [float(v.mean()) for v in logs]
+    w = float(np.mean([v.var(ddof=1) / v.size for v in logs if v.size >= 2] or [0.0]))
+    b = stats.variance_upper_bound(y, confidence=confidence)
+    if b["var_upper"] is None:
+        raise ValueError("the run SD needs 2 or more processes")
+    return {"run_sd_pct": 100 * math.sqrt(max(0.0, b["var_upper"] - w)),
+            "point_sd_pct": 100 * math.sqrt(max(0.0, b["var"] - w)), "processes": len(y), "df": b["df"],
+            "within_var": w}

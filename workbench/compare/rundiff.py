@@ -77,9 +77,15 @@ def pick(run_a: str, run_b: str, comparison: str | None, arm: str | None) -> tup
             raise DiffInputError(f"{r}: not a run folder (no results.csv)")
     ta, tb = traced_pairs(run_a), traced_pairs(run_b)
     common = sorted(set(ta) & set(tb))
+    if not common:  # no --comparison can fix this: the traces are missing
+        untraced = [r for r, t in ((run_a, ta), (run_b, tb)) if not t]
+        why = (f"{' and '.join(untraced)} {'has' if len(untraced) == 1 else 'have'} no traces" if untraced else
+               f"{run_a} traced {', '.join(ta)}; {run_b} traced {', '.join(tb)}")
+        raise DiffInputError(f"no comparison is traced in both runs ({why}); re-run with --trace torch "
+                             "(python -m workbench.ab ... --trace torch) to diff where the time went")
     if comparison is None:
         if len(common) != 1:
-            raise DiffInputError(f"give --comparison: the runs both traced {', '.join(common) or 'none'}")
+            raise DiffInputError(f"give --comparison: the runs both traced {', '.join(common)}")
         comparison = common[0]
     if safe_name(comparison) not in common:
         raise DiffInputError(f"comparison {comparison!r} is not traced in both runs (both traced: "
@@ -121,23 +127,7 @@ def timed_rep_means(run_dir: str, comparison: str, arm: str) -> np.ndarray:
 
 # --- statistics -----------------------------------------------------------------------------------------------
 
-def welch(a, b, confidence: float = stats.CONFIDENCE) -> dict:
-    """mean(b) - mean(a) with its Welch t interval and two-sided p (scipy's `ttest_ind`, equal_var=False).
-
-    Both samples constant: the difference is exact (p 0 when it is not 0, 1 when it is). Fewer than 2 per side:
-    no CI, p None."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    d = float(b.mean() - a.mean()) if a.size and b.size else math.nan
-    out = {"delta_ms": d, "ci95": None, "p": None, "n_a": int(a.size), "n_b": int(b.size)}
-    if a.size < 2 or b.size < 2:
-        return out
-    if np.ptp(a) == 0 and np.ptp(b) == 0:
-        return {**out, "ci95": [d, d], "p": 0.0 if d != 0 else 1.0}
-    with warnings.catch_warnings():  # near-identical samples: scipy warns of precision loss, the answer stands
-        warnings.simplefilter("ignore", RuntimeWarning)
-        t = sps.ttest_ind(b, a, equal_var=False)
-    ci = t.confidence_interval(confidence)
-    return {**out, "ci95": [float(ci.low), float(ci.high)], "p": float(t.pvalue)}
+welch = stats.welch  # the one definition lives in workbench.measure.stats
 
 
 def paired(a, b, confidence: float = stats.CONFIDENCE) -> dict:

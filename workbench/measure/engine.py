@@ -2,21 +2,31 @@
 
     # nb = distinct batches of a comparison, cycled; a sample = one timed step of one arm
 
-Protocol (a comparison = arms x reps over one fixed batch sequence):
-- Each rep runs every arm once, in an order rotated by one from rep to rep (rep r starts with arm r mod n_arms), so
-  drift, and whatever running first costs, fall on every arm alike.
-- Per arm per rep, warmup runs until the step time settles: at least `warmup_min` steps and one pass over every
-  distinct batch, then until a step is within `settle_pct` of the previous step on the same batch, `warmup_max` at
-  most. The steps it took and whether it settled are recorded (`Warmup`).
+Protocol (a comparison = arms x reps over one fixed batch sequence, inside one process):
+- One discarded warm-up rep first (`discard_reps`): every arm runs as in a rep, its steps timed and recorded
+  (`Measurement.discarded`, rep -1) and never in a statistic. A process's first block runs slow (the H100 runs: the
+  last warmup step of a process's first block 8.5% slower than the first timed step; rep 0 outside the t band in 15%
+  of 8-rep runs).
+- Each rep runs every arm once, in a carryover-balanced order (`arm_order`: a Williams design): over one cycle
+  (n reps for an even number of arms n, 2n for an odd one) every arm takes every position equally often and comes
+  right before every other arm equally often, so drift, running first, and what the previous arm leaves behind
+  (caches, allocator, clocks) fall on every arm alike. (Rotating by one, the order before, is balanced only for 2
+  arms: with 4, the baseline ran right before the compared arm in 75% of reps.)
+- Per arm per rep, warmup runs until the step time settles on every distinct batch: at least `warmup_min` steps
+  and two passes over the distinct batches, then until each batch's latest step is within `settle_pct` of that
+  batch's previous step, `warmup_max` at most. The steps it took and whether it settled are recorded (`Warmup`).
 - Then `steps` timed steps, batch `step mod nb`, with no dispatch mode, no profiler and no sync-debug mode
   (`assert_uninstrumented` checks before every timed step); NVTX ranges are the only instrument left on.
 - With `target_ci_pct`, reps continue past `reps` until the speedup's 95% CI half-width is under it, `budget_s` is
-  spent, or `max_reps` is reached; `stopped_by` says which.
+  spent, or `max_reps` is reached; `stopped_by` says which. It stops only at a whole number of cycles of the order
+  (`stop_every`: a Williams cycle when `reps` covers one, else an even R), never at an odd R.
 Samples pair by (rep, step): every arm sees batch `step mod nb` at step `step` of every rep. Because each arm runs as
 one block per rep, the pairs of one rep share that rep's block effects: the rep is the unit of independence, and
 every CI is a t-interval over per-rep log ratios (`workbench.measure.stats.paired_speedup`), so more, shorter reps buy
-precision, not more steps. Every pair counts; steps beyond the outlier rule of `workbench.measure.stats` are listed as a
-diagnostic, never dropped. `workbench.measure.power` simulates this protocol (rep effects, drift) and checks its coverage.
+precision, not more steps. That CI speaks for "within this run"; a claim about a rerun takes the process as the unit
+(`workbench.measure.replication`). Every pair counts; steps beyond the outlier rule of `workbench.measure.stats` are listed as a
+diagnostic, never dropped. `workbench.measure.power` simulates this protocol (rep and process effects, drift,
+carryover) and checks its coverage.
 
 Sync counts and traces come from separate passes (`workbench.ab`), never from these steps.
 """
@@ -60,8 +70,10 @@ def assert_uninstrumented() -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Protocol:
+    """The one description of a measurement protocol: what `measure()` runs, what `workbench.measure.power`
+    simulates and what the regression gate (`workbench.compare.gate_stats`) calibrates against."""
     reps: int = 3
-    """Repetitions (at least); each runs every arm once, order rotated."""
+    """Repetitions (at least); each runs every arm once, in the order of `arm_order`."""
     steps: int = 4
     """Timed steps per arm per rep (batch = step mod nb)."""
     warmup_min: int = 2
@@ -76,15 +88,32 @@ class Protocol:
     """Stop adding reps when the comparison has run this long."""
     max_reps: int = 30
     """Reps at most when `target_ci_pct` or `budget_s` asks for more."""
+    discard_reps: int = 1
+    """Warm-up reps run first, timed, recorded (`Measurement.discarded`) and never in a statistic."""
+    batches: int = 2
+    """Distinct batches (step s uses batch s mod batches). `measure()` is handed the real count; this field is the
+    design `workbench.measure.power` and the gate simulate."""
+    arms: int = 2
+    """Arms in the comparison (the first two are compared). `measure()` is handed the real arms; this field is the
+    design `workbench.measure.power` and the gate simulate."""
 
     def __post_init__(self):
-        if self.reps < 1 or self.steps < 1 or self.warmup_min < 0 or self.warmup_max < self.warmup_min:
+        if (self.reps < 1 or self.steps < 1 or self.warmup_min < 0 or self.warmup_max < self.warmup_min
+                or self.discard_reps < 0 or self.batches < 1 or self.arms < 1):
             raise WorkbenchError(f"bad protocol: {self}")
+
+    def warmup_steps(self, n_batches: int | None = None) -> int:
+        """The fewest warmup steps per arm per rep: max(warmup_min, 2 x batches) when warmup_max allows (every batch
+        once, then once more to compare), else warmup_max."""
+        nb = self.batches if n_batches is None else n_batches
+        return min(self.warmup_max, max(self.warmup_min, 2 * nb))
 
     def describe(self) -> dict:
         d = dataclasses.asdict(self)
-        d["rule"] = (f"warmup: >= max(warmup_min, nb + 1) steps, until a step is within {self.settle_pct}% of the "
-                     f"previous step on the same batch, <= {self.warmup_max}; arm order rotated by one per rep; "
+        d["rule"] = (f"{self.discard_reps} warm-up rep(s) discarded; warmup: >= max(warmup_min, 2 nb) steps, until "
+                     f"every batch's latest step is within {self.settle_pct}% of its previous step, "
+                     f"<= {self.warmup_max}; arm order: Williams design (carryover-balanced), stopping under "
+                     f"target_ci at whole cycles (never an odd R); "
                      f"pairs by (rep, step); unit of independence: the rep (t-interval on per-rep log ratios, "
                      f"verdict from {stats.MIN_UNITS} reps); every pair counts; outliers (listed, not dropped): "
                      f"|t - median(arm, batch)| > {stats.OUTLIER_K} x max(MAD, {stats.OUTLIER_FLOOR:.0%} of the median)")
@@ -120,29 +149,66 @@ class Measurement:
     """reps | target_ci | budget | max_reps | failed"""
     protocol: Protocol
     n_batches: int
+    discarded: list = dataclasses.field(default_factory=list)
+    """The warm-up reps' timed steps (dicts like `samples`, rep -1, `discarded` True): recorded, never in a
+    statistic."""
 
     def step_ms(self, arm: str) -> list[float]:
         return [s["step_ms"] for s in self.samples if s["arm"] == arm]
 
 
+def williams_cycle(n_arms: int) -> int:
+    """Reps in one cycle of the Williams design: n for an even number of arms, 2n for an odd one (1 for 1 arm)."""
+    return 1 if n_arms <= 1 else (n_arms if n_arms % 2 == 0 else 2 * n_arms)
+
+
 def arm_order(arms: list[str], rep: int) -> list[str]:
-    """The order of rep `rep`: rotated by one per rep (A B C, B C A, C A B, ...)."""
-    k = rep % len(arms)
-    return arms[k:] + arms[:k]
+    """The order of rep `rep`: a Williams design. Row 0 is 0, 1, n-1, 2, n-2, ...; row r adds r mod n to every
+    entry; for an odd n the next n rows are the first n reversed. Over one cycle (`williams_cycle`) every arm takes
+    every position equally often and comes right before every other arm equally often (first-order carryover
+    balanced). With 2 arms: A B, B A (as the rotation before)."""
+    n = len(arms)
+    if n <= 1:
+        return list(arms)
+    first, lo, hi = [0], 1, n - 1
+    while len(first) < n:
+        first.append(lo)
+        lo += 1
+        if len(first) < n:
+            first.append(hi)
+            hi -= 1
+    r = rep % williams_cycle(n)
+    row = [(x + r % n) % n for x in first]
+    if r >= n:
+        row = row[::-1]
+    return [arms[i] for i in row]
+
+
+def stop_every(protocol: Protocol, n_arms: int) -> int:
+    """The granularity at which added reps may stop (`target_ci_pct`, `budget_s`, `max_reps`): a whole Williams
+    cycle when `reps` covers one, else 2 (an even R)."""
+    c = williams_cycle(n_arms)
+    return c if c <= protocol.reps and c % 2 == 0 else 2
 
 
 def _warmup(session: Session, nb: int, p: Protocol, arm: str, rep: int) -> Warmup:
+    """Warm up until every distinct batch has settled: the latest step on each of the nb batches within
+    settle_pct of that batch's previous step (so at least 2 nb steps), warmup_min steps at least, warmup_max at
+    most."""
     times: list[float] = []
-    need = max(p.warmup_min, nb + 1 if p.warmup_max > nb else 0)
+    need = max(p.warmup_min, 2 * nb)
     settled = False
     i = 0
     while i < p.warmup_max:
         rec = session.step(i % nb, i)
         times.append(rec.step_ms)
         i += 1
-        if i >= need and i > nb:
-            prev = times[-1 - nb]
-            if prev > 0 and abs(times[-1] - prev) <= p.settle_pct / 100 * prev:
+        if i >= need:
+            ok = True
+            for j in range(1, nb + 1):  # the last nb steps: one per batch, each against its batch's previous
+                prev = times[-j - nb]
+                ok = ok and prev > 0 and abs(times[-j] - prev) <= p.settle_pct / 100 * prev
+            if ok:
                 settled = True
                 break
     return Warmup(arm=arm, rep=rep, steps=i, settled=settled, step_ms=times)
@@ -153,22 +219,22 @@ def measure(arms: list[str], open_session: Callable[[str], ContextManager[Sessio
             on_sample: Callable[[dict], None] | None = None, on_warmup: Callable[[Warmup], None] | None = None,
             on_rep: Callable[[int, dict | None], None] | None = None) -> Measurement:
     """Time `arms` under `protocol`. `open_session(arm)` is a context manager that applies the arm (and reverts it on
-    exit) and yields an object with `step(batch_index, step) -> StepRecord`. A failing arm is recorded in `failed`
-    and left out of later reps; KeyboardInterrupt propagates."""
+    exit) and yields an object with `step(batch_index, step) -> StepRecord`. The `discard_reps` warm-up reps run
+    first (rep -1: their warmups reach `on_warmup`, their steps go to `Measurement.discarded`, never to `on_sample`
+    or a statistic). A failing arm is recorded in `failed` and left out of later reps; KeyboardInterrupt
+    propagates."""
     p = protocol
     baseline = baseline or arms[0]
     optimized = optimized or (arms[1] if len(arms) > 1 else None)
     samples: list[dict] = []
+    discarded: list[dict] = []
     warmups: list[Warmup] = []
     windows: list[tuple] = []
     failed: dict = {}
-    t0 = time.perf_counter()
-    rep = 0
-    stopped_by = "reps"
-    last_rep_s = 0.0
-    while True:
-        t_rep = time.perf_counter()
-        for arm in arm_order(arms, rep):
+    every = stop_every(p, len(arms))
+
+    def run_rep(rep: int, order: list[str], sink: list, on_step) -> None:
+        for arm in order:
             if arm in failed:
                 continue
             try:
@@ -187,14 +253,27 @@ def measure(arms: list[str], open_session: Callable[[str], ContextManager[Sessio
                                   "opt_ms": rec.opt_ms, "peak_mem_mib": rec.peak_mem_mib, "loss": rec.loss,
                                   "tokens": rec.tokens, "t_start_s": ts, "t_end_s": time.time()}
                         sample.update(getattr(rec, "extra", None) or {})  # e.g. rank_step_ms (distributed)
-                        samples.append(sample)
-                        if on_sample is not None:
-                            on_sample(sample)
-                    windows.append((arm, rep, w0, time.time()))
+                        if rep < 0:
+                            sample["discarded"] = True
+                        sink.append(sample)
+                        if on_step is not None:
+                            on_step(sample)
+                    if rep >= 0:
+                        windows.append((arm, rep, w0, time.time()))
             except (KeyboardInterrupt, InstrumentActive):
                 raise
             except Exception as e:  # noqa: BLE001 - one arm's failure must not stop the others
                 failed[arm] = e
+
+    t0 = time.perf_counter()
+    for _ in range(p.discard_reps):
+        run_rep(-1, arm_order(arms, 0)[::-1], discarded, None)
+    rep = 0
+    stopped_by = "reps"
+    last_rep_s = 0.0
+    while True:
+        t_rep = time.perf_counter()
+        run_rep(rep, arm_order(arms, rep), samples, on_sample)
         rep += 1
         last_rep_s = time.perf_counter() - t_rep
         elapsed = time.perf_counter() - t0
@@ -213,18 +292,20 @@ def measure(arms: list[str], open_session: Callable[[str], ContextManager[Sessio
         if p.target_ci_pct is None and p.budget_s is None:
             stopped_by = "reps"
             break
+        if rep % every and rep < p.max_reps:  # added reps stop at whole cycles of the order: never an odd R
+            continue
         if p.target_ci_pct is not None and cmp is not None and cmp["half_width_pct"] is not None \
                 and cmp["half_width_pct"] <= p.target_ci_pct:
             stopped_by = "target_ci"
             break
-        if p.budget_s is not None and elapsed + last_rep_s > p.budget_s:
+        if p.budget_s is not None and elapsed + every * last_rep_s > p.budget_s:
             stopped_by = "budget"
             break
-        if rep >= p.max_reps:
+        if rep + every > p.max_reps:
             stopped_by = "max_reps"
             break
     return Measurement(samples=samples, warmups=warmups, windows=windows, failed=failed, reps=rep,
-                       stopped_by=stopped_by, protocol=p, n_batches=n_batches)
+                       stopped_by=stopped_by, protocol=p, n_batches=n_batches, discarded=discarded)
 
 
 def flag_outliers(samples: list[dict]) -> None:

@@ -32,11 +32,12 @@ def change_of(arms: dict) -> str | None:
     """The NUMERICS_CHANGE sentences of the optimizations `arms` ({opt: arm}) applies other than at their BASELINE,
     joined; None when the arms compute the baseline's function exactly."""
     from workbench import opts
+    from workbench.opts.protocol import hook
 
     said = []
     for opt, arm in arms.items():
         mod = opts.module(opt)
-        what = getattr(mod, "NUMERICS_CHANGE", None)
+        what = hook(mod, "NUMERICS_CHANGE")
         if what and arm != mod.BASELINE:
             said.append(f"{opt}: {what}")
     return "; ".join(said) or None

@@ -145,30 +145,33 @@ def safe_name(label: str) -> str:
     return "".join(c if c.isalnum() or c in "-_.+" else "_" for c in label)
 
 
-def check_out_dir(path: str, force: bool = False) -> None:
+def check_out_dir(path: str, force: bool = False, given: bool = True) -> None:
     """Refuse an output folder that would lose or mix results: an existing file, a folder that is not empty (unless
-    `force`), or a place that cannot be written. Raises WorkbenchError (one line); creates nothing."""
+    `force`), or a place that cannot be written. Raises WorkbenchError (one line); creates nothing. `given`: the
+    user named it (--out); else it is the default runs/<run_id>, and the line says so (and to give --out)."""
     from workbench.errors import WorkbenchError
 
+    what = f"--out {path}" if given else f"the default output folder {path} (no --out given)"
+    other = "name another folder" if given else "give --out DIR to write elsewhere"
     if os.path.exists(path) and not os.path.isdir(path):
-        raise WorkbenchError(f"--out {path} is an existing file; name a new folder")
+        raise WorkbenchError(f"{what} is an existing file; " + ("name a new folder" if given else other))
     if os.path.isdir(path):
         if os.listdir(path) and not force:
-            raise WorkbenchError(f"--out {path} is not empty (an earlier run's results?); name a new folder, "
+            raise WorkbenchError(f"{what} is not empty (an earlier run's results?); name a new folder, "
                                  "or add --force to replace its run files")
         if not os.access(path, os.W_OK | os.X_OK):
-            raise WorkbenchError(f"--out {path} cannot be written (permissions); name another folder")
+            raise WorkbenchError(f"{what} cannot be written (permissions); {other}")
         return
     parent = os.path.dirname(os.path.abspath(path))
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
-        raise WorkbenchError(f"--out {path} cannot be created ({parent} is not a writable folder); name another")
+        raise WorkbenchError(f"{what} cannot be created ({parent} is not a writable folder); {other}")
     import tempfile
     try:  # permission bits can say yes where the file system says no (/proc, a read-only mount): try it
         os.rmdir(tempfile.mkdtemp(prefix=".wb-out-check-", dir=parent))
     except OSError as e:
-        raise WorkbenchError(f"--out {path} cannot be created in {parent} ({e.strerror}); name another folder") from None
+        raise WorkbenchError(f"{what} cannot be created in {parent} ({e.strerror}); {other}") from None
 
 
 def clear_run_files(path: str) -> None:

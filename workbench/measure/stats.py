@@ -24,7 +24,8 @@ Rules (all other modules call these functions rather than re-deriving them):
 - Saving. `paired_difference`: per rep the mean of baseline - arm, t-interval over reps (se and df returned).
 - Half width. `half_width_pct` = 100 * (hi - lo) / 2 / estimate: the CI's half width in percent of the estimate.
 - Linear fits. `linear_fit`: OLS, or weighted least squares with weights 1/se² when each point's se is known (the
-  L sweeps, whose points' CIs differ 15x in width); t with n-2 df.
+  L sweeps, whose points' CIs differ 15x in width) on at least MIN_WEIGHT_DF (5) df each; below that OLS with a
+  robust (HC3) se; t with n-2 df.
 - Multiplicity. `holm`: Holm's step-down adjustment within a family of tests (the model verdicts of one run).
 - Variance components. `variance_components`: rep / batch / step SDs of log step time (percent), recorded per
   comparison; `workbench.measure.power --from RUN_DIR` simulates a protocol with them.
@@ -41,7 +42,7 @@ from scipy import stats as _sps
 
 __all__ = ["CONFIDENCE", "OUTLIER_K", "OUTLIER_FLOOR", "MIN_UNITS", "quantile", "summarize", "mad", "outlier_mask",
            "t_interval", "paired_speedup", "paired_difference", "verdict", "linear_fit", "half_width_pct", "holm",
-           "variance_components", "delta_method"]
+           "variance_components", "delta_method", "NOT_A_RESULT", "timing_on"]
 
 CONFIDENCE = 0.95
 OUTLIER_K = 5.0  # a step is an outlier when |t - median(cell)| > OUTLIER_K * max(MAD(cell), OUTLIER_FLOOR * median(cell))
@@ -188,6 +189,18 @@ def log_ratio_of_unit_means(a_by_unit: Sequence, b_by_unit: Sequence, *, confide
             "log_ratios": r}
 
 
+def geo_mean_of_unit_means(values: Sequence, units: Sequence) -> float:
+    """exp(mean over units of log(the unit's mean value)): one arm's step time as `paired_speedup` sees it. With
+    the same units on both arms, the baseline's over the arm's IS the speedup (a ratio of geometric means is the
+    geometric mean of the ratios), where the arithmetic means of all steps can even disagree with it in direction
+    (a CPU run: reps of 1 and 2.7 s). NaN with no value."""
+    x, _, u = _paired_with_units(values, values, units)
+    groups = _unit_groups(u, int(x.size))
+    if not groups:
+        return math.nan
+    return float(math.exp(np.mean([math.log(float(np.mean(x[g]))) for g in groups])))
+
+
 def paired_speedup(baseline_ms: Sequence, optimized_ms: Sequence, units: Sequence | None = None, *,
                    confidence: float = CONFIDENCE) -> dict:
     """Speedup of the optimized arm over the baseline with a CI at the level of the independent unit.
@@ -243,32 +256,59 @@ def verdict(ci95: tuple[float, float] | None, n_units: int | None = None) -> str
     return f"no detectable difference (±{100 * max(1 - lo, hi - 1):.1f}%)"
 
 
+NOT_A_RESULT = "not a result (CPU timing)"
+"""The verdict of a timing taken on any device but a GPU: CPU step times measure the machine's load, not the GPU glue
+code (a CPU run is a functional check: syncs, equivalence, FLOPs)."""
+
+
+def timing_on(comparison: dict, device_type: str | None) -> dict:
+    """A paired comparison's dict (`paired_speedup`'s keys) as what a timing on `device_type` can say: unchanged on
+    "cuda"; on any other device (or an unknown one) no CI and no verdict (`NOT_A_RESULT`). The rule's one owner: the
+    A/B runner calls it on what it reports, the analysis (so the README's pages and the notebooks) on what it
+    recomputes from a run's results.csv."""
+    if device_type == "cuda":
+        return comparison
+    return {**comparison, "verdict": NOT_A_RESULT, "ci95": None, "half_width_pct": None}
+
+
 def half_width_pct(ci95: tuple[float, float], estimate: float) -> float:
     """Half width of `ci95` in percent of `estimate`: 100 * (hi - lo) / 2 / estimate."""
     return float(100 * (ci95[1] - ci95[0]) / 2 / estimate)
 
 
-def linear_fit(x: Sequence, y: Sequence, *, se: Sequence | None = None, confidence: float = CONFIDENCE,
-               at: float | None = None) -> dict:
+MIN_WEIGHT_DF = 5
+"""A point's se weighs a fit (1/se²) only when it rests on at least this many degrees of freedom: a variance from 2
+reps (1 df) is off by 10x one time in 6 (an L = 1 point whose 2 reps agreed by chance weighed 10^5-10^7 times the
+others and "refuted" the (L-1) model). Below it, `linear_fit` falls back to OLS with a robust (HC3) se."""
+
+
+def linear_fit(x: Sequence, y: Sequence, *, se: Sequence | None = None, df: Sequence | None = None,
+               confidence: float = CONFIDENCE, at: float | None = None) -> dict:
     """Line y = slope * x + intercept with CIs on slope and intercept (and on the fitted y at x = `at`).
 
-    Without `se`: ordinary least squares (`scipy.stats.linregress`), ci = estimate ± t_{n-2} · stderr. With `se`
-    (each point's standard error): weighted least squares, weights 1/se², whose covariance (XᵀWX)⁻¹ is scaled by
-    the reduced χ² of the fit when that exceeds 1 (the points scatter more than their se say), t with n-2 df.
-    Points with a NaN/None in x, y (or se) are dropped; ci needs n >= 3.
-    Returns {"slope", "intercept", "slope_ci95", "intercept_ci95", "r2", "n", "weighted"} (+ "at": {"x", "y",
-    "ci95", "se"}); slope, intercept and r2 are None when no line can be fitted (n < 2, or all x identical).
+    Without `se`: ordinary least squares, ci = estimate ± t_{n-2} · stderr. With `se` (each point's standard
+    error) and `df` (the degrees of freedom each se rests on; None: known): weighted least squares, weights 1/se²,
+    whose covariance (XᵀWX)⁻¹ is scaled by the reduced χ² of the fit when that exceeds 1 (the points scatter more
+    than their se say), t with n-2 df, but only when every point's df >= MIN_WEIGHT_DF; otherwise OLS (no weight
+    from a 1-df variance), `robust` True, its covariance the larger (by trace) of the HC3 sandwich (the scatter
+    about the line, robust to unequal variances) and the points' own se² propagated through the OLS weights. Points with a NaN/None in x, y (or se) are dropped; ci needs n >= 3.
+    Returns {"slope", "intercept", "slope_ci95", "intercept_ci95", "r2", "n", "weighted", "robust"} (+ "at": {"x",
+    "y", "ci95", "se"}); slope, intercept and r2 are None when no line can be fitted (n < 2, or all x identical).
     """
+    robust = False
     if se is not None:
+        dfa = _to_float_array(df) if df is not None else np.full(len(list(se)), np.inf)
         xa, ya, sa = (_to_float_array(v) for v in (x, y, se))
         keep = ~(np.isnan(xa) | np.isnan(ya) | np.isnan(sa)) & (sa > 0)
-        xa, ya, sa = xa[keep], ya[keep], sa[keep]
+        xa, ya, sa, dfa = xa[keep], ya[keep], sa[keep], dfa[keep]
+        if (np.nan_to_num(dfa, nan=0.0) < MIN_WEIGHT_DF).any():
+            sa_own, sa, robust = sa, None, True
     else:
         xa, ya = _paired_arrays(x, y, "x and y")
         sa = None
     n = int(xa.size)
     out = {"slope": None, "intercept": None, "slope_ci95": None, "intercept_ci95": None, "r2": None, "n": n,
-           "weighted": sa is not None}
+           "weighted": sa is not None, "robust": robust}
     if at is not None:
         out["at"] = {"x": at, "y": None, "ci95": None, "se": None}
     if n < 2 or np.all(xa == xa[0]):
@@ -289,6 +329,13 @@ def linear_fit(x: Sequence, y: Sequence, *, se: Sequence | None = None, confiden
     chi2_red = float(np.sum(w * resid ** 2)) / (n - 2)
     scale = chi2_red if sa is None else max(1.0, chi2_red)  # OLS: the residual variance; WLS: the known se, inflated
     cov = cov_unscaled * scale
+    if robust:  # HC3: (XᵀX)⁻¹ Xᵀ diag(e² / (1 - h)²) X (XᵀX)⁻¹, or the points' own se through the same OLS weights
+        h = np.einsum("ij,jk,ik->i", X, cov_unscaled, X)
+        e2 = resid ** 2 / np.clip(1 - h, 1e-12, None) ** 2
+        cov = cov_unscaled @ (X.T * e2) @ X @ cov_unscaled
+        cov_own = cov_unscaled @ (X.T * sa_own ** 2) @ X @ cov_unscaled
+        if np.trace(cov_own) > np.trace(cov):  # points on a line by luck of their means: their own se still counts
+            cov = cov_own
     t = float(_sps.t.ppf((1 + confidence) / 2, n - 2))
     s_se, i_se = math.sqrt(cov[0, 0]), math.sqrt(cov[1, 1])
     out.update(slope_ci95=[slope - t * s_se, slope + t * s_se], intercept_ci95=[intercept - t * i_se, intercept + t * i_se])
@@ -341,38 +388,56 @@ def variance_components(samples: list[dict]) -> dict:
     batch_sd = the spread of batch means likewise (it cancels within a pair). Percent = 100 x SD of ln(step_ms).
     Returns {"rep_sd_pct", "batch_sd_pct", "step_sd_pct", "n_arms", "n_reps", "n_batches"} (None where not
     estimable)."""
-    import pandas as pd
-    df = pd.DataFrame([{k: s.get(k) for k in ("arm", "rep", "batch", "step_ms")} for s in samples])
+    rows = [(s.get("arm"), s.get("rep"), s.get("batch"), s.get("step_ms")) for s in samples]
     out = {"rep_sd_pct": None, "batch_sd_pct": None, "step_sd_pct": None, "n_arms": 0, "n_reps": 0, "n_batches": 0}
-    if df.empty:
+    if not rows:
         return out
-    df = df.dropna()
-    df = df[df["step_ms"] > 0]
-    df["y"] = np.log(df["step_ms"].astype(float))
+    rows = [r for r in rows if not any(_na(v) for v in r) and r[3] > 0]
+    by_arm: dict = {}
+    for arm, rep, batch, ms in rows:  # (plain Python: the groupby of pandas cost 30 ms a call, for a few dozen steps)
+        by_arm.setdefault(arm, []).append((rep, batch, math.log(float(ms))))
     v_rep, v_batch, v_step, n_arms = [], [], [], 0
-    for _, g in df.groupby("arm"):
-        R, B, n = g["rep"].nunique(), g["batch"].nunique(), len(g)
+    for arm in sorted(by_arm):
+        g = by_arm[arm]
+        n = len(g)
+        by_rep, by_batch = _means_by(g, 0), _means_by(g, 1)
+        R, B = len(by_rep), len(by_batch)
         if n < 3:
             continue
         n_arms += 1
-        fit = g["y"] - g.groupby("rep")["y"].transform("mean") - g.groupby("batch")["y"].transform("mean") + g["y"].mean()
+        mean = float(np.mean([y for _, _, y in g]))
+        fit = np.array([y - by_rep[r] - by_batch[b] + mean for r, b, y in g])
         dof = n - R - B + 1
         s2 = float((fit ** 2).sum() / dof) if dof > 0 else None
         if s2 is not None:
             v_step.append(s2)
         if R > 1:
-            rep_means = g.groupby("rep")["y"].mean()
-            v_rep.append(max(0.0, float(rep_means.var(ddof=1)) - (s2 or 0.0) / (n / R)))
+            v_rep.append(max(0.0, float(np.var(list(by_rep.values()), ddof=1)) - (s2 or 0.0) / (n / R)))
         if B > 1:
-            batch_means = g.groupby("batch")["y"].mean()
-            v_batch.append(max(0.0, float(batch_means.var(ddof=1)) - (s2 or 0.0) / (n / B)))
+            v_batch.append(max(0.0, float(np.var(list(by_batch.values()), ddof=1)) - (s2 or 0.0) / (n / B)))
 
     def pct(v):
         return 100 * math.sqrt(float(np.mean(v))) if v else None
 
     out.update(rep_sd_pct=pct(v_rep), batch_sd_pct=pct(v_batch), step_sd_pct=pct(v_step), n_arms=n_arms,
-               n_reps=int(df["rep"].nunique()), n_batches=int(df["batch"].nunique()))
+               n_reps=len({r for _, r, _, _ in rows}), n_batches=len({b for _, _, b, _ in rows}))
     return out
+
+
+def _na(v) -> bool:
+    """Missing as pandas' dropna reads it: None, NaN, pandas.NA (whose `!=` is no bool)."""
+    try:
+        return v is None or bool(v != v)
+    except TypeError:
+        return True
+
+
+def _means_by(g: list[tuple], i: int) -> dict:
+    """{key: mean of y} of (rep, batch, y) tuples grouped by field `i` (0: rep, 1: batch)."""
+    groups: dict = {}
+    for t in g:
+        groups.setdefault(t[i], []).append(t[2])
+    return {k: float(np.mean(v)) for k, v in groups.items()}
 
 
 def delta_method(f, samples, *, confidence: float = CONFIDENCE, rel_step: float = 1e-6) -> dict:
@@ -401,3 +466,115 @@ def delta_method(f, samples, *, confidence: float = CONFIDENCE, rel_step: float 
     se = float(math.sqrt(max(float(grad @ cov @ grad), 0.0) / n))
     t = float(_sps.t.ppf((1 + confidence) / 2, n - 1))
     return {"estimate": est, "se": se, "ci95": [est - t * se, est + t * se], "n": n}
+
+
+# --- tests of differences and ratios (moved here from savings/verdicts, compare/rundiff, analysis) -------------
+
+def t_quantile(p: float, df) -> float:
+    """The p-quantile of Student's t with `df` degrees of freedom; the normal's when df is None or infinite."""
+    return float(_sps.t.ppf(p, df)) if df is not None and math.isfinite(df) else float(_sps.norm.ppf(p))
+
+
+def t_cdf(x: float, df) -> float:
+    """Student's t cdf at x with `df` degrees of freedom; the normal's when df is None or infinite."""
+    return float(_sps.t.cdf(x, df)) if df is not None and math.isfinite(df) else float(_sps.norm.cdf(x))
+
+
+def se_from_ci(ci95, n_units, *, log: bool = True, confidence: float = CONFIDENCE) -> float | None:
+    """The se behind a t-interval: the half width (of the logs when `log`) / t_{(1+c)/2, n_units - 1}. None without
+    a CI or with fewer than 2 units. What a CI with n_units - 1 df says about its estimate's se."""
+    try:
+        lo, hi = float(ci95[0]), float(ci95[1])
+    except (TypeError, ValueError, IndexError):
+        return None
+    if lo != lo or hi != hi or n_units is None or n_units != n_units or int(n_units) < 2 or (log and not lo > 0):
+        return None
+    half = (math.log(hi) - math.log(lo)) / 2 if log else (hi - lo) / 2
+    return half / t_quantile((1 + confidence) / 2, int(n_units) - 1)
+
+
+def welch_satterthwaite_df(parts) -> float:
+    """Welch-Satterthwaite df of a sum of variances [(variance, df)]; df None/inf: known (no df of its own)."""
+    tot = sum(v for v, _ in parts)
+    den = sum(v * v / d for v, d in parts if d is not None and math.isfinite(d) and d > 0)
+    return tot * tot / den if den > 0 else math.inf
+
+
+def welch(a, b, confidence: float = CONFIDENCE) -> dict:
+    """mean(b) - mean(a) with its Welch t interval and two-sided p (scipy's `ttest_ind`, equal_var=False).
+
+    Both samples constant: the difference is exact (p 0 when it is not 0, 1 when it is). Fewer than 2 per side:
+    no CI, p None. Returns {"delta_ms", "ci95", "p", "n_a", "n_b"} (delta in the samples' unit)."""
+    import warnings
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    d = float(b.mean() - a.mean()) if a.size and b.size else math.nan
+    out = {"delta_ms": d, "ci95": None, "p": None, "n_a": int(a.size), "n_b": int(b.size)}
+    if a.size < 2 or b.size < 2:
+        return out
+    if np.ptp(a) == 0 and np.ptp(b) == 0:
+        return {**out, "ci95": [d, d], "p": 0.0 if d != 0 else 1.0}
+    with warnings.catch_warnings():  # near-identical samples: scipy warns of precision loss, the answer stands
+        warnings.simplefilter("ignore", RuntimeWarning)
+        t = _sps.ttest_ind(b, a, equal_var=False)
+    ci = t.confidence_interval(confidence)
+    return {**out, "ci95": [float(ci.low), float(ci.high)], "p": float(t.pvalue)}
+
+
+def band_ratio_test(m, se_m, df_m, p, se_p, df_p, bias_rel, *, band=(0.8, 1.25), alpha: float = 0.05):
+    """measured / predicted against a band: (estimate form, estimate, se, df, the (1 - 2 alpha) CI of the ratio,
+    p_confirm, p_refute). The savings-model verdicts' test (`workbench.savings.verdicts.judge`).
+
+    Log form (m > 0, p > 0): x = log(m / p), sd = sqrt((se_m/m)^2 + (se_p/p)^2 + bias_rel^2), df by
+    Welch-Satterthwaite; the band is [log lo, log hi]; p_confirm = TOST (the larger of the two one-sided p-values
+    against the band's edges), p_refute = one-sided, on the estimate's side. Linear form otherwise: the two
+    differences m - lo·p and m - hi·p with their se."""
+    lo, hi = band
+    se_m, se_p = float(se_m or 0.0), float(se_p or 0.0)
+    if m > 0 and p > 0:
+        parts = [((se_m / m) ** 2, df_m), ((se_p / p) ** 2, df_p), (bias_rel ** 2, None)]
+        sd = math.sqrt(sum(v for v, _ in parts))
+        df = welch_satterthwaite_df(parts)
+        x = math.log(m / p)
+        if sd == 0:
+            inside = math.log(lo) < x < math.log(hi)
+            return "log", x, 0.0, df, [m / p, m / p], (0.0 if inside else 1.0), (1.0 if inside else 0.0)
+        t = t_quantile(1 - alpha, df)
+        ci = [math.exp(x - t * sd), math.exp(x + t * sd)]
+        z_lo, z_hi = (x - math.log(lo)) / sd, (x - math.log(hi)) / sd
+        p_confirm = max(1 - t_cdf(z_lo, df), t_cdf(z_hi, df))
+        mid = (math.log(lo) + math.log(hi)) / 2
+        p_refute = 1 - t_cdf(z_hi, df) if x >= mid else t_cdf(z_lo, df)
+        return "log", x, sd, df, ci, p_confirm, p_refute
+    # linear: m against the band's edges k * p (k = lo, hi), the prediction's variance scaled by k^2
+    var_p = se_p ** 2 + (bias_rel * p) ** 2
+    edges = sorted([(k * p, k) for k in band])
+    out = []
+    for e, k in edges:
+        parts = [(se_m ** 2, df_m), (k * k * se_p ** 2, df_p), (k * k * (bias_rel * p) ** 2, None)]
+        sd = math.sqrt(sum(v for v, _ in parts))
+        out.append((m - e, sd, welch_satterthwaite_df(parts)))
+    (d_lo, s_lo, f_lo), (d_hi, s_hi, f_hi) = out
+    if s_lo == 0 or s_hi == 0:
+        inside = d_lo > 0 > d_hi
+        return "linear", m, 0.0, math.inf, None, (0.0 if inside else 1.0), (1.0 if inside else 0.0)
+    p_confirm = max(1 - t_cdf(d_lo / s_lo, f_lo), t_cdf(d_hi / s_hi, f_hi))
+    mid = (edges[0][0] + edges[1][0]) / 2
+    p_refute = 1 - t_cdf(d_hi / s_hi, f_hi) if m >= mid else t_cdf(d_lo / s_lo, f_lo)
+    ci = None
+    if p > 0:  # the ratio's CI by Fieller is not needed to decide; a first-order one to show
+        sd_r = math.sqrt(se_m ** 2 + (m / p) ** 2 * var_p) / p
+        t = t_quantile(1 - alpha, min(f_lo, f_hi))
+        ci = [m / p - t * sd_r, m / p + t * sd_r]
+    return "linear", m, math.sqrt(se_m ** 2 + var_p), min(f_lo, f_hi), ci, p_confirm, p_refute
+
+
+def variance_upper_bound(values: Iterable, *, confidence: float = CONFIDENCE) -> dict:
+    """The sample variance s² of independent normal `values` (n - 1 df) and its one-sided upper confidence bound
+    s² · (n - 1) / chi²_{1 - confidence, n - 1} (chi-square). Returns {"var", "var_upper", "df", "n"}; var_upper is
+    None with fewer than 2 values."""
+    x = _clean(values)
+    n = int(x.size)
+    if n < 2:
+        return {"var": math.nan, "var_upper": None, "df": None, "n": n}
+    s2 = float(x.var(ddof=1))
+    return {"var": s2, "var_upper": s2 * (n - 1) / float(_sps.chi2.ppf(1 - confidence, n - 1)), "df": n - 1, "n": n}

@@ -1,18 +1,10 @@
 """Optimizations as registered, revertible model transforms.
 
 Each optimization (a module of this package with a `SPEC`, or one named in $WORKBENCH_OPTS: `workbench.opts.registry`)
-exposes:
-
-    ARMS: tuple[str, ...]          every arm, baseline first
-    BASELINE: str                  the faithful baseline arm
-    OPTIMIZED: str                 the optimized arm
-    def unsupported(arm, model, device) -> str | None   why this device/model cannot run the arm (None: it can)
-    def apply(model, arm, **options) -> Handle           change the model in place; handle.revert() undoes it
-
-and the SPEC and optional hooks `workbench.opts.registry` describes. The harness never branches on an optimization:
-everything an arm needs goes through the model (transformers'
-extension points) or through the handle's `prepare_batch` (CPU, collate time) and `inputs_fn` (batch -> model
-kwargs).
+honours the contract of `workbench.opts.protocol`: the members ARMS, BASELINE, OPTIMIZED, unsupported(arm, model,
+device) and apply(model, arm, **options) -> Handle; optional hooks read through `protocol.hook`; its SPEC. The
+harness never branches on an optimization: everything an arm needs goes through the model (transformers' extension
+points) or through the handle's `prepare_batch` (CPU, collate time) and `inputs_fn` (batch -> model kwargs).
 """
 from __future__ import annotations
 
@@ -50,7 +42,30 @@ class Handle:
 
 
 def module(opt: str):
-    return importlib.import_module(registry.module_path(opt))
+    """The optimization's module, imported and checked against `workbench.opts.protocol`. A module that fails to
+    import, or breaks the contract, is a one-line WorkbenchError naming it (never skipped: its arms and hooks would
+    vanish without a word)."""
+    path = registry.module_path(opt)
+    try:
+        mod = importlib.import_module(path)
+    except WorkbenchError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any import error, said in one line
+        raise WorkbenchError(f"optimization {opt!r}: module {path} failed to import: {type(e).__name__}: "
+                             f"{' '.join(str(e).split())}") from e
+    if path not in _CONFORMS:
+        from workbench.opts import protocol
+
+        bad = protocol.problems(mod)
+        if bad:
+            raise WorkbenchError(f"optimization {opt!r}: module {path} breaks the contract of "
+                                 f"workbench/opts/protocol.py: {'; '.join(bad)}")
+        _CONFORMS.add(path)
+    return mod
+
+
+_CONFORMS: set = set()
+"""The module paths `module` has checked (once each)."""
 
 
 def load_all() -> None:

@@ -53,7 +53,7 @@ SPEC = {"order": 12, "lever": "slice gradients (fill + add)", "in_all": False,
                 "frozen base in one grouped GEMM, LoRA as low-rank grouped GEMMs on the routed rows), grouped_mm "
                 "(transformers' grouped_mm over the folded weights: the anchor)",
         "cpu": {"model": "tiny-qwen3-moe"}, "gpu": {"model": "qwen3-30b-a3b", "layers": 8, "tokens": 8192},
-        "all_variants": ()}
+        "all_variants": (), "families": ("qwen3_moe", "gpt_oss")}
 """What the CLIs say of this optimization (`workbench.opts.registry`); a lever (`workbench.traces.levers`), run by
 `--opt levers`, not by `--opt all`."""
 

@@ -52,7 +52,7 @@ SPEC = {"order": 3, "apply_order": 2, "savings": "workbench.opts.moe_savings",
                 "kernel where that is missing), hf_grouped_mm (transformers' own grouped_mm: the anchor), "
                 "hf_batched_mm (opt-in: --arms only)",
         "cpu": {"model": "tiny-gpt-oss"}, "gpu": {"model": "gpt-oss-20b", "layers": 4, "tokens": 8192},
-        "all_variants": ("grouped", "hf_grouped_mm")}
+        "all_variants": ("grouped", "hf_grouped_mm"), "families": ("qwen3_moe", "gpt_oss")}
 """What the CLIs say of this optimization (`workbench.opts.registry`): arms help, default shapes, and for `--opt all`
 the floor (our sync-free grouped experts) and the anchor (transformers' own grouped_mm) in place of the routing fix."""
 

@@ -1,32 +1,16 @@
 """Which optimizations exist, and what the CLIs say of them, without importing one (no torch: `--help` is instant).
-It stands outside `workbench/opts/` and never imports an optimization (their modules import torch).
+It never imports an optimization (their modules import torch).
 
 An optimization is a module with a module-level `SPEC` dict literal (read here with `ast`, never executed) and the
-contract of `workbench.opts` (ARMS, BASELINE, OPTIMIZED, unsupported, apply). The registry holds:
+members `workbench.opts.protocol.Optimization` names (ARMS, BASELINE, OPTIMIZED, unsupported, apply). The registry
+holds:
 
 - every module of `workbench/opts/` that has a SPEC, ordered by its `order`;
 - the modules named in $WORKBENCH_OPTS (comma-separated dotted paths, importable from sys.path): a user's own
   optimization, or a test's, added without touching any file of the workbench.
 
-SPEC keys:
-
-    order: int           where it stands among the optimizations (tables, --opt all)
-    help: str            its arms, baseline first, for `--help`
-    cpu: dict            default shape on a CPU (model, and layers / tokens where they differ from the run's)
-    gpu: dict            default shape on a GPU
-    all_variants: tuple  arms that replace its optimized arm in extra arms of `--opt all` (floor, anchor); may be ()
-    savings: str         optional: the dotted path of its savings-model module (torch-free; `workbench.savings.common`
-                         states its contract), e.g. "workbench.opts.packing_savings"; absent: not modelled
-    apply_order: int     optional: where `workbench.apply_optimizations` applies it (reverted in reverse); default
-                         `order`
-    lever: str           optional: the `workbench.traces.levers` component it addresses (one of
-                         `levers.LEVER_COMPONENTS`): a lever optimization, run by `--opt levers` (`workbench.ab.levers`)
-    in_all: bool         optional: part of `--opt all` (default True; the lever optimizations say False)
-
-Optional hooks in the module itself (called with torch loaded): `comparison_options(cmp, device, state)` -> its
-apply / unsupported keyword arguments for one comparison (`state`: a dict per comparison the module may keep things
-in, e.g. a pinned pool); `attention_backend(model, device, options)` -> the attention backend it runs (packing);
-`reference_options(options, ran_attn, device)` -> its options for the fp32 equivalence reference.
+The contract (required members, optional hooks, SPEC keys and their types) is `workbench.opts.protocol`; a SPEC
+that breaks it is refused here in one line.
 """
 from __future__ import annotations
 
@@ -36,9 +20,9 @@ import importlib.util
 import os
 
 from workbench.errors import WorkbenchError
+from workbench.opts.protocol import spec_problems
 
 ENV = "WORKBENCH_OPTS"
-KEYS = ("order", "help", "cpu", "gpu", "all_variants")
 
 
 def _spec_of_source(path: str) -> dict | None:
@@ -48,9 +32,9 @@ def _spec_of_source(path: str) -> dict | None:
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SPEC" for t in node.targets):
             spec = ast.literal_eval(node.value)
-            missing = [k for k in KEYS if k not in spec]
-            if missing:
-                raise WorkbenchError(f"{path}: SPEC lacks {', '.join(missing)}")
+            bad = spec_problems(spec) if isinstance(spec, dict) else ["SPEC is not a dict"]
+            if bad:
+                raise WorkbenchError(f"{path}: {'; '.join(bad)} (workbench/opts/protocol.py)")
             _check_lever(path, spec)
             return spec
     return None
@@ -133,3 +117,9 @@ def in_all_names() -> tuple[str, ...]:
 def in_all(opt: str) -> bool:
     """Whether `--opt all` runs `opt` (SPEC `in_all`, default True)."""
     return bool(spec(opt).get("in_all", True))
+
+
+def families(opt: str) -> tuple[str, ...] | None:
+    """The model families `opt` applies to (SPEC `families`), None for every family."""
+    fams = spec(opt).get("families")
+    return tuple(fams) if fams is not None else None

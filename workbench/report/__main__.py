@@ -17,7 +17,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if not os.path.isfile(os.path.join(a.run_dir, "results.csv")):
         raise WorkbenchError(f"{a.run_dir} is not a run folder (no results.csv)")
-    _, summary, meta = load_run(a.run_dir)
+    results, summary, meta = load_run(a.run_dir)
     state, why = markers.state(a.run_dir, meta)
     print(f"{a.run_dir}: {state}" + (f" ({why})" if why else "") + f"; {meta.get('command') or ''}")
     for c in summary.get("comparisons", []):
@@ -26,7 +26,26 @@ def main(argv=None) -> int:
             print(tables.comparison_table(c))
         else:
             print(f"\n{c.get('name')}: {c.get('status')}: {'; '.join(c.get('errors') or [])}")
+    for line in unsummarized(results, summary):
+        print("\n" + line)
     return 0
+
+
+def unsummarized(results, summary: dict) -> list[str]:
+    """One line per comparison whose timed steps are in results.csv but which summary.json lacks (a run stopped,
+    by Ctrl-C or a crash, before the comparison finished): what was measured, so the folder never looks empty."""
+    if results is None or results.empty or "comparison" not in results:
+        return []
+    done = {c.get("name") for c in summary.get("comparisons", []) or []}
+    steps = results[(results["metric"] == "step_ms") & results["rep"].notna()]
+    out = []
+    for name, g in steps.groupby("comparison", sort=False):
+        if name in done:
+            continue
+        per_arm = ", ".join(f"{arm} {len(x)}" for arm, x in g.groupby("arm", sort=False))
+        out.append(f"{name}: stopped before it finished (no table): results.csv holds timed steps of {per_arm} "
+                   f"over {g['rep'].nunique()} rep(s)")
+    return out
 
 
 if __name__ == "__main__":

@@ -17,11 +17,13 @@ import os
 import pandas as pd
 
 from workbench.opts import registry as opt_registry
+from workbench.report import palette
+from workbench.traces import components
 
 DIGEST_KEY = "workbench-data-sha256"
 OPT_ORDER = (*opt_registry.names(), "all")
-VERDICT_COLOURS = {"faster": "#1a7f37", "slower": "#cf222e"}
-NEUTRAL = "#6e7781"
+VERDICT_COLOURS = {k: palette.VERDICTS[k] for k in ("faster", "slower")}
+NEUTRAL = palette.VERDICTS["no detectable difference"]
 FIGURE_COLUMNS = ["label", "speedup", "ci95_lo", "ci95_hi", "verdict", "n_pairs"]
 
 
@@ -164,11 +166,9 @@ def png_digest(path: str) -> str | None:
 
 # --- where each traced step goes (issue: a PNG of the headline comparisons' breakdown) -------------------------------
 
-BREAKDOWN_ORDER = ("gemm", "attention", "glue", "copy", "norm_elementwise", "optimizer", "other", "exposed_copy",
-                   "sync_stall", "launch_gap")
-BREAKDOWN_COLOURS = {"gemm": "#0969da", "attention": "#54aeff", "glue": "#bf3989", "copy": "#9a6700",
-                     "norm_elementwise": "#d4a72c", "optimizer": "#8250df", "other": "#8c959f",
-                     "exposed_copy": "#fb8f44", "sync_stall": "#cf222e", "launch_gap": "#ff8182"}
+BREAKDOWN_ORDER = components.STACKED
+BREAKDOWN_COLOURS = components.COLOURS
+"""The step components in stacking order, and their colours (`workbench.traces.components`: the notebooks' too)."""
 BREAKDOWN_COLUMNS = ["label", *BREAKDOWN_ORDER]
 
 
@@ -210,8 +210,9 @@ def save_breakdown(rows: pd.DataFrame, path: str, title: str = "Where each trace
     left = [0.0] * len(rows)
     for comp in BREAKDOWN_ORDER:
         vals = rows[comp].tolist() if len(rows) else []
-        ax.barh(y[:len(vals)], vals, left=left, color=BREAKDOWN_COLOURS[comp], label=comp, height=0.65,
-                hatch="//" if comp in ("exposed_copy", "sync_stall", "launch_gap") else None, edgecolor="white",
+        ax.barh(y[:len(vals)], vals, left=left, color=BREAKDOWN_COLOURS[comp], label=components.COMPONENTS[comp].label,
+                height=0.65,
+                hatch="//" if comp in components.IDLE else None, edgecolor="white",
                 linewidth=0.3)
         left = [a + b for a, b in zip(left, vals)]
     ax.set_yticks(y[:len(rows)])

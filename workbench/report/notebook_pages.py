@@ -79,12 +79,14 @@ def page_px(exe: str, html_path: str) -> int:
 
 
 def screenshot(exe: str, html_path: str, png: str, height_px: int) -> None:
-    """A full-page screenshot at `WIDTH_PX` wide, palette-quantized to keep the committed file small."""
+    """A full-page screenshot at `WIDTH_PX` wide, palette-quantized (octree, 256 colours: every colour of the
+    palette kept apart) to keep the committed file small."""
     _chrome(exe, f"--window-size={WIDTH_PX},{height_px}", f"--screenshot={png}", "file://" + html_path)
     from PIL import Image
 
     with Image.open(png) as im:
-        im.convert("RGB").quantize(colors=128).save(png, optimize=True)
+        # octree keeps a legend's small swatches apart (median cut at 128 colours merged exposed_copy into sync_stall)
+        im.convert("RGB").quantize(colors=256, method=Image.Quantize.FASTOCTREE).save(png, optimize=True)
 
 
 def measure(paths: list[str], shots: str | None, exe: str) -> dict[str, int]:

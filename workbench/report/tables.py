@@ -18,16 +18,22 @@ import re
 import pandas as pd
 
 from workbench.measure import stats
+from workbench.report import palette
+from workbench.traces import components
 
-ARM_COLUMNS = [("arm", "arm", "{}"), ("mean step ms", "step_ms_mean", "{:.2f}"), ("p20-p80", None, None),
+ARM_COLUMNS = [("arm", "arm", "{}"), ("step ms (rep geomean)", "step_ms_rep_geomean", "{:.2f}"),
+               ("p20-p80", None, None),
                ("n", "n", "{}"),
                ("speedup [95% CI]", None, None), ("fwd_ms", "fwd_ms", "{:.2f}"), ("bwd_ms", "bwd_ms", "{:.2f}"),
                ("syncs/step", "syncs_per_step", "{:.1f}"), ("instrumented_step_ms", "instrumented_step_ms", "{:.2f}"),
                ("peak_mib", "peak_mem_mib", "{:.0f}"), ("tok/s", "tokens_per_s", "{:.0f}"),
                ("TFLOP/s", "achieved_tflops", "{:.1f}"), ("MFU", "mfu", "{:.1%}"),
                ("loss", "loss", "{:.5f}"), ("equiv", None, None), ("status", "status", "{}")]
-"""mean step ms: what the speedup is a ratio of (its p20-p80 spread beside it); instrumented_step_ms: the step time of
-the counted pass (sync counter on): the counter's cost, never a timing."""
+"""step ms (rep geomean): the geometric mean over reps of each rep's mean step (`stats.geo_mean_of_unit_means`),
+what the speedup is a ratio of: the baseline's over an arm's is its speedup, exactly (the arithmetic mean of all
+steps is not: on a CPU it once read 1841.7 against 2164.1 ms beside a 1.195x); its p20-p80 spread of the steps
+beside it. A summary without it (written before) shows the arithmetic mean, named so. instrumented_step_ms: the
+step time of the counted pass (sync counter on): the counter's cost, never a timing."""
 
 
 def _fmt(v, f) -> str:
@@ -72,6 +78,8 @@ def comparison_table(comparison: dict) -> str:
                 ci = v.get("ci95")
                 row.append("-" if not v else f"{_fmt(v.get('speedup'), '{:.3f}')}x" + (
                     f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""))
+            elif key == "step_ms_rep_geomean" and _fmt(a.get(key), f) == "-" and _fmt(a.get("step_ms_mean"), f) != "-":
+                row.append(_fmt(a["step_ms_mean"], f) + " (mean)")  # a summary from before the column
             elif title == "p20-p80":
                 row.append(f"{_fmt(a.get('step_ms_p20'), '{:.2f}')}-{_fmt(a.get('step_ms_p80'), '{:.2f}')}")
             elif title == "equiv":
@@ -166,18 +174,21 @@ def speedup_figure(comps: pd.DataFrame, title: str = "speedup over the baseline 
     import plotly.graph_objects as go
 
     d = comps.iloc[::-1]
-    labels = d["job"].astype(str) + " · " + d["name"].astype(str) + " · " + d["baseline"].astype(str) + " -> " + \
-        d["arm"].astype(str)
+    labels = pd.Series(run_labels(d), index=d.index)
     units = d["n_units"] if "n_units" in d else [None] * len(d)
     hover = [f"{s:.3f}x [{lo:.3f}, {hi:.3f}], n={n} pairs" + (f" ({u:.0f} reps)" if u == u and u is not None else "")
              + f"<br>{v}<br>{b:.1f} -> {a:.1f} ms (means)<br>{f}"
              for s, lo, hi, n, u, v, b, a, f in zip(d["speedup"], d["ci95_lo"], d["ci95_hi"], d["n_pairs"], units,
                                                      d["verdict"], d["baseline_mean_ms"], d["arm_mean_ms"], d["file"])]
     fig = go.Figure()
-    for role, g in d.assign(label=labels.values, hover=hover).groupby("role", sort=False):
-        fig.add_trace(go.Scatter(x=g["speedup"], y=g["label"], mode="markers", name=str(role),
-                                 error_x=_ci_errors(g, "speedup", "ci95_lo", "ci95_hi"), hovertext=g["hover"],
-                                 hoverinfo="text"))
+    order = {r: i for i, r in enumerate(palette.ROLES)}  # the legend in one order everywhere
+    groups = d.assign(label=labels.values, hover=hover).groupby("role", sort=False)
+    for role, g in sorted(groups, key=lambda rg: order.get(str(rg[0]), len(order))):
+        c = palette.ROLES.get(str(role), palette.ROLES["other"])
+        fig.add_trace(go.Scatter(x=g["speedup"], y=g["label"], mode="markers", marker_color=c,
+                                 name=palette.ROLE_NAMES.get(str(role), str(role)),
+                                 error_x=dict(_ci_errors(g, "speedup", "ci95_lo", "ci95_hi"), color=c),
+                                 hovertext=g["hover"], hoverinfo="text"))
     fig.add_vline(x=1.0, line_dash="dot")
     fig.update_layout(title=title, xaxis_title="speedup (mean baseline / mean arm)", height=170 + 26 * len(d),
                       legend=dict(orientation="h", y=1.0, yanchor="bottom", x=1.0, xanchor="right"))
@@ -186,6 +197,25 @@ def speedup_figure(comps: pd.DataFrame, title: str = "speedup over the baseline 
         if lo > 0 and hi / lo > LOG_AXIS_ABOVE:
             fig.update_xaxes(type="log")
     return _finish(fig, visualize)
+
+
+def run_label(folder) -> str:
+    """A run folder as a figure names it: its path under profiles/ (the date first), e.g.
+    `2026-11-25_h100_lengths/chat/moe`."""
+    f = str(folder).replace(os.sep, "/")
+    return f.split("profiles/", 1)[1] if "profiles/" in f else os.path.basename(f.rstrip("/"))
+
+
+def run_labels(d: pd.DataFrame) -> list[str]:
+    """One label per comparison row: run folder · comparison · baseline -> arm (unique: one row per run)."""
+    runs = [run_label(f) for f in d["folder"]] if "folder" in d else d["job"].astype(str).tolist()
+    labels = [f"{r} · {n} · {b} -> {a}" for r, n, b, a in zip(runs, d["name"], d["baseline"], d["arm"])]
+    seen: dict = {}
+    out = []
+    for x in labels:
+        seen[x] = seen.get(x, 0) + 1
+        out.append(x if seen[x] == 1 else f"{x} ({seen[x]})")
+    return out
 
 
 MAX_ROWS = 15
@@ -217,7 +247,8 @@ def steps_figure(st: pd.DataFrame, visualize: bool = False, max_panels: int = 6)
     d = st.assign(panel=st["comparison"].astype(str) + " (" + st["folder"].astype(str).map(os.path.basename) + ")")
     d = d[d["panel"].isin(list(dict.fromkeys(d["panel"]))[:max_panels])]
     cols = min(4, max(1, d["panel"].nunique()))
-    fig = px.strip(d, x="arm", y="step_ms", color="arm", facet_col="panel", facet_col_wrap=cols,
+    fig = px.strip(d, x="arm", y="step_ms", facet_col="panel", facet_col_wrap=cols,
+                   color_discrete_sequence=[palette.MARKS["measured"]],
                    facet_col_spacing=0.06, facet_row_spacing=0.25, hover_data=["rep", "batch", "step"],
                    title="timed steps per arm (every sample), ms")
     fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
@@ -256,25 +287,27 @@ def _cost_label(folder, comparison, arm=None) -> str:
 
 def cost_figure(cost: pd.DataFrame, visualize: bool = False):
     """What each instrument costs, in percent of the uninstrumented step, one panel each: NVTX ranges per comparison
-    (points with the 95% CI of 1/speedup - 1) and the sync counter per arm (bars: the `MAX_ROWS` largest; every row
-    in the table), each row labelled comparison · arm (run folder)."""
+    (points with the 95% CI of 1/speedup - 1) and the sync counter per arm (bars: the largest, `MAX_ROWS` rows in
+    both panels together; every row in the table), each row labelled comparison · arm (run folder)."""
     from plotly.subplots import make_subplots
     import plotly.graph_objects as go
 
     n = cost[cost["instrument"] == "nvtx ranges"].copy()
-    c = cost[cost["instrument"] == "sync counter"]
-    c = c.reindex(c["cost_pct"].abs().sort_values(ascending=False).index).head(MAX_ROWS).iloc[::-1]
+    c = cost[cost["instrument"] == "sync counter"]  # the largest, so that both panels hold MAX_ROWS rows at most
+    c = c.reindex(c["cost_pct"].abs().sort_values(ascending=False).index).head(max(MAX_ROWS - len(n), 5)).iloc[::-1]
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.32, subplot_titles=(
         "NVTX ranges: on vs off (paired, 95% CI)", f"sync counter: counted vs timed ({len(c)} largest)"))
     if len(n):
         n["lo"], n["hi"] = 100 * (1 / n["ci95_hi"] - 1), 100 * (1 / n["ci95_lo"] - 1)
         fig.add_trace(go.Scatter(y=[_cost_label(f, k) for f, k in zip(n["folder"], n["comparison"])], x=n["cost_pct"],
                                  mode="markers", name="NVTX ranges (95% CI)",
+                                 marker_color=palette.MARKS["nvtx ranges"],
                                  error_x=_ci_errors(n, "cost_pct", "lo", "hi"),
                                  hovertext=[f"{v}, n={k} pairs" for v, k in zip(n["verdict"], n["n"])]), row=1, col=1)
         fig.add_vline(x=0.0, line_dash="dot", row=1, col=1)
     fig.add_trace(go.Bar(y=[_cost_label(f, k, a) for f, k, a in zip(c["folder"], c["comparison"], c["arm"])],
-                         x=c["cost_pct"], orientation="h", name="sync counter"), row=1, col=2)
+                         x=c["cost_pct"], orientation="h", name="sync counter",
+                         marker_color=palette.MARKS["sync counter"]), row=1, col=2)
     fig.update_xaxes(title_text="cost_pct (% of the step)")
     fig.update_yaxes(automargin=True, tickfont_size=10)
     fig.update_layout(title="what the instruments cost (% of the uninstrumented step)", showlegend=False,
@@ -282,74 +315,157 @@ def cost_figure(cost: pd.DataFrame, visualize: bool = False):
     return _finish(fig, visualize)
 
 
+CLAIM_AXIS = "throughput gain, % (baseline step / optimized step - 1)"
+
+
 def claims_figure(cvo: pd.DataFrame, visualize: bool = False):
-    """Claimed gain (bar, high end) beside ours (points with the 95% CI), per claim with a percent figure."""
+    """One row per claim with a percent figure (`analysis.claims_vs_ours`): the claimed range as a bar from its low
+    to its high end (a claim of one number: a diamond), ours as points with their 95% CI, one point per run, spread
+    over the row. A measurement that is not comparable with the claim (`comparable` False: e.g. a 2-GPU FSDP2 step)
+    is drawn hollow and grey, under its own legend entry, with the reason in the hover."""
     import plotly.graph_objects as go
 
-    d = cvo[cvo["claimed_low_pct"].notna()].copy()
-    d["label"] = d["opt"] + " " + d["scope"] + " " + d["model"].fillna("").astype(str)
-    cl = d.drop_duplicates("label")
-    low = cl["claimed_low_pct"].fillna(cl["claimed_high_pct"])
-    # a claim of 10-15% is the range 10..15 (a thin bar where the claim is one number), never a bar from 0 to 15
-    fig = go.Figure([go.Bar(x=cl["label"], y=(cl["claimed_high_pct"] - low).clip(lower=0.3), base=low,
-                            name="claimed range", hovertext=cl["claim"], opacity=0.5)])
-    o = d[d["ours_pct"].notna()]
+    d = cvo[cvo["claimed_low_pct"].notna() | cvo["claimed_high_pct"].notna()].copy()
+    d["label"] = [" · ".join(str(x) for x in xs if isinstance(x, str) and x)
+                  for xs in zip(d["opt"], d["scope"], d["model"])]
+    claims = d.drop_duplicates("label").reset_index(drop=True)
+    y_of = {lab: len(claims) - 1 - i for i, lab in enumerate(claims["label"])}  # the first claim on top
+    low = claims["claimed_low_pct"].fillna(claims["claimed_high_pct"])
+    high = claims["claimed_high_pct"].fillna(claims["claimed_low_pct"])
+    span = high - low > 0
+    ys = [y_of[x] for x in claims["label"]]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=(high - low)[span], base=low[span], y=[y for y, s in zip(ys, span) if s], orientation="h",
+                         width=0.5, marker_color=palette.MARKS["claimed range"],
+                         name="claimed (a range; a diamond: one number)",
+                         hovertext=claims["claim"][span], hoverinfo="text"))
+    fig.add_trace(go.Scatter(x=low[~span], y=[y for y, s in zip(ys, span) if not s], mode="markers",
+                             marker=dict(symbol="diamond", size=12, color=palette.MARKS["claimed range"],
+                                         line=dict(width=1, color="#555555")),
+                             name="claimed (one number)", showlegend=False, hovertext=claims["claim"][~span],
+                             hoverinfo="text"))
+    o = d[d["ours_pct"].notna()].copy()
     if len(o):
-        fig.add_trace(go.Scatter(x=o["label"], y=o["ours_pct"], mode="markers", name="ours (95% CI)",
-                                 error_y=_ci_errors(o, "ours_pct", "ours_ci95_lo_pct", "ours_ci95_hi_pct"),
-                                 hovertext=[f"{m} L{la} T{t}: {v}, n={n} pairs" for m, la, t, v, n in zip(
-                                     o["ours_model"], o["layers"], o["tokens"], o["verdict"], o["n_pairs"])]))
-    fig.update_layout(title="claimed vs measured gain (%; baseline/optimized - 1)", yaxis_title="gain_pct")
+        i, k = o.groupby("label").cumcount(), o.groupby("label")["label"].transform("size")
+        o["y"] = [y_of[x] + (-0.35 + 0.7 * j / (n - 1) if n > 1 else 0.0)  # spread over the row: one point per run
+                  for x, j, n in zip(o["label"], i, k)]
+        comparable = o["comparable"].fillna(True).astype(bool) if "comparable" in o else pd.Series(True, o.index)
+        for ok, g in o.groupby(comparable, sort=False):
+            c = palette.MARKS["ours" if ok else "ours, not comparable"]
+            name = "ours (95% CI)" if ok else "ours, not comparable (95% CI; hover for why)"
+            fig.add_trace(go.Scatter(
+                x=g["ours_pct"], y=g["y"], mode="markers", name=name,
+                marker=dict(color=c, symbol="circle" if ok else "circle-open", size=8),
+                error_x=dict(_ci_errors(g, "ours_pct", "ours_ci95_lo_pct", "ours_ci95_hi_pct"), color=c),
+                hovertext=[f"{m} L{la} T{t}: {v}, n={n} pairs<br>{run_label(f) if isinstance(f, str) else ''}"
+                           + ("" if ok else f"<br>not comparable: {why}")
+                           for m, la, t, v, n, f, why in zip(g["ours_model"], g["layers"], g["tokens"], g["verdict"],
+                                                             g["n_pairs"], g["file"], g.get("why_not_comparable",
+                                                                                            [""] * len(g)))],
+                hoverinfo="text"))
+    fig.add_vline(x=0.0, line_dash="dot")
+    fig.update_yaxes(tickvals=list(y_of.values()), ticktext=list(y_of), range=[-0.7, len(claims) - 0.3],
+                     automargin=True)
+    fig.update_layout(title="claimed vs measured throughput gain (claims: README, \"The claims we check\")",
+                      xaxis_title=CLAIM_AXIS, barmode="overlay",
+                      height=180 + max(1, len(claims)) * max(34, 7 * (int(o["label"].value_counts().max()) if len(o)
+                                                                      else 1)),
+                      legend=dict(orientation="h", y=1.0, yanchor="bottom", x=1.0, xanchor="right"))
     return _finish(fig, visualize)
+
+
+LEGEND_ROW_PX = 19
+"""Height of one entry of a vertical legend (font 10 and its gap): a figure is tall enough for its whole legend."""
+
+
+MARGIN_PX = 180
+"""Plotly's default top and bottom margins together (100 + 80): the plot area is the figure's height less these."""
+
+
+def _legend_px(entries: int, titles: int = 0) -> int:
+    """Height that a vertical legend of `entries` entries and `titles` group titles takes."""
+    return LEGEND_ROW_PX * (entries + titles) + 16 * titles
+
+
+def _timeline_bars(fig, tl: pd.DataFrame, **where) -> int:
+    """Horizontal bars (start_ms .. end_ms) per lane, one trace per timeline category in `palette.TIMELINE` order;
+    returns how many traces (legend entries) it added."""
+    import plotly.graph_objects as go
+
+    n = 0
+    for cat in [c for c in palette.TIMELINE if c in set(tl["category"])]:
+        g = tl[tl["category"] == cat]
+        fig.add_trace(go.Bar(y=g["lane"], x=g["dur_ms"], base=g["start_ms"], orientation="h", name=cat,
+                             marker_color=palette.TIMELINE[cat], marker_line=dict(width=0.5, color="#ffffff"),
+                             hovertext=[f"{n}<br>{la or ''} {p or ''} {pt or ''}<br>{d:.3f} ms" for n, la, p, pt, d in
+                                        zip(g["name"], g["layer"], g["pass"], g["part"], g["dur_ms"])],
+                             hoverinfo="text", legendgroup="timeline", legendgrouptitle_text="timeline"), **where)
+        n += 1
+    return n
 
 
 def timeline_figure(tl: pd.DataFrame, title: str = "one step, per layer", visualize: bool = False):
-    """Horizontal bars (start_ms .. end_ms) per lane of `layer_timeline(...)`, coloured by category."""
+    """Horizontal bars (start_ms .. end_ms) per lane of `layer_timeline(...)`, coloured by category
+    (`palette.TIMELINE`: one colour per kind of event)."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    for cat, g in tl.groupby("category", sort=False):
-        fig.add_trace(go.Bar(y=g["lane"], x=g["dur_ms"], base=g["start_ms"], orientation="h", name=str(cat),
-                             hovertext=[f"{n}<br>{la or ''} {p or ''} {pt or ''}<br>{d:.3f} ms" for n, la, p, pt, d in
-                                        zip(g["name"], g["layer"], g["pass"], g["part"], g["dur_ms"])],
-                             hoverinfo="text"))
+    n = _timeline_bars(fig, tl)
+    lanes = tl["lane"].nunique() if len(tl) else 1
     fig.update_layout(barmode="overlay", title=title, xaxis_title="ms from step start",
-                      height=250 + 40 * max(1, tl["lane"].nunique() if len(tl) else 1))
+                      height=max(250 + 40 * lanes, MARGIN_PX + _legend_px(n, 1)), legend=dict(font_size=10))
     return _finish(fig, visualize)
+
+
+def _breakdown_bars(fig, d: pd.DataFrame, xs: list, key: str, horizontal: bool = False, by_hand: bool = True,
+                    **where) -> int:
+    """Stacked bars of `analysis.breakdown` rows per `xs` (values of column `key`), one trace per component in the
+    decomposition's order, each in its component colour (`workbench.traces.components`), stacked `by_hand` (each
+    bar's base: for a figure whose barmode is "overlay") or by plotly ("stack"); returns the traces added."""
+    import plotly.graph_objects as go
+
+    base, n = [0.0] * len(xs), 0
+    for comp in palette.STACKED:
+        g = d[d["component"] == comp].set_index(key).reindex(xs) if len(d) else pd.DataFrame()
+        if not len(g) or not g["ms"].notna().any():
+            continue
+        ms = g["ms"].fillna(0).tolist()
+        label = components.COMPONENTS[comp].label
+        hover = [f"{comp}: {m:.1f} ms ({sh:.1%} of the step)" if m == m else "" for m, sh in
+                 zip(g["ms"], g["share"].fillna(0))]
+        fig.add_trace(go.Bar(**({"y": xs, "x": ms, "orientation": "h"} if horizontal else {"x": xs, "y": ms}),
+                             base=list(base) if by_hand else None, marker_color=components.colour(comp), name=label,
+                             hovertext=hover,
+                             hoverinfo="text", legendgroup="breakdown", legendgrouptitle_text="step breakdown"),
+                      **where)
+        base = [b + m for b, m in zip(base, ms)]
+        n += 1
+    return n
 
 
 def timeline_breakdown_figure(tl: pd.DataFrame, bd: pd.DataFrame, arms: list, title: str = "one step",
                               visualize: bool = False):
     """One traced step of a baseline and its optimized arm (`timeline_figure`'s lanes, left) beside each arm's step
     breakdown (stacked bars of `analysis.breakdown` rows of those `arms`, right: busy time by kernel class, idle time
-    by cause, ms per traced step), so the timeline's detail and the whole step's totals read together."""
+    by cause, ms per traced step), so the timeline's detail and the whole step's totals read together. One legend,
+    whole (the figure is as tall as it needs): the timeline's kinds of event, then the step's components, each in
+    its one colour (`workbench.report.palette`)."""
     from plotly.subplots import make_subplots
-    import plotly.graph_objects as go
 
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.74, 0.26], horizontal_spacing=0.08,
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.72, 0.28], horizontal_spacing=0.1,
                         subplot_titles=("timeline from the step's start (ms)", "whole step (ms per traced step)"))
-    for cat, g in tl.groupby("category", sort=False):
-        fig.add_trace(go.Bar(y=g["lane"], x=g["dur_ms"], base=g["start_ms"], orientation="h", name=str(cat),
-                             hovertext=[f"{n}<br>{la or ''} {p or ''} {pt or ''}<br>{d:.3f} ms" for n, la, p, pt, d in
-                                        zip(g["name"], g["layer"], g["pass"], g["part"], g["dur_ms"])],
-                             hoverinfo="text", legend="legend"), row=1, col=1)
+    n = _timeline_bars(fig, tl, row=1, col=1)
     d = bd[bd["arm"].isin(arms)] if len(bd) else bd
-    base = [0.0] * len(arms)  # stacked by hand: the timeline's bars overlay, so the figure's barmode is "overlay"
-    for comp, colour in {**BUSY_COLOURS, **IDLE_COLOURS}.items():
-        g = d[d["component"] == comp].set_index("arm").reindex(arms) if len(d) else pd.DataFrame()
-        if len(g) and g["ms"].notna().any():
-            ms = g["ms"].fillna(0).tolist()
-            fig.add_trace(go.Bar(x=arms, y=ms, base=list(base), marker_color=colour, legend="legend2",
-                                 name=comp + (" (idle)" if comp in IDLE_COLOURS else ""),
-                                 hovertext=[f"{comp}: {m:.1f} ms ({sh:.1%} of the step)" if m == m else "" for m, sh in
-                                            zip(g["ms"], g["share"].fillna(0))], hoverinfo="text"), row=1, col=2)
-            base = [b + m for b, m in zip(base, ms)]
+    n += _breakdown_bars(fig, d, list(arms), "arm", row=1, col=2)  # stacked by hand: the timeline's bars overlay
     lanes = tl["lane"].nunique() if len(tl) else 1
-    fig.update_layout(barmode="overlay", title=title, height=max(400, 160 + 30 * lanes), margin=dict(t=100),
-                      legend=dict(orientation="h", y=-0.18, x=0, font_size=10, title_text="timeline"),
-                      legend2=dict(x=1.02, y=1, font_size=10, title_text="step breakdown", traceorder="normal"))
+    ticks = [str(a).replace("+", "+<br>") for a in arms]  # a combined arm's name on lines, never rotated
+    bottom = 60 + 13 * max([t.count("<br>") for t in ticks] or [0])
+    fig.update_layout(barmode="overlay", title=title, margin=dict(t=100, b=bottom),
+                      height=max(400, 160 + 30 * lanes, 100 + bottom + _legend_px(n, 2)),
+                      legend=dict(font_size=10, groupclick="toggleitem", tracegroupgap=8))
     fig.update_yaxes(automargin=True, tickfont_size=10, row=1, col=1)
     fig.update_xaxes(title_text="ms from step start", row=1, col=1)
+    fig.update_xaxes(tickvals=list(arms), ticktext=ticks, tickangle=0, tickfont_size=10, row=1, col=2)
     return _finish(fig, visualize)
 
 
@@ -357,15 +473,62 @@ PNG_WIDTH_PX = 1000
 """Width of the static PNG beside each interactive figure (its height is the figure's layout height)."""
 
 
+STATIC_RENDERER = "plotly_mimetype+png"
+"""The renderer of the committed notebooks: each figure's JSON (JupyterLab, VS Code: interactive) and a static PNG
+(kaleido; nbconvert HTML, static viewers) in one output, no script, nothing loaded from a network."""
+INTERACTIVE_RENDERER = "plotly_mimetype"
+"""Where no static PNG can be drawn (no Chrome / Chromium for kaleido): the figure's JSON only, said once."""
+STATIC_NEEDS = ("static figures need kaleido (the [notebooks] extra) and a Chrome or Chromium: `apt-get install "
+                "chromium`, or BROWSER_PATH=/path/to/chrome")
+
+
+def static_export_missing() -> str | None:
+    """What a static PNG export lacks here (None when kaleido and a browser for it are found)."""
+    try:
+        import kaleido  # noqa: F401
+    except ImportError:
+        return "kaleido is not installed"
+    from workbench.report.notebook_pages import CHROMIUMS
+
+    import shutil
+    if os.environ.get("BROWSER_PATH") or any(shutil.which(c) for c in CHROMIUMS):
+        return None
+    try:  # a Chrome that kaleido downloaded (`kaleido.get_chrome_sync()`)
+        from choreographer.browsers.chromium import Chromium
+        if Chromium.find_browser():
+            return None
+    except Exception:  # noqa: BLE001 (a private API: absent means not found)
+        pass
+    return "no Chrome or Chromium found"
+
+
+def renderer() -> tuple[str, str | None]:
+    """The plotly renderer `show` uses and a note for the reader when it is not the static one: $WB_PLOTLY_RENDERER
+    when set (a static one that cannot be drawn here is an error: `STATIC_NEEDS`), else `STATIC_RENDERER` where
+    kaleido can draw, else `INTERACTIVE_RENDERER` with a note that says what the PNGs need. Never plotly's HTML
+    renderers (they load plotly.js / MathJax as scripts)."""
+    from workbench.errors import WorkbenchError
+
+    wanted = os.environ.get("WB_PLOTLY_RENDERER")
+    static = "png" in (wanted or STATIC_RENDERER).split("+")
+    missing = static_export_missing() if static else None
+    if wanted:
+        if missing:
+            raise WorkbenchError(f"WB_PLOTLY_RENDERER={wanted}: {missing}; {STATIC_NEEDS}")
+        return wanted, None
+    if missing:
+        return INTERACTIVE_RENDERER, (f"figures: interactive only (plotly JSON, no static PNG: {missing}); "
+                                      f"{STATIC_NEEDS}")
+    return STATIC_RENDERER, None
+
+
 def show(fig, png: str | None = None) -> None:
-    """Show a figure ($WB_PLOTLY_RENDERER, default "plotly_mimetype+notebook": plotly.js embedded once per notebook,
-    viewable offline; the committed notebooks use "plotly_mimetype+png": the figure's JSON for JupyterLab and a
-    static PNG (kaleido) for nbconvert HTML and static viewers, no script); also write a PNG to `png` (or
-    $WB_PNG_DIR/<title>.png) when kaleido is installed."""
+    """Show a figure with `renderer()` (static PNG + JSON where kaleido can draw, else JSON; never HTML with
+    scripts); also write a PNG to `png` (or $WB_PNG_DIR/<title>.png) when kaleido is installed."""
     import plotly.io as pio
 
-    wanted = os.environ.get("WB_PLOTLY_RENDERER", "plotly_mimetype+notebook")
-    if pio.renderers.default != wanted:  # set once: plotly.js is embedded at activation, not in every figure
+    wanted, _ = renderer()
+    if pio.renderers.default != wanted:
         pio.renderers.default = wanted
     if "png" in wanted.split("+"):
         pio.renderers["png"].width = PNG_WIDTH_PX
@@ -383,32 +546,26 @@ def show(fig, png: str | None = None) -> None:
         fig.write_image(out)
 
 
-BUSY_COLOURS = {"gemm": "#0969da", "attention": "#54aeff", "glue": "#bf3989", "copy": "#8250df",
-                "norm_elementwise": "#1a7f37", "optimizer": "#4ac26b", "other": "#8c959f"}
-IDLE_COLOURS = {"exposed_copy": "#fb8f44", "sync_stall": "#cf222e", "launch_gap": "#d4a72c"}
+BUSY_COLOURS = {c: components.colour(c) for c in components.BUSY}
+IDLE_COLOURS = {c: components.colour(c) for c in components.IDLE}
+"""The step components' colours (`workbench.traces.components` owns them)."""
 
 
 def breakdown_figure(bd: pd.DataFrame, title: str = "step breakdown per arm (ms per traced step)",
                      visualize: bool = False):
-    """Stacked bars, one per (comparison, arm) of `analysis.breakdown(...)`: busy time by kernel class (blues /
-    greens) then idle time by cause (oranges / red); the share of the step in the hover."""
+    """Stacked horizontal bars, one per (run, comparison, arm) of `analysis.breakdown(...)`: busy time by kernel
+    class, then idle time by cause, each component in its one colour; the share of the step in the hover; the
+    legend whole (the figure is as tall as its bars and its legend need)."""
     import plotly.graph_objects as go
 
     d = bd.copy()
-    d["bar"] = d["folder"].map(os.path.basename) + " · " + d["comparison"].astype(str) + " · " + d["arm"].astype(str)
-    bars = list(dict.fromkeys(d["bar"]))
+    d["bar"] = [f"{run_label(f)} · {c} · {a}" for f, c, a in zip(d["folder"], d["comparison"], d["arm"])]
+    bars = list(dict.fromkeys(d["bar"]))[::-1]  # the first on top
     fig = go.Figure()
-    for comp, colour in {**BUSY_COLOURS, **IDLE_COLOURS}.items():
-        g = d[d["component"] == comp].set_index("bar").reindex(bars)
-        if g["ms"].notna().any():
-            fig.add_trace(go.Bar(x=bars, y=g["ms"].fillna(0).tolist(), name=comp + (" (idle)" if comp in IDLE_COLOURS
-                                                                                    else ""),
-                                 marker_color=colour, hovertext=[f"{comp}: {m:.1f} ms ({s:.1%} of the step)"
-                                                                 if m == m else "" for m, s in
-                                                                 zip(g["ms"], g["share"].fillna(0))],
-                                 hoverinfo="text"))
-    fig.update_layout(barmode="stack", title=title, yaxis_title="ms per traced step", legend_traceorder="normal",
-                      height=450)
+    n = _breakdown_bars(fig, d, bars, "bar", horizontal=True, by_hand=False)
+    fig.update_layout(barmode="stack", title=title, xaxis_title="ms per traced step", legend_traceorder="grouped",
+                      height=max(160 + 28 * len(bars), MARGIN_PX + _legend_px(n, 1)), legend=dict(font_size=10))
+    fig.update_yaxes(automargin=True, tickfont_size=10)
     return _finish(fig, visualize)
 
 
@@ -434,7 +591,7 @@ def sweep_fit_figure(points: pd.DataFrame, fits: pd.DataFrame, visualize: bool =
     for i, ((folder, group, arm), g) in enumerate(groups):
         r, c = i // cols + 1, i % cols + 1
         fig.add_trace(go.Scatter(x=g["x"], y=g["measured_ms"], mode="markers", name="measured (95% CI)",
-                                 marker_color="#0969da", showlegend=i == 0, legendgroup="m",
+                                 marker_color=palette.MARKS["measured"], showlegend=i == 0, legendgroup="m",
                                  error_y=_ci_errors(g, "measured_ms", "measured_ci95_lo", "measured_ci95_hi"),
                                  hovertext=[f"L={x:g}: {m:.1f} ms [{lo:.1f}, {hi:.1f}], n={n} pairs" for x, m, lo, hi, n
                                             in zip(g["x"], g["measured_ms"], g["measured_ci95_lo"],
@@ -445,12 +602,13 @@ def sweep_fit_figure(points: pd.DataFrame, fits: pd.DataFrame, visualize: bool =
             f = f.iloc[0]
             xs = [1.0, float(g["x"].max())]
             fig.add_trace(go.Scatter(x=xs, y=[f["slope_ms"] * x + f["intercept_ms"] for x in xs], mode="lines",
-                                     line_dash="dash", line_color="#57606a", name="weighted fit", showlegend=i == 0,
+                                     line_dash="dash", line_color=palette.MARKS["fit"], name="weighted fit", showlegend=i == 0,
                                      legendgroup="f"), row=r, col=c)
             lo, hi = (f["at1_ci90_lo"], f["at1_ci90_hi"]) if "at1_ci90_lo" in f else (f["at1_ci95_lo"], f["at1_ci95_hi"])
             if pd.notna(lo):
                 fig.add_trace(go.Scatter(x=[1.0], y=[f["at1_ms"]], mode="markers", marker_symbol="diamond-open",
-                                         marker_size=11, marker_color="#cf222e", name="fitted at L=1 (90% CI)",
+                                         marker_size=11, marker_color=palette.MARKS["fitted at L=1"],
+                                         name="fitted at L=1 (90% CI)",
                                          showlegend=i == 0, legendgroup="a", hovertext=[str(f["l_minus_1_by"])],
                                          hoverinfo="text",
                                          error_y=dict(type="data", symmetric=False, array=[hi - f["at1_ms"]],

@@ -136,6 +136,7 @@ def compare(one_dir: str, two_dir: str) -> list[dict]:
     """One verdict per comparison found in both folders (by name, baseline and optimized arm)."""
     import pandas as pd
 
+    from workbench.measure import stats
     from workbench.savings import verdicts
 
     one = {c["name"]: c for c in _json(os.path.join(one_dir, "summary.json")).get("comparisons", [])}
@@ -175,7 +176,7 @@ def compare(one_dir: str, two_dir: str) -> list[dict]:
             continue
         pred = s1["mean"] + w["mean"]
         se_p = None if s1["se"] is None or w["se"] is None else math.sqrt(s1["se"] ** 2 + w["se"] ** 2)
-        df_p = verdicts._welch_df([(s1["se"] ** 2, s1["df"]), (w["se"] ** 2, w["df"])]) if se_p else None
+        df_p = stats.welch_satterthwaite_df([(s1["se"] ** 2, s1["df"]), (w["se"] ** 2, w["df"])]) if se_p else None
         timed_base = c["baseline"].get("step_ms")
         bias = verdicts.bias_rel(w.get("traced_baseline_step_ms"), timed_base)
         j = verdicts.judge(pred, se_p, s2["mean"], s2["se"], s2["df"], predicted_df=df_p, bias_rel=bias,

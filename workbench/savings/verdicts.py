@@ -53,7 +53,6 @@ import os
 import sys
 
 import pandas as pd
-from scipy import stats as _sps
 
 from workbench.savings import common as savings
 from workbench.measure import stats
@@ -74,64 +73,9 @@ MODEL_TERMS = {o: savings.model_terms(o) for o in savings.modelled()}
 
 # --- verdict --------------------------------------------------------------------------------------------------
 
-def _t(df) -> float:
-    """The one-sided 95% t quantile (the 90% two-sided interval's), normal when df is infinite or unknown."""
-    return float(_sps.t.ppf(1 - ALPHA, df)) if df is not None and math.isfinite(df) else float(_sps.norm.ppf(1 - ALPHA))
-
-
-def _cdf(x, df) -> float:
-    return float(_sps.t.cdf(x, df)) if df is not None and math.isfinite(df) else float(_sps.norm.cdf(x))
-
-
-def _welch_df(parts) -> float:
-    """Welch-Satterthwaite df of a sum of variances [(variance, df)]; df None/inf: known (no df of its own)."""
-    tot = sum(v for v, _ in parts)
-    den = sum(v * v / d for v, d in parts if d is not None and math.isfinite(d) and d > 0)
-    return tot * tot / den if den > 0 else math.inf
-
-
 def _ratio_test(m, se_m, df_m, p, se_p, df_p, bias_rel):
-    """(estimate form, estimate, se, df, the 90% CI of measured / predicted, p_confirm, p_refute).
-
-    Log form (m > 0, p > 0): x = log(m / p), sd = sqrt((se_m/m)^2 + (se_p/p)^2 + bias_rel^2); the band is
-    [log 0.8, log 1.25]. Linear form otherwise: the two differences m - 0.8p and m - 1.25p with their se."""
-    lo, hi = BAND
-    se_m, se_p = float(se_m or 0.0), float(se_p or 0.0)
-    if m > 0 and p > 0:
-        parts = [((se_m / m) ** 2, df_m), ((se_p / p) ** 2, df_p), (bias_rel ** 2, None)]
-        sd = math.sqrt(sum(v for v, _ in parts))
-        df = _welch_df(parts)
-        x = math.log(m / p)
-        if sd == 0:
-            inside = math.log(lo) < x < math.log(hi)
-            return "log", x, 0.0, df, [m / p, m / p], (0.0 if inside else 1.0), (1.0 if inside else 0.0)
-        t = _t(df)
-        ci = [math.exp(x - t * sd), math.exp(x + t * sd)]
-        z_lo, z_hi = (x - math.log(lo)) / sd, (x - math.log(hi)) / sd
-        p_confirm = max(1 - _cdf(z_lo, df), _cdf(z_hi, df))
-        p_refute = 1 - _cdf(z_hi, df) if x >= 0 else _cdf(z_lo, df)  # the band is symmetric about 0 on the log scale
-        return "log", x, sd, df, ci, p_confirm, p_refute
-    # linear: m against the band's edges k * p (k = 0.8, 1.25), the prediction's variance scaled by k^2
-    var_p = se_p ** 2 + (bias_rel * p) ** 2
-    edges = sorted([(k * p, k) for k in BAND])
-    out = []
-    for e, k in edges:
-        parts = [(se_m ** 2, df_m), (k * k * se_p ** 2, df_p), (k * k * (bias_rel * p) ** 2, None)]
-        sd = math.sqrt(sum(v for v, _ in parts))
-        out.append((m - e, sd, _welch_df(parts)))
-    (d_lo, s_lo, f_lo), (d_hi, s_hi, f_hi) = out
-    if s_lo == 0 or s_hi == 0:
-        inside = d_lo > 0 > d_hi
-        return "linear", m, 0.0, math.inf, None, (0.0 if inside else 1.0), (1.0 if inside else 0.0)
-    p_confirm = max(1 - _cdf(d_lo / s_lo, f_lo), _cdf(d_hi / s_hi, f_hi))
-    mid = (edges[0][0] + edges[1][0]) / 2
-    p_refute = 1 - _cdf(d_hi / s_hi, f_hi) if m >= mid else _cdf(d_lo / s_lo, f_lo)
-    ci = None
-    if p > 0:  # the ratio's 90% CI by Fieller is not needed to decide; a first-order one to show
-        sd_r = math.sqrt(se_m ** 2 + (m / p) ** 2 * var_p) / p
-        t = _t(min(f_lo, f_hi))
-        ci = [m / p - t * sd_r, m / p + t * sd_r]
-    return "linear", m, math.sqrt(se_m ** 2 + var_p), min(f_lo, f_hi), ci, p_confirm, p_refute
+    """`stats.band_ratio_test` against BAND at ALPHA per side (the 90% CI)."""
+    return stats.band_ratio_test(m, se_m, df_m, p, se_p, df_p, bias_rel, band=BAND, alpha=ALPHA)
 
 
 def _outcome(p_confirm, p_refute) -> str:

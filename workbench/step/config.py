@@ -18,7 +18,7 @@ from workbench.step.length_data import DEFAULT_LENGTHS
 
 @dataclasses.dataclass(kw_only=True, frozen=True)
 class DataConfig:
-    lengths: str = DEFAULT_LENGTHS
+    lengths: str | None = DEFAULT_LENGTHS
     """Document-length source as written (`workbench.step.length_data.lengths_help`; recorded in meta.json)."""
     tokens: int | None = None
     """Token budget of each packed batch (T); None: per --opt and device (`workbench.ab`)."""

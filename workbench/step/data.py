@@ -19,8 +19,6 @@ import math
 import os
 import random
 
-import torch
-
 from workbench.step import length_data
 from workbench.step.length_data import DEFAULT_LENGTHS, LENGTH_FORMS  # noqa: F401 - their one owner
 from workbench.errors import WorkbenchError
@@ -54,6 +52,8 @@ class PackedBatch:
         return int(self.input_ids.shape[1])
 
     def to(self, device, non_blocking: bool = False) -> "PackedBatch":
+        import torch
+
         def mv(x):
             return x.to(device, non_blocking=non_blocking) if isinstance(x, torch.Tensor) else x
         return PackedBatch(mv(self.input_ids), mv(self.position_ids), mv(self.labels), list(self.doc_lens),
@@ -61,6 +61,7 @@ class PackedBatch:
 
     def documents(self) -> list[torch.Tensor]:
         """The token ids of each document (1-D tensors)."""
+        import torch
         return list(torch.split(self.input_ids[0], self.doc_lens))
 
 
@@ -253,6 +254,7 @@ def pack_best_fit_decreasing(lengths: list[int], budget: int) -> list[list[int]]
 
 def collate(docs: list[Document], vocab_size: int, rng: torch.Generator) -> PackedBatch:
     """One packed batch from documents in order."""
+    import torch  # here, not at the top: the CLIs check --lengths (LengthSource) before torch is imported
     ids, pos, lens = [], [], []
     for d in docs:
         t = torch.tensor(d.tokens, dtype=torch.long) if d.tokens is not None else \
@@ -282,6 +284,7 @@ def make_batches(lengths, tokens: int, n_batches: int, vocab_size: int, seed: in
     bins = pack_best_fit_decreasing([d.length for d in docs], tokens)
     # fullest bins first, so every batch is close to the budget; ties keep packing order
     bins = sorted(bins, key=lambda b: -sum(docs[i].length for i in b))[:n_batches]
+    import torch
     gen = torch.Generator().manual_seed(seed)
     batches = [collate([docs[i] for i in sorted(b)], vocab_size, gen) for b in bins]
     while len(batches) < n_batches:  # a small finite source: reuse its batches
@@ -293,6 +296,7 @@ def batch_from_lengths(doc_lens: list[int], vocab_size: int, seed: int = 0) -> P
     """A packed batch with exactly these document lengths (tests, edge cases)."""
     if not doc_lens or any(n <= 0 for n in doc_lens):
         raise WorkbenchError(f"document lengths must be positive and non-empty, got {doc_lens}")
+    import torch
     return collate([Document(None, n) for n in doc_lens], vocab_size, torch.Generator().manual_seed(seed))
 
 

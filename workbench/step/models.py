@@ -13,6 +13,7 @@ import copy
 import glob
 import json
 import os
+import warnings
 
 import torch
 
@@ -58,9 +59,8 @@ def check_checkpoint(path: str) -> dict:
                              "that holds config.json and the weights")
     cfg_path = os.path.join(path, "config.json")
     if not os.path.isfile(cfg_path):
-        raise WorkbenchError(f"checkpoint directory not found: {path} has no config.json (empty, or not a Hugging "
-                             "Face checkpoint); pass the directory that holds config.json and the weights, or a "
-                             "preset name (see --help)")
+        raise WorkbenchError(f"{path} is a directory but not a Hugging Face checkpoint: it has no config.json; pass "
+                             "the directory that holds config.json and the weights, or a preset name (see --help)")
     try:
         with open(cfg_path, encoding="utf-8") as f:
             raw = json.load(f)
@@ -288,7 +288,9 @@ def add_lora(model, rank: int = 16, seed: int = 0, precision: str = "fp32-adapte
 
     config = lora_config(model, rank)
     torch.manual_seed(seed + 1)
-    pm = get_peft_model(model, config, **prec.lora_kwargs(precision))
+    with warnings.catch_warnings():  # peft's own getattr(model, "is_gradient_checkpointing"), once per build: not ours
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        pm = get_peft_model(model, config, **prec.lora_kwargs(precision))
     # LoRA B starts at zero in peft; give it small random values so LoRA gradients flow through every path
     # and A/B equivalence checks compare non-trivial gradients.
     g = torch.Generator(device="cpu").manual_seed(seed + 2)
@@ -342,6 +344,8 @@ def gpt_oss_packed_masks(hf_model, position_ids: torch.Tensor) -> dict:
     dtype = next(hf_model.parameters()).dtype
     # only shape, dtype and device of the embeddings are read by the mask builders
     probe = torch.empty((1, T, 1), dtype=dtype, device=position_ids.device)
-    kw = dict(config=hf_model.config, inputs_embeds=probe, attention_mask=None, past_key_values=None,
-              position_ids=position_ids)
-    return {"full_attention": create_causal_mask(**kw), "sliding_attention": create_sliding_window_causal_mask(**kw)}
+    # config, embeddings, attention mask, cache: positional, as the fourth is `past_key_values` in older 5.x and
+    # `cache` in 5.24 (where the old keyword warns; it goes in 5.40)
+    args = (hf_model.config, probe, None, None)
+    return {"full_attention": create_causal_mask(*args, position_ids=position_ids),
+            "sliding_attention": create_sliding_window_causal_mask(*args, position_ids=position_ids)}

@@ -84,3 +84,23 @@ EXPERTS_CHOICES = ("eager", "grouped_mm", "batched_mm")
 """HF experts implementations always accepted; `experts_choices()` adds ExpertsInterface's and the workbench's."""
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
 """Weight files of a checkpoint directory (sharded ones included)."""
+
+
+def own_shape(model: str) -> dict | None:
+    """{"family", "layers", "hidden"} of a preset, or of a local checkpoint's config.json (read as JSON: no torch,
+    no transformers), None when it cannot be read here (`workbench.step.models.load_config` says why, later)."""
+    import json
+    import os
+
+    if model in PRESETS:
+        p = PRESETS[model]
+        return {"family": p.family, "layers": p.config["num_hidden_layers"], "hidden": p.config["hidden_size"]}
+    try:
+        with open(os.path.join(model, "config.json"), encoding="utf-8") as f:
+            raw = json.load(f)
+    except (OSError, ValueError):
+        return None
+    fam = {mt: f for f, mt in _MODEL_TYPES.items()}.get(raw.get("model_type")) if isinstance(raw, dict) else None
+    if fam is None or not isinstance(raw.get("num_hidden_layers"), int) or not isinstance(raw.get("hidden_size"), int):
+        return None
+    return {"family": fam, "layers": raw["num_hidden_layers"], "hidden": raw["hidden_size"]}

@@ -9,29 +9,15 @@ whole tensors, counted as norm_elementwise), the cost of a per-expert loop over 
 """
 from __future__ import annotations
 
-LEVERS = {
-    "launch_gap": "host-bound: the GPU waits for launches; fewer, larger kernels (fused / grouped ops, "
-                  "torch.compile) or CUDA graphs",
-    "sync_stall": "host syncs drain the queue: remove the readbacks (cache metadata once per batch, count on the "
-                  "device, precompute on the CPU)",
-    "exposed_copy": "host<->device copies not hidden: prefetch on a side stream (double buffering), or keep the "
-                    "tensors on the GPU when memory allows",
-    "glue": "metadata builds and MoE routing / permute kernels: build once per batch, fuse the permutation into the "
-            "grouped GEMM",
-    "norm_elementwise": "norms, activations and pointwise ops are memory-bound: fused kernels (e.g. fused RMSNorm / "
-                        "SwiGLU / cross-entropy) or torch.compile",
-    "copy": "device copies, mostly dtype casts (direct_copy / bfloat16_copy kernels: e.g. fp32 LoRA adapters on a "
-            "bf16 base cast activations both ways in every layer): keep the adapters in the compute dtype, fuse "
-            "the casts, avoid materializing layouts",
-    "optimizer": "optimizer step: fused / foreach AdamW (already fused on CUDA here)",
-    "other": "uncategorized kernels: see the top kernels",
-}
-DENSE_ATTENTION = ("dense",)
-DENSE_ATTENTION_COMPONENT = "attention (dense)"
+from workbench.traces.components import COMPONENTS, LEVER_ONLY, LEVERS, attention_component
+
+DENSE_ATTENTION = tuple(c.attention_flops for c in COMPONENTS.values() if c.group == "lever" and c.attention_flops)
+"""("dense",): the attention FLOP classes (`workbench.step.flops.attention_mode`) computed over the whole packed sequence."""
+DENSE_ATTENTION_COMPONENT = attention_component("dense")
 SLICE_GRADIENTS_COMPONENT = "slice gradients (fill + add)"
-LEVER_COMPONENTS = frozenset({*LEVERS, DENSE_ATTENTION_COMPONENT, SLICE_GRADIENTS_COMPONENT})
+LEVER_COMPONENTS = frozenset({*LEVERS, *LEVER_ONLY})
 """The components a lever optimization may name in its SPEC's `lever` (`workbench.opts.registry`): every row
-`levers()` can emit."""
+`levers()` can emit (`workbench.traces.components` owns them, with their lever text)."""
 
 FILL, ADD = "FillFunctor", "CUDAFunctor_add"
 """The kernels of a gradient built slice by slice: `select_backward` zero-fills a tensor of the whole weight's shape
@@ -54,10 +40,8 @@ def slice_gradients(top_kernels: list[dict] | None, step_ms: float | None) -> di
         return None
     ms = sum(k["ms"] for k in fills + adds)
     return {"component": SLICE_GRADIENTS_COMPONENT, "ms": ms, "share": ms / step_ms, "fills": nf, "adds": na,
-            "lever": f"{nf:.0f} zero-fills and {na:.0f} adds of whole tensors per step ({ms:.0f} ms): a gradient "
-                     "built slice by slice, as a per-expert loop over a fused LoRA-adapted expert weight does (each "
-                     "expert's w[e] back-propagates through a zero tensor of all experts' size): index every expert "
-                     "at once (transformers' grouped_mm experts, or the `grouped` arm)"}
+            "lever": f"{nf:.0f} zero-fills and {na:.0f} adds of whole tensors per step ({ms:.0f} ms): "
+                     + COMPONENTS[SLICE_GRADIENTS_COMPONENT].lever}
 
 
 def levers(components: list[dict], *, attention_flops: str | None = None, min_share: float = 0.05,
@@ -76,9 +60,8 @@ def levers(components: list[dict], *, attention_flops: str | None = None, min_sh
     if attention_flops in DENSE_ATTENTION:
         gemm = next((r for r in components if r.get("component") == "gemm"), None)
         out.append({"component": DENSE_ATTENTION_COMPONENT, "ms": (att or {}).get("ms"), "share": (att or {}).get("share"),
-                    "lever": "the backend computes attention over the whole packed sequence (T^2; its matmuls count "
-                             f"as GEMM: {100 * (gemm or {}).get('share', 0):.0f}% of the step): a varlen / flash "
-                             "kernel computes only the documents' blocks"})
+                    "lever": COMPONENTS[DENSE_ATTENTION_COMPONENT].lever
+                             + f" (its matmuls count as GEMM here: {100 * (gemm or {}).get('share', 0):.0f}% of the step)"})
     return out
 
 

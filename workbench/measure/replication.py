@@ -1,0 +1,345 @@
+"""The process as the unit of a claim: what a rerun of a comparison would show.
+
+    # K = processes (independent runs: own data seed, own model build), R = reps per process,
+    # y_kr = per-rep log ratio log(mean baseline / mean optimized) of rep r of process k
+
+Inside one process the rep-level t-interval (`workbench.measure.stats.paired_speedup`) is right, but it speaks for
+"within this run" only: clocks, autotuned kernels and memory layout move a whole process, an effect its reps cannot
+see. The model here is one-way random effects,
+
+    y_kr = mu + u_k + e_kr,    u_k ~ N(0, tau^2) (the process),    e_kr ~ N(0, sigma^2) (the rep),
+
+and a claim about "a rerun" takes the process as the unit:
+
+- `reml_components`: sigma and tau by REML (unbalanced processes allowed), tau's 95% CI by profile likelihood, and
+  the likelihood-ratio test of tau = 0 (a 50:50 mixture of chi2_0 and chi2_1 on the boundary).
+- `process_estimate`: the speedup exp(mean over processes of each process's mean y), its 95% CI a t-interval over
+  processes (K - 1 df), and a 95% prediction interval for ONE MORE process's mean,
+  mean ± t_{K-1} · sd · sqrt(1 + 1/K). With K = 1 it falls back to the run's own rep-level CI, labelled
+  `population` "within this run" (no prediction interval).
+- `design_for`: K and R for a target half width from measured sigma and tau, and the GPU minutes they cost. The
+  process mean's variance is (tau^2 + sigma^2 / R) / K; reps beyond R* = (sigma / tau) · sqrt(c_process / c_rep)
+  buy less than another process, so when tau >= 0.4 sigma more processes beat more reps.
+- `runs_agree`: a test of two run estimates (z of the log difference over its se, two-sided p), not CI overlap
+  (two 95% CIs overlap up to |z| = 2.77).
+- `heldout_check`: held-out processes against a stated prediction interval: the fraction inside against its null
+  5% quantile (simulated for the design), the held-out / estimate variance ratio against its F interval.
+- `null_tau_quantile`: the REML tau's 95th percentile when tau = 0, simulated for the actual design (the process
+  sizes), what a repeat diagnostic judges an estimated tau against.
+
+Pure numpy / scipy (no torch). `workbench.measure.power` simulates the designs; tests/test_replication.py checks
+coverage by simulation with negative controls.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Sequence
+
+import numpy as np
+from scipy import optimize as _opt
+from scipy import stats as _sps
+
+from workbench.measure.stats import CONFIDENCE, t_quantile
+
+WITHIN = "within this run"
+RERUN = "a rerun"
+CHI2_95 = float(_sps.chi2.ppf(CONFIDENCE, 1))
+"""The profile-likelihood cutoff: 2 · (l_max - l) <= 3.84 (one parameter, 95%)."""
+TAU_BEATS_REPS = 0.4
+"""tau / sigma at or above which another process buys more precision than more reps at equal cost (R* <= 2.5 for
+equal process and rep costs: `design_for`)."""
+
+
+def _groups(groups) -> list[np.ndarray]:
+    out = []
+    for g in groups:
+        a = np.asarray([float(v) for v in g if v is not None and v == v], dtype=float)
+        if a.size:
+            out.append(a)
+    return out
+
+
+class _Design:
+    """The sufficient statistics of one-way data: sizes n_k, means ybar_k, within sum of squares."""
+
+    def __init__(self, groups: list[np.ndarray]):
+        self.n = np.asarray([g.size for g in groups], dtype=float)
+        self.ybar = np.asarray([g.mean() for g in groups])
+        self.ssw = float(sum(((g - g.mean()) ** 2).sum() for g in groups))
+        self.N, self.K = float(self.n.sum()), len(groups)
+
+    def loglik(self, s2: float, t2: float) -> float:
+        """The REML log likelihood (constants dropped) at sigma^2 = s2, tau^2 = t2."""
+        v = s2 + self.n * t2
+        w = self.n / v
+        mu = float((w * self.ybar).sum() / w.sum())
+        q = self.ssw / s2 + float((w * (self.ybar - mu) ** 2).sum())
+        logdet = float(((self.n - 1) * math.log(s2)).sum() + np.log(v).sum())
+        return -0.5 * (logdet + math.log(float(w.sum())) + q)
+
+    def profile_lambda(self, lam: float) -> tuple[float, float]:
+        """(l, s2) at tau^2 / sigma^2 = lam with sigma^2 at its REML maximum, s2 = Q0(lam) / (N - 1)."""
+        a = 1 + self.n * lam
+        w = self.n / a
+        mu = float((w * self.ybar).sum() / w.sum())
+        q0 = self.ssw + float((w * (self.ybar - mu) ** 2).sum())
+        s2 = max(q0 / (self.N - 1), 1e-300)
+        ll = -0.5 * ((self.N - 1) * math.log(s2) + float(np.log(a).sum()) + math.log(float(w.sum())) + (self.N - 1))
+        return ll, s2
+
+    def profile_tau(self, t2: float, s2_hint: float) -> float:
+        """max over sigma^2 of the REML log likelihood at tau^2 = t2."""
+        lo, hi = math.log(s2_hint) - 12, math.log(s2_hint) + 12
+        r = _opt.minimize_scalar(lambda x: -self.loglik(math.exp(x), t2), bounds=(lo, hi), method="bounded",
+                                 options={"xatol": 1e-8})
+        return -float(r.fun)
+
+
+def _argmax_lambda(d: _Design) -> tuple[float, float, float]:
+    """(lam, l, s2) at the REML maximum over lam = tau^2 / sigma^2 >= 0."""
+    best = (0.0, *d.profile_lambda(0.0))
+    grid = np.exp(np.linspace(math.log(1e-6), math.log(1e6), 61))
+    vals = [d.profile_lambda(float(x))[0] for x in grid]
+    i = int(np.argmax(vals))
+    if vals[i] > best[1]:
+        lo, hi = math.log(grid[max(i - 1, 0)]), math.log(grid[min(i + 1, len(grid) - 1)])
+        r = _opt.minimize_scalar(lambda x: -d.profile_lambda(math.exp(x))[0], bounds=(lo, hi), method="bounded",
+                                 options={"xatol": 1e-9})
+        lam = math.exp(float(r.x))
+        ll, s2 = d.profile_lambda(lam)
+        if ll > best[1]:
+            best = (lam, ll, s2)
+    return best
+
+
+def _profile_bounds(f, x_hat: float, l_max: float, upper_cap: float) -> tuple[float, float]:
+    """The set {x >= 0: 2 (l_max - f(x)) <= CHI2_95} around x_hat (f concave enough): its end points by bisection
+    (the lower end 0 when f(0) is inside; the upper end `upper_cap` when never left)."""
+    def inside(x):
+        return 2 * (l_max - f(x)) <= CHI2_95
+    lo = 0.0
+    if not inside(0.0):
+        a, b = 0.0, x_hat
+        for _ in range(40):
+            m = (a + b) / 2
+            a, b = (a, m) if inside(m) else (m, b)
+        lo = b
+    a, b = x_hat, max(x_hat * 2, 1e-12)
+    while inside(b):
+        a, b = b, b * 2
+        if b > upper_cap:
+            return lo, math.inf
+    for _ in range(40):
+        m = (a + b) / 2
+        a, b = (m, b) if inside(m) else (a, m)
+    return lo, a
+
+
+def reml_components(groups: Sequence[Sequence[float]], *, ci: bool = True) -> dict:
+    """sigma (within a process, rep to rep) and tau (between processes) of one-way random-effects data by REML.
+
+    `groups`: one sequence per process, of its per-rep log ratios (any sizes; NaN/None dropped, empty groups
+    dropped). Returns {"sigma", "tau", "tau_over_sigma", "tau_ci95" (profile likelihood over sigma), "tau_over_sigma_ci95"
+    (profile likelihood of lam = tau^2/sigma^2), "lr" and "lr_p" (the likelihood-ratio test of tau = 0, p from the
+    boundary mixture 0.5·chi2_0 + 0.5·chi2_1), "sigma_df" (N - K), "K", "R" (sizes), "N", "mu" (the GLS mean)}.
+    With K < 2 or N - K < 1 tau (or sigma) is not estimable: None. `ci` False skips the two profile CIs (a
+    simulation's speed)."""
+    gs = _groups(groups)
+    out = {"sigma": None, "tau": None, "tau_over_sigma": None, "tau_ci95": None, "tau_over_sigma_ci95": None,
+           "lr": None, "lr_p": None, "sigma_df": None, "K": len(gs), "R": [int(g.size) for g in gs],
+           "N": int(sum(g.size for g in gs)), "mu": None}
+    if not gs:
+        return out
+    d = _Design(gs)
+    out["sigma_df"] = int(d.N - d.K)
+    if d.K < 2 or d.N - d.K < 1:
+        if d.N - d.K >= 1:
+            out["sigma"] = math.sqrt(d.ssw / (d.N - d.K))
+        out["mu"] = float(np.concatenate(gs).mean())
+        return out
+    if d.ssw <= 0:  # every process constant inside: sigma 0, tau from the means alone
+        return {**out, "sigma": 0.0, "tau": float(np.std(d.ybar, ddof=1)), "mu": float(d.ybar.mean())}
+    lam, l_max, s2 = _argmax_lambda(d)
+    t2 = lam * s2
+    l0 = d.profile_lambda(0.0)[0]
+    lr = max(0.0, 2 * (l_max - l0))
+    w = d.n / (s2 + d.n * t2)
+    out.update(sigma=math.sqrt(s2), tau=math.sqrt(t2), tau_over_sigma=math.sqrt(lam), lr=lr,
+               lr_p=float(0.5 * _sps.chi2.sf(lr, 1)) if lr > 0 else 1.0,
+               mu=float((w * d.ybar).sum() / w.sum()))
+    if not ci:
+        return out
+    lam_lo, lam_hi = _profile_bounds(lambda x: d.profile_lambda(x)[0], lam, l_max, 1e8)
+    out["tau_over_sigma_ci95"] = [math.sqrt(lam_lo), math.sqrt(lam_hi)]
+    # tau itself: profile over sigma at each tau (on the tau scale, so the bounds are tau's)
+    scale = max(float(np.var(d.ybar, ddof=1)), s2 / float(d.n.mean()), 1e-30)
+    t_lo, t_hi = _profile_bounds(lambda x: d.profile_tau(x * x, s2), math.sqrt(t2), l_max, 1e4 * math.sqrt(scale))
+    out["tau_ci95"] = [t_lo, t_hi]
+    return out
+
+
+def process_estimate(groups: Sequence[Sequence[float]], *, confidence: float = CONFIDENCE,
+                     components: bool = True) -> dict:
+    """The speedup a rerun would show, from K processes' per-rep log ratios (`groups`, one sequence per process).
+
+    m_k = mean of process k's log ratios; estimate = exp(mean m_k); ci95 = exp(t-interval over the m_k, K - 1 df);
+    pi95 = exp(mean ± t_{K-1} · sd(m) · sqrt(1 + 1/K)), the interval one more process's m lands in 95% of the time
+    (for a process of the same R). `population` "a rerun" (K >= 2) or "within this run" (K = 1: the rep-level
+    t-interval of that one process, no prediction interval). sigma and tau come from `reml_components`.
+    Returns {"speedup", "ci95", "pi95", "K", "R" (sizes), "df", "log_mean", "process_sd_log", "se_log",
+    "process_means_log", "population", "sigma", "tau", "tau_ci95", "lr_p", "method"}. `components` False leaves
+    tau's CI out (a simulation's speed)."""
+    gs = _groups(groups)
+    comps = reml_components(gs, ci=components)
+    K = len(gs)
+    base = {"K": K, "R": [int(g.size) for g in gs], "sigma": comps["sigma"], "tau": comps["tau"],
+            "tau_ci95": comps["tau_ci95"], "lr_p": comps["lr_p"], "pi95": None}
+    if K == 0:
+        return {**base, "speedup": math.nan, "ci95": None, "df": None, "log_mean": math.nan, "process_sd_log": None,
+                "se_log": None, "process_means_log": [], "population": WITHIN, "method": "none (no data)"}
+    q = (1 + confidence) / 2
+    if K == 1:
+        y = gs[0]
+        m = float(y.mean())
+        if y.size < 2:
+            return {**base, "speedup": math.exp(m), "ci95": None, "df": None, "log_mean": m, "process_sd_log": None,
+                    "se_log": None, "process_means_log": [m], "population": WITHIN, "method": "none (one rep)"}
+        se = float(y.std(ddof=1) / math.sqrt(y.size))
+        t = t_quantile(q, y.size - 1)
+        return {**base, "speedup": math.exp(m), "ci95": [math.exp(m - t * se), math.exp(m + t * se)],
+                "df": int(y.size - 1), "log_mean": m, "process_sd_log": None, "se_log": se, "process_means_log": [m],
+                "population": WITHIN,
+                "method": f"t-interval over {y.size} reps of one process ({y.size - 1} df): within this run only"}
+    means = np.asarray([g.mean() for g in gs])
+    m, sd = float(means.mean()), float(means.std(ddof=1))
+    se = sd / math.sqrt(K)
+    t = t_quantile(q, K - 1)
+    half_pi = t * sd * math.sqrt(1 + 1 / K)
+    return {**base, "speedup": math.exp(m), "ci95": [math.exp(m - t * se), math.exp(m + t * se)],
+            "pi95": [math.exp(m - half_pi), math.exp(m + half_pi)], "df": K - 1, "log_mean": m,
+            "process_sd_log": sd, "se_log": se, "process_means_log": means.tolist(), "population": RERUN,
+            "method": f"t-interval over {K} processes' mean log ratios ({K - 1} df); prediction interval for one more"}
+
+
+class ProcessDesign(NamedTuple):
+    processes: int
+    """K: independent processes."""
+    reps: int
+    """R: reps per process (even, so the two-arm order is balanced)."""
+    gpu_minutes: float
+    """K · (minutes_per_process + R · minutes_per_rep)."""
+    half_width: float
+    """The expected 95% half width of the log estimate: t_{K-1} · sqrt((tau^2 + sigma^2 / R) / K)."""
+
+
+def design_for(sigma: float, tau: float, target_half_width: float, minutes_per_rep: float,
+               minutes_per_process: float, *, min_processes: int = 3, max_processes: int = 200,
+               max_reps: int = 64) -> ProcessDesign:
+    """The cheapest (K, R) whose expected 95% half width of the log estimate, t_{K-1} · sqrt((tau^2 + sigma^2/R)/K),
+    is at most `target_half_width` (same unit as sigma and tau: log ratio, e.g. 0.01 for ±1%). R even (2..max_reps),
+    K >= `min_processes` (3: a prediction interval with 1 df is ±12.7 sd). Cost = K · (minutes_per_process + R ·
+    minutes_per_rep) GPU minutes; `minutes_per_process` holds the model build, equivalence, the warm-up rep and the
+    counted pass. Returns a `ProcessDesign` (K, R, gpu_minutes, half_width), unpackable as (K, R, gpu_minutes, _);
+    the largest K at max_reps when the target cannot be met within max_processes (half_width says what it gives)."""
+    if sigma < 0 or tau < 0 or target_half_width <= 0:
+        raise ValueError("sigma, tau >= 0 and target_half_width > 0 needed")
+    best = None
+    fallback = None
+    for K in range(max(2, min_processes), max_processes + 1):
+        t = t_quantile((1 + CONFIDENCE) / 2, K - 1)
+        for R in range(2, max_reps + 1, 2):
+            hw = t * math.sqrt((tau ** 2 + sigma ** 2 / R) / K)
+            cost = K * (minutes_per_process + R * minutes_per_rep)
+            if hw <= target_half_width and (best is None or cost < best.gpu_minutes - 1e-12):
+                best = ProcessDesign(K, R, cost, hw)
+            if fallback is None or hw < fallback.half_width:
+                fallback = ProcessDesign(K, R, cost, hw)
+    return best or fallback
+
+
+def _log_and_se(r: dict) -> tuple[float, float, float | None]:
+    """(log estimate, se of it, df) of a run estimate: `process_estimate` output, or {"speedup", "se_log" | "ci95"
+    (with "df" or "n_units")}."""
+    s = float(r["speedup"])
+    se = r.get("se_log")
+    df = r.get("df")
+    if df is None and r.get("n_units"):
+        df = int(r["n_units"]) - 1
+    if se is None:
+        from workbench.measure.stats import se_from_ci
+        se = se_from_ci(r.get("ci95"), None if df is None else df + 1)
+    if se is None:
+        raise ValueError("a run estimate needs se_log, or ci95 with df / n_units")
+    return math.log(s), float(se), df
+
+
+def runs_agree(a: dict, b: dict, *, alpha: float = 1 - CONFIDENCE) -> dict:
+    """Do two run estimates agree? A test, not CI overlap: z = (log a - log b) / sqrt(se_a^2 + se_b^2), two-sided p
+    from Student's t with Welch-Satterthwaite df (normal when a df is unknown). `a`, `b`: `process_estimate` output
+    or {"speedup", "se_log" | "ci95" with "df" / "n_units"}. Returns {"z", "p", "df", "agree" (p >= alpha),
+    "diff_pct" (100 · (a / b - 1))}. Two 95% CIs that just overlap are |z| up to 2.77 apart (p = 0.006): overlap
+    is not agreement at 5%."""
+    from workbench.measure.stats import t_cdf, welch_satterthwaite_df
+    la, sa, da = _log_and_se(a)
+    lb, sb, db = _log_and_se(b)
+    se = math.sqrt(sa ** 2 + sb ** 2)
+    if se == 0:
+        z = 0.0 if la == lb else math.copysign(math.inf, la - lb)
+        df = None
+    else:
+        z = (la - lb) / se
+        df = welch_satterthwaite_df([(sa ** 2, da), (sb ** 2, db)])
+    p = 2 * (1 - t_cdf(abs(z), df)) if math.isfinite(z) else 0.0
+    return {"z": z, "p": p, "df": df if df is None or math.isfinite(df) else None, "agree": p >= alpha,
+            "diff_pct": 100 * (math.exp(la - lb) - 1)}
+
+
+def _inside_fraction_null(K: int, M: int, *, sims: int, seed: int, confidence: float) -> np.ndarray:
+    """Simulated fraction of M held-out process means inside the prediction interval from K (all from one normal:
+    the null that the interval is right)."""
+    rng = np.random.default_rng(seed)
+    est = rng.standard_normal((sims, K))
+    held = rng.standard_normal((sims, M))
+    m, sd = est.mean(axis=1), est.std(axis=1, ddof=1)
+    half = t_quantile((1 + confidence) / 2, K - 1) * sd * math.sqrt(1 + 1 / K)
+    return (np.abs(held - m[:, None]) <= half[:, None]).mean(axis=1)
+
+
+def heldout_check(estimate: dict, heldout_means: Sequence[float], *, sims: int = 20000, seed: int = 0,
+                  confidence: float = CONFIDENCE) -> dict:
+    """Held-out processes against a stated prediction interval. `estimate`: `process_estimate` output (K >= 2);
+    `heldout_means`: M >= 2 held-out processes' mean log ratios (each of the same R as the estimate's).
+
+    - inside = the fraction of held-out means inside `estimate["pi95"]`; passes when >= its null 5% quantile,
+      simulated for this K and M (the interval right, every process from one normal).
+    - variance_ratio = var(held-out means) / var(estimate's process means) ~ F(M - 1, K - 1) under the null; passes
+      when inside its central 95% interval.
+    Returns {"inside", "inside_null_q05", "inside_ok", "variance_ratio", "f_interval", "variance_ok", "ok", "K", "M"}."""
+    K = int(estimate["K"])
+    h = np.asarray([float(v) for v in heldout_means], dtype=float)
+    M = int(h.size)
+    if K < 2 or M < 2 or estimate.get("pi95") is None:
+        raise ValueError(f"held-out check needs K >= 2 estimate processes and M >= 2 held-out ones (K={K}, M={M})")
+    lo, hi = (math.log(v) for v in estimate["pi95"])
+    inside = float(((h >= lo) & (h <= hi)).mean())
+    q05 = float(np.quantile(_inside_fraction_null(K, M, sims=sims, seed=seed, confidence=confidence), 0.05))
+    var_est = float(estimate["process_sd_log"]) ** 2
+    ratio = float(h.var(ddof=1)) / var_est if var_est > 0 else math.inf
+    a = (1 - confidence) / 2
+    f_int = [float(_sps.f.ppf(a, M - 1, K - 1)), float(_sps.f.ppf(1 - a, M - 1, K - 1))]
+    inside_ok, var_ok = inside >= q05, f_int[0] <= ratio <= f_int[1]
+    return {"inside": inside, "inside_null_q05": q05, "inside_ok": bool(inside_ok), "variance_ratio": ratio,
+            "f_interval": f_int, "variance_ok": bool(var_ok), "ok": bool(inside_ok and var_ok), "K": K, "M": M}
+
+
+def null_tau_quantile(sizes: Sequence[int], sigma: float, *, q: float = 0.95, sims: int = 400,
+                      seed: int = 0) -> float:
+    """The q-quantile of the REML tau when the true tau is 0, for processes of these `sizes` (reps each) and rep SD
+    `sigma`: what an estimated tau is judged against for the design that produced it (with few reps per process,
+    tau-hat is far from 0 by chance alone)."""
+    rng = np.random.default_rng(seed)
+    taus = []
+    for _ in range(sims):
+        g = [rng.standard_normal(int(n)) * sigma for n in sizes]
+        taus.append(reml_components(g, ci=False)["tau"] or 0.0)
+    return float(np.quantile(taus, q))

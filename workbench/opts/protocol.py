@@ -1,0 +1,182 @@
+"""The optimization contract as code: what a module of `workbench/opts/` (or one named in $WORKBENCH_OPTS) must and
+may define, and what its SPEC holds. Torch-free: `workbench.opts.registry` reads the SPEC schema from here.
+
+    Optimization   the 5 required members (a `typing.Protocol`): ARMS, BASELINE, OPTIMIZED, unsupported, apply
+    HOOKS          the optional members, each with its default and who reads it; read them through `hook(mod, name)`
+    Spec           the SPEC dict literal (a `TypedDict`: 5 required keys, 4 optional)
+    problems(mod)  what a module gets wrong (empty: it conforms); `workbench.opts.module` refuses a module with any
+
+`tests/test_opt_protocol.py` checks every registered optimization against it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, get_type_hints, runtime_checkable
+
+if TYPE_CHECKING:
+    from workbench.opts import Handle
+
+
+@runtime_checkable
+class Optimization(Protocol):
+    """An optimization module. Every arm computes the baseline's function (the runner checks it on every run)."""
+
+    ARMS: tuple[str, ...]
+    """Every arm, baseline first."""
+    BASELINE: str
+    """The faithful baseline arm (what users run today)."""
+    OPTIMIZED: str
+    """The optimized arm (the headline compares it with BASELINE)."""
+
+    def unsupported(self, arm: str, model, device, **options) -> str | None:
+        """Why this device / model cannot run `arm` (None: it can). Takes whichever `options` (the module's
+        `comparison_options`) it names."""
+
+    def apply(self, model, arm: str, **options) -> Handle:
+        """Change the model in place for `arm` (transformers' extension points where they exist); the returned
+        handle's `revert()` undoes it. Takes whichever `options` it names."""
+
+
+REQUIRED = ("ARMS", "BASELINE", "OPTIMIZED", "unsupported", "apply")
+
+
+@dataclasses.dataclass(frozen=True)
+class Hook:
+    name: str
+    default: Any
+    """What `hook(mod, name)` gives for a module that does not define it."""
+    signature: str
+    """Its type, or how it is called."""
+    doc: str
+    """What it means, and who reads it."""
+
+
+HOOKS = {h.name: h for h in (
+    Hook("comparison_options", None, "(cmp, device, state: dict) -> dict",
+         "its apply / unsupported keyword arguments for one comparison; `state` is a dict per comparison the module "
+         "may keep things in (offload: one pinned host pool). Read by `workbench.ab.runner` (packing: the --attn "
+         "backend; moe: the tokens per batch)."),
+    Hook("reference_options", None, "(options: dict, ran_attn: str, device) -> dict",
+         "its options for the fp32 equivalence reference pass (packing: the sdpa backend, where varlen takes only "
+         "fp16 / bf16). Read by `workbench.ab.runner`."),
+    Hook("attention_backend", None, "(model, device, options: dict) -> str",
+         "the attention backend its arms run (reported as the comparison's `attn`). Read by `workbench.ab.runner`."),
+    Hook("lever_baseline", None, "(args, device) -> str",
+         "the arm a lever starts from in `--opt levers`, the recipe the run times (precision: the run's "
+         "--precision); default BASELINE. Read by `workbench.ab.planner.lever_baseline`."),
+    Hook("BACKENDS", (), "tuple[str, ...]",
+         "the attention backends it registers (AttentionInterface), which --attn may name besides HF's. Read by "
+         "`workbench.ab.planner`."),
+    Hook("OPT_IN_ARMS", (), "tuple[str, ...]",
+         "arms of ARMS run only when --arms names them, never by default (moe: hf_batched_mm). Read by "
+         "`workbench.ab.planner`."),
+    Hook("LEVER_ANCHOR", None, "str | None",
+         "an arm of ARMS a user would pick instead of the lever, timed beside its pair in `--opt levers` on a GPU "
+         "(expert_lora: grouped_mm). Read by `workbench.ab.planner`."),
+    Hook("ATTENTION_FLOPS", {}, "dict[str, str]",
+         "{arm: attention FLOP count (`workbench.step.flops.ATTENTION_MODES`)} for arms that change which query-key "
+         "pairs attention computes (attention: dense -> block_diagonal). Read by `workbench.ab.lever_path`."),
+    Hook("SAVED_FRACTION", 1.0, "float in (0, 1]",
+         "the fraction of its lever component (SPEC `lever`) the optimized arm removes: the lever's predicted "
+         "saving. Read by `workbench.ab.levers`."),
+    Hook("NUMERICS_CHANGE", None, "str | None",
+         "a sentence saying how its arms other than BASELINE change the numerics (precision: bf16 adapters): such "
+         "arms are judged against an fp32 reference, not bitwise. Read by `workbench.measure.numerics`."),
+)}
+"""The optional members, by name."""
+
+
+def hook(mod, name: str):
+    """Optional member `name` of optimization module `mod` (`HOOKS`), or its declared default. An undeclared name is
+    a KeyError: every hook the workbench reads is declared here."""
+    return getattr(mod, name, HOOKS[name].default)
+
+
+class _SpecRequired(TypedDict):
+    order: int
+    """Where it stands among the optimizations (tables, --opt all)."""
+    help: str
+    """Its arms, baseline first, for `--help`."""
+    cpu: dict
+    """Default shape on a CPU (model, and layers / tokens where they differ from the run's)."""
+    gpu: dict
+    """Default shape on a GPU."""
+    all_variants: tuple
+    """Arms that replace its optimized arm in extra arms of `--opt all` (floor, anchor); may be ()."""
+
+
+class Spec(_SpecRequired, total=False):
+    """A module's `SPEC`: a dict literal, read with `ast` by `workbench.opts.registry` (never executed: `--help` imports
+    no optimization)."""
+
+    savings: str
+    """The dotted path of its torch-free savings-model module (`workbench.savings.common` states its contract);
+    absent: not modelled."""
+    apply_order: int
+    """Where `workbench.apply_optimizations` applies it (reverted in reverse); default `order`."""
+    lever: str
+    """The `workbench.traces.levers` component it addresses (one of `levers.LEVER_COMPONENTS`): a lever optimization,
+    run by `--opt levers`."""
+    in_all: bool
+    """Part of `--opt all` (default True; the levers say False)."""
+    families: tuple
+    """The model families it applies to (`workbench.step.presets` names); absent: every family. A single `--opt` on
+    another family is refused before a model is built (`workbench.ab.preflight`)."""
+
+
+SPEC_TYPES = get_type_hints(Spec)
+"""{key: the Python type its value must have}, in the order above."""
+SPEC_REQUIRED = tuple(k for k in SPEC_TYPES if k in Spec.__required_keys__)
+
+
+def spec_problems(spec: dict) -> list[str]:
+    """What a SPEC gets wrong: missing required keys, unknown keys, values of another type."""
+    out = [f"SPEC lacks {k}" for k in SPEC_REQUIRED if k not in spec]
+    out += [f"SPEC key {k!r} is none of {', '.join(SPEC_TYPES)}" for k in spec if k not in SPEC_TYPES]
+    out += [f"SPEC {k} is a {type(v).__name__}, not a {SPEC_TYPES[k].__name__}" for k, v in spec.items()
+            if k in SPEC_TYPES and not (isinstance(v, SPEC_TYPES[k]) and not (SPEC_TYPES[k] is int
+                                                                               and isinstance(v, bool)))]
+    return out
+
+
+def problems(mod) -> list[str]:
+    """What optimization module `mod` gets wrong against the contract (empty: it conforms)."""
+    missing = [m for m in REQUIRED if not hasattr(mod, m)]
+    if missing:
+        return [f"lacks {', '.join(missing)}"]
+    out = []
+    arms = mod.ARMS
+    if not (isinstance(arms, tuple) and len(arms) >= 2 and all(isinstance(a, str) for a in arms)):
+        out.append(f"ARMS is not a tuple of at least two arm names: {arms!r}")
+        return out
+    if len(set(arms)) != len(arms):
+        out.append(f"ARMS names an arm twice: {arms!r}")
+    if mod.BASELINE != arms[0]:
+        out.append(f"BASELINE {mod.BASELINE!r} is not the first arm of ARMS")
+    if mod.OPTIMIZED not in arms or mod.OPTIMIZED == mod.BASELINE:
+        out.append(f"OPTIMIZED {mod.OPTIMIZED!r} is no arm of ARMS other than BASELINE")
+    out += [f"{m} is not callable" for m in ("unsupported", "apply") if not callable(getattr(mod, m))]
+    for name in ("comparison_options", "reference_options", "attention_backend", "lever_baseline"):
+        if hasattr(mod, name) and not callable(getattr(mod, name)):
+            out.append(f"{name} is not callable")
+    for name in ("BACKENDS", "OPT_IN_ARMS"):
+        v = hook(mod, name)
+        if not (isinstance(v, tuple) and all(isinstance(x, str) for x in v)):
+            out.append(f"{name} is not a tuple of names: {v!r}")
+    stray = [a for a in hook(mod, "OPT_IN_ARMS") if a not in arms or a in (mod.BASELINE, mod.OPTIMIZED)]
+    if stray:
+        out.append(f"OPT_IN_ARMS {stray!r} are not further arms of ARMS")
+    anchor = hook(mod, "LEVER_ANCHOR")
+    if anchor is not None and anchor not in arms:
+        out.append(f"LEVER_ANCHOR {anchor!r} is no arm of ARMS")
+    fl = hook(mod, "ATTENTION_FLOPS")
+    from workbench.step.flops import ATTENTION_MODES  # (torch-free)
+    if not isinstance(fl, dict) or any(a not in arms or m not in ATTENTION_MODES for a, m in fl.items()):
+        out.append(f"ATTENTION_FLOPS is not {{arm of ARMS: one of {ATTENTION_MODES}}}: {fl!r}")
+    frac = hook(mod, "SAVED_FRACTION")
+    if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 < frac <= 1:
+        out.append(f"SAVED_FRACTION is not a number in (0, 1]: {frac!r}")
+    nc = hook(mod, "NUMERICS_CHANGE")
+    if nc is not None and not (isinstance(nc, str) and nc):
+        out.append(f"NUMERICS_CHANGE is not a sentence: {nc!r}")
+    return out

@@ -1,0 +1,177 @@
+"""The README's results block: the headline figure, the headline table (the optimized arm of each optimization at
+its main shape, one row per savings model), the L-sweep line and the link to the results page. Rendered into README.md
+by `python -m workbench.readme_results` (`workbench.report.readme`)."""
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+
+from workbench import analysis as an
+from workbench.savings import common as savings
+from workbench.report import figures
+from workbench.opts import registry as opt_registry
+from workbench.report.markdown import (MODEL_RULE, SPEEDUP_RULE, _Ctx, _ci, _f, _ms_ci, _n, _ratio_text,
+                                       _shape_text, _table)
+
+
+def headline_opts() -> tuple[str, ...]:
+    """The headline's optimizations: those `--opt all` runs, then `all`; the levers (`in_all: False`) have their own
+    README section (`--opt levers`, the path). Read from the registry when asked (`$WORKBENCH_OPTS` may add one)."""
+    return (*opt_registry.in_all_names(), "all")
+
+
+def max_rows() -> int:
+    """The most rows the headline table can have: one speedup per headline optimization, one row per savings model.
+    No row is cut: a new optimization is a row more."""
+    return len(headline_opts()) + len(savings.modelled())
+
+
+JUDGED = ("confirmed", "refuted", "inconclusive", "input check failed")
+
+
+RECIPE = an.RECIPE
+
+
+def headline_speedups(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
+    """Per optimization (packing, offload, moe, all): the optimized arm at the shape most runs measured (then: from
+    the run with the most comparisons, then most pairs), from the run `analysis.runs_of(prefer=...)` chooses (the run
+    of the headline's savings-model row where it is one of them: one run per optimization in the headline); with
+    `runs` and `disagree` (how many runs of it disagree with that one)."""
+    d = an.default_lengths(an.one_gpu(comps[(comps["role"] == "optimized")
+                                            & ~comps["name"].astype(str).str.contains("@")]))
+    if d.empty:  # (the 2-GPU runs have their own section)
+        return d.assign(runs=pd.Series(dtype=int), disagree=pd.Series(dtype=int))
+    d = an.runs_of(d, prefer)
+    per_run = comps.groupby("folder")["name"].nunique()
+    d = d.assign(_in_run=d["folder"].map(per_run).fillna(0),
+                 _n=pd.to_numeric(d["n_pairs"], errors="coerce").fillna(0))
+    d["disagree"] = 0
+    for _, idx in d.groupby(d[an.CONFIG_KEY].astype(str).agg("|".join, axis=1), sort=False).groups.items():
+        d.loc[idx, "disagree"] = int((~d.loc[idx, "agrees"].astype(bool)).sum())
+    chosen = d[d["chosen"]].assign(_recipe=lambda x: x["precision"].astype(str) == RECIPE)
+    out = []
+    for opt in headline_opts():
+        g = chosen[chosen["name"] == opt]
+        if len(g):  # the user's recipe first: a run of another precision times another step
+            out.append(g.sort_values(["_recipe", "runs", "_in_run", "_n", "folder"], kind="stable").iloc[-1])
+    return pd.DataFrame(out)
+
+
+def _prefer(verd: pd.DataFrame) -> set:
+    """(folder, comparison) of the headline's savings-model rows: the runs the headline and the page report."""
+    v = headline_verdicts(verd)
+    return set() if v.empty else set(zip(v["folder"], v["comparison"]))
+
+
+def headline_verdicts(verd: pd.DataFrame) -> pd.DataFrame:
+    """Per savings model (packing, offload, moe): the verdict at the optimization's main comparison (no sweep) of the
+    user's recipe (`RECIPE`) where one exists, with the most measured pairs (then the later folder); `runs` = how many runs judged that model there."""
+    modelled = savings.modelled()
+    v = an.default_lengths(verd[verd["opt"].isin(modelled) & verd["verdict"].isin(JUDGED)
+                                & ~verd["comparison"].astype(str).str.contains("@")])
+    out = []
+    for opt in modelled:
+        g = v[v["opt"] == opt]
+        if len(g):
+            g = g.assign(_n=pd.to_numeric(g["n_pairs"], errors="coerce").fillna(0),
+                         _recipe=g["precision"].astype(str) == RECIPE)
+            best = g.sort_values(["_recipe", "_n", "folder"], kind="stable").iloc[-1]
+            out.append(best.copy())
+            out[-1]["runs"] = len(g)
+            out[-1]["agree"] = int((g["verdict"] == best["verdict"]).sum())
+    return pd.DataFrame(out)
+
+
+
+def _verdict_cell(v) -> str:
+    s = f"**{v['verdict']}**"
+    if v["verdict"] in ("confirmed", "refuted", "inconclusive") and _ratio_text(v):
+        s += f" ({_ratio_text(v)})"
+    if v["verdict"] == "inconclusive" and isinstance(v.get("decide_note"), str):
+        s += f": {v['decide_note']}"
+    if v["verdict"] == "refuted" and isinstance(v.get("largest_missing"), str):
+        s += f"; lacks {v['largest_missing']} ({_f(v['largest_missing_ms'], '{:+.1f}')} ms)"
+        if isinstance(v.get("corrected_verdict"), str):
+            corr = _ms_ci(v["corrected_ms"], v["corrected_ci95_lo"], v["corrected_ci95_hi"])
+            s += f"; with it: {v['corrected_verdict']} ({corr})"
+    if v["verdict"] == "input check failed" and isinstance(v.get("reason"), str):
+        s += f": {v['reason']}"
+    return s
+
+
+def headline_markdown(ctx: _Ctx, page_path: str, figure_path: str) -> str:
+    """The README block: the headline figure, the headline table (`max_rows()` at most: every row), one line on the
+    L sweeps, and the link to the results page."""
+    rel = lambda p: os.path.relpath(p, ctx.page_dir)  # noqa: E731
+    gpu = ", ".join(ctx.gpus) or "no GPU run"
+    lines = [f"![Speedup of every comparison over its baseline with its 95% CI and verdict ({gpu})]"
+             f"({rel(figure_path)})", ""]
+    bd_path = breakdown_figure_path(figure_path)
+    if not breakdown_figure_rows(ctx).empty:
+        lines += [f"![Where each traced step goes: busy time by kernel class, GPU idle by cause, baseline and "
+                  f"optimized arm of each optimization ({gpu})]({rel(bd_path)})", ""]
+    vd = headline_verdicts(ctx.verd)
+    sp = headline_speedups(ctx.comps, _prefer(ctx.verd))
+    rows = []
+    for r in sp.to_dict("records"):
+        runs = "" if r["runs"] <= 1 else (f"; {r['runs']} runs agree" if not r["disagree"] else
+                                           f"; {r['disagree']} of {r['runs']} runs DISAGREE (see the results page)")
+        rows.append([f"{r['opt']}: `{r['arm']}` vs `{r['baseline']}`", _shape_text(r), f"speedup {_ci(r)}",
+                     _n(r), f"**{r['verdict']}**{runs}", ctx.short(r["file"])])
+    for v in vd.to_dict("records"):
+        runs = "" if v["runs"] <= 1 else f"; {v['agree']} of {v['runs']} runs say so"
+        rows.append([f"{v['opt']} savings model `{v['formula'].split(',  ')[0]}`", _shape_text(v),
+                     f"predicted {_ms_ci(v['predicted_ms'], v['predicted_ci95_lo'], v['predicted_ci95_hi'])}, "
+                     f"measured {_ms_ci(v['measured_ms'], v['measured_ci95_lo'], v['measured_ci95_hi'])}",
+                     _n(v), _verdict_cell(v) + runs, ctx.short(v["file"])])
+    if rows:
+        lines += _table(["result", "model · layers · tokens · attention backend that ran", "estimate [95% CI]",
+                         "pairs (reps)", "verdict", "run"], rows)
+    else:
+        lines += [f"No complete GPU comparison in `{os.path.relpath(ctx.root, ctx.repo)}/` yet.", ""]
+    notes = [SPEEDUP_RULE]
+    if len(vd):
+        notes.append(MODEL_RULE)
+    else:
+        notes.append("No savings-model verdict in profiles/ yet: the models' inputs come from a traced run "
+                     "(`python -m workbench.ab --trace torch`, then `python -m workbench.verdicts RUN_DIR`).")
+    fits = an.sweep_fits(ctx.root, **ctx.kw)
+    if len(fits):
+        counts = fits["l_minus_1"].value_counts()
+        note = (f"L sweeps (weighted least squares; the (L-1) form, one layer saves nothing, holds when the fit's "
+                f"90% CI at L = 1 lies within ± half of one layer's saving): of {len(fits)} sweeps, "
+                + ", ".join(f"{int(counts.get(k, 0))} {k}" for k in ("confirmed", "refuted", "inconclusive",
+                                                                       "untested") if counts.get(k, 0)))
+        bad = fits[fits["l_minus_1"] == "refuted"]
+        if len(bad):
+            note += "; refuted in " + "; ".join(
+                f"{os.path.basename(r['folder'])} ({r['model']}): fitted at L = 1 "
+                f"{_ms_ci(r['at1_ms'], r['at1_ci90_lo'], r['at1_ci90_hi'])} (90%) against ±{_f(r['margin_ms'])} ms"
+                for r in bad.to_dict("records"))
+        notes.append(note + "; fits, slopes and the L = 1 tests with their CIs are on the results page.")
+    rep = an.repeats(ctx.comps)
+    if len(rep):
+        old = an.repeats(ctx.comps, "summary")
+        notes.append(f"Repeat runs: {rep.attrs['n']} pairs of runs of the same comparison give mean z² = "
+                     f"{rep.attrs['mean_z2']:.1f} (honest CIs give about 1; {old.attrs['mean_z2']:.1f} with the old "
+                     "pair-bootstrap CIs of the same data).")
+    lines += [" ".join(notes), ""]
+    lines += [f"**Every comparison and every run of it** (repeats that disagree included), the savings models with "
+              f"their inputs, where each traced saving comes from, the L sweeps, the A/A noise floor, what the "
+              f"instruments cost, MFU, what was left out and each folder's command: "
+              f"**[{os.path.relpath(page_path, ctx.repo)}]({rel(page_path)})**. Generated by "
+              f"`python -m workbench.readme_results` from `{os.path.relpath(ctx.root, ctx.repo)}/`; its `--check` "
+              "fails when this block, the page, the figure or a speedup quoted in the prose disagrees with them."]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+
+def breakdown_figure_path(figure: str) -> str:
+    """The breakdown PNG, beside the headline PNG."""
+    return os.path.join(os.path.dirname(figure), "breakdown.png")
+
+
+def breakdown_figure_rows(ctx) -> pd.DataFrame:
+    return figures.breakdown_rows(an.breakdown(ctx.root, **ctx.kw))
+
