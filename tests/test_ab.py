@@ -455,8 +455,8 @@ def test_every_cpu_comparison_of_opt_all_packs_several_documents_per_batch():
     assert [c.name for c in comps] == ["packing", "offload", "moe", "all"]
     for c in comps:
         vocab = load_config(c.model).vocab_size
-        docs = [len(b.doc_lens) for b in make_batches(a.lengths, c.tokens, a.batches, vocab, seed=a.seed)]
-        assert len(docs) == a.batches and min(docs) > 1, (c.name, docs)
+        docs = [len(b.doc_lens) for b in make_batches(a.data.lengths, c.tokens, a.data.batches, vocab, seed=a.data.seed)]
+        assert len(docs) == a.data.batches and min(docs) > 1, (c.name, docs)
     old = make_batches(ab.GPU_DEFAULTS["_run"]["lengths"], 256, 2, 256, seed=0)
     assert [len(b.doc_lens) for b in old] == [1, 1]
 
@@ -470,3 +470,55 @@ def test_lengths_are_checked_against_the_budgets_the_comparisons_use():
     a = ab.parse_args(["--opt", "packing", "--device", "cpu", "--sweep", "tokens=512,256", "--lengths", "fixed:300"])
     with pytest.raises(WorkbenchError, match=r"longer than the token budget \(256\)"):
         ab.plan(a, torch.device("cpu"))
+
+
+# --- write what was built, read what was written (issue 36) -------------------------------------------------------
+
+def test_summary_writes_each_batch_and_each_arms_flops_and_the_analysis_reads_them(capsys, tmp_path, fakes):
+    """summary.json holds each batch's document lengths (the batches the run packed) and, per arm, the FLOPs of each
+    batch as that arm ran it (`flops.arm_batch_flops` with the attention it ran); `analysis.mfu` reads them, so a run
+    whose length file is not on the reading machine keeps its rows. Negative control: the same run without the written
+    fields (an older run) cannot be counted without the file, and its rows say why instead of vanishing."""
+    import shutil
+
+    from workbench import analysis
+    from workbench.step import flops
+    from workbench.step.data import make_batches
+    from workbench.step.models import load_config
+
+    lens = tmp_path / "lens.json"
+    lens.write_text(json.dumps([30, 50, 17, 9, 64, 22, 40, 11, 70, 5]))
+    run = tmp_path / "runs" / "new"
+    rc, lines, err = _run(capsys, ["--opt", "packing", *FAST, "--reps", "2", "--lengths", f"json:{lens}",
+                                   "--batches", "2", "--out", str(run)])
+    assert rc == 0, err
+    c = _last_json(lines)["comparisons"][0]
+    cfg = load_config(c["model"], c["layers"])
+    built = make_batches(f"json:{lens}", 128, 2, cfg.vocab_size, seed=0)
+    assert [b["doc_lens"] for b in c["batches"]] == [b.doc_lens for b in built]
+    for a in (c["baseline"], c["optimized"], *c["others"]):
+        want = [flops.arm_batch_flops(cfg, b.doc_lens, attn_implementation=a["attention_impl"], lora_rank=16)
+                for b in built]
+        assert a["flops_per_batch"] == [{"model": f["model"], "total": f["total"]} for f in want], a["arm"]
+        assert a["attention_flops"] == want[0]["attention"]
+
+    older = tmp_path / "runs" / "older"
+    shutil.copytree(run, older)
+    s = json.loads((older / "summary.json").read_text())
+    for cc in s["comparisons"]:
+        for b in cc["batches"]:
+            b.pop("doc_lens")
+        for a in (cc["baseline"], cc["optimized"], *cc["others"]):
+            for k in ("flops_per_batch", "attention_flops", "attention_impl", "achieved_tflops"):
+                a.pop(k, None)
+    (older / "summary.json").write_text(json.dumps(s))
+    lens.unlink()  # the reading machine has no length file (and, as another process, no parse of it)
+    from workbench.step import data
+    data._SOURCES.clear()
+
+    df = analysis.mfu(str(tmp_path / "runs"), include_cpu=True)
+    new, old = df[df["folder"].str.endswith("new")], df[df["folder"].str.endswith("older")]
+    assert len(new) == len(old) == 3  # every arm of both runs keeps its row
+    assert new["model_tflop_per_step"].notna().all() and new["note"].isna().all()
+    assert old["model_tflop_per_step"].isna().all()
+    assert old["note"].str.contains("cannot be rebuilt here").all() and "note:" in capsys.readouterr().err

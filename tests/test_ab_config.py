@@ -6,9 +6,16 @@ from workbench import ab
 from workbench.ab import cli, passes
 
 FLAGS = {"opt", "model", "layers", "tokens", "attn", "experts", "lengths", "batches", "steps", "warmup", "warmup_max",
-         "settle_pct", "reps", "target_ci", "budget_s", "max_reps", "processes", "sweep", "nvtx_cost", "only", "headline", "device",
-         "trace", "out", "force", "arms", "aa", "dtype", "precision", "seed", "lora_rank", "lr", "no_checkpointing",
-         "cross_check", "_capture", "_config"}
+         "settle_pct", "reps", "target_ci_pct", "budget_s", "max_reps", "processes", "sweep", "nvtx_cost", "only",
+         "headline", "device", "trace", "out", "force", "arms", "aa", "dtype", "precision", "seed", "lora_rank", "lr",
+         "checkpointing", "cross_check", "_capture", "_config"}
+"""The config's leaves (flat), one per flag: `--no-checkpointing` sets `checkpointing`, `--target-ci` `target_ci_pct`."""
+OPTIONS = {"--opt", "--model", "--layers", "--tokens", "--attn", "--experts", "--lengths", "--batches", "--steps",
+           "--warmup", "--warmup-max", "--settle-pct", "--reps", "--target-ci", "--budget-s", "--max-reps",
+           "--processes", "--sweep", "--nvtx-cost", "--only", "--headline", "--device", "--trace", "--out", "--force",
+           "--arms", "--aa", "--dtype", "--precision", "--seed", "--lora-rank", "--lr", "--no-checkpointing",
+           "--cross-check", "--_capture", "--_config"}
+"""The command line itself: frozen (a renamed destination keeps its flag)."""
 
 SET_BY_THE_CHILD = {"opt", "model", "layers", "tokens", "attn", "device", "trace", "out", "sweep", "only", "arms", "aa",
                     "nvtx_cost", "_capture", "_config"}
@@ -17,8 +24,40 @@ SET_BY_THE_CHILD = {"opt", "model", "layers", "tokens", "attn", "device", "trace
 
 def test_the_flag_set_is_frozen():
     from workbench.ab.config import FIELDS
-    assert set(FIELDS) == FLAGS  # the config's fields are the CLI's flags
+    assert set(FIELDS) == FLAGS  # the config's leaves are the CLI's flags
     assert set(cli.parse_args([]).as_dict()) == FLAGS
+    parser = cli.build_parser()
+    assert {o for act in parser._actions for o in act.option_strings} - {"-h", "--help"} == OPTIONS
+    assert {act.dest for act in parser._actions} - {"help"} == FLAGS
+
+
+def test_the_config_is_a_tree_with_one_name_per_leaf():
+    """ABConfig and RunConfig compose the same DataConfig and StepConfig; a leaf has one name in both."""
+    import dataclasses
+    from workbench.ab.config import ABConfig
+    from workbench.step.config import DataConfig, RunConfig, StepConfig, leaf_names
+    for cls in (ABConfig, RunConfig):
+        types = {f.name: f.type for f in dataclasses.fields(cls)}
+        assert types["data"] in (DataConfig, "DataConfig") and types["step"] in (StepConfig, "StepConfig")
+        assert len(set(leaf_names(cls))) == len(leaf_names(cls))  # no leaf name twice
+    shared = set(leaf_names(ABConfig)) & set(leaf_names(RunConfig))
+    assert {"checkpointing", "cross_check", "lengths", "seed", "lora_rank", "lr"} <= shared
+    assert not {"no_checkpointing", "cross_check_syncs", "target_ci"} & (set(leaf_names(ABConfig))
+                                                                       | set(leaf_names(RunConfig)))
+    a = cli.parse_args(["--no-checkpointing", "--target-ci", "2", "--lengths", "fixed:64", "--tokens", "128"])
+    assert (a.step.checkpointing, a.target_ci_pct, a.data.lengths, a.data.tokens) == (False, 2.0, "fixed:64", 128)
+    assert ABConfig.from_json(json.dumps(a.as_dict())) == a  # flat JSON (meta.json, the nsys child) reads back
+    assert cli.parse_args([]).step.checkpointing is True
+
+
+def test_the_precision_is_resolved_once_by_the_config():
+    import torch
+    from workbench.ab.config import ABConfig
+    a = cli.parse_args([]).resolved(torch.device("cpu"), cli.CPU_DEFAULTS["_run"])
+    assert a.step.precision == "fp32-adapters" and a.data.batches == cli.CPU_DEFAULTS["_run"]["batches"]
+    b = ABConfig().resolved(torch.device("cuda"), cli.GPU_DEFAULTS["_run"])
+    assert b.step.precision == "autocast"
+    assert ABConfig.from_json(json.dumps(b.as_dict())).step.precision == "autocast"  # resolved, it stays so
 
 
 def test_every_flag_reaches_the_nsys_child():
@@ -32,8 +71,8 @@ def test_every_flag_reaches_the_nsys_child():
     child_argv = passes.child_argv(a, cmp, cmp.arms[0], "/tmp/x.child")
     child = cli.parse_args(child_argv)
     for k in FLAGS - SET_BY_THE_CHILD:
-        assert getattr(child, k) == getattr(a, k), k  # --lr among them: a capture once ran at the default rate
-    assert (child.model, child.layers, child.tokens, child.attn, child.trace, child._capture) == \
+        assert child.as_dict()[k] == a.as_dict()[k], k  # --lr among them: a capture once ran at the default rate
+    assert (child.step.model, child.step.layers, child.data.tokens, child.step.attn, child.trace, child._capture) == \
         ("qwen3-0.6b", 4, 4096, "varlen", "none", "packing=cached")
     assert json.loads(child_argv[1])["lr"] == 0.003
 

@@ -85,9 +85,7 @@ def test_every_ab_job_is_a_valid_engine_configuration(smoke):
         assert a.out == job.out
         if smoke:
             assert a.device == "cpu" and a.reps == 1 and a.steps == 1 and a.warmup_max == 0, job.name
-            for k in ("steps", "warmup", "warmup_max", "batches", "lengths"):  # what ab.main fills in per device
-                if getattr(a, k) is None:
-                    setattr(a, k, ab.CPU_DEFAULTS["_run"][k])
+            a = a.resolved(torch.device("cpu"), ab.CPU_DEFAULTS["_run"])  # what ab.main fills in per device
             comps = ab.plan(a, torch.device("cpu"))
             assert comps, job.name
             if a.sweep:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from workbench.step import length_data
-from workbench.step.data import LENGTHS_HELP, LengthSource, make_batches, pack_best_fit_decreasing
+from workbench.step.data import LengthSource, make_batches, pack_best_fit_decreasing
 from workbench.errors import WorkbenchError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -43,7 +43,7 @@ def test_provenance_exists_and_names_source_tokenizer_licence(name):
         line = next((ln for ln in text.splitlines() if ln.lstrip("- ").startswith(field)), "")
         assert len(line.split(field, 1)[1].strip(" :")) > 10, f"{name}: {field} says nothing"
     assert "build_lengths.py" in text
-    assert length_data.describe(name) and length_data.describe(name) in LENGTHS_HELP
+    assert length_data.describe(name) and length_data.describe(name) in length_data.lengths_help()
 
 
 def _check_preserved(lengths, bins, budget):
@@ -147,3 +147,41 @@ def test_ab_help_lists_the_names_and_says_the_default_is_synthetic(capsys, monke
     assert "data:NAME" in h and "synthetic" in h and "lognormal:5.5:0.8:16" in h
     for name in NAMES:
         assert f"{name}: " in h, name
+
+
+def test_lengths_has_one_default_and_one_help_text():
+    """Every CLI that takes --lengths shows the one help text (`length_data.lengths_help`) and the one default."""
+    from workbench import fidelity, run
+    from workbench.ab import cli as ab_cli
+    from workbench.ab.config import ABConfig
+    from workbench.step.config import DataConfig, RunConfig
+
+    assert ABConfig().data.lengths == RunConfig().data.lengths == DataConfig().lengths == length_data.DEFAULT_LENGTHS
+    parsers = {"ab": ab_cli.build_parser(), "run": run.build_parser(), "fidelity": fidelity.build_parser()}
+    acts = {k: next(a for a in p._actions if "--lengths" in a.option_strings) for k, p in parsers.items()}
+    assert {a.default for a in acts.values()} == {length_data.DEFAULT_LENGTHS}
+    text = length_data.lengths_help()
+    assert acts["fidelity"].help == text and text in ab_cli._epilog()
+    assert text.removeprefix("document lengths: ").replace("), ", ")\n  ") in parsers["run"].epilog
+
+
+def test_a_spec_is_parsed_once_per_process(tmp_path, monkeypatch):
+    """A json: (or jsonl:) source reads (tokenizes) its file once, however often the run asks: the CLI's check, the
+    planner's, each comparison's batches (`data.parse_lengths`); a negative control: a new spec reads again."""
+    from workbench.step import data
+    from workbench.step.config import DataConfig
+
+    path = tmp_path / "lens.json"
+    path.write_text("[5, 7, 9, 11]")
+    reads = []
+    real = length_data.read_json_lengths
+    monkeypatch.setattr(length_data, "read_json_lengths", lambda p: reads.append(p) or real(p))
+    spec = f"json:{path}"
+    data.check_lengths(spec)
+    cfg = DataConfig(lengths=spec, tokens=16, batches=2)
+    cfg.make_batches(16, 100)
+    cfg.make_batches(32, 100, batches=1)
+    make_batches(spec, 16, 2, 100)
+    assert cfg.source is data.parse_lengths(spec) and len(reads) == 1
+    data.check_lengths(f"json:{tmp_path}/./lens.json")  # another spec string: parsed (read) again
+    assert len(reads) == 2

@@ -87,18 +87,19 @@ def test_qkv_reach_flex_in_one_dtype(monkeypatch, prec):
     h = apply_all(m, {"attention": "flex", "precision": prec})
     try:
         b = h.prepare_batch(batch_from_lengths(LENS, m.config.vocab_size, seed=0))
-        with torch.no_grad(), P.forward_context(P.of(m), "cpu"):  # flex itself: forward only on the CPU
+        with torch.no_grad(), P.forward_context(h.precision("autocast"), "cpu"):  # flex itself: forward only (CPU)
             m(**h.inputs_fn(m, b))
     finally:
         h.revert()
     assert len(seen) == 2 and set(seen) == {(torch.bfloat16,) * 3}
 
 
-def _step(m, batch, arms):
+def _step(m, batch, arms, built_precision):
+    """One step with `arms` applied, at the arms' precision (the precision lever's) or the one `m` was built for."""
     h = apply_all(m, arms)
     try:
         cap = equivalence.GradCapture(lora_parameters(m))
-        rec = train_step(m, h.prepare_batch(batch), cap, inputs_fn=h.inputs_fn)
+        rec = train_step(m, h.prepare_batch(batch), cap, inputs_fn=h.inputs_fn, precision=h.precision(built_precision))
         return rec.loss, cap.grads
     finally:
         h.revert()
@@ -107,11 +108,11 @@ def _step(m, batch, arms):
 def test_path_baseline_trains_as_the_dense_arm_alone():
     m = _model()
     batch = batch_from_lengths(LENS, m.config.vocab_size, seed=0)
-    path = _step(m, batch, _path_arms()[0].arms)
-    alone = _step(_model("fp32-adapters"), batch, {"attention": "dense"})  # built at the path baseline's precision
+    path = _step(m, batch, _path_arms()[0].arms, "autocast")
+    alone = _step(_model("fp32-adapters"), batch, {"attention": "dense"}, "fp32-adapters")  # the path baseline's
     assert path[0] == alone[0] and path[1].keys() == alone[1].keys()
     assert all(torch.equal(path[1][n], alone[1][n]) for n in path[1])
-    autocast = _step(m, batch, {"attention": "dense"})  # negative control: the model's own precision (autocast)
+    autocast = _step(m, batch, {"attention": "dense"}, "autocast")  # negative control: the model's own (autocast)
     assert autocast[0] != path[0]
 
 

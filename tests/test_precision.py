@@ -37,10 +37,11 @@ def test_forward_context():
                                              ("bf16", torch.bfloat16, torch.bfloat16)])
 def test_what_each_precision_builds(p, base, adapters):
     m = build_model("tiny-qwen3", lora_rank=4, precision=p)
-    assert precision.of(m) == precision.resolve("cpu", p)
     assert {q.dtype for n, q in m.named_parameters() if not q.requires_grad} == {base}
     assert {q.dtype for _, q in lora_parameters(m)} == {adapters}
-    assert precision.compute_dtype(m) == (torch.bfloat16 if p in ("autocast", "bf16") else torch.float32)
+    at = precision.resolve("cpu", p)
+    assert precision.compute_dtype(m, at) == (torch.bfloat16 if p in ("autocast", "bf16") else torch.float32)
+    assert not any(k.startswith("wb_") and "precision" in k for mod in m.modules() for k in vars(mod))  # not stashed
 
 
 def _proj_dtypes(model):
@@ -58,7 +59,7 @@ def test_harness_forward_autocasts_backward_does_not():
     for p, want in (("autocast", torch.bfloat16), ("fp32-adapters", torch.float32)):
         m = build_model("tiny-qwen3", lora_rank=4, precision=p)
         seen, hooks = _proj_dtypes(m)
-        rec = train_step(m, batch, make_optimizer(m))
+        rec = train_step(m, batch, make_optimizer(m), precision=p)
         for h in hooks:
             h.remove()
         assert seen and set(seen) == {want}, (p, seen)
@@ -131,13 +132,29 @@ def test_upcast_reference_runs_without_autocast():
     m = build_model("tiny-qwen3", lora_rank=4, precision="autocast")
     batch = make_batches("uniform:10:40", 96, 1, 256)[0]
     with equivalence.Upcast(m):
-        assert precision.of(m) == "fp32-adapters" and precision.compute_dtype(m) == torch.float32
+        at = equivalence.REFERENCE_PRECISION
+        assert precision.compute_dtype(m, at) == torch.float32
         seen, hooks = _proj_dtypes(m)
-        train_step(m, batch, equivalence.GradCapture(lora_parameters(m)))
+        train_step(m, batch, equivalence.GradCapture(lora_parameters(m)), precision=at)
         for h in hooks:
             h.remove()
         assert set(seen) == {torch.float32}
-    assert precision.of(m) == "autocast" and next(m.parameters()).dtype == torch.bfloat16
+    assert next(m.parameters()).dtype == torch.bfloat16
+
+
+def test_the_step_runs_the_precision_it_is_passed():
+    """The precision is passed to the step, not read off the model: one model built for autocast computes its
+    adapters in bf16 when stepped at autocast and in fp32 when stepped at fp32-adapters (the two must differ)."""
+    batch = make_batches("uniform:10:40", 96, 1, 256)[0]
+    m = build_model("tiny-qwen3", lora_rank=4, precision="autocast")
+    got = {}
+    for at in ("autocast", "fp32-adapters"):
+        seen, hooks = _proj_dtypes(m)
+        train_step(m, batch, equivalence.GradCapture(lora_parameters(m)), precision=at)
+        for h in hooks:
+            h.remove()
+        got[at] = set(seen)
+    assert got == {"autocast": {torch.bfloat16}, "fp32-adapters": {torch.float32}}
 
 
 # --- the A/B runner: an autocast run judged by the bf16 criterion ------------------------------------------------

@@ -27,7 +27,7 @@ RUN = dict(steps=1, warmup=1, warmup_max=2, batches=2)
 
 
 def _cfg(**kw) -> ABConfig:
-    return ABConfig(**{**RUN, "reps": 8, **kw})
+    return ABConfig.from_flat({**RUN, "reps": 8, **kw})
 
 
 def _one_line(fn, *args, match, **kw) -> str:
@@ -79,7 +79,7 @@ def test_a_gpu_protocol_that_can_never_give_a_verdict_is_refused():
     _one_line(preflight.check_run, _cfg(reps=1), GPU, match="--reps 1 on a GPU can never give a verdict")
     _one_line(preflight.check_run, _cfg(reps=3), GPU, match="--reps 3")
     preflight.check_run(_cfg(reps=4), GPU)
-    preflight.check_run(_cfg(reps=1, target_ci=2.0), GPU)
+    preflight.check_run(_cfg(reps=1, target_ci_pct=2.0), GPU)
     preflight.check_run(_cfg(reps=1), CPU)
     notes = []
     preflight.check_run(_cfg(reps=1, trace="torch"), GPU, note=notes.append)
@@ -88,17 +88,17 @@ def test_a_gpu_protocol_that_can_never_give_a_verdict_is_refused():
 
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(reps=3, max_reps=1, target_ci=5.0), "--max-reps 1 is below --reps 3"),
+    (dict(reps=3, max_reps=1, target_ci_pct=5.0), "--max-reps 1 is below --reps 3"),
     (dict(warmup=5, warmup_max=2), "--warmup-max 2 is below --warmup 5"),
     (dict(out=""), "--out is empty"),
     (dict(out="   "), "--out is empty"),
 ])
 def test_contradictory_flags_are_refused_by_the_config(kw, match):
-    _one_line(ABConfig, **kw, match=match)
+    _one_line(lambda: ABConfig.from_flat(kw), match=match)
 
 
 def test_consistent_flags_pass_the_config():
-    ABConfig(reps=3, max_reps=3, target_ci=5.0)
+    ABConfig(reps=3, max_reps=3, target_ci_pct=5.0)
     ABConfig(warmup=2, warmup_max=2)
 
 

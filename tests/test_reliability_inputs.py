@@ -258,8 +258,8 @@ def test_the_planner_checks_the_device_default_model_too():
     from workbench.ab.planner import plan
     cpu = torch.device("cpu")
     with pytest.raises(WorkbenchError, match="--layers 5: tiny-qwen3 has 2 layers"):
-        plan(ABConfig(opt="packing", layers=5).resolved(cpu, CPU_DEFAULTS["_run"]), cpu)
-    assert [c.layers for c in plan(ABConfig(opt="packing", layers=2).resolved(cpu, CPU_DEFAULTS["_run"]), cpu)] == [2]
+        plan(ABConfig.from_flat(dict(opt="packing", layers=5)).resolved(cpu, CPU_DEFAULTS["_run"]), cpu)
+    assert [c.layers for c in plan(ABConfig.from_flat(dict(opt="packing", layers=2)).resolved(cpu, CPU_DEFAULTS["_run"]), cpu)] == [2]
 
 
 def test_families_in_the_specs_are_the_moe_families():

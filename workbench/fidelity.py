@@ -41,7 +41,8 @@ import time
 import torch
 
 from workbench.cli import emit_json, progress, run_main
-from workbench.step.data import LENGTHS_HELP, lengths_arg
+from workbench.step.data import lengths_arg
+from workbench.step.length_data import DEFAULT_LENGTHS, lengths_help
 from workbench.errors import WorkbenchError
 
 CPU_DEFAULTS = dict(model="tiny-qwen3", layers=None, tokens=256, steps=3, warmup=1, reps=3, batches=2)
@@ -229,7 +230,8 @@ def run_trainer(model, cpu_batches, *, steps: int, lr: float, cuda: bool, seed: 
 
 # --- the harness side --------------------------------------------------------------------------------------------
 
-def run_harness(model, dev_batches, *, steps: int, lr: float, cuda: bool, ranges=None, on_step=None) -> list[float]:
+def run_harness(model, dev_batches, *, steps: int, lr: float, cuda: bool, precision: str, ranges=None,
+                on_step=None) -> list[float]:
     """`steps` harness steps (`harness.train_step`, a fresh optimizer) over `dev_batches`; wall-clock ms per step,
     synchronized at both ends on CUDA, as the Trainer callback times its steps."""
     from workbench.step.harness import make_optimizer, train_step
@@ -240,7 +242,7 @@ def run_harness(model, dev_batches, *, steps: int, lr: float, cuda: bool, ranges
         if cuda:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        train_step(model, dev_batches[i % len(dev_batches)], opt, step=i, ranges=ranges)
+        train_step(model, dev_batches[i % len(dev_batches)], opt, step=i, ranges=ranges, precision=precision)
         if cuda:
             torch.cuda.synchronize()
         out.append((time.perf_counter() - t0) * 1e3)
@@ -252,22 +254,22 @@ def run_harness(model, dev_batches, *, steps: int, lr: float, cuda: bool, ranges
 # --- agreement -------------------------------------------------------------------------------------------------
 
 def one_step_agreement(model, cpu_batch, dev_batch, *, lr: float, cuda: bool, seed: int, out_dir: str,
-                       reset, trainer_batch=None) -> dict:
+                       reset, step_precision: str = "fp32-adapters", trainer_batch=None) -> dict:
     """Loss and LoRA gradients of one Trainer step and one harness step from the same weights (`reset()` before
     each) on the same batch, judged by `workbench.measure.equivalence` at the step's compute dtype (criterion 1 against the
     harness; in bf16, where that fails, both against an fp32 run of the harness step). `trainer_batch` (a CPU batch)
-    feeds Trainer another batch: the negative control."""
+    feeds Trainer another batch: the negative control. `step_precision`: the harness step's (resolved)."""
     from workbench.measure import equivalence
     from workbench.step import precision
     from workbench.step.harness import train_step
     from workbench.step.models import lora_parameters
 
-    dtype = precision.compute_dtype(model)
+    dtype = precision.compute_dtype(model, step_precision)
     named = dict(lora_parameters(model))
 
-    def harness_one(batch_dev):
+    def harness_one(batch_dev, at=step_precision):
         cap = equivalence.GradCapture(lora_parameters(model))
-        rec = train_step(model, batch_dev, cap)
+        rec = train_step(model, batch_dev, cap, precision=at)
         return {"loss": rec.loss, "grads": cap.grads}
 
     reset()
@@ -280,7 +282,8 @@ def one_step_agreement(model, cpu_batch, dev_batch, *, lr: float, cuda: bool, se
     reset()
     e = equivalence.compare(trainer, harness, dtype)
     if not e["equivalent"] and dtype in equivalence.LOW_PRECISION:
-        ref32 = equivalence.reference_fp32(model, harness_one, dev_batch, progress, dev_batch.input_ids.device)
+        ref32 = equivalence.reference_fp32(model, lambda b: harness_one(b, equivalence.REFERENCE_PRECISION), dev_batch,
+                                           progress, dev_batch.input_ids.device)
         reset()
         e.update(equivalence.judge_by_reference(trainer, harness, ref32, dtype))
     e.update(loss_trainer=trainer["loss"], loss_harness=harness["loss"], dtype=str(dtype),
@@ -291,7 +294,7 @@ def one_step_agreement(model, cpu_batch, dev_batch, *, lr: float, cuda: bool, se
 # --- breakdown -------------------------------------------------------------------------------------------------
 
 def trace_breakdowns(model, cpu_batches, dev_batches, *, lr: float, warmup: int, cuda: bool, seed: int,
-                     out_dir: str, reset) -> dict:
+                     out_dir: str, reset, precision: str = "fp32-adapters") -> dict:
     """Busy time by kernel class and idle time by cause (`workbench.traces.decompose.summary`, ms per step) of one
     traced step of each, after `warmup` untraced ones: {"trainer": {component: ms}, "harness": {...}}."""
     from workbench.instrument import Ranges, instrument_layers
@@ -310,7 +313,8 @@ def trace_breakdowns(model, cpu_batches, dev_batches, *, lr: float, warmup: int,
                             ranges=ranges, on_step=on_step)
 
         def harness_steps(on_step):
-            run_harness(model, dev_batches, steps=warmup + 1, lr=lr, cuda=cuda, ranges=ranges, on_step=on_step)
+            run_harness(model, dev_batches, steps=warmup + 1, lr=lr, cuda=cuda, precision=precision, ranges=ranges,
+                        on_step=on_step)
 
         for name, fn in (("trainer", trainer_steps), ("harness", harness_steps)):
             reset()
@@ -357,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "GPU)")
     p.add_argument("--tokens", type=int, default=None, help="packed tokens per batch (default: 256 on a CPU, 16384 on "
                    "a GPU)")
-    p.add_argument("--lengths", type=lengths_arg, default="lognormal:5.5:0.8:16", help=LENGTHS_HELP)
+    p.add_argument("--lengths", type=lengths_arg, default=DEFAULT_LENGTHS, help=lengths_help())
     p.add_argument("--batches", type=int, default=None, help="distinct packed batches cycled (default: 2 on a CPU, 4 "
                    "on a GPU)")
     p.add_argument("--attn", default=None, help="HF attention implementation (default: the family's, sdpa; the "
@@ -422,7 +426,8 @@ def run(a) -> dict:
     tokens, steps = a.tokens or d["tokens"], a.steps or d["steps"]
     warmup = a.warmup if a.warmup is not None else d["warmup"]
     reps, n_batches = a.reps or d["reps"], a.batches or d["batches"]
-    prec = precision.resolve(device, precision.AUTO)
+    from workbench.step.config import StepConfig
+    prec = StepConfig().resolved(device).precision  # auto: what Trainer(bf16=True) runs on CUDA
 
     progress(f"building {model_name}" + (f" ({layers} layers)" if layers else "") + f" on {device}, precision {prec}")
     model = build_model(model_name, layers=layers, attn=a.attn, device=device, seed=a.seed, lora_rank=a.lora_rank,
@@ -443,7 +448,7 @@ def run(a) -> dict:
         # agreement first: one step each from the same weights on batch 0
         progress("loss and LoRA-gradient agreement: one Trainer step and one harness step on batch 0")
         agree = one_step_agreement(model, cpu_batches[0], dev_batches[0], lr=a.lr, cuda=cuda, seed=a.seed,
-                                   out_dir=trainer_dir, reset=reset)
+                                   out_dir=trainer_dir, reset=reset, step_precision=prec)
         progress(f"  equivalent {agree['equivalent']}: loss {agree['loss_trainer']:.6g} (Trainer) vs "
                  f"{agree['loss_harness']:.6g} (harness), rel diff {agree['loss_rel_diff']:.3g}; grad max rel L2 "
                  f"{agree['grad_max_rel_l2']:.3g} (rtol {agree['rtol']:g}, {agree['dtype']})")
@@ -454,7 +459,7 @@ def run(a) -> dict:
         reset()
         run_trainer(model, cpu_batches, steps=warmup + steps, lr=a.lr, cuda=cuda, seed=a.seed, out_dir=trainer_dir)
         reset()
-        run_harness(model, dev_batches, steps=warmup + steps, lr=a.lr, cuda=cuda)
+        run_harness(model, dev_batches, steps=warmup + steps, lr=a.lr, cuda=cuda, precision=prec)
 
         # timing: blocks, order rotated per rep
         per_rep = {"trainer": [], "harness": []}
@@ -466,7 +471,7 @@ def run(a) -> dict:
                     ms, _ = run_trainer(model, cpu_batches, steps=warmup + steps, lr=a.lr, cuda=cuda, seed=a.seed,
                                         out_dir=trainer_dir)
                 else:
-                    ms = run_harness(model, dev_batches, steps=warmup + steps, lr=a.lr, cuda=cuda)
+                    ms = run_harness(model, dev_batches, steps=warmup + steps, lr=a.lr, cuda=cuda, precision=prec)
                 timed = ms[warmup:]
                 per_rep[who].append(timed)
                 progress(f"rep {r + 1}/{reps} {who}: {_mean(timed):.2f} ms/step over {len(timed)} steps")
@@ -484,7 +489,7 @@ def run(a) -> dict:
             try:
                 breakdown = trace_breakdowns(model, cpu_batches, dev_batches, lr=a.lr, warmup=max(warmup, 1),
                                              cuda=cuda, seed=a.seed, out_dir=work if a.out else tmp.name,
-                                             reset=reset)
+                                             reset=reset, precision=prec)
             except Exception as e:  # noqa: BLE001 - the timings stand; the breakdown is reported as failed
                 note = f"trace failed: {type(e).__name__}: {e}"
                 progress(f"error: breakdown {note}")

@@ -33,7 +33,7 @@ for the state while it is not complete: RUNNING (pid and heartbeat), INCOMPLETE 
 The package, along the data flow (each room one job):
 
     cli      argparse, converters, per-device defaults (no torch import: --help answers at once)
-    config   ABConfig: the run's typed configuration, checked once
+    config   ABConfig: the run's typed config tree (step/config's DataConfig + StepConfig), checked and resolved once
     planner  args -> validated comparisons (`plan`)
     session  folder, writer, NVML, signals, the comparison loop, verdicts, the final JSON (`main`), the nsys child
     runner   one comparison, phase by phase (`Runner`)

@@ -34,13 +34,14 @@ class _Parked:
 
 class _Session:
     """One arm applied to the model, its batches on the device and its optimizer: `step(i, s)` runs one
-    uninstrumented step on batch i (NVTX ranges only when the arm asks for them), or counted with `counter`."""
+    uninstrumented step on batch i (NVTX ranges only when the arm asks for them), or counted with `counter`, at
+    `precision` (the run's, or the arm's own: `Combined.precision`)."""
 
-    def __init__(self, model, batches, handle, lr, ranges: bool):
+    def __init__(self, model, batches, handle, lr, ranges: bool, precision: str):
         from workbench.step.harness import make_optimizer
         from workbench.instrument import Ranges
 
-        self.model, self.batches, self.handle = model, batches, handle
+        self.model, self.batches, self.handle, self.precision = model, batches, handle, precision
         self.optimizer = make_optimizer(model, lr)
         self.ranges = Ranges(nvtx=ranges, profiler=False)
 
@@ -48,7 +49,7 @@ class _Session:
         from workbench.step.harness import train_step
 
         return train_step(self.model, self.batches[index], self.optimizer, step=step, ranges=self.ranges,
-                          counter=counter, inputs_fn=self.handle.inputs_fn)
+                          counter=counter, inputs_fn=self.handle.inputs_fn, precision=self.precision)
 
 
 def _plain(v) -> bool:

@@ -54,7 +54,7 @@ GPU_DEFAULTS = {**{o: dict(registry.spec(o)["gpu"]) for o in OPT_NAMES},
                 "all": dict(model="qwen3-30b-a3b", layers=8, tokens=8192),
                 "levers": dict(model="llama-3.1-8b", layers=8, tokens=16384),
                 "_run": dict(tokens=16384, batches=2, steps=2, warmup=2, warmup_max=8, reps=8,
-                             lengths=RunConfig().lengths)}
+                             lengths=RunConfig().data.lengths)}
 """GPU protocol: the rep is the unit of independence (arms run as blocks per rep), so more, shorter reps: 8 reps x 2
 timed steps over 2 batches. `python -m workbench.power` finds this protocol's A/A false-verdict rate at 5% and its
 coverage at 0.95 under the rep effects and drift measured on the H100."""
@@ -85,19 +85,12 @@ def _epilog() -> str:
     return (f"arms (baseline first):\n{arms}\n\ndefault shapes per --opt:\n{shapes}\n\n"
             f"run defaults per device: CPU {cpu['_run']}; GPU {gpu['_run']}\n\n"
             f"presets: {', '.join(PRESETS)}; or --model DIR, a local Hugging Face checkpoint\n\n"
-            "--lengths: fixed:N | uniform:LO:HI | lognormal:MU:SIGMA[:MIN] (natural-log parameters; the GPU default "
-            "is this synthetic shape) | json:PATH (a JSON list of lengths) | jsonl:PATH:TOKENIZER_DIR | "
-            + length_data.help_text())
+            "--lengths: " + length_data.lengths_help())
 
 
 def _lengths(spec: str) -> str:
-    from workbench.step.data import LengthSource
-
-    try:
-        LengthSource(spec)
-    except WorkbenchError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return spec
+    from workbench.step.data import lengths_arg  # parsed once per process: the run reuses this parse
+    return lengths_arg(spec)
 
 
 def _positive(kind):
@@ -122,9 +115,10 @@ def _non_negative(s):
     return v
 
 
-def parse_args(argv=None):
-
+def build_parser() -> argparse.ArgumentParser:
+    """The A/B command line; every default is `ABConfig`'s own."""
     d = ABConfig()  # every default is the config's own
+    dd, ds = d.data, d.step
     p = OneLineParser(prog="python -m workbench.ab", description=DOC.replace("{cpu_main_time}", measured_time()), formatter_class=HelpFormatter,
                 epilog=_epilog())
     p.add_argument("--opt", default=d.opt, choices=OPT_CHOICES, help="the optimization to compare (all: each, then "
@@ -142,7 +136,7 @@ def parse_args(argv=None):
                    "a workbench packing backend (varlen, sdpa, eager, flex); default: the family's")
     p.add_argument("--experts", default=None, help="HF experts implementation of MoE models (eager, grouped_mm, "
                    "batched_mm); default: transformers'")
-    p.add_argument("--lengths", type=_lengths, default=d.lengths, help="document lengths (format below; "
+    p.add_argument("--lengths", type=_lengths, default=dd.lengths, help="document lengths (forms below; "
                    f"{_per_device('lengths')})")
     p.add_argument("--batches", type=_positive(int), default=None, help="distinct packed batches every arm cycles "
                    f"through ({_per_device('batches')})")
@@ -156,7 +150,7 @@ def parse_args(argv=None):
                    "%% of the previous step on the same batch")
     p.add_argument("--reps", type=_positive(int), default=None, help="repetitions, at least; each runs every arm, "
                    f"order rotated ({_per_device('reps')})")
-    p.add_argument("--target-ci", type=_positive(float), default=None, metavar="PCT", help="add reps until the "
+    p.add_argument("--target-ci", dest="target_ci_pct", type=_positive(float), default=None, metavar="PCT", help="add reps until the "
                    "speedup's 95%% CI half-width is under PCT %%")
     p.add_argument("--budget-s", type=_positive(float), default=None, metavar="S", help="stop adding reps once a "
                    "comparison has run S seconds")
@@ -188,18 +182,24 @@ def parse_args(argv=None):
                    "(repeat one for an A/A: --arms rebuild,rebuild)")
     p.add_argument("--aa", action="store_true", help="A/A: the baseline against itself (the noise floor; its CI "
                    "should contain 1)")
-    p.add_argument("--dtype", default=d.dtype, choices=DTYPE_CHOICES, help="auto: bf16 on CUDA, fp32 on a CPU; bf16 "
+    p.add_argument("--dtype", default=ds.dtype, choices=DTYPE_CHOICES, help="auto: bf16 on CUDA, fp32 on a CPU; bf16 "
                    "on a CPU reproduces the GPU's rounding")
-    p.add_argument("--precision", default=d.precision, choices=PRECISION_CHOICES, help=PRECISION_HELP)
-    p.add_argument("--seed", type=int, default=d.seed, help="seeds weights, LoRA and data")
-    p.add_argument("--lora-rank", type=_positive(int), default=d.lora_rank, help="LoRA rank r of every adapter")
-    p.add_argument("--lr", type=_positive(float), default=d.lr, help="AdamW learning rate of the LoRA parameters")
-    p.add_argument("--no-checkpointing", action="store_true", help="keep all activations (no recompute)")
+    p.add_argument("--precision", default=ds.precision, choices=PRECISION_CHOICES, help=PRECISION_HELP)
+    p.add_argument("--seed", type=int, default=dd.seed, help="seeds weights, LoRA and data")
+    p.add_argument("--lora-rank", type=_positive(int), default=ds.lora_rank, help="LoRA rank r of every adapter")
+    p.add_argument("--lr", type=_positive(float), default=ds.lr, help="AdamW learning rate of the LoRA parameters")
+    p.add_argument("--no-checkpointing", dest="checkpointing", action="store_false",
+                   help="keep all activations (no recompute); without it checkpointing=%(default)s")
     p.add_argument("--cross-check", action="store_true", help="on CUDA, the counted pass also counts sync-debug-mode "
                    "warnings (the second witness)")
     p.add_argument("--_capture", default=None, help=argparse.SUPPRESS)
     p.add_argument("--_config", default=None, help=argparse.SUPPRESS)  # the nsys child: the parent's config, JSON
-    ns = p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None) -> ABConfig:
+    """The command line as an `ABConfig` (the nsys child: the parent's, from `--_config`)."""
+    ns = build_parser().parse_args(argv)
     if ns._config:  # the nsys child: the parent's whole config
         return ABConfig.from_json(ns._config)
-    return ABConfig(**vars(ns))  # the checks that involve several flags run here, once (ABConfig.__post_init__)
+    return ABConfig.from_flat(vars(ns))  # the checks that involve several flags run here, once (ABConfig.__post_init__)

@@ -1,17 +1,18 @@
-"""ABConfig: one A/B run's whole configuration, typed. The CLI builds it (`cli.parse_args`), it is checked once
-(`__post_init__`), resolved for the device once (`resolved`), and it travels as is: to the runner, into meta.json's
-`args`, and to each nsys child as one JSON argument (`from_json`), so no flag is rebuilt by hand.
-Field names are the CLI's (`--warmup-max` is `warmup_max`); `None` means "per device or per --opt"."""
+"""ABConfig: one A/B run's whole configuration, a typed tree: the batches (`DataConfig`) and the step (`StepConfig`) it
+shares with `workbench.run`'s `RunConfig`, and the protocol and output around them. The CLI builds it
+(`cli.parse_args`), it is checked once (`__post_init__`), resolved for the device once (`resolved`: the precision,
+the per-device defaults), and it travels as is: to the runner, into meta.json's `args` and to each nsys child as one
+flat JSON argument (`as_dict` / `from_json`), so no flag is rebuilt by hand. Leaf names are the CLI's destinations
+(`--warmup-max` is `warmup_max`; `--no-checkpointing` sets `step.checkpointing`, `--target-ci` `target_ci_pct`);
+`None` means "per device or per --opt"."""
 from __future__ import annotations
 
 import dataclasses
 import json
 
-from workbench.step.config import RunConfig
+from workbench.step.config import DataConfig, StepConfig, flat, from_flat, leaf_names
 from workbench.errors import WorkbenchError
 
-_RUN = RunConfig()
-"""The single run's defaults (`workbench.run`): an A/B run shares its data, seed and LoRA defaults."""
 MAX_REPS = 30
 """Reps at most under --target-ci / --budget-s, by default (giving another without either is refused)."""
 
@@ -19,25 +20,17 @@ SWEEPABLE = ("layers", "tokens")
 """What --sweep may vary."""
 
 
-@dataclasses.dataclass(kw_only=True)
+@dataclasses.dataclass(kw_only=True, frozen=True)
 class ABConfig:
+    data: DataConfig = dataclasses.field(default_factory=lambda: DataConfig(lengths=None))
+    """The packed batches: --lengths (None: per device; on a CPU short documents, several per batch, so the functional
+    check crosses document boundaries; on a GPU the synthetic lognormal), --tokens (None: per --opt and device),
+    --batches (None: per device), --seed."""
+    step: StepConfig = dataclasses.field(default_factory=StepConfig)
+    """The step: --model / --layers (None: the --opt's default), --attn, --experts, --dtype, --precision (resolved
+    for the device by `resolved`), --lora-rank, --lr, --no-checkpointing."""
     opt: str = "all"
     """The optimization to compare (all: each on its own, then all together)."""
-    model: str | None = None
-    """Preset name or local Hugging Face checkpoint folder; None: the --opt's default for the device."""
-    layers: int | None = None
-    """Decoder layers; None: the --opt's default (the model's own count where it has none)."""
-    tokens: int | None = None
-    """Packed tokens per batch; None: per --opt and device."""
-    attn: str | None = None
-    """Attention: an HF implementation or a workbench packing backend; None: the family's default."""
-    experts: str | None = None
-    """HF experts implementation of MoE models; None: transformers' default."""
-    lengths: str | None = None
-    """Document lengths (`workbench.step.data.LengthSource`); None: per device (on a CPU short documents, several
-    per batch, so the functional check crosses document boundaries; on a GPU the synthetic lognormal)."""
-    batches: int | None = None
-    """Distinct packed batches every arm cycles through; None: per device."""
     steps: int | None = None
     """Timed steps per arm per rep; None: per device."""
     warmup: int | None = None
@@ -48,12 +41,12 @@ class ABConfig:
     """Warmup ends when a step is within this % of the previous step on the same batch."""
     reps: int | None = None
     """Repetitions, at least (each runs every arm, order rotated); None: per device."""
-    target_ci: float | None = None
-    """Add reps until the speedup's 95% CI half-width is under this %."""
+    target_ci_pct: float | None = None
+    """--target-ci: add reps until the speedup's 95% CI half-width is under this %."""
     budget_s: float | None = None
     """Stop adding reps once a comparison has run this many seconds."""
     max_reps: int = MAX_REPS
-    """Reps at most under target_ci / budget_s."""
+    """Reps at most under target_ci_pct / budget_s."""
     processes: int = 1
     """Independent processes of this same run (`workbench.ab.processes`): > 1 gives the process-level estimate, its CI
     and a prediction interval for a rerun."""
@@ -77,18 +70,6 @@ class ABConfig:
     """Comma-separated arms of one --opt, baseline first."""
     aa: bool = False
     """A/A: the baseline against itself."""
-    dtype: str = "auto"
-    """auto | fp32 | bf16 | fp16: the base weights' dtype (auto: the precision's)."""
-    precision: str = "auto"
-    """auto | autocast | bf16 | fp32-adapters (`workbench.step.precision`); resolved for the device before the run."""
-    seed: int = _RUN.seed
-    """Seeds weights, LoRA and data."""
-    lora_rank: int = _RUN.lora_rank
-    """LoRA rank r."""
-    lr: float = _RUN.lr
-    """AdamW learning rate on the LoRA parameters."""
-    no_checkpointing: bool = False
-    """Keep all activations (no recompute)."""
     cross_check: bool = False
     """On CUDA the counted pass also counts sync-debug-mode warnings."""
     _capture: str | None = None
@@ -101,7 +82,7 @@ class ABConfig:
         if self.sweep:
             parse_sweep(self.sweep)
             key = self.sweep.partition("=")[0]
-            if getattr(self, key) is not None:
+            if getattr(self.data if key == "tokens" else self.step, key) is not None:
                 raise WorkbenchError(f"--sweep {key}=... and --{key} both set; keep one")
         if self.out is not None and not self.out.strip():
             raise WorkbenchError("--out is empty; name a folder (or leave --out out for runs/<run_id>)")
@@ -112,11 +93,11 @@ class ABConfig:
             dup = next(a for a in names if names.count(a) > 1)
             raise WorkbenchError(f"--arms names {dup} twice; give each arm once (an A/A repeats one arm alone: "
                                  f"--arms {dup},{dup})")
-        if self.seed < 0:
-            raise WorkbenchError(f"--seed must be >= 0, got {self.seed}")
-        if self.target_ci is None and self.budget_s is None and self.max_reps != MAX_REPS:
+        if self.data.seed < 0:
+            raise WorkbenchError(f"--seed must be >= 0, got {self.data.seed}")
+        if self.target_ci_pct is None and self.budget_s is None and self.max_reps != MAX_REPS:
             raise WorkbenchError("--max-reps applies with --target-ci or --budget-s")
-        if self.reps is not None and self.max_reps < self.reps and (self.target_ci or self.budget_s):
+        if self.reps is not None and self.max_reps < self.reps and (self.target_ci_pct or self.budget_s):
             raise WorkbenchError(f"--max-reps {self.max_reps} is below --reps {self.reps} (the reps at least); "
                                  "raise --max-reps or lower --reps")
         if self.warmup is not None and self.warmup_max is not None and self.warmup_max < self.warmup:
@@ -124,25 +105,32 @@ class ABConfig:
                                  "least); raise --warmup-max or lower --warmup")
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The config flat (`workbench.step.config.flat`): meta.json's `args`, the nsys child's `--_config`."""
+        return flat(self)
+
+    @classmethod
+    def from_flat(cls, d: dict) -> "ABConfig":
+        """From a flat dict of leaves (`as_dict`, the CLI's namespace)."""
+        return from_flat(cls, d)
 
     @classmethod
     def from_json(cls, text: str) -> "ABConfig":
-        d = json.loads(text)
-        unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise WorkbenchError(f"--_config has unknown keys: {', '.join(unknown)}")
-        return cls(**d)
+        try:
+            return cls.from_flat(json.loads(text))
+        except WorkbenchError as e:
+            raise WorkbenchError(f"--_config: {e}") from None
 
     def resolved(self, device, run_defaults: dict) -> "ABConfig":
-        """The config the run uses on `device`: the precision resolved, the per-device run defaults filled in."""
-        from workbench.step import precision
-        fill = {k: run_defaults[k] for k in ("steps", "warmup", "warmup_max", "reps", "batches", "lengths")
-                if getattr(self, k) is None}
-        return dataclasses.replace(self, precision=precision.resolve(device, self.precision), **fill)
+        """The config the run uses on `device`: the precision resolved (`StepConfig.resolved`, once), the per-device
+        run defaults filled in."""
+        fill = {k: run_defaults[k] for k in ("steps", "warmup", "warmup_max", "reps") if getattr(self, k) is None}
+        data_fill = {k: run_defaults[k] for k in ("batches", "lengths") if getattr(self.data, k) is None}
+        data = dataclasses.replace(self.data, **data_fill) if data_fill else self.data
+        return dataclasses.replace(self, data=data, step=self.step.resolved(device), **fill)
 
 
-FIELDS = tuple(f.name for f in dataclasses.fields(ABConfig))
+FIELDS = leaf_names(ABConfig)
+"""The config's leaves, flat: one per CLI flag (`cli.parse_args` routes each flag's value to its place)."""
 
 
 def parse_sweep(spec: str | None) -> tuple[str, list[int]] | None:

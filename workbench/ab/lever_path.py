@@ -14,8 +14,9 @@ Per point, one row of path.csv:
 - `model_tflop_per_step`, `achieved_tflops`, `mfu`, `hfu` (workbench/step/flops.py, over the device's dense bf16 peak;
   empty on a CPU, whose peak is unknown). MFU counts the useful work at every point: the step's FLOPs with attention
   block-diagonal (what the documents need), so that MFU rises exactly as the step time falls along the path. HFU
-  counts what the point computes: recompute included, and attention as its arm runs it (dense T x T until a lever
-  whose module states `ATTENTION_FLOPS` for its optimized arm switches it);
+  counts what the point computes: recompute included, and attention as its arm ran it. Both are read as the run wrote
+  them (each arm's `flops_per_batch` in summary.json); an older run's are recounted from its rebuilt batches (dense
+  T x T until a lever whose module states `ATTENTION_FLOPS` for its optimized arm switches it), `flops_note` says so;
 - `tokens_per_s`, `peak_mem_mib`, `equivalent`;
 - the breakdown: `ms_<component>` per `workbench.traces.decompose` component, from the point's trace (a run with
   `--trace torch`); and for the last point `held_back_by`: the largest lever `workbench.traces.levers.levers` names in it.
@@ -86,16 +87,44 @@ def _breakdown(run_dir: str, cmp_name: str, arm: str) -> tuple[dict, str | None]
 
 
 def _batch_flops(c: dict, meta: dict, attention: str) -> list[dict]:
-    """`flops.step_flops` of each batch of the run (rebuilt as the run built them) with `attention` counted so."""
+    """An older run's `flops.step_flops` of each batch (rebuilt as the run built them: meta.json's --lengths and seed)
+    with `attention` counted so. A run since summary.json writes each arm's `flops_per_batch` is read instead."""
+    from workbench.measure.results import run_args
     from workbench.step import flops
     from workbench.step.data import make_batches
     from workbench.step.models import load_config
 
-    a = meta.get("args") or {}
+    a = run_args(meta)
     config = load_config(c["model"], c.get("layers"), None, a.get("experts"))
     return [flops.step_flops(config, b.doc_lens, lora_rank=a["lora_rank"], attention=attention,
-                             checkpointing=not a.get("no_checkpointing"))
+                             checkpointing=bool(a["checkpointing"]))
             for b in make_batches(a["lengths"], c["tokens"], a["batches"], config.vocab_size, seed=a["seed"])]
+
+
+def _point_flops(run_dir: str, c: dict, meta: dict, arms: dict, order: list[str]):
+    """({point: [{"model", "total"}] per batch}, [attention count per point], note) of the path's points: as the run
+    wrote them (each arm's `flops_per_batch`, `attention_flops`), else, for an older run, recounted from its
+    rebuilt batches (`_batch_flops`: useful block-diagonal work for MFU, each point's attention for HFU), with a note
+    that says so; (None, None, the reason) where neither works."""
+    from workbench.measure.results import older_run_note
+
+    if all(arms.get(arm, {}).get("flops_per_batch") for arm in order):
+        return ({arm: arms[arm]["flops_per_batch"] for arm in order},
+                [arms[arm].get("attention_flops") for arm in order], None)
+    try:
+        from workbench import opts
+        opts.load_all()  # the packing backends' attention counts (`flops.declare_attention`)
+        useful = _batch_flops(c, meta, "block_diagonal")
+        modes = _attention_of_points(c, order)
+        done = {m: _batch_flops(c, meta, m) for m in set(modes)}
+    except Exception as e:  # noqa: BLE001 - a model the FLOP count does not cover, a length file not here: no MFU
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        return None, None, older_run_note(run_dir, "no per-arm FLOPs in summary.json and its batches cannot be "
+                                          f"rebuilt here ({type(e).__name__}: {first}): no MFU")
+    per = {arm: [{"model": u["model"], "total": d["total"]} for u, d in zip(useful, done[modes[i]])]
+           for i, arm in enumerate(order)}
+    return per, modes, older_run_note(run_dir, "no per-arm FLOPs in summary.json (a run before they were written): "
+                                      "recounted from meta.json's --lengths and seed")
 
 
 def _attention_of_points(c: dict, order: list[str]) -> list[str]:
@@ -115,12 +144,12 @@ def _attention_of_points(c: dict, order: list[str]) -> list[str]:
     return out
 
 
-def _throughput(useful: list[dict], done: list[dict], mine: list[dict], peak: float | None) -> dict:
+def _throughput(per_batch: list[dict], mine: list[dict], peak: float | None) -> dict:
     if not mine:
         return {}
     seconds = sum(s["step_ms"] for s in mine) / 1e3
-    model = sum(useful[s["batch"]]["model"] for s in mine)
-    total = sum(done[s["batch"]]["total"] for s in mine)
+    model = sum(per_batch[s["batch"]]["model"] for s in mine)
+    total = sum(per_batch[s["batch"]]["total"] for s in mine)
     tf = model / seconds / 1e12
     return {"model_tflop_per_step": model / len(mine) / 1e12, "achieved_tflops": tf,
             "mfu": tf / peak if peak else None, "hfu": total / seconds / 1e12 / peak if peak else None}
@@ -141,12 +170,7 @@ def rows_of(run_dir: str) -> list[dict]:
     from workbench.step import flops
     dev = meta.get("device") or {}
     peak = flops.peak_tflops(dev.get("name")) if dev.get("type") == "cuda" else None
-    try:
-        useful = _batch_flops(c, meta, "block_diagonal")
-        modes = _attention_of_points(c, order)
-        done = {m: _batch_flops(c, meta, m) for m in set(modes)}
-    except Exception:  # noqa: BLE001 - a model the FLOP count does not cover: no MFU, the rest stands
-        useful, modes, done = None, None, {}
+    per_point, modes, flops_note = _point_flops(run_dir, c, meta, arms, order)
     out = []
     for i, arm in enumerate(order):
         a = arms.get(arm, {})
@@ -164,9 +188,9 @@ def rows_of(run_dir: str) -> list[dict]:
                "hfu": None, "attention_flops": modes[i] if modes else None,
                "tokens_per_s": a.get("tokens_per_s"), "peak_mem_mib": a.get("peak_mem_mib"),
                "equivalent": (c.get("equivalence") or {}).get(arm, {}).get("equivalent"),
-               "status": a.get("status") or c.get("status")}
-        if useful is not None:
-            row.update(_throughput(useful, done[modes[i]], [s for s in samples if s["arm"] == arm], peak))
+               "status": a.get("status") or c.get("status"), "flops_note": flops_note}
+        if per_point is not None:
+            row.update(_throughput(per_point[arm], [s for s in samples if s["arm"] == arm], peak))
         if i > 0:
             for key, ref in (("speedup_vs_prev", order[i - 1]), ("speedup_vs_baseline", base)):
                 if any(s["arm"] == arm for s in samples) and any(s["arm"] == ref for s in samples):

@@ -107,14 +107,13 @@ def breakdown_of(events, attention_impl: str | None) -> dict:
 
 def traced_breakdown(runner, model, cmp, spec) -> dict:
     """A torch.profiler pass of the baseline `spec` on the run's batches; its breakdown (`breakdown_of`)."""
-    from workbench.step.data import make_batches
     from workbench.step.models import lora_resetter
     from workbench.traces import from_torch_trace, save_events
     from workbench.traces.capture import torch_profile
 
     a = runner.args
     attn = model.config._attn_implementation
-    cpu_batches = make_batches(a.lengths, cmp.tokens, a.batches, model.config.vocab_size, seed=runner.data_seed())
+    cpu_batches = a.data.make_batches(cmp.tokens, model.config.vocab_size, seed=runner.data_seed())
     reset = lora_resetter(model)
     stem = runner.writer.path("traces", BASELINE_TRACE, "baseline")
     path = stem + ".pt.trace.json.gz"

@@ -71,21 +71,21 @@ def plan(args, device) -> list[Comparison]:
     if args.arms and args.opt == "all":
         raise WorkbenchError(f"--arms needs a single --opt ({', '.join(opts_registry.OPTS)}); use --aa for an A/A "
                              "of all")
-    if args.attn is not None and args.attn not in HF_ATTN:
+    if args.step.attn is not None and args.step.attn not in HF_ATTN:
         backends = set(_attention_backends())
-        if args.attn not in backends:
-            raise WorkbenchError(f"unknown attention backend {args.attn!r}; choose from "
+        if args.step.attn not in backends:
+            raise WorkbenchError(f"unknown attention backend {args.step.attn!r}; choose from "
                                  f"{', '.join(sorted(set(HF_ATTN) | backends))}")
     sweep = parse_sweep(args.sweep)
     comps = []
     for opt in opt_list:
         d = defaults[opt]
-        model = args.model or d["model"]
-        layers = args.layers if args.layers is not None else d.get("layers")
-        tokens = args.tokens or d.get("tokens") or defaults["_run"]["tokens"]
+        model = args.step.model or d["model"]
+        layers = args.step.layers if args.step.layers is not None else d.get("layers")
+        tokens = args.data.tokens or d.get("tokens") or defaults["_run"]["tokens"]
         preflight.check_shape(args, opt, model)  # the family, --layers and --lora-rank against the model's own
-        hf_attn = args.attn if (args.attn is None or args.attn in HF_ATTN) else None
-        cfg = load_config(model, layers, hf_attn, args.experts)  # unknown preset / bad checkpoint / experts -> error
+        hf_attn = args.step.attn if (args.step.attn is None or args.step.attn in HF_ATTN) else None
+        cfg = load_config(model, layers, hf_attn, args.step.experts)  # unknown preset / bad checkpoint / experts -> error
         if opt == "all":
             mods = _modules(registry.in_all_names())
             names = ["baseline", "optimized"] if not args.aa else ["baseline", "baseline"]
@@ -115,7 +115,7 @@ def plan(args, device) -> list[Comparison]:
             arms = [ArmSpec(lbl, {opt: a}) for lbl, a in zip(labels, names)]
         if args.headline and not args.arms:
             arms = arms[:2]  # the baseline and the optimized arm: the comparison the headline reports
-        base = Comparison(opt=opt, model=model, layers=layers, tokens=tokens, attn=args.attn, arms=arms,
+        base = Comparison(opt=opt, model=model, layers=layers, tokens=tokens, attn=args.step.attn, arms=arms,
                           baseline=arms[0].label, optimized=arms[1].label if len(arms) > 1 else None,
                           explicit_arms=bool(args.arms))
         variants = [base]
@@ -148,9 +148,7 @@ def plan(args, device) -> list[Comparison]:
 def _check_lengths(args, tokens: int, vocab_size: int) -> None:
     """One packed batch of `tokens` from --lengths, built before anything else (a document longer than the token
     budget fails here, with one line, not after the model is built and a folder written)."""
-    from workbench.step.data import make_batches
-
-    make_batches(args.lengths, tokens, 1, vocab_size, seed=args.seed)
+    args.data.make_batches(tokens, vocab_size, batches=1)
 
 
 def _all_variants(opt: str) -> tuple:
@@ -180,11 +178,11 @@ def _lever_plan(args, defaults, device) -> list[Comparison]:
         raise WorkbenchError("--opt levers: no lever optimization is registered (a SPEC with a `lever` key: "
                              "workbench/opts/registry.py)")
     d = defaults["levers"]
-    model = args.model or d["model"]
-    layers = args.layers if args.layers is not None else d.get("layers")
-    tokens = args.tokens or d.get("tokens") or defaults["_run"]["tokens"]
+    model = args.step.model or d["model"]
+    layers = args.step.layers if args.step.layers is not None else d.get("layers")
+    tokens = args.data.tokens or d.get("tokens") or defaults["_run"]["tokens"]
     preflight.check_shape(args, "levers", model)
-    cfg = load_config(model, layers, args.attn if args.attn in HF_ATTN else None, args.experts)
+    cfg = load_config(model, layers, args.step.attn if args.step.attn in HF_ATTN else None, args.step.experts)
     _check_lengths(args, tokens, cfg.vocab_size)
     comps = []
     for opt in names:
@@ -196,7 +194,7 @@ def _lever_plan(args, defaults, device) -> list[Comparison]:
         anchor = hook(mod, "LEVER_ANCHOR")  # the arm a user would pick instead, timed beside (GPU only)
         if anchor and device.type == "cuda" and anchor not in (base, mod.OPTIMIZED):
             arms.append(ArmSpec(anchor, {opt: anchor}))
-        comps.append(Comparison(opt=opt, model=model, layers=layers, tokens=tokens, attn=args.attn, arms=arms,
+        comps.append(Comparison(opt=opt, model=model, layers=layers, tokens=tokens, attn=args.step.attn, arms=arms,
                                 baseline=base, optimized=mod.OPTIMIZED))
     return comps
 

@@ -41,14 +41,14 @@ def check_shape(args, opt: str, model: str) -> None:
         raise WorkbenchError(f"--opt {opt} applies to {', '.join(fams)} models; {model} is a {shape['family']} model: "
                              f"pick one of {', '.join(fitting)} (or leave --model out)")
     sweep = parse_sweep(args.sweep)
-    layers = [args.layers] if args.layers is not None else (sweep[1] if sweep and sweep[0] == "layers" else [])
+    layers = [args.step.layers] if args.step.layers is not None else (sweep[1] if sweep and sweep[0] == "layers" else [])
     over = [n for n in layers if n > shape["layers"]]
     if over and not args.force:
         raise WorkbenchError(f"--layers {max(over)}: {model} has {shape['layers']} layers; give at most "
                              f"{shape['layers']}, or add --force to stack more (its layer pattern repeated, the added "
                              "layers with random weights)")
-    if args.lora_rank > shape["hidden"]:
-        raise WorkbenchError(f"--lora-rank {args.lora_rank} is above {model}'s hidden size {shape['hidden']} (a LoRA "
+    if args.step.lora_rank > shape["hidden"]:
+        raise WorkbenchError(f"--lora-rank {args.step.lora_rank} is above {model}'s hidden size {shape['hidden']} (a LoRA "
                              f"adapter's rank is at most its layer's width); give at most {shape['hidden']}")
 
 
@@ -62,7 +62,7 @@ def check_early(args) -> None:
         return
     defaults = {"cpu": CPU_DEFAULTS, "cuda": GPU_DEFAULTS}.get(args.device)
     for opt in [*registry.in_all_names(), "all"] if args.opt == "all" else [args.opt]:
-        model = args.model or (defaults[opt]["model"] if defaults and opt in defaults else None)
+        model = args.step.model or (defaults[opt]["model"] if defaults and opt in defaults else None)
         if model:
             check_shape(args, opt, model)
 
@@ -71,17 +71,17 @@ def check_run(args, device, note=None) -> None:
     """The flags against the device (`args` resolved: reps etc. filled in). `note(msg)` hears what is allowed but
     worth saying (a GPU protocol that measures but gives no verdict, for traces or sync counts)."""
     cuda = device.type == "cuda"
-    if args.dtype == "fp16" and not cuda:
+    if args.step.dtype == "fp16" and not cuda:
         raise WorkbenchError("--dtype fp16 needs a CUDA device (on a CPU use fp32, or bf16 for the GPU's rounding)")
-    if args.attn in FLASH_ATTN:
+    if args.step.attn in FLASH_ATTN:
         if not cuda:
-            raise WorkbenchError(f"--attn {args.attn} needs a CUDA device; on a CPU use sdpa, eager or "
+            raise WorkbenchError(f"--attn {args.step.attn} needs a CUDA device; on a CPU use sdpa, eager or "
                                  "flex_attention (or a packing backend: varlen, sdpa, eager, flex)")
         import transformers.utils as tu
-        if not getattr(tu, FLASH_ATTN[args.attn], lambda: False)():
-            raise WorkbenchError(f"--attn {args.attn}: its package is not installed here; install it or use sdpa")
+        if not getattr(tu, FLASH_ATTN[args.step.attn], lambda: False)():
+            raise WorkbenchError(f"--attn {args.step.attn}: its package is not installed here; install it or use sdpa")
     from workbench.measure.stats import MIN_UNITS
-    if cuda and args.reps < MIN_UNITS and args.target_ci is None and args.budget_s is None:
+    if cuda and args.reps < MIN_UNITS and args.target_ci_pct is None and args.budget_s is None:
         other = [f for f, on in (("--trace", args.trace != "none"), ("--cross-check", args.cross_check),
                                  ("--nvtx-cost", args.nvtx_cost != "off")) if on]
         if not other:
@@ -100,8 +100,9 @@ def check_model(args, device, config, comparisons) -> None:
     from workbench.step.presets import MOE_FAMILIES
 
     family = family_of(config)
-    if args.experts is not None and family not in MOE_FAMILIES and (args.opt != "all" or args.model is not None):
-        raise WorkbenchError(f"--experts {args.experts} applies to MoE models ({', '.join(MOE_FAMILIES)}); "
+    if args.step.experts is not None and family not in MOE_FAMILIES and (args.opt != "all"
+                                                                          or args.step.model is not None):
+        raise WorkbenchError(f"--experts {args.step.experts} applies to MoE models ({', '.join(MOE_FAMILIES)}); "
                              f"{comparisons[0].model} is a dense {family} model: leave --experts out or pick a MoE "
                              "model")
     if args.force:
@@ -110,10 +111,10 @@ def check_model(args, device, config, comparisons) -> None:
     limit, where = me.device_bytes(device)
     if not limit:
         return
-    b = me.DTYPE_BYTES.get(args.dtype) or (2 if device.type == "cuda" else 4)
+    b = me.DTYPE_BYTES.get(args.step.dtype) or (2 if device.type == "cuda" else 4)
     shards = int(os.environ.get("WORLD_SIZE", "1") or 1)  # under torchrun, FSDP2 shards the weights over the ranks
     for c in comparisons:
-        est = me.estimate(config, c.tokens, layers=c.layers, dtype_bytes=b, checkpointing=not args.no_checkpointing,
+        est = me.estimate(config, c.tokens, layers=c.layers, dtype_bytes=b, checkpointing=args.step.checkpointing,
                           eager_attention=(c.attn == "eager"), weight_shards=shards)
         if est.total_bytes > limit:
             raise WorkbenchError(

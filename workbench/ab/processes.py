@@ -157,7 +157,7 @@ def main(argv: list[str]) -> int:
         raise WorkbenchError(f"--out {out} holds files already; give a new or empty folder (or --force)")
     os.makedirs(out, exist_ok=True)
     base = _without(_without(rest, "--out"), "--seed")
-    seed0 = cfg.seed
+    seed0 = cfg.data.seed
     record = {"command": " ".join(["python -m workbench.ab", *argv]), "warmup_reps_left_out": WARMUP_REPS,
               "processes": []}
     dirs = []

@@ -1,8 +1,10 @@
-"""One comparison, phase by phase: build, which arms can run, equivalence, the engine's timed reps, the counted
-pass, the profiled passes (`passes`), the summary (`summary`)."""
+"""One comparison, phase by phase (`Runner.run`): build (the model, the attention it runs, the packed batches),
+runnable arms, equivalence, timing (the engine's timed reps), counted pass, traces (`passes`), summary (`summary`).
+Each phase is a `phase_*` method that reads and fills one `_Comparison`."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import traceback
 
@@ -25,6 +27,53 @@ DTYPES = {"auto": None, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": t
 """--dtype names (`cli.DTYPE_CHOICES`) to torch dtypes; auto = the precision's (workbench.step.models.default_dtype)."""
 
 
+@dataclasses.dataclass
+class _Comparison:
+    """One comparison's state, passed from phase to phase (`Runner.run`)."""
+    cmp: Comparison
+    tag: str
+    """`[i/n name]`, the progress lines' prefix."""
+    out: dict
+    """The comparison's summary.json entry, filled phase by phase."""
+    model: object
+    ran_attn: str
+    """The attention the comparison names (summary.json's `attn`: an HF implementation or a packing backend)."""
+    built_attn: str
+    """The model's attention implementation as built (an arm that never ran is counted with it)."""
+    env: dict
+    """The environment columns of its results.csv rows."""
+    dtype: object
+    """The dtype the step computes in (the equivalence criterion's)."""
+    reset_weights: object
+    cpu_batches: list = dataclasses.field(default_factory=list)
+    arm_status: dict = dataclasses.field(default_factory=dict)
+    runnable: list = dataclasses.field(default_factory=list)
+    base_spec: ArmSpec | None = None
+    live: list = dataclasses.field(default_factory=list)
+    """The runnable arms that passed the equivalence phase without an error."""
+    equiv: dict = dataclasses.field(default_factory=dict)
+    ref32: dict | None = None
+    m: object = None
+    """The engine's measurement (None when the baseline could not run)."""
+    infos: dict = dataclasses.field(default_factory=dict)
+    counted: dict = dataclasses.field(default_factory=dict)
+    events: dict = dataclasses.field(default_factory=dict)
+    arm_attention: dict = dataclasses.field(default_factory=dict)
+    """{arm: (the attention implementation the model ran with the arm applied, the attention count its module states
+    or None)} (`Runner.session`, `_attention_ran`)."""
+    flops_by_attention: dict = dataclasses.field(default_factory=dict)
+
+
+def _attention_ran(model, spec: ArmSpec) -> tuple:
+    """(attention implementation, stated count) of `model` with `spec`'s arms applied: the implementation the model
+    runs (an optimization's own is counted as its module declares it: `flops.declare_attention`), and the count an
+    applied arm's module states in `ATTENTION_FLOPS` (None where none does)."""
+    stated = None
+    for opt, arm in spec.arms.items():
+        stated = stated or (opt_hook(opts_registry.module(opt), "ATTENTION_FLOPS") or {}).get(arm)
+    return model.config._attn_implementation, stated
+
+
 class Runner:
     def __init__(self, args, device, writer, nvml=None):
         self.args = args
@@ -34,13 +83,15 @@ class Runner:
         self.failures: list[str] = []
         self._opt_state: dict = {}
         """{comparison: {opt: state}}: what an optimization keeps for one comparison (a pinned pool)."""
+        self._arm_attention: dict = {}
+        """{arm: attention implementation} of the comparison running (`session` records what each arm ran)."""
 
     def _progress(self, msg: str):
         progress(msg)
 
     def data_seed(self) -> int:
         """The seed of this process's batches (workbench.ab.distributed: offset per rank under torchrun)."""
-        return self.args.seed
+        return self.args.data.seed
 
     def protocol(self):
         from workbench.measure.engine import Protocol
@@ -48,9 +99,9 @@ class Runner:
         a = self.args
         # the discarded warm-up rep on a GPU only: a CPU run is a functional check, its timings are not results
         return Protocol(reps=a.reps, steps=a.steps, warmup_min=a.warmup, warmup_max=max(a.warmup_max, a.warmup),
-                        settle_pct=a.settle_pct, target_ci_pct=a.target_ci, budget_s=a.budget_s,
+                        settle_pct=a.settle_pct, target_ci_pct=a.target_ci_pct, budget_s=a.budget_s,
                         max_reps=max(a.max_reps, a.reps), discard_reps=1 if self.device.type == "cuda" else 0,
-                        batches=a.batches)
+                        batches=a.data.batches)
 
     def build(self, cmp: Comparison):
         from workbench.step.harness import enable_checkpointing
@@ -58,11 +109,11 @@ class Runner:
         from workbench.step.models import build_model
 
         hf_attn = cmp.attn if (cmp.attn is None or cmp.attn in HF_ATTN) else None
-        model = build_model(cmp.model, layers=cmp.layers, attn=hf_attn, device=self.device, seed=self.args.seed,
-                            dtype=DTYPES[self.args.dtype],
-                            lora_rank=self.args.lora_rank, experts_implementation=self.args.experts,
-                            precision=self.args.precision)
-        if not self.args.no_checkpointing:
+        model = build_model(cmp.model, layers=cmp.layers, attn=hf_attn, device=self.device, seed=self.args.data.seed,
+                            dtype=DTYPES[self.args.step.dtype],
+                            lora_rank=self.args.step.lora_rank, experts_implementation=self.args.step.experts,
+                            precision=self.args.step.precision)
+        if self.args.step.checkpointing:
             enable_checkpointing(model)
         instrument_layers(model)
         return model
@@ -86,9 +137,11 @@ class Runner:
 
         reset()
         handle = apply_arms(model, spec.arms, options if options is not None else self.options(cmp))
+        self._arm_attention.setdefault(spec.label, _attention_ran(model, spec))
         try:
             batches = to_device(_fresh(cpu_batches), self.device, prepare=handle.prepare_batch)
-            yield _Session(model, batches, handle, self.args.lr, spec.ranges)
+            yield _Session(model, batches, handle, self.args.step.lr, spec.ranges,
+                           precision=handle.precision(self.args.step.precision))
             if infos is not None:
                 info = {}
                 for h in handle.handles:
@@ -117,20 +170,35 @@ class Runner:
         return o
 
     def run_arm_steps(self, model, cpu_batches, spec: ArmSpec, cmp, *, steps, warmup, reset, on_step=None,
-                      count_syncs=False, optimizer=None, options=None):
-        """A fixed number of steps of one arm (trace passes, equivalence): `harness.train_steps`."""
+                      count_syncs=False, optimizer=None, options=None, precision=None):
+        """A fixed number of steps of one arm (trace passes, equivalence): `harness.train_steps`, at the session's
+        precision unless `precision` says otherwise (the fp32 reference)."""
         from workbench.step.harness import train_steps
         from workbench.instrument import Ranges
 
         with self.session(model, cpu_batches, spec, cmp, reset=reset, options=options) as s:
             return train_steps(model, s.batches, steps=steps, warmup=warmup, optimizer=optimizer or s.optimizer,
                                ranges=Ranges(nvtx=True, profiler=True), count_syncs=count_syncs,
-                               cross_check=self.args.cross_check, inputs_fn=s.handle.inputs_fn, on_step=on_step)
+                               cross_check=self.args.cross_check, inputs_fn=s.handle.inputs_fn, on_step=on_step,
+                               precision=precision or s.precision)
 
     def run(self, cmp: Comparison, index: int, total: int) -> dict:
-        from workbench.measure import engine, equivalence
-        from workbench.step.data import make_batches
-        from workbench.step.models import lora_parameters, lora_resetter
+        """One comparison, phase by phase (each a method below, reading and filling one `_Comparison`)."""
+        c = self.phase_build(cmp, index, total)
+        self.phase_runnable_arms(c)
+        self.phase_equivalence(c)
+        self.phase_timing(c)
+        self.phase_counted_pass(c)
+        self.phase_traces(c)
+        out = self.phase_summary(c)
+        del c.model
+        _free(self.device)
+        return out
+
+    # -- build: the model, its attention, the packed batches -------------------------------------------------------
+    def phase_build(self, cmp: Comparison, index: int, total: int) -> "_Comparison":
+        from workbench.step import precision
+        from workbench.step.models import lora_resetter
 
         a = self.args
         tag = f"[{index}/{total} {cmp.name}]"
@@ -148,19 +216,27 @@ class Runner:
         model = self.build(cmp)
         L = model.config.num_hidden_layers
         out["layers"] = L
-        ran_attn = model.config._attn_implementation
+        built_attn = model.config._attn_implementation
+        ran_attn = built_attn
         opts_o = self.options(cmp)
         for opt in dict.fromkeys(x for s in cmp.arms for x in s.arms):  # a backend of ours, through AttentionInterface
             fn = opt_hook(opts_registry.module(opt), "attention_backend")
             if fn is not None:
                 ran_attn = fn(model, self.device, opts_o.get(opt, {}))
-        env = dict(opt=cmp.opt, model=cmp.model, layers=L, tokens=cmp.tokens, attn=ran_attn)
         out["attn"] = ran_attn
-        from workbench.step import precision
-        dtype = precision.compute_dtype(model)  # the equivalence tolerance's dtype: bf16 under autocast
-        reset_weights = lora_resetter(model)
+        c = _Comparison(cmp=cmp, tag=tag, out=out, model=model, ran_attn=ran_attn, built_attn=built_attn,
+                        env=dict(opt=cmp.opt, model=cmp.model, layers=L, tokens=cmp.tokens, attn=ran_attn),
+                        dtype=precision.compute_dtype(model, a.step.precision),  # the equivalence tolerance's
+                        reset_weights=lora_resetter(model))
+        c.cpu_batches = a.data.make_batches(cmp.tokens, model.config.vocab_size, seed=self.data_seed())
+        out["batches"] = [{"tokens": b.tokens, "documents": len(b.doc_lens), "doc_lens": list(b.doc_lens)}
+                          for b in c.cpu_batches]  # written, so the analysis never replays the packing
+        self._arm_attention = c.arm_attention  # filled by `session` with what each arm ran
+        return c
 
-        # which arms can run here
+    # -- runnable arms: what this model and device can run -------------------------------------------------------
+    def phase_runnable_arms(self, c: "_Comparison") -> None:
+        cmp, model, out = c.cmp, c.model, c.out
         if cmp.opt == "all":
             for o in opt_registry.in_all_names():
                 why = None
@@ -171,66 +247,59 @@ class Runner:
             for spec in cmp.arms:
                 spec.arms = {o: arm for o, arm in spec.arms.items() if o not in cmp.excluded}
             if cmp.excluded:
-                self._progress(f"{tag} left out of the combination: " +
+                self._progress(f"{c.tag} left out of the combination: " +
                                "; ".join(f"{o} ({w})" for o, w in cmp.excluded.items()))
             out["excluded"] = dict(cmp.excluded)
-        arm_status: dict[str, dict] = {}
-        runnable = []
         for spec in cmp.arms:
             why = unsupported_reason(model, spec.arms, self.device, self.options(cmp)) if spec.arms \
                 else "no optimization left to apply"
             if why is None:
-                runnable.append(spec)
-                arm_status[spec.label] = {"status": "ok"}
+                c.runnable.append(spec)
+                c.arm_status[spec.label] = {"status": "ok"}
                 continue
             required = spec.label in (cmp.baseline, cmp.optimized) or cmp.explicit_arms
-            arm_status[spec.label] = {"status": "unsupported" if required else "skipped", "error": why}
+            c.arm_status[spec.label] = {"status": "unsupported" if required else "skipped", "error": why}
             msg = f"{cmp.name} arm {spec.label} cannot run here: {why}"
             if required:
                 self.failures.append(msg)
                 out["errors"].append(msg)
                 progress(f"error: {msg}")
             else:
-                self._progress(f"{tag} skipping arm {spec.label}: {why}")
+                self._progress(f"{c.tag} skipping arm {spec.label}: {why}")
+        c.base_spec = next((s for s in c.runnable if s.label == cmp.baseline), None)
 
-        cpu_batches = make_batches(a.lengths, cmp.tokens, a.batches, model.config.vocab_size, seed=self.data_seed())
-        out["batches"] = [{"tokens": b.tokens, "documents": len(b.doc_lens)} for b in cpu_batches]
-        try:  # model FLOPs per batch (workbench.step.flops): achieved TFLOP/s and MFU per arm
-            from workbench.step import flops
-            from workbench.step.models import base_model_of
-            cfg = base_model_of(model).config
-            self._batch_flops = [flops.step_flops(cfg, b.doc_lens, lora_rank=a.lora_rank,
-                                                  attention=flops.attention_mode(ran_attn),
-                                                  checkpointing=not a.no_checkpointing) for b in cpu_batches]
-        except Exception as e:  # noqa: BLE001 - a count this model's config does not fit must not stop the timing
-            self._batch_flops = []
-            self._progress(f"{tag} no FLOP count: {type(e).__name__}: {e}")
+    # -- equivalence: one forward+backward from the same weights on the first batch, every arm vs the baseline -----
+    def _one_step(self, c: "_Comparison", spec, batch, options=None, precision=None) -> dict:
+        from workbench.measure import equivalence
+        from workbench.step.models import lora_parameters
 
-        # equivalence: one forward+backward from the same weights on the first timed batch, every arm vs the baseline
-        def one_step(spec, batch, options=None):
-            cap = equivalence.GradCapture(lora_parameters(model))
-            recs = self.run_arm_steps(model, [batch], spec, cmp, steps=1, warmup=0, optimizer=cap,
-                                      reset=reset_weights, options=options)
-            return {"loss": recs[0].loss, "grads": cap.grads}
+        cap = equivalence.GradCapture(lora_parameters(c.model))
+        recs = self.run_arm_steps(c.model, [batch], spec, c.cmp, steps=1, warmup=0, optimizer=cap,
+                                  reset=c.reset_weights, options=options, precision=precision)
+        return {"loss": recs[0].loss, "grads": cap.grads}
 
-        equiv, ref, ref32 = {}, None, None
-        base_spec = next((s for s in runnable if s.label == cmp.baseline), None)
+    def _fp32_reference(self, c: "_Comparison", why: str) -> dict:
+        """The baseline arm's fp32 run on the first batch, made once per comparison (when an arm needs it)."""
+        from workbench.measure import equivalence
 
-        def fp32_reference(why):
-            nonlocal ref32
-            if ref32 is None:
-                self._progress(f"{tag} {why}: judging against an fp32 run of {cmp.baseline}")
-                ref_opts = self.reference_options(cmp, ran_attn)
-                ref32 = self.reference_fp32(model, lambda b: one_step(base_spec, b, ref_opts), cpu_batches[0],
-                                            cmp=cmp, spec=base_spec, options=ref_opts)
-                ref32["attn"] = next((v["backend"] for v in ref_opts.values()
-                                      if isinstance(v, dict) and "backend" in v), ran_attn)
-            return ref32
+        if c.ref32 is None:
+            cmp = c.cmp
+            self._progress(f"{c.tag} {why}: judging against an fp32 run of {cmp.baseline}")
+            ref_opts = self.reference_options(cmp, c.ran_attn)
+            c.ref32 = self.reference_fp32(
+                c.model, lambda b: self._one_step(c, c.base_spec, b, ref_opts, equivalence.REFERENCE_PRECISION),
+                c.cpu_batches[0], cmp=cmp, spec=c.base_spec, options=ref_opts)
+            c.ref32["attn"] = next((v["backend"] for v in ref_opts.values()
+                                    if isinstance(v, dict) and "backend" in v), c.ran_attn)
+        return c.ref32
 
-        from workbench.measure import numerics
-        for spec in runnable:
+    def phase_equivalence(self, c: "_Comparison") -> None:
+        from workbench.measure import equivalence, numerics
+
+        cmp, dtype, ref = c.cmp, c.dtype, None
+        for spec in c.runnable:
             try:
-                res = one_step(spec, cpu_batches[0])
+                res = self._one_step(c, spec, c.cpu_batches[0])
                 changes = numerics.change_of(spec.arms)  # an arm that changes the numerics on purpose (bf16)
                 if spec.label == cmp.baseline:
                     ref = res
@@ -239,46 +308,53 @@ class Runner:
                 elif ref is None:
                     e = None
                 elif changes:
-                    e = numerics.judge(res, ref, fp32_reference(f"{spec.label} changes the numerics"), changes)
-                    self._progress(f"{tag} {spec.label}: {numerics.line(e['numerics_change'])}")
+                    e = numerics.judge(res, ref, self._fp32_reference(c, f"{spec.label} changes the numerics"),
+                                       changes)
+                    self._progress(f"{c.tag} {spec.label}: {numerics.line(e['numerics_change'])}")
                 else:
                     e = equivalence.compare(res, ref, dtype)
                     if not e["equivalent"] and dtype in equivalence.LOW_PRECISION:
-                        fp32_reference(f"{spec.label} differs from {cmp.baseline} beyond the {dtype} criterion")
+                        ref32 = self._fp32_reference(
+                            c, f"{spec.label} differs from {cmp.baseline} beyond the {dtype} criterion")
                         e.update(equivalence.judge_by_reference(res, ref, ref32, dtype))
                         e["ref_chunks"] = ref32["chunks"]
                         e["ref_attn"] = ref32["attn"]
             except Exception as ex:  # noqa: BLE001 - one arm's failure must not stop the others
-                self._arm_failed(cmp, spec, ex, arm_status, out)
+                self._arm_failed(cmp, spec, ex, c.arm_status, c.out)
                 continue
-            arm_status[spec.label]["loss"] = res["loss"]
+            c.arm_status[spec.label]["loss"] = res["loss"]
             if e is None:
                 continue
-            equiv[spec.label] = e
-            self.writer.add(cmp.name, spec.label, "equiv_loss_abs_diff", e["loss_abs_diff"], "nats", **env)
-            self.writer.add(cmp.name, spec.label, "equiv_grad_max_rel_l2", e["grad_max_rel_l2"], "ratio", **env)
-            self.writer.add(cmp.name, spec.label, "equivalent", int(e["equivalent"]), "bool", **env)
+            c.equiv[spec.label] = e
+            self.writer.add(cmp.name, spec.label, "equiv_loss_abs_diff", e["loss_abs_diff"], "nats", **c.env)
+            self.writer.add(cmp.name, spec.label, "equiv_grad_max_rel_l2", e["grad_max_rel_l2"], "ratio", **c.env)
+            self.writer.add(cmp.name, spec.label, "equivalent", int(e["equivalent"]), "bool", **c.env)
             via = (f"; against fp32 ({e['ref_chunks']} chunk(s) of the batch): grad rel L2 "
                    f"{e['ref_grad_max_rel_l2']:.3g} vs the baseline's {e['ref_grad_max_rel_l2_baseline']:.3g}, "
                    f"worst ratio {e['ref_worst_ratio']:.2f} ({e['ref_worst_grad']})") if "judged_by" in e else ""
-            self._progress(f"{tag} equivalence {spec.label}: {'ok' if e['equivalent'] else 'DIFFERS'} "
+            self._progress(f"{c.tag} equivalence {spec.label}: {'ok' if e['equivalent'] else 'DIFFERS'} "
                            f"(bitwise {e['bitwise']}, loss diff {e['loss_abs_diff']:.3g}, "
                            f"grad max rel L2 {e['grad_max_rel_l2']:.3g}{via})")
-        ref32 = None
+        c.ref32 = None
         self.writer.flush()
+        c.live = [s for s in c.runnable if c.arm_status[s.label]["status"] == "ok"]
 
-        # timing: the engine (rotated order, settled warmup, uninstrumented steps, paired CI)
-        live = [s for s in runnable if arm_status[s.label]["status"] == "ok"]
-        specs = {s.label: s for s in live}
-        infos: dict[str, dict] = {}
+    # -- timing: the engine (rotated order, settled warmup, uninstrumented steps, paired CI) ----------------------
+    def phase_timing(self, c: "_Comparison") -> None:
+        from tqdm import tqdm
+
+        from workbench.measure import engine
+
+        a, cmp, env, tag = self.args, c.cmp, c.env, c.tag
+        specs = {s.label: s for s in c.live}
 
         def open_session(label):
-            return self.session(model, cpu_batches, specs[label], cmp, reset=reset_weights, infos=infos)
+            return self.session(c.model, c.cpu_batches, specs[label], cmp, reset=c.reset_weights, infos=c.infos)
 
-        from tqdm import tqdm
         # a progress bar on a terminal; one line per timed step in a log (stderr not a terminal)
-        bar = tqdm(total=len(live) * (a.max_reps if a.target_ci else a.reps) * a.steps, desc=f"{tag} timed steps",
-                   unit="step", file=sys.stderr, disable=not sys.stderr.isatty(), dynamic_ncols=True)
+        bar = tqdm(total=len(c.live) * (a.max_reps if a.target_ci_pct else a.reps) * a.steps,
+                   desc=f"{tag} timed steps", unit="step", file=sys.stderr, disable=not sys.stderr.isatty(),
+                   dynamic_ncols=True)
 
         def on_sample(s):
             self.writer.add_sample(cmp.name, s, **env)
@@ -291,7 +367,7 @@ class Runner:
         def on_warmup(w):
             for i, ms in enumerate(w.step_ms):
                 self.writer.add(cmp.name, w.arm, "warmup_step_ms", ms, "ms", rep=w.rep, step=i,
-                                batch=i % a.batches, **env)
+                                batch=i % a.data.batches, **env)
             self.writer.add(cmp.name, w.arm, "warmup_steps", w.steps, "count", rep=w.rep, **env)
             self.writer.add(cmp.name, w.arm, "warmup_settled", int(w.settled), "bool", rep=w.rep, **env)
             self._progress(f"{tag} rep {w.rep + 1} {w.arm}: warmup {w.steps} steps, " + (
@@ -300,71 +376,98 @@ class Runner:
                 f"its batch in --warmup-max {a.warmup_max} steps; timed anyway"
                 + (", as expected of CPU timings" if self.device.type != "cuda" else "") + ")"))
 
-        def on_rep(rep, c):
+        def on_rep(rep, r):
             self.writer.flush()
-            if c is not None and c.get("ci95"):
-                v = timing_on(c, self.device.type)["verdict"]
-                self._progress(f"{tag} after rep {rep}: speedup {c['speedup']:.4f} "
-                               f"[{c['ci95'][0]:.4f}, {c['ci95'][1]:.4f}] (n={c['n_units']} reps) {v}")
+            if r is not None and r.get("ci95"):
+                v = timing_on(r, self.device.type)["verdict"]
+                self._progress(f"{tag} after rep {rep}: speedup {r['speedup']:.4f} "
+                               f"[{r['ci95'][0]:.4f}, {r['ci95'][1]:.4f}] (n={r['n_units']} reps) {v}")
 
-        m = None
-        if base_spec is not None and arm_status[cmp.baseline]["status"] == "ok" and len(live) >= 1:
-            m = engine.measure([s.label for s in live], open_session, a.batches, self.protocol(),
-                               baseline=cmp.baseline,
-                               optimized=cmp.optimized if cmp.optimized in specs else None,
-                               on_sample=on_sample, on_warmup=on_warmup, on_rep=on_rep)
+        if c.base_spec is not None and c.arm_status[cmp.baseline]["status"] == "ok" and len(c.live) >= 1:
+            c.m = engine.measure([s.label for s in c.live], open_session, a.data.batches, self.protocol(),
+                                 baseline=cmp.baseline,
+                                 optimized=cmp.optimized if cmp.optimized in specs else None,
+                                 on_sample=on_sample, on_warmup=on_warmup, on_rep=on_rep)
             bar.close()
-            for d in m.discarded:  # the warm-up rep: recorded (rep -1), never a `step_ms` row, never a statistic
+            for d in c.m.discarded:  # the warm-up rep: recorded (rep -1), never a `step_ms` row, never a statistic
                 self.writer.add(cmp.name, d["arm"], "discarded_step_ms", d["step_ms"], "ms", rep=-1, step=d["step"],
                                 batch=d["batch"], **env)
-            for label, e in m.failed.items():
-                self._arm_failed(cmp, specs[label], e, arm_status, out)
-            out["protocol"] = {"reps": m.reps, "stopped_by": m.stopped_by, "steps": a.steps, "batches": a.batches,
-                              "discarded_reps": m.protocol.discard_reps, "order": "williams"}
-            self.writer.add(cmp.name, None, "reps", m.reps, "count", **env)
+            for label, e in c.m.failed.items():
+                self._arm_failed(cmp, specs[label], e, c.arm_status, c.out)
+            c.out["protocol"] = {"reps": c.m.reps, "stopped_by": c.m.stopped_by, "steps": a.steps,
+                                 "batches": a.data.batches, "discarded_reps": c.m.protocol.discard_reps,
+                                 "order": "williams"}
+            self.writer.add(cmp.name, None, "reps", c.m.reps, "count", **env)
         self.writer.flush()
 
-        # the counted pass: the sync counter on, one step per batch, separate from the timings
-        counted: dict[str, list] = {}
-        for spec in live:
-            if arm_status[spec.label]["status"] != "ok":
+    # -- the counted pass: the sync counter on, one step per batch, separate from the timings ----------------------
+    def phase_counted_pass(self, c: "_Comparison") -> None:
+        from workbench.instrument import SyncCounter
+
+        a, cmp = self.args, c.cmp
+        for spec in c.live:
+            if c.arm_status[spec.label]["status"] != "ok":
                 continue
             try:
-                from workbench.instrument import SyncCounter
-                with self.session(model, cpu_batches, spec, cmp, reset=reset_weights) as s:
+                with self.session(c.model, c.cpu_batches, spec, cmp, reset=c.reset_weights) as s:
                     recs = []
-                    for i in range(a.batches):
+                    for i in range(a.data.batches):
                         counter = SyncCounter(cross_check=a.cross_check, device_type=self.device.type)
                         r = s.step(i, i, counter=counter)
                         recs.append(r)
                         self.writer.add_sample(cmp.name, {**r.as_row(), "arm": spec.label, "batch": i},
-                                               prefix="instrumented_", **env)
-                counted[spec.label] = recs
-                self._progress(f"{tag} counted pass {spec.label}: "
+                                               prefix="instrumented_", **c.env)
+                c.counted[spec.label] = recs
+                self._progress(f"{c.tag} counted pass {spec.label}: "
                                f"{sum(r.syncs for r in recs) / len(recs):.1f} syncs/step")
             except Exception as e:  # noqa: BLE001
-                self._arm_failed(cmp, spec, e, arm_status, out)
+                self._arm_failed(cmp, spec, e, c.arm_status, c.out)
         self.writer.flush()
 
-        # traces: separate passes
-        events = {}
-        if a.trace == "torch":
-            events = self.torch_traces(model, cpu_batches, cmp, live, arm_status, reset_weights, env)
-        elif a.trace == "nsys":
-            with _Parked(model, self.device):  # each capture is a child process that builds its own model
-                events = self.nsys_traces(cmp, live, arm_status)
+    # -- traces: separate profiled passes (workbench.ab.passes) ---------------------------------------------------
+    def phase_traces(self, c: "_Comparison") -> None:
+        if self.args.trace == "torch":
+            c.events = self.torch_traces(c.model, c.cpu_batches, c.cmp, c.live, c.arm_status, c.reset_weights,
+                                         c.env)
+        elif self.args.trace == "nsys":
+            with _Parked(c.model, self.device):  # each capture is a child process that builds its own model
+                c.events = self.nsys_traces(c.cmp, c.live, c.arm_status)
 
-        # summary
+    # -- summary: per-arm dicts, the speedups, equivalence, the comparison's status ---------------------------------
+    def arm_flops(self, c: "_Comparison", label: str) -> list[dict]:
+        """`flops.arm_batch_flops` of each batch for arm `label`, counted with the attention it ran (`session`
+        records it; an arm that never ran: the comparison's); [] where this model's config does not fit the count."""
+        from workbench.step import flops
+        from workbench.step.models import base_model_of
+
+        key = c.arm_attention.get(label, (c.built_attn, None))
+        if key not in c.flops_by_attention:
+            try:
+                cfg = base_model_of(c.model).config
+                c.flops_by_attention[key] = [
+                    flops.arm_batch_flops(cfg, b.doc_lens, attn_implementation=key[0], attention=key[1],
+                                          lora_rank=self.args.step.lora_rank,
+                                          checkpointing=self.args.step.checkpointing) for b in c.cpu_batches]
+            except Exception as e:  # noqa: BLE001 - a count this model's config does not fit must not stop the run
+                c.flops_by_attention[key] = []
+                self._progress(f"{c.tag} no FLOP count for {label}: {type(e).__name__}: {e}")
+        return c.flops_by_attention[key]
+
+    def phase_summary(self, c: "_Comparison") -> dict:
+        from workbench.measure import engine, numerics
+
+        cmp, out, m, equiv, arm_status = c.cmp, c.out, c.m, c.equiv, c.arm_status
         samples = m.samples if m is not None else []
         arm_dicts = {}
         for spec in cmp.arms:
-            arm_dicts[spec.label] = self._arm_summary(spec.label, samples, m, counted.get(spec.label, []),
-                                                      arm_status, infos.get(spec.label, {}), equiv.get(spec.label),
-                                                      events)
+            arm_dicts[spec.label] = self._arm_summary(spec.label, samples, m, c.counted.get(spec.label, []),
+                                                      arm_status, c.infos.get(spec.label, {}), equiv.get(spec.label),
+                                                      c.events, self.arm_flops(c, spec.label),
+                                                      c.arm_attention.get(spec.label, (c.built_attn,))[0])
             if spec.label != cmp.baseline and m is not None and arm_status[spec.label]["status"] == "ok":
-                c = timing_on(engine.paired_comparison(samples, cmp.baseline, spec.label), self.device.type)
-                arm_dicts[spec.label]["vs_baseline"] = c
-                self._rows_for_comparison(cmp, spec.label, c, env)
+                r = timing_on(engine.paired_comparison(samples, cmp.baseline, spec.label), self.device.type)
+                arm_dicts[spec.label]["vs_baseline"] = r
+                self._rows_for_comparison(cmp, spec.label, r, c.env)
         out["baseline"] = arm_dicts[cmp.baseline]
         out["optimized"] = arm_dicts[cmp.optimized] if cmp.optimized else None
         out["others"] = [arm_dicts[s.label] for s in cmp.arms if s.label not in (cmp.baseline, cmp.optimized)]
@@ -374,10 +477,10 @@ class Runner:
             arm_dicts[lbl]["numerics_change"] = nc
         o = out["optimized"]
         if o is not None and o.get("vs_baseline"):
-            c = o["vs_baseline"]
-            out.update(speedup=c["speedup"], speedup_ci95=c["ci95"], verdict=c["verdict"], n_pairs=c["n_pairs"],
-                       n_reps=c["n_units"], outlier_pairs=c["outlier_pairs"],
-                       variance_components=c["variance_components"])
+            r = o["vs_baseline"]
+            out.update(speedup=r["speedup"], speedup_ci95=r["ci95"], verdict=r["verdict"], n_pairs=r["n_pairs"],
+                       n_reps=r["n_units"], outlier_pairs=r["outlier_pairs"],
+                       variance_components=r["variance_components"])
             b_ms, o_ms, reps = engine.pairs(samples, cmp.baseline, cmp.optimized)
             if b_ms:
                 from workbench.measure import stats
@@ -399,10 +502,8 @@ class Runner:
         sm = out["savings_model"]
         for k in ("predicted_ms", "measured_ms"):
             if sm.get(k) is not None:
-                self.writer.add(cmp.name, cmp.optimized, f"savings_{k}", sm[k], "ms", **env)
+                self.writer.add(cmp.name, cmp.optimized, f"savings_{k}", sm[k], "ms", **c.env)
         self.writer.flush()
-        del model
-        _free(self.device)
         return out
 
     def _rows_for_comparison(self, cmp, label, c, env):
@@ -428,8 +529,10 @@ class Runner:
     def _nvml_of(self, m, label) -> dict:
         return summary.nvml_of(self.nvml, m, label)
 
-    def _arm_summary(self, label, samples, m, counted, arm_status, info, equiv, events) -> dict:
-        return summary.arm_summary(self, label, samples, m, counted, arm_status, info, equiv, events)
+    def _arm_summary(self, label, samples, m, counted, arm_status, info, equiv, events, batch_flops=(),
+                     attention_impl=None) -> dict:
+        return summary.arm_summary(self, label, samples, m, counted, arm_status, info, equiv, events,
+                                   batch_flops=batch_flops, attention_impl=attention_impl)
 
     # -- traces (workbench.ab.passes) -----------------------------------------------------------------------------
     def torch_traces(self, model, cpu_batches, cmp, runnable, arm_status, reset_weights, env) -> dict:

@@ -3,6 +3,7 @@ JSON line. `main` is `python -m workbench.ab`'s entry point; under torchrun it h
 `workbench.ab.distributed`."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -57,32 +58,33 @@ def _verdicts(writer, summary: dict, failures: list) -> list:
 def capture_child(args, device) -> int:
     """Under `nsys profile -c cudaProfilerApi`: run one arm's warmup, then its timed steps between
     torch.cuda.profiler.start() and stop()."""
-    from workbench.step.data import make_batches, to_device
+    from workbench.step.data import to_device
     from workbench.step.harness import train_steps
     from workbench.instrument import Ranges
 
     arms = dict(kv.split("=", 1) for kv in args._capture.split(","))
-    cmp = Comparison(opt=args.opt, model=args.model, layers=args.layers, tokens=args.tokens, attn=args.attn,
-                     arms=[ArmSpec("capture", arms)], baseline="capture", optimized=None)
+    cmp = Comparison(opt=args.opt, model=args.step.model, layers=args.step.layers, tokens=args.data.tokens,
+                     attn=args.step.attn, arms=[ArmSpec("capture", arms)], baseline="capture", optimized=None)
     r = Runner(args, device, writer=None)
     model = r.build(cmp)
     why = unsupported_reason(model, arms, device, r.options(cmp))
     if why:
         raise UnsupportedArm(why)
-    cpu_batches = make_batches(args.lengths, args.tokens, args.batches, model.config.vocab_size, seed=args.seed)
+    cpu_batches = args.data.make_batches(args.data.tokens, model.config.vocab_size)
     handle = apply_arms(model, arms, r.options(cmp))
     try:
         batches = to_device(_fresh(cpu_batches), device, prepare=handle.prepare_batch)
         ranges = Ranges(nvtx=True, profiler=False)
         from workbench.step.harness import make_optimizer
-        optim = make_optimizer(model, args.lr)
+        optim = make_optimizer(model, args.step.lr)
+        step_precision = handle.precision(args.step.precision)
         if args.warmup:
             train_steps(model, batches, steps=args.warmup, optimizer=optim, ranges=ranges, count_syncs=False,
-                        inputs_fn=handle.inputs_fn)
+                        inputs_fn=handle.inputs_fn, precision=step_precision)
         torch.cuda.synchronize()
         torch.cuda.profiler.start()
         train_steps(model, batches, steps=args.steps, optimizer=optim, ranges=ranges, count_syncs=False,
-                    inputs_fn=handle.inputs_fn)
+                    inputs_fn=handle.inputs_fn, precision=step_precision)
         torch.cuda.synchronize()
         torch.cuda.profiler.stop()
     finally:
@@ -121,173 +123,259 @@ def main(argv=None) -> int:
     return _main(argv, a, None)
 
 
-def _main(argv, a, dctx) -> int:
-    """The run; `dctx` is this rank's `workbench.ab.distributed.DistContext` under torchrun, else None."""
-    from workbench.report import tables as report
-    from workbench.measure.equivalence import describe
-    from workbench.instrument import NvmlSampler
-    from workbench.step.models import resolve_device
-    from workbench.measure.results import RunWriter, check_out_dir, clear_run_files, device_info, new_run_id
-    from workbench.ab.distributed import RankFailed
+@dataclasses.dataclass
+class _Run:
+    """One run's state, passed from phase to phase (`_main`)."""
+    argv: list
+    a: object
+    """The resolved `ABConfig`."""
+    dctx: object
+    device: object
+    main_rank: bool
+    run_id: str = ""
+    out_dir: str = ""
+    comps: list = dataclasses.field(default_factory=list)
+    writer: object = None
+    sampler: object = None
+    runner: object = None
+    levers: object = None
+    summary: dict = dataclasses.field(default_factory=dict)
+    status: str = "incomplete"
+    reason: str | None = None
+    rc: int = 1
 
-    main_rank = dctx is None or dctx.is_main  # distributed: rank 0 alone prints and writes the folder
+
+def _main(argv, a, dctx) -> int:
+    """The run, phase by phase; `dctx` is this rank's `workbench.ab.distributed.DistContext` under torchrun, else
+    None: the config resolved and checked (`_resolve`), the plan and the folder (`_plan`, `_open`), the comparisons
+    (`_comparisons`: each one `Runner.run`, itself build, runnable arms, equivalence, timing, counted pass, traces and
+    summary), the savings models judged from the traces (`_judge`), the summary written (`_finish`)."""
+    from workbench.step.models import resolve_device
+
     device = dctx.device if dctx is not None else resolve_device(a.device)
-    from workbench.step import precision as _prec
-    a = a.resolved(device, (GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS)["_run"])  # meta.json's args
-    from workbench.ab import preflight
-    preflight.check_run(a, device, note=progress if main_rank else None)  # dtype, attention, protocol: no model yet
-    if a._capture:
-        if a.model is None or a.tokens is None:
+    r = _Run(argv=argv, a=None, dctx=dctx, device=device, main_rank=dctx is None or dctx.is_main)
+    r.a = _resolve(a, device, r.main_rank)
+    if r.a._capture:
+        if r.a.step.model is None or r.a.data.tokens is None:
             raise WorkbenchError("--_capture needs --model and --tokens")
-        return capture_child(a, device)
-    if a.trace == "nsys":
+        return capture_child(r.a, device)
+    _plan(r)
+    _open(r)
+    t0 = time.perf_counter()
+    old_term = _install_sigterm()
+    try:
+        if r.sampler is not None:
+            r.sampler.__enter__()
+        _comparisons(r)
+        _judge(r)
+        r.status = "complete" if not r.runner.failures else "failed"
+        r.rc = 0 if r.status == "complete" else 1
+    except BaseException as e:  # noqa: BLE001 - Ctrl-C, SIGTERM, a rank's failure, a crash: `_stopped` says which
+        if not _stopped(r, e):
+            raise
+    finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
+        _finish(r, time.perf_counter() - t0)
+    return _exit(r)
+
+
+# -- the config resolved for the device and checked: nothing built, nothing written ----------------------------------
+def _resolve(a, device, main_rank: bool):
+    from workbench.ab import preflight
+
+    a = a.resolved(device, (GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS)["_run"])  # meta.json's args
+    preflight.check_run(a, device, note=progress if main_rank else None)  # dtype, attention, protocol: no model yet
+    if a.trace == "nsys" and not a._capture:
         if device.type != "cuda":
             raise WorkbenchError("--trace nsys needs a CUDA device (use --trace torch on a CPU)")
         from workbench.traces.capture import require_nsys
         require_nsys()
-    run_id = new_run_id(f"{a.opt}-{device.type}" + (f"-x{dctx.world}" if dctx is not None else ""))
-    out_dir = a.out or os.path.join("runs", run_id)
-    if dctx is not None:  # one run id and folder for every rank; rank 0 checks the folder
-        run_id, out_dir = dctx.broadcast((run_id, out_dir))
-        dctx.on_main(check_out_dir, out_dir, force=a.force, given=a.out is not None)
-    else:
-        check_out_dir(out_dir, force=a.force, given=a.out is not None)
-    comps = plan(a, device)  # every bad name fails here, before anything is written
+    return a
 
-    if a.force and os.path.isdir(out_dir) and main_rank:
-        clear_run_files(out_dir)
+
+# -- the plan and its folder: every bad name fails here, before anything is written ----------------------------------
+def _plan(r: _Run) -> None:
+    from workbench.measure.results import check_out_dir, new_run_id
+
+    a, dctx = r.a, r.dctx
+    r.run_id = new_run_id(f"{a.opt}-{r.device.type}" + (f"-x{dctx.world}" if dctx is not None else ""))
+    r.out_dir = a.out or os.path.join("runs", r.run_id)
+    if dctx is not None:  # one run id and folder for every rank; rank 0 checks the folder
+        r.run_id, r.out_dir = dctx.broadcast((r.run_id, r.out_dir))
+        dctx.on_main(check_out_dir, r.out_dir, force=a.force, given=a.out is not None)
+    else:
+        check_out_dir(r.out_dir, force=a.force, given=a.out is not None)
+    r.comps = plan(a, r.device)
+
+
+# -- the folder opened: meta.json, the writer, NVML, the runner ------------------------------------------------------
+def _open(r: _Run) -> None:
+    from workbench.instrument import NvmlSampler
+    from workbench.measure.equivalence import describe
+    from workbench.measure.results import RunWriter, clear_run_files, device_info
+    from workbench.step import precision as _prec
+
+    a, dctx, device = r.a, r.dctx, r.device
+    if a.force and os.path.isdir(r.out_dir) and r.main_rank:
+        clear_run_files(r.out_dir)
     dinfo = device_info(device)
-    dtype = _prec.criterion_dtype(a.precision, DTYPES[a.dtype] or _prec.model_dtype(a.precision, device))
+    dtype = _prec.criterion_dtype(a.step.precision, DTYPES[a.step.dtype]
+                                  or _prec.model_dtype(a.step.precision, device))
     protocol = Runner(a, device, None).protocol()
     meta = {"device": dinfo, "args": {k: v for k, v in a.as_dict().items() if k not in ("_capture", "_config")},
             "protocol": protocol.describe(), "equivalence_criterion": describe(dtype),
-            "comparisons": [c.name for c in comps]}
+            "comparisons": [c.name for c in r.comps]}
     wenv = dict(device=device.type, gpu_name=dinfo.get("name") if device.type == "cuda" else None,
-                precision=a.precision)
+                precision=a.step.precision)
     from workbench import interrupts
     interrupts.raise_from_now_on()  # a Ctrl-C from here on marks the folder incomplete
     if dctx is not None:
         from workbench.ab.distributed import RankWriter
-        writer = RankWriter(out_dir, run_id, rank=dctx.rank, env=wenv, extra_meta={
+        r.writer = RankWriter(r.out_dir, r.run_id, rank=dctx.rank, env=wenv, extra_meta={
             **meta, "distributed": {k: v for k, v in dctx.describe().items() if k != "rank"}},
-            argv=["torchrun", f"--nproc-per-node={dctx.world}", "-m", "workbench.ab", *argv])
-        dctx.watch(writer)  # rank 0: a peer's failure marks the folder failed even while this thread waits
+            argv=["torchrun", f"--nproc-per-node={dctx.world}", "-m", "workbench.ab", *r.argv])
+        dctx.watch(r.writer)  # rank 0: a peer's failure marks the folder failed even while this thread waits
     else:
-        writer = RunWriter(out_dir, run_id, argv=["python", "-m", "workbench.ab", *argv], env=wenv, extra_meta=meta)
+        r.writer = RunWriter(r.out_dir, r.run_id, argv=["python", "-m", "workbench.ab", *r.argv], env=wenv,
+                             extra_meta=meta)
+    writer = r.writer
     try:  # a Ctrl-C before the comparison loop's own handler: the folder is marked, not left RUNNING
-        if main_rank:
-            progress(f"run {run_id} on {device}" + (f" x {dctx.world} ranks (FSDP2, {dctx.backend})" if dctx else "")
-                     + f" -> {out_dir}")
+        if r.main_rank:
+            progress(f"run {r.run_id} on {device}" + (f" x {dctx.world} ranks (FSDP2, {dctx.backend})" if dctx else "")
+                     + f" -> {r.out_dir}")
         if a.trace != "none" and device.type == "cuda":  # the offload model's second source of c (bytes / bandwidth)
             from workbench.instrument.bandwidth import pinned_copy_gb_per_s
             writer.meta["pinned_copy"] = pinned_copy_gb_per_s(device)
             writer.write_meta()
-        sampler = NvmlSampler(device_index=(device.index or 0), period_s=0.25) if device.type == "cuda" else None
+        r.sampler = NvmlSampler(device_index=(device.index or 0), period_s=0.25) if device.type == "cuda" else None
     except KeyboardInterrupt:
         writer.finish("incomplete", reason="interrupted (Ctrl-C)")
         raise
     if dctx is not None:
         from workbench.ab.distributed import DistRunner
-        runner = DistRunner(a, device, writer, dctx, nvml=sampler)
+        r.runner = DistRunner(a, device, writer, dctx, nvml=r.sampler)
     else:
-        runner = Runner(a, device, writer, nvml=sampler)
-    runner.device_name = dinfo.get("name") if device.type == "cuda" else None
-    summary = {"run_id": run_id, "device": str(device), "comparisons": []}
-    t0 = time.perf_counter()
-    status, reason, rc = "incomplete", None, 1
-    old_term = _install_sigterm()
-    levers = None
-    try:
-        if sampler is not None:
-            sampler.__enter__()
-        if a.opt == "levers":  # the traced baseline picks the levers that run (workbench.ab.levers)
-            if dctx is not None:
-                raise WorkbenchError("--opt levers runs on one device (not under torchrun)")
-            from workbench.ab import levers as lever_run
-            levers = lever_run.select(runner, comps)
-            comps = levers.comparisons
-            summary["levers"] = writer.meta["levers"] = levers.describe()
-            writer.meta["comparisons"] = [c.name for c in comps]
-            writer.write_meta()
-        for i, cmp in enumerate(comps, 1):
-            try:
-                res = runner.run(cmp, i, len(comps))
-            except torch.OutOfMemoryError as e:
-                msg = f"{cmp.name}: out of memory while building or checking: {str(e).splitlines()[0][:200]}"
-                runner.failures.append(msg)
-                progress(f"error: {msg}")
-                res = {"name": cmp.name, "opt": cmp.opt, "model": cmp.model, "status": "failed", "errors": [msg],
-                       "equivalent": False}
-                _free(device)
-            except WorkbenchError as e:
-                msg = f"{cmp.name}: {e}"
-                runner.failures.append(msg)
-                progress(f"error: {msg}")
-                res = {"name": cmp.name, "opt": cmp.opt, "model": cmp.model, "status": "failed", "errors": [msg],
-                       "equivalent": False}
-            summary["comparisons"].append(res)
-            writer.write_summary({**summary, "complete": False, "status": "running"})
-            if res.get("baseline") is not None and main_rank:
-                print(report.comparison_table(res), flush=True)
-                print(flush=True)
-        if dctx is not None:
-            runner.gather_rows()  # rows of a comparison that stopped early on every rank
-        if a.trace != "none" and summary["comparisons"] and dctx is None:  # the savings models: one device
-            summary["comparisons"] = _verdicts(writer, summary, runner.failures)
-        if levers is not None:  # each lever's predicted saving against its measured one
-            summary["comparisons"] = lever_run.annotate(writer, summary, levers, device.type)
-            print(lever_run.table(summary), flush=True)
+        r.runner = Runner(a, device, writer, nvml=r.sampler)
+    r.runner.device_name = dinfo.get("name") if device.type == "cuda" else None
+    r.summary = {"run_id": r.run_id, "device": str(device), "comparisons": []}
+
+
+# -- the comparisons, one `Runner.run` each ------------------------------------------------------------------------
+def _comparisons(r: _Run) -> None:
+    from workbench.report import tables as report
+
+    a, runner, writer, summary = r.a, r.runner, r.writer, r.summary
+    comps = r.comps
+    if a.opt == "levers":  # the traced baseline picks the levers that run (workbench.ab.levers)
+        if r.dctx is not None:
+            raise WorkbenchError("--opt levers runs on one device (not under torchrun)")
+        from workbench.ab import levers as lever_run
+        r.levers = lever_run.select(runner, comps)
+        comps = r.levers.comparisons
+        summary["levers"] = writer.meta["levers"] = r.levers.describe()
+        writer.meta["comparisons"] = [c.name for c in comps]
+        writer.write_meta()
+    for i, cmp in enumerate(comps, 1):
+        try:
+            res = runner.run(cmp, i, len(comps))
+        except torch.OutOfMemoryError as e:
+            msg = f"{cmp.name}: out of memory while building or checking: {str(e).splitlines()[0][:200]}"
+            runner.failures.append(msg)
+            progress(f"error: {msg}")
+            res = {"name": cmp.name, "opt": cmp.opt, "model": cmp.model, "status": "failed", "errors": [msg],
+                   "equivalent": False}
+            _free(r.device)
+        except WorkbenchError as e:
+            msg = f"{cmp.name}: {e}"
+            runner.failures.append(msg)
+            progress(f"error: {msg}")
+            res = {"name": cmp.name, "opt": cmp.opt, "model": cmp.model, "status": "failed", "errors": [msg],
+                   "equivalent": False}
+        summary["comparisons"].append(res)
+        writer.write_summary({**summary, "complete": False, "status": "running"})
+        if res.get("baseline") is not None and r.main_rank:
+            print(report.comparison_table(res), flush=True)
             print(flush=True)
-        status = "complete" if not runner.failures else "failed"
-        rc = 0 if status == "complete" else 1
-    except KeyboardInterrupt:
-        reason, rc = "interrupted (Ctrl-C)", 130
-    except Terminated:
-        reason, rc = "terminated (SIGTERM)", 143
-    except RankFailed as e:  # distributed: a rank failed (its own error, or a peer's from the store)
-        status, reason, rc = "failed", f"rank {e.rank}: {e.msg}", 1
-        runner.failures.append(f"failed: {reason}")
-        with open(writer.path("errors.log"), "a") as f:
+    if r.dctx is not None:
+        runner.gather_rows()  # rows of a comparison that stopped early on every rank
+
+
+# -- the savings models judged from this run's traces; the levers' predictions against their savings ---------------
+def _judge(r: _Run) -> None:
+    summary = r.summary
+    if r.a.trace != "none" and summary["comparisons"] and r.dctx is None:  # the savings models: one device
+        summary["comparisons"] = _verdicts(r.writer, summary, r.runner.failures)
+    if r.levers is not None:  # each lever's predicted saving against its measured one
+        from workbench.ab import levers as lever_run
+        summary["comparisons"] = lever_run.annotate(r.writer, summary, r.levers, r.device.type)
+        print(lever_run.table(summary), flush=True)
+        print(flush=True)
+
+
+def _stopped(r: _Run, e: BaseException) -> bool:
+    """How the run stopped early (status, reason, exit code) for an interruption, a rank's failure or a crash; False
+    for anything else (re-raised)."""
+    from workbench.ab.distributed import RankFailed
+
+    failures = r.runner.failures
+    if isinstance(e, KeyboardInterrupt):
+        r.reason, r.rc = "interrupted (Ctrl-C)", 130
+    elif isinstance(e, Terminated):
+        r.reason, r.rc = "terminated (SIGTERM)", 143
+    elif isinstance(e, RankFailed):  # distributed: a rank failed (its own error, or a peer's from the store)
+        r.status, r.reason, r.rc = "failed", f"rank {e.rank}: {e.msg}", 1
+        failures.append(f"failed: {r.reason}")
+        with open(r.writer.path("errors.log"), "a") as f:
             f.write(f"--- rank {e.rank} failed\n{e.tb or e.msg}\n")
-    except Exception as e:  # noqa: BLE001 - a crash: one line here, the traceback in errors.log
-        status, reason, rc = "failed", f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}", 1
-        runner.failures.append(f"crashed: {reason}")
-        with open(writer.path("errors.log"), "a") as f:
+    elif isinstance(e, Exception):  # a crash: one line here, the traceback in errors.log
+        r.status, r.reason, r.rc = "failed", f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}", 1
+        failures.append(f"crashed: {r.reason}")
+        with open(r.writer.path("errors.log"), "a") as f:
             f.write(f"--- crashed\n{''.join(traceback.format_exception(e))}\n")
-    finally:
-        if old_term is not None:
-            signal.signal(signal.SIGTERM, old_term)
-        if sampler is not None:
-            sampler.__exit__(None, None, None)
-        nvml = {"summary": sampler.summary(), "samples": sampler.samples[-2000:]} if sampler is not None else {}
-        if sampler is not None:  # clocks and power over each arm's timed steps (drift, throttling, a noisy neighbour)
-            nvml["per_arm"] = {
-                c.get("name"): {a["arm"]: {k: a.get(k) for k in ("sm_clock_mhz_median", "power_w_median",
-                                                                 "nvml_samples")}
-                                for a in [c.get("baseline"), c.get("optimized"), *(c.get("others") or [])] if a}
-                for c in summary["comparisons"]}
-        summary["out"] = out_dir
-        summary["wall_s"] = time.perf_counter() - t0
-        summary["failures"] = runner.failures
-        summary["complete"] = status == "complete"
-        summary["status"] = status
-        writer.write_summary(summary)
-        writer.finish(status, nvml=nvml, failures=runner.failures, **({"reason": reason} if reason else {}))
-        if dctx is not None:
-            writer.close()
-    if not main_rank:
-        return rc
-    print(closing_line(summary, len(comps)), flush=True)
-    emit_json(summary)
-    if status == "incomplete":
-        progress(f"{reason}: results so far are in {out_dir} (meta.json status incomplete)")
-        return rc
-    if reason:
-        progress(f"failed: {reason} (traceback in {os.path.join(out_dir, 'errors.log')}); results so far are in "
-                 f"{out_dir}")
-        return rc
-    if runner.failures:
-        for f in runner.failures:
+    else:
+        return False
+    return True
+
+
+# -- the summary: NVML per arm, summary.json and meta.json's final state -------------------------------------------
+def _finish(r: _Run, wall_s: float) -> None:
+    sampler, summary, runner = r.sampler, r.summary, r.runner
+    if sampler is not None:
+        sampler.__exit__(None, None, None)
+    nvml = {"summary": sampler.summary(), "samples": sampler.samples[-2000:]} if sampler is not None else {}
+    if sampler is not None:  # clocks and power over each arm's timed steps (drift, throttling, a noisy neighbour)
+        nvml["per_arm"] = {
+            c.get("name"): {a["arm"]: {k: a.get(k) for k in ("sm_clock_mhz_median", "power_w_median",
+                                                             "nvml_samples")}
+                            for a in [c.get("baseline"), c.get("optimized"), *(c.get("others") or [])] if a}
+            for c in summary["comparisons"]}
+    summary["out"] = r.out_dir
+    summary["wall_s"] = wall_s
+    summary["failures"] = runner.failures
+    summary["complete"] = r.status == "complete"
+    summary["status"] = r.status
+    r.writer.write_summary(summary)
+    r.writer.finish(r.status, nvml=nvml, failures=runner.failures, **({"reason": r.reason} if r.reason else {}))
+    if r.dctx is not None:
+        r.writer.close()
+
+
+def _exit(r: _Run) -> int:
+    """The final JSON line (rank 0) and the exit code."""
+    if not r.main_rank:
+        return r.rc
+    print(closing_line(r.summary, len(r.comps)), flush=True)
+    emit_json(r.summary)
+    if r.status == "incomplete":
+        progress(f"{r.reason}: results so far are in {r.out_dir} (meta.json status incomplete)")
+        return r.rc
+    if r.reason:
+        progress(f"failed: {r.reason} (traceback in {os.path.join(r.out_dir, 'errors.log')}); results so far are in "
+                 f"{r.out_dir}")
+        return r.rc
+    if r.runner.failures:
+        for f in r.runner.failures:
             progress(f"FAILED: {f}")
         return 1
     return 0

@@ -26,9 +26,12 @@ def nvml_of(nvml, m, label) -> dict:
             "nvml_samples": len(inside)}
 
 
-def arm_summary(runner, label, samples, m, counted, arm_status, info, equiv, events) -> dict:
+def arm_summary(runner, label, samples, m, counted, arm_status, info, equiv, events, *, batch_flops=(),
+                attention_impl=None) -> dict:
     """One arm's dict of summary.json: timed-step statistics, the counted pass's syncs and instrument cost, NVML,
-    throughput and MFU, equivalence, and the trace's sync witness."""
+    the FLOPs of each batch as this arm ran it (`batch_flops`: `flops.arm_batch_flops`, written as
+    `flops_per_batch` with the `attention_impl` it ran) with throughput, MFU and HFU, equivalence, and the trace's
+    sync witness."""
     from workbench.measure import stats
 
     mine = [s for s in samples if s["arm"] == label]
@@ -55,9 +58,12 @@ def arm_summary(runner, label, samples, m, counted, arm_status, info, equiv, eve
         d["warmup_steps"] = [w.steps for w in ws]
         d["warmup_settled"] = sum(w.settled for w in ws)
     d.update(nvml_of(runner.nvml, m, label))
-    if getattr(runner, "_batch_flops", None) and mine:
+    if batch_flops:
         from workbench.step import flops
-        d.update(flops.arm_throughput(runner._batch_flops, mine, getattr(runner, "device_name", None)))
+        d["attention_impl"] = attention_impl
+        d["attention_flops"] = batch_flops[0]["attention"]
+        d["flops_per_batch"] = [{"model": f["model"], "total": f["total"]} for f in batch_flops]
+        d.update(flops.arm_throughput(list(batch_flops), mine, getattr(runner, "device_name", None)))
     if arm_status.get(label, {}).get("error"):
         d["error"] = arm_status[label]["error"]
     if counted and counted[0].cuda_sync_warnings is not None:

@@ -53,6 +53,6 @@ CLAIMS = (
 """The Unsloth / NVIDIA articles' claims (README, "The claims we check"), one row per claim in the columns of
 `claims.CLAIM_COLUMNS`: opt, upstream, model, gpu, scope, claimed low / high %, claimed extra, the claim."""
 
-DEFAULT_LENGTHS = "lognormal:5.5:0.8:16"
-"""The default document-length distribution (`workbench.step.config.RunConfig.lengths`; tests/test_analysis.py checks they
-agree): the headline reports runs that packed it."""
+from workbench.step.length_data import DEFAULT_LENGTHS  # noqa: E402 - its one owner
+"""The default document-length distribution (every CLI's `--lengths` default): the headline reports runs that packed
+it; another distribution is another comparison (`workbench.analysis.lengths`)."""

@@ -76,40 +76,66 @@ def witness_ops(profiles: str | None = None) -> pd.DataFrame:
 
 
 MFU_COLUMNS = ["folder", "name", "model", "layers", "tokens", "attn", "attention_flops", "model_tflop_per_step",
-               "arm", "step_mean_ms", "achieved_tflops", "mfu", "peak_tflops", "file"]
+               "arm", "step_mean_ms", "achieved_tflops", "mfu", "peak_tflops", "note", "file"]
+
+
+def _replayed_flops(r: dict, c: dict) -> tuple[list | None, str]:
+    """An older run's FLOPs per batch (no `flops_per_batch` in its summary.json): counted from the document lengths
+    summary.json wrote, else from its batches rebuilt from meta.json's --lengths and seed (which needs the length
+    source's files on this machine); ([], why) where neither works. The note says which, once per folder."""
+    from workbench import opts
+    from workbench.measure.results import older_run_note, run_args
+    from workbench.step import flops
+
+    opts.load_all()  # the packing backends' attention counts (`flops.declare_attention`)
+    args = run_args(_json(os.path.join(r["path"], "meta.json")) or {})
+    doc_lens = [b["doc_lens"] for b in c.get("batches") or [] if isinstance(b, dict) and b.get("doc_lens")] or None
+    try:
+        per_batch = flops.for_comparison(
+            c["model"], c.get("layers"), c["tokens"], c.get("attn"), lengths=args.get("lengths"),
+            batches=args.get("batches") or len(c.get("batches") or []) or 1, seed=args.get("seed", 0),
+            lora_rank=args.get("lora_rank", 16), checkpointing=bool(args["checkpointing"]),
+            experts=args.get("experts"), doc_lens=doc_lens)
+    except Exception as e:  # noqa: BLE001 - the row stays, with the reason it has no FLOP count
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        return [], older_run_note(r["folder"], "no per-arm FLOPs in summary.json (a run before they were written) "
+                                  f"and its batches cannot be rebuilt here ({type(e).__name__}: {first}): no MFU")
+    how = "the document lengths summary.json wrote" if doc_lens else "meta.json's --lengths and seed (replayed)"
+    return per_batch, older_run_note(r["folder"], "no per-arm FLOPs in summary.json (a run before they were "
+                                     f"written): counted from {how}, every arm with the attention the comparison "
+                                     "names")
 
 
 def mfu(profiles: str | None = None, **kw) -> pd.DataFrame:
-    """Per arm of every comparison (`MFU_COLUMNS`): the model FLOPs of a step (`workbench.step.flops`, counted from the
-    config and the run's own batches, rebuilt from meta.json's arguments; recompute left out), the achieved TFLOP/s
-    over the arm's mean step time, and MFU against the device's dense bf16 peak (`flops.PEAK_BF16_DENSE_TFLOPS`).
-    A run whose summary.json already holds `achieved_tflops` (runs since the FLOP count) is read as written."""
+    """Per arm of every comparison (`MFU_COLUMNS`): the model FLOPs of a step (the useful work: block-diagonal
+    attention, recompute left out; `workbench.step.flops.arm_batch_flops`), the achieved TFLOP/s over the arm's mean
+    step time, MFU against the device's dense bf16 peak (`flops.PEAK_BF16_DENSE_TFLOPS`) and `attention_flops`, the
+    attention count of what the arm ran. Read as the run wrote them (summary.json's per-arm `flops_per_batch`); an
+    older run's are counted here (`_replayed_flops`), and `note` says so; a row without a count keeps its reason."""
     from workbench.step import flops
 
     rows = []
     for r, comps in _included(profiles, **kw):
-        args = (_json(os.path.join(r["path"], "meta.json")) or {}).get("args") or {}
         for c in comps:
             if _name(c).startswith("nvtx:"):
                 continue
-            try:
-                per_batch = flops.for_comparison(
-                    c["model"], c.get("layers"), c["tokens"], c.get("attn"), lengths=args["lengths"],
-                    batches=args.get("batches") or len(c.get("batches") or []) or 1, seed=args.get("seed", 0),
-                    lora_rank=args.get("lora_rank", 16), checkpointing=not args.get("no_checkpointing", False),
-                    experts=args.get("experts"))
-            except Exception:  # noqa: BLE001 - a run whose shape the count cannot rebuild is left out of this table
-                continue
-            model_flops = sum(f["model"] for f in per_batch) / len(per_batch)
             peak = flops.peak_tflops(r["gpu_name"] or "")
+            older = None
             for a, _ in _arms(c):
                 ms = a.get("step_ms_mean") or a.get("step_ms")
                 if not ms:
                     continue
-                tf = a.get("achieved_tflops") or model_flops / (ms / 1e3) / 1e12
+                per_batch, note, mode = a.get("flops_per_batch"), None, a.get("attention_flops")
+                if not per_batch:
+                    older = older or _replayed_flops(r, c)
+                    per_batch, note = older
+                    mode = per_batch[0]["attention"] if per_batch else None
+                model_flops = sum(f["model"] for f in per_batch) / len(per_batch) if per_batch else None
+                tf = (a.get("achieved_tflops") if a.get("flops_per_batch") else None) or (
+                    model_flops / (ms / 1e3) / 1e12 if model_flops else None)
                 rows.append({"folder": r["folder"], "name": _name(c), **{k: c.get(k) for k in
-                             ("model", "layers", "tokens", "attn")}, "attention_flops": per_batch[0]["attention"],
-                             "model_tflop_per_step": model_flops / 1e12, "arm": a["arm"], "step_mean_ms": ms,
-                             "achieved_tflops": tf, "mfu": tf / peak if peak else None, "peak_tflops": peak,
-                             "file": os.path.join(r["folder"], "summary.json")})
+                             ("model", "layers", "tokens", "attn")}, "attention_flops": mode,
+                             "model_tflop_per_step": model_flops / 1e12 if model_flops else None, "arm": a["arm"],
+                             "step_mean_ms": ms, "achieved_tflops": tf, "mfu": tf / peak if peak and tf else None,
+                             "peak_tflops": peak, "note": note, "file": os.path.join(r["folder"], "summary.json")})
     return _frame(rows, MFU_COLUMNS, ("model_tflop_per_step", "step_mean_ms", "achieved_tflops", "mfu"))

@@ -117,19 +117,21 @@ class GradCapture:
             p.grad = None
 
 
+REFERENCE_PRECISION = "fp32-adapters"
+"""The precision of the fp32 reference's step (`workbench.step.precision`): no autocast, so fp32 parameters compute in
+fp32. Every caller of `reference_fp32` passes it to its step."""
+
+
 class Upcast:
     """Parameters (not buffers: rotary tables stay as built) in float32 for a reference pass, then back to their
-    own dtypes; a bf16 / fp16 value survives the round trip exactly. Inside, the model runs without autocast
-    (`workbench.step.precision.overridden`): an autocast forward would compute in bf16 whatever the parameters hold."""
+    own dtypes; a bf16 / fp16 value survives the round trip exactly. The steps inside must run without autocast
+    (`reference_fp32`'s `run_one` runs precision fp32-adapters): an autocast forward would compute in bf16 whatever
+    the parameters hold."""
 
     def __init__(self, model, dtype=torch.float32):
         self.model, self.dtype, self.orig = model, dtype, {}
-        self._no_autocast = None
 
     def __enter__(self):
-        from workbench.step import precision
-        self._no_autocast = precision.overridden(self.model, precision.FP32_ADAPTERS)
-        self._no_autocast.__enter__()
         try:
             with torch.no_grad():
                 for n, p in self.model.named_parameters():
@@ -148,9 +150,6 @@ class Upcast:
                     p.data = p.data.to(self.orig[n])
                     p.grad = None
         self.orig = {}
-        if self._no_autocast is not None:
-            self._no_autocast.__exit__(*exc)
-            self._no_autocast = None
         return False
 
 
@@ -194,7 +193,8 @@ def combine(results: list[dict], weights: list[float]) -> dict:
 
 
 def reference_fp32(model, run_one, batch, progress=None, device=None) -> dict:
-    """{"loss", "grads", "chunks"} of `run_one(batch)` (the baseline arm's one step) with the parameters in fp32. On
+    """{"loss", "grads", "chunks"} of `run_one(batch)` (the baseline arm's one step, at `REFERENCE_PRECISION`) with
+    the parameters in fp32. On
     an out-of-memory error the batch is split into 2, 4, ... chunks of whole documents and the chunks' results are
     combined with token weights (`combine`)."""
     parts = 1

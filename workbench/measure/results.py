@@ -6,9 +6,13 @@ The one schema every result of the project uses (A/B comparisons, sweeps, instru
   so runs concatenate and compare. Timed steps are `step_ms` (and fwd/bwd/opt); warmup steps `warmup_step_ms`;
   the counted pass `instrumented_step_ms` and `syncs`; per comparison `speedup`, `speedup_ci95_lo/hi`.
 - `summary.json`: the A/B JSON object (the CLI contract in the README: per comparison the arms, the speedup with
-  `speedup_ci95` and `verdict`, equivalence, savings model).
+  `speedup_ci95` and `verdict`, equivalence, savings model). What was built is written, so no reader replays it:
+  each comparison's `batches` ({tokens, documents, doc_lens}) and, per arm, the attention it ran
+  (`attention_impl`, `attention_flops`) and its FLOPs per batch (`flops_per_batch`: {model, total},
+  `workbench.step.flops.arm_batch_flops`). Runs before these fields: `older_run_note`.
 - `meta.json`: command, the project's git sha, package versions, device, driver, NVML clocks and power per arm,
-  the protocol and the equivalence criterion (fixed before the run), status
+  `args` (the run's config, flat; older names: `run_args`), the protocol and the equivalence criterion (fixed
+  before the run), status
   ("running" | "complete" | "incomplete" | "failed").
 
 Every write is atomic (temp file + os.replace): a Ctrl-C leaves the earlier files intact and the run marked
@@ -289,6 +293,38 @@ def load_run(run_dir: str) -> tuple[pd.DataFrame, dict, dict]:
     if meta and state != meta.get("status"):  # a dead writer's "running" (or a marker the JSON lacks) is what shows
         meta = {**meta, "status": state, **({"reason": why} if why and not meta.get("reason") else {})}
     return df, j("summary.json"), meta
+
+
+_NOTED: set = set()
+
+
+def older_run_note(run_dir: str, what: str) -> str:
+    """`what` (an older run folder's missing field and what the reader does instead) as one line on stderr, once per
+    process for every folder it applies to (the first one named); returned for the reader's `note` column, so a table
+    says it on every row it affects."""
+    import sys
+
+    if what not in _NOTED:
+        _NOTED.add(what)
+        print(f"note: {what} (e.g. {run_dir}; said once for every such run folder)", file=sys.stderr)
+    return what
+
+
+RENAMED_ARGS = {"no_checkpointing": ("checkpointing", lambda v: not v), "target_ci": ("target_ci_pct", lambda v: v)}
+"""meta.json `args` keys of runs made before the config tree (`workbench.step.config`), with the leaf each became."""
+
+
+def run_args(meta: dict) -> dict:
+    """meta.json's `args` (the run's flat config) in today's leaf names: an older run's `no_checkpointing` read as
+    `checkpointing`, its `target_ci` as `target_ci_pct` (`RENAMED_ARGS`); `checkpointing` True where neither is
+    recorded (the default)."""
+    args = dict((meta or {}).get("args") or {})
+    for old, (new, conv) in RENAMED_ARGS.items():
+        if old in args:
+            v = args.pop(old)
+            args.setdefault(new, conv(v))
+    args.setdefault("checkpointing", True)
+    return args
 
 
 def engine_step_rows(df: pd.DataFrame) -> pd.DataFrame:

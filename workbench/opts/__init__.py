@@ -30,6 +30,9 @@ class Handle:
     """CPU batch -> CPU batch at collate time, before the copy to the device (None: unchanged)."""
     info: dict = dataclasses.field(default_factory=dict)
     """What the arm wants reported (e.g. pinned_bytes, fallbacks taken)."""
+    precision: str | None = None
+    """The precision the arm's steps run at (`workbench.step.precision`; the precision lever), passed to
+    `harness.train_step`; None: the run's."""
     undo: list = dataclasses.field(default_factory=list)
     """Callables run in reverse order by revert()."""
 
@@ -93,6 +96,14 @@ class Combined:
         if len(fns) > 1:
             raise WorkbenchError("two optimizations both replace the model inputs; they cannot be combined")
         return fns[0] if fns else model_inputs
+
+    def precision(self, run_precision: str) -> str:
+        """The precision these arms' steps run at: an arm's own (`Handle.precision`), else `run_precision`."""
+        own = {h.precision for h in self.handles if h.precision is not None}
+        if len(own) > 1:
+            raise WorkbenchError(f"two optimizations set the step's precision ({', '.join(sorted(own))}); they "
+                                 "cannot be combined")
+        return own.pop() if own else run_precision
 
     def prepare_batch(self, batch):
         for h in self.handles:

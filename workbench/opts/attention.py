@@ -37,6 +37,7 @@ import torch
 
 from workbench.errors import UnsupportedArm, WorkbenchError
 from workbench.instrument import span, state
+from workbench.step import flops
 from workbench.step.models import FAMILY_DEFAULT_ATTN, base_model_of, family_of
 from workbench.opts import Handle, packing
 
@@ -53,7 +54,8 @@ BASELINE = "dense"
 OPTIMIZED = "flex"
 FLEX_BLOCK = packing.FLEX_BLOCK
 ATTENTION_FLOPS = {"dense": "dense", "flex": "block_diagonal", "varlen": "block_diagonal"}
-"""Each arm's attention count for `workbench.step.flops.step_flops(attention=...)`: dense computes T^2 scores."""
+"""Each arm's attention count for `workbench.step.flops.step_flops(attention=...)`: dense computes T^2 scores (declared
+to `flops.declare_attention` under each arm's implementation name, so a run counts what the arm ran)."""
 _KEY = "attention"
 
 
@@ -292,6 +294,9 @@ _FNS = {"dense": dense_attention, "flex": flex_attention_fn, "varlen": varlen_at
 
 def impl_name(arm: str) -> str:
     return f"wb_attention_{arm}"
+
+
+flops.declare_attention({impl_name(arm): mode for arm, mode in ATTENTION_FLOPS.items()})
 
 
 def register() -> None:

@@ -49,6 +49,7 @@ import torch
 from workbench.errors import UnsupportedArm, WorkbenchError
 from workbench.instrument import span, state
 from workbench.instrument.syncs import host_only
+from workbench.step import flops
 from workbench.step.models import FAMILY_DEFAULT_ATTN, base_model_of, family_of
 
 SPEC = {"order": 1, "savings": "workbench.opts.packing_savings",
@@ -462,6 +463,13 @@ _FNS = {"varlen": varlen_attention, "sdpa": sdpa_attention, "eager": eager_atten
 
 def impl_name(backend: str) -> str:
     return f"wb_packing_{backend}"
+
+
+BACKEND_FLOPS = {"varlen": "block_diagonal", "flex": "block_diagonal", "sdpa": "dense", "eager": "dense"}
+"""Each backend's attention count (`workbench.step.flops.attention_mode`): sdpa / eager build the dense T x T mask."""
+flops.declare_attention({**{impl_name(b): m for b, m in BACKEND_FLOPS.items()},
+                         **{b: m for b, m in BACKEND_FLOPS.items() if b in ("varlen", "flex")}},  # summary.json's attn
+                        eager=(impl_name("eager"),))
 
 
 def register_backends() -> None:

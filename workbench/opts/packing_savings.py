@@ -153,9 +153,10 @@ def packing_model(base_events: pd.DataFrame, *, layers: int, checkpointing: bool
 def from_run(traced: dict, c: dict, meta: dict, *, baseline: str, arm: str) -> dict:
     """The model of a comparison of a run: the baseline (rebuild) arm's trace, the run's layers, checkpointing and
     batches (the traced step k ran batch (warmup + k) mod batches)."""
-    args = meta.get("args") or {}
+    from workbench.measure.results import run_args
+    args = run_args(meta)
     nb = int((c.get("protocol") or {}).get("batches") or args.get("batches") or 1)
     warm = int(args.get("warmup") or 0)
-    return packing_model(traced[baseline], layers=int(c["layers"]), checkpointing=not args.get("no_checkpointing"),
+    return packing_model(traced[baseline], layers=int(c["layers"]), checkpointing=bool(args["checkpointing"]),
                          arm=arm if arm in ("cached", "precomputed") else "cached", batches=c.get("batches"),
                          trace_batch_of_step=lambda k: (warm + k) % nb)

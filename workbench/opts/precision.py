@@ -9,11 +9,11 @@ Arms (module contract in `workbench.opts`), the precisions of `workbench.step.pr
 - `bf16` (optimized): the adapters in the base dtype (peft `autocast_adapter_dtype=False`), no autocast: no casts.
 
 `apply` casts the trainable (LoRA) parameters in place (the same Parameter objects, so an optimizer made after it
-sees them) to fp32 or to the base dtype, and records the arm as the model's precision with
-`workbench.step.precision.overridden`, which `harness.train_step` reads for its forward context. That is what
+sees them) to fp32 or to the base dtype, and names the arm as the step's precision on its handle
+(`Handle.precision`), which the runner passes to `harness.train_step` for its forward context. That is what
 `build_model(precision=arm)` builds (peft reads the adapters' dtype at every forward, not at creation): the tests check
 it bitwise. No build hook is needed: every arm runs on the model the runner built. `revert` restores the dtypes and
-the model's precision.
+the adapters' dtypes (nothing else was changed on the model).
 
 On an fp32 base (the CPU default) `bf16` keeps the adapters fp32, so it computes the same function as the baseline;
 `autocast` computes the forward's matmuls in bf16 on any device.
@@ -50,7 +50,7 @@ def lever_baseline(args, device) -> str:
     precision the run times (`--precision`, autocast on a GPU: the step Trainer(bf16=True) runs; fp32-adapters on a
     CPU), so the levers' traced baseline and the path start from the realistic recipe. `--precision fp32-adapters`
     starts it from peft's default instead; under `--precision bf16` the lever has nothing to do (it is skipped)."""
-    return prec.resolve(device, getattr(args, "precision", prec.AUTO) or prec.AUTO)
+    return args.step.resolved(device).precision
 
 
 def base_dtype(model) -> torch.dtype:
@@ -93,7 +93,7 @@ def apply(model, arm: str, **options) -> Handle:
     params = lora_parameters(model)
     before = {n: p.dtype for n, p in params}
     dtype = adapter_dtype(model, arm)
-    h = Handle(opt="precision", arm=arm, info={"adapter_dtype": str(dtype).replace("torch.", ""),
+    h = Handle(opt="precision", arm=arm, precision=arm, info={"adapter_dtype": str(dtype).replace("torch.", ""),
                                                "base_dtype": str(base_dtype(model)).replace("torch.", ""),
                                                "autocast": arm == prec.AUTOCAST})
     _cast(params, dtype)
@@ -105,7 +105,4 @@ def apply(model, arm: str, **options) -> Handle:
                     p.data = p.data.to(before[n])
                     p.grad = None
     h.undo.append(restore)
-    ctx = prec.overridden(model, arm)
-    ctx.__enter__()
-    h.undo.append(lambda: ctx.__exit__(None, None, None))
     return h

@@ -20,18 +20,11 @@ import os
 import random
 
 from workbench.step import length_data
+from workbench.step.length_data import DEFAULT_LENGTHS, LENGTH_FORMS  # noqa: F401 - their one owner
 from workbench.errors import WorkbenchError
 
 IGNORE_INDEX = -100
 
-LENGTH_FORMS = {"fixed": "fixed:N", "uniform": "uniform:LO:HI", "lognormal": "lognormal:MU:SIGMA[:MIN]",
-                "data": "data:NAME", "json": "json:PATH", "jsonl": "jsonl:PATH:TOKENIZER_DIR"}
-"""The `--lengths` forms, by kind."""
-LENGTHS_HELP = ("document lengths: fixed:N (every document N tokens), uniform:LO:HI (integers, LO <= HI), "
-                "lognormal:MU:SIGMA[:MIN] (natural-log mean and spread, lengths at least MIN; the default "
-                "lognormal:5.5:0.8:16 is synthetic), " + length_data.help_text() + ", json:PATH (a JSON list "
-                "of lengths), jsonl:PATH:TOKENIZER_DIR (JSONL of {\"text\": ...}, tokenized with a local tokenizer)")
-"""One-paragraph description of the forms, for CLI help."""
 
 
 @dataclasses.dataclass
@@ -200,14 +193,26 @@ def _read_jsonl_texts(path: str, tokenizer_dir: str) -> list[Document]:
     return docs
 
 
-def check_lengths(spec: str) -> str:
-    """Validate a `--lengths` spec without building a model (json / jsonl sources read their file); returns it.
+_SOURCES: dict[str, LengthSource] = {}
+"""Parsed length sources by spec: a spec is parsed (a json file read, a jsonl corpus tokenized) once per process."""
 
-    Raises WorkbenchError with a one-line message naming the problem and the form to use.
-    """
+
+def parse_lengths(spec) -> LengthSource:
+    """The `LengthSource` of a `--lengths` spec, parsed once per process (`_SOURCES`); a LengthSource is returned
+    as is. Raises WorkbenchError with a one-line message naming the problem and the form to use."""
+    if isinstance(spec, LengthSource):
+        return spec
     if not isinstance(spec, str):
         raise WorkbenchError(f"--lengths must be a string, got {type(spec).__name__}")
-    LengthSource(spec)
+    if spec not in _SOURCES:
+        _SOURCES[spec] = LengthSource(spec)
+    return _SOURCES[spec]
+
+
+def check_lengths(spec: str) -> str:
+    """Validate a `--lengths` spec without building a model (json / jsonl sources read their file, once:
+    `parse_lengths`); returns it. Raises WorkbenchError with a one-line message naming the problem and the form."""
+    parse_lengths(spec)
     return spec
 
 
@@ -264,14 +269,15 @@ def collate(docs: list[Document], vocab_size: int, rng: torch.Generator) -> Pack
     return PackedBatch(input_ids, position_ids, labels, lens)
 
 
-def make_batches(lengths: str, tokens: int, n_batches: int, vocab_size: int, seed: int = 0,
+def make_batches(lengths, tokens: int, n_batches: int, vocab_size: int, seed: int = 0,
                  max_doc_len: int | None = None) -> list[PackedBatch]:
-    """`n_batches` packed batches of at most `tokens` tokens each (the fullest bins of a BFD packing)."""
+    """`n_batches` packed batches of at most `tokens` tokens each (the fullest bins of a BFD packing); `lengths` is a
+    spec or a parsed `LengthSource` (`parse_lengths`)."""
     if tokens <= 0:
         raise WorkbenchError(f"--tokens must be positive, got {tokens}")
     if n_batches <= 0:
         raise WorkbenchError(f"number of batches must be positive, got {n_batches}")
-    src = LengthSource(lengths)
+    src = parse_lengths(lengths)
     rng = random.Random(seed)
     max_len = min(max_doc_len or tokens, tokens)
     docs = src.draw(tokens * (n_batches + 1), max_len, rng)

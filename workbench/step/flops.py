@@ -87,10 +87,13 @@ figures halved where only those are printed), keyed by `torch.cuda.get_device_na
 reaches a sustained clock below them, so MFU against these is a lower bound."""
 
 ATTENTION_MODES = ("block_diagonal", "dense")
-_BLOCK_DIAGONAL_IMPLS = ("flash_attention_2", "flash_attention_3", "flex_attention", "paged_attention",
-                         "wb_packing_varlen", "wb_packing_flex", "varlen", "flex")
-"""(`varlen` / `flex`: the workbench packing backends, as summary.json names them.)"""
-_EAGER_IMPLS = ("eager", "wb_packing_eager")
+_BLOCK_DIAGONAL_IMPLS = ("flash_attention_2", "flash_attention_3", "flex_attention", "paged_attention")
+"""transformers' own implementations that skip masked blocks; every other HF one is dense on a packed batch."""
+_EAGER_IMPLS = {"eager"}
+"""Implementations whose backward is autograd through eager matmuls (4 score-sized matmuls, not 5)."""
+_DECLARED: dict[str, str] = {}
+"""{implementation name: attention count} of the attention functions an optimization registers outside transformers
+(`declare_attention`: each module states its own, where it registers them)."""
 COMPONENTS = ("attn_proj", "attn_scores", "mlp", "moe_experts", "router", "lm_head", "lora", "lora_experts")
 PASSES = ("forward", "recompute", "backward")
 
@@ -110,11 +113,30 @@ def peak_tflops(device_name: str) -> float | None:
     return PEAK_BF16_DENSE_TFLOPS[best] if best is not None else None
 
 
+def declare_attention(modes: dict[str, str], *, eager: tuple[str, ...] = ()) -> None:
+    """An attention implementation registered outside transformers states its count here, once, beside its
+    registration (`workbench.opts.packing`, `workbench.opts.attention`): {name: "block_diagonal" | "dense"}, and the
+    names whose backward is eager autograd (`eager`)."""
+    bad = {k: v for k, v in modes.items() if v not in ATTENTION_MODES}
+    if bad:
+        raise ValueError(f"declare_attention: modes must be one of {ATTENTION_MODES}, got {bad}")
+    _DECLARED.update(modes)
+    _EAGER_IMPLS.update(eager)
+
+
 def attention_mode(attn_implementation: str | None) -> str:
-    """The `attention` count of an HF attention implementation on a packed batch: "block_diagonal" for the ones
-    that skip masked blocks (flash / varlen / flex), "dense" for sdpa and eager with a (T, T) mask. (A batch of one
-    document may reach sdpa as `is_causal` with no mask, which the fused kernels run causally: block_diagonal.)"""
+    """The `attention` count of an attention implementation on a packed batch: "block_diagonal" for the ones that
+    skip masked blocks (flash / flex, and what an optimization declares so: `declare_attention`), "dense" for sdpa and
+    eager with a (T, T) mask. (A batch of one document may reach sdpa as `is_causal` with no mask, which the fused
+    kernels run causally: block_diagonal.)"""
+    if attn_implementation in _DECLARED:
+        return _DECLARED[attn_implementation]
     return "block_diagonal" if attn_implementation in _BLOCK_DIAGONAL_IMPLS else "dense"
+
+
+def attention_bwd_matmuls(attn_implementation: str | None) -> int:
+    """Score-sized matmuls of the attention backward (see the module docstring): 4 for eager autograd, else 5."""
+    return 4 if attn_implementation in _EAGER_IMPLS else 5
 
 
 def default_lora_targets() -> tuple[str, ...]:
@@ -202,7 +224,7 @@ def step_flops(config, doc_lens: list[int], *, lora_rank: int, lora_targets=None
     if attention not in ATTENTION_MODES:
         raise ValueError(f"attention must be one of {ATTENTION_MODES} or 'auto', got {attention!r}")
     if attn_bwd_matmuls is None:
-        attn_bwd_matmuls = 4 if impl in _EAGER_IMPLS else 5
+        attn_bwd_matmuls = attention_bwd_matmuls(impl)
     if fold_evals is None:
         fold_evals = peft_fold_evals()
     targets = set(default_lora_targets() if lora_targets is None else lora_targets)
@@ -320,23 +342,41 @@ def throughput(flops: dict | float, seconds: float, device_name: str | None = No
             "peak_tflops": peak}
 
 
+def arm_batch_flops(config, doc_lens: list[int], *, attn_implementation: str | None, lora_rank: int,
+                    checkpointing: bool = True, attention: str | None = None) -> dict:
+    """One batch's FLOPs as a run records them per arm (summary.json's `flops_per_batch`): `model` = the useful work
+    (block-diagonal attention, recompute left out: what MFU is of, whatever the arm ran), `total` = what the arm
+    executed (its attention implementation's count, `attention_mode`, or `attention` where the arm's module states
+    it: recompute included, HFU), `attention` = that count."""
+    mode = attention or attention_mode(attn_implementation)
+    kw = dict(lora_rank=lora_rank, checkpointing=checkpointing, attn_bwd_matmuls=attention_bwd_matmuls(
+        attn_implementation))
+    done = step_flops(config, doc_lens, attention=mode, **kw)
+    useful = done if mode == "block_diagonal" else step_flops(config, doc_lens, attention="block_diagonal", **kw)
+    return {"model": useful["model"], "total": done["total"], "attention": mode}
+
+
 def for_comparison(model: str, layers: int | None, tokens: int, attn: str | None, *, lengths: str, batches: int,
-                   seed: int, lora_rank: int, checkpointing: bool = True, experts: str | None = None) -> list[dict]:
-    """`step_flops` of each distinct batch of an A/B comparison, rebuilt exactly as `workbench.ab` builds them (the
-    config from `load_config`, the batches from `make_batches` with the run's seed), so the FLOPs of a committed run
-    can be counted after the fact from its meta.json. `attn`: the attention that ran (summary.json's `attn`)."""
-    from workbench.step.data import make_batches
+                   seed: int, lora_rank: int, checkpointing: bool = True, experts: str | None = None,
+                   doc_lens: list[list[int]] | None = None) -> list[dict]:
+    """`arm_batch_flops` of each distinct batch of an A/B comparison, from its written document lengths (`doc_lens`,
+    summary.json's `batches`), or, for a run made before they were written, its batches rebuilt as `workbench.ab`
+    built them (`make_batches` over meta.json's --lengths and seed: needs the length source's files on this machine).
+    `attn`: the attention implementation that ran."""
     from workbench.step.models import load_config
 
     config = load_config(model, layers, None, experts)
-    mode = attention_mode(attn or config._attn_implementation)
-    return [step_flops(config, b.doc_lens, lora_rank=lora_rank, attention=mode, checkpointing=checkpointing)
-            for b in make_batches(lengths, tokens, batches, config.vocab_size, seed=seed)]
+    if doc_lens is None:
+        from workbench.step.data import make_batches
+        doc_lens = [b.doc_lens for b in make_batches(lengths, tokens, batches, config.vocab_size, seed=seed)]
+    return [arm_batch_flops(config, d, attn_implementation=attn or config._attn_implementation, lora_rank=lora_rank,
+                            checkpointing=checkpointing) for d in doc_lens]
 
 
 def arm_throughput(batch_flops: list[dict], samples: list[dict], device_name: str | None) -> dict:
-    """Model FLOPs per step, achieved TFLOP/s and MFU of one arm over its timed samples (each sample's batch counted
-    with its own FLOPs: sum of FLOPs / sum of step times)."""
+    """Model FLOPs per step, achieved TFLOP/s, MFU (of `model`, the useful work) and HFU (of `total`, what ran) of one
+    arm over its timed samples (each sample's batch counted with its own FLOPs: sum of FLOPs / sum of step times);
+    `batch_flops`: `arm_batch_flops` per batch."""
     if not batch_flops or not samples:
         return {}
     model = sum(batch_flops[s["batch"]]["model"] for s in samples)

@@ -67,19 +67,19 @@ def make_optimizer(model, lr: float = 1e-4) -> torch.optim.Optimizer:
 
 def train_step(model, batch, optimizer, *, step: int = 0, ranges: Ranges | None = None,
                counter: SyncCounter | None = None, inputs_fn: Callable = model_inputs,
-               precision: str | None = None) -> StepRecord:
+               precision: str = "fp32-adapters") -> StepRecord:
     """One training step (forward, backward, AdamW) on `batch`, timed; the StepRecord of it.
 
-    The forward and the loss run under `workbench.step.precision.forward_context` of `precision` (None: the one the model
-    was built for, `precision.of(model)`): bf16 autocast as Trainer(bf16=True) runs it, or nothing; the backward and
-    the optimizer step run outside it. A step that raises leaves no autograd or compiler state behind
+    The forward and the loss run under `workbench.step.precision.forward_context` of `precision` (resolved: the run's
+    `StepConfig.resolved(device).precision`, or an arm's own; the default fp32-adapters runs no autocast): bf16
+    autocast as Trainer(bf16=True) runs it, or nothing; the backward and the optimizer step run outside it. A step that raises leaves no autograd or compiler state behind
     (`workbench.step.step_guard`). With `counter` None and `ranges` NVTX-only this is an uninstrumented step (what
     the engine times); the loss is read back after the timer has synchronized, outside the measured region.
     """
     from workbench.step import precision as prec
 
     device = next(model.parameters()).device
-    fwd_ctx = prec.forward_context(precision or prec.of(model), device.type)
+    fwd_ctx = prec.forward_context(precision, device.type)
     ranges = ranges or Ranges(nvtx=False, profiler=False)
     timer = StepTimer(device)
     reset_peak_mem(device)
@@ -112,7 +112,7 @@ def train_step(model, batch, optimizer, *, step: int = 0, ranges: Ranges | None 
 def train_steps(model, batches, *, steps: int, warmup: int = 0, optimizer: torch.optim.Optimizer | None = None,
                 lr: float = 1e-4, ranges: Ranges | None = None, count_syncs: bool = True, cross_check: bool = False,
                 inputs_fn: Callable = model_inputs, on_step: Callable[[StepRecord], None] | None = None,
-                precision: str | None = None) -> list[StepRecord]:
+                precision: str = "fp32-adapters") -> list[StepRecord]:
     """Run `warmup + steps` training steps over `batches` (cycled; already on the model's device).
 
     Returns the timed steps' records. `on_step` is called after every timed step (progress display). A fixed

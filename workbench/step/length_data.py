@@ -19,6 +19,12 @@ from workbench.paths import DATA_DIR
 """The repository's top-level data/ folder."""
 PROVENANCE_SUFFIX = ".provenance.md"
 
+DEFAULT_LENGTHS = "lognormal:5.5:0.8:16"
+"""The `--lengths` default of every CLI (synthetic; `workbench.step.config.DataConfig.lengths`)."""
+LENGTH_FORMS = {"fixed": "fixed:N", "uniform": "uniform:LO:HI", "lognormal": "lognormal:MU:SIGMA[:MIN]",
+                "data": "data:NAME", "json": "json:PATH", "jsonl": "jsonl:PATH:TOKENIZER_DIR"}
+"""The `--lengths` forms, by kind (`workbench.step.data.LengthSource` parses them)."""
+
 
 def names(data_dir: str = DATA_DIR) -> list[str]:
     """The distributions in `data_dir`: every NAME with a NAME.json, sorted."""
@@ -59,6 +65,15 @@ def help_text(data_dir: str = DATA_DIR) -> str:
     """`data:NAME` with the names and their descriptions, for --help."""
     items = [f"{n}: {describe(n, data_dir)}" if describe(n, data_dir) else n for n in names(data_dir)]
     return "data:NAME (a real corpus's lengths in data/; " + ("; ".join(items) or "none installed") + ")"
+
+
+def lengths_help(data_dir: str = DATA_DIR) -> str:
+    """The one help text of `--lengths` (every CLI that takes it): the forms, the default, the data:NAME names."""
+    return ("document lengths: fixed:N (every document N tokens), uniform:LO:HI (integers, LO <= HI), "
+            f"lognormal:MU:SIGMA[:MIN] (natural-log mean and spread, lengths at least MIN; the default {DEFAULT_LENGTHS} "
+            "is synthetic), " + help_text(data_dir) + ", json:PATH (a JSON list of lengths), jsonl:PATH:TOKENIZER_DIR "
+            "(JSONL of {\"text\": ...}, tokenized with a local tokenizer, once per process); checked before any model "
+            "is built")
 
 
 def read_json_lengths(path: str) -> list[int]:

@@ -214,9 +214,10 @@ def build_model(model: str, *, layers: int | None = None, attn: str | None = Non
                 experts_implementation: str | None = None, precision: str = "auto"):
     """Build a causal LM (random seeded weights for a preset, or a local checkpoint), with LoRA via peft.
 
-    `precision` (workbench.step.precision: auto | autocast | bf16 | fp32-adapters) is resolved for `device`, picks the
-    base dtype when `dtype` is None (`precision.model_dtype`) and the adapters' dtype, and is recorded on the model:
-    `harness.train_step` runs the forward under its `forward_context`. Returns the (peft-wrapped) model in train
+    `precision` (workbench.step.precision: autocast | bf16 | fp32-adapters, as a run's `StepConfig.resolved` gives it;
+    `auto` resolves for `device`, for a caller outside a run) picks the base dtype when `dtype` is None
+    (`precision.model_dtype`) and the adapters' dtype; it is not stored on the model: pass the same precision to
+    `harness.train_step`. Returns the (peft-wrapped) model in train
     mode, base frozen, on `device`.
     """
     from transformers import AutoModelForCausalLM
@@ -224,7 +225,6 @@ def build_model(model: str, *, layers: int | None = None, attn: str | None = Non
     from workbench.step import precision as prec
 
     device = torch.device(device)
-    precision = prec.resolve(device, precision)
     dtype = dtype or prec.model_dtype(precision, device)
     config = load_config(model, layers, attn, experts_implementation)
     torch.manual_seed(seed)
@@ -245,7 +245,6 @@ def build_model(model: str, *, layers: int | None = None, attn: str | None = Non
     m.config.use_cache = False
     if lora:
         m = add_lora(m, rank=lora_rank, seed=seed, precision=precision)
-    prec.attach(m, precision)
     m.train()
     return m
 
@@ -281,13 +280,12 @@ def add_lora(model, rank: int = 16, seed: int = 0, precision: str = "fp32-adapte
     """peft LoRA on the attention/MLP linears (and fused experts); everything else frozen.
 
     `precision` (resolved; workbench.step.precision) sets the adapters' dtype: fp32 (peft's `autocast_adapter_dtype`)
-    for autocast and fp32-adapters, the base dtype for bf16 (`auto` resolves on the model's device). The precision is
-    recorded on the returned model (`workbench.step.precision.of`)."""
+    for autocast, fp32-adapters (and auto, which resolves to one of them), the base dtype for bf16. Nothing is
+    recorded on the model: the step is passed its precision (`harness.train_step`)."""
     from peft import get_peft_model
 
     from workbench.step import precision as prec
 
-    precision = prec.resolve(next(model.parameters()).device, precision)
     config = lora_config(model, rank)
     torch.manual_seed(seed + 1)
     with warnings.catch_warnings():  # peft's own getattr(model, "is_gradient_checkpointing"), once per build: not ours
@@ -300,7 +298,6 @@ def add_lora(model, rank: int = 16, seed: int = 0, precision: str = "fp32-adapte
         for n, p in pm.named_parameters():
             if p.requires_grad and "lora_B" in n:
                 p.copy_((torch.randn(p.shape, generator=g) * 1e-3).to(p.dtype))
-    prec.attach(pm, precision)
     return pm
 
 

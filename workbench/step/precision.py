@@ -10,8 +10,11 @@
                     workbench's step before precision was a setting, kept for comparison. The default on a CPU.
     auto            autocast on CUDA, fp32-adapters on a CPU (where the model is fp32 anyway).
 
-A model built by `workbench.step.models.build_model` carries its resolved precision (`of(model)`); `harness.train_step`
-runs its forward under `forward_context(of(model), device_type)`. In your own loop:
+A run resolves its precision once (`workbench.step.config.StepConfig.resolved`) and passes it down: to
+`workbench.step.models.build_model` (the dtypes it builds) and to every step (`harness.train_step(precision=...)`,
+which runs its forward under `forward_context(precision, device_type)`). Nothing is stored on the model; an arm that
+runs another precision (the precision lever) says so on its handle (`workbench.opts.Handle.precision`), and the fp32
+equivalence reference runs fp32-adapters. In your own loop:
 
     with workbench.step.precision.forward_context("autocast", "cuda"):
         loss = model(**batch).loss
@@ -40,10 +43,6 @@ HELP = ("precision of the timed step: autocast = bf16 base, fp32 LoRA adapters, 
         "autocast; fp32-adapters = fp32 LoRA adapters on the base dtype, no autocast (the earlier step, for "
         "comparison); auto = autocast on CUDA, fp32-adapters on a CPU")
 """One paragraph for CLI help."""
-
-_ATTR = "wb_precision"
-"""Attribute of the HF model (under a peft wrapper) that holds its resolved precision."""
-
 
 def resolve(device, requested: str = AUTO) -> str:
     """The precision a run uses: `requested` itself, or for `auto` autocast on CUDA and fp32-adapters elsewhere.
@@ -86,46 +85,14 @@ def forward_context(precision: str, device_type: str):
     return contextlib.nullcontext()
 
 
-def _base(model):
-    get = getattr(model, "get_base_model", None)
-    return get() if get is not None else model
-
-
-def attach(model, precision: str) -> None:
-    """Record `precision` (resolved) on the model, for `of`."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"attach: {precision!r} is not a resolved precision ({', '.join(PRECISIONS)})")
-    setattr(_base(model), _ATTR, precision)
-
-
-def of(model) -> str:
-    """The precision a model was built for (`attach`); fp32-adapters (no autocast) for a model without one."""
-    return getattr(_base(model), _ATTR, FP32_ADAPTERS)
-
-
-@contextlib.contextmanager
-def overridden(model, precision: str):
-    """The model runs at `precision` inside the block (the fp32 reference of the equivalence check: no autocast)."""
-    base = _base(model)
-    had, prev = hasattr(base, _ATTR), getattr(base, _ATTR, None)
-    setattr(base, _ATTR, precision)
-    try:
-        yield model
-    finally:
-        if had:
-            setattr(base, _ATTR, prev)
-        else:
-            delattr(base, _ATTR)
-
-
-def compute_dtype(model) -> torch.dtype:
-    """The dtype the step's matmuls run in, which picks the equivalence criterion's tolerance: bf16 under autocast
-    (whatever the parameters hold), else the base parameters' dtype."""
+def compute_dtype(model, precision: str) -> torch.dtype:
+    """The dtype the step's matmuls run in at `precision` (resolved), which picks the equivalence criterion's
+    tolerance: bf16 under autocast (whatever the parameters hold), else the base parameters' dtype."""
     import torch  # lazily: `--help` of the CLIs must not import torch
 
-    if of(model) == AUTOCAST:
+    if precision == AUTOCAST:
         return torch.bfloat16
-    return next(_base(model).parameters()).dtype
+    return next(model.parameters()).dtype
 
 
 def criterion_dtype(precision: str, param_dtype: torch.dtype) -> torch.dtype:

@@ -52,7 +52,7 @@ class DistRunner(Runner):
             super()._progress(msg)
 
     def data_seed(self) -> int:
-        return self.args.seed + DATA_SEED_STRIDE * self.ctx.rank
+        return self.args.data.seed + DATA_SEED_STRIDE * self.ctx.rank
 
     def build_unsharded(self, cmp):
         return Runner.build(self, cmp)
@@ -109,7 +109,8 @@ class DistRunner(Runner):
                 with equivalence.Upcast(plain):
                     cap = equivalence.GradCapture(lora_parameters(plain))
                     recs = Runner.run_arm_steps(self, plain, [batch], spec, cmp, steps=1, warmup=0,
-                                                optimizer=cap, reset=lambda: None, options=options)
+                                                optimizer=cap, reset=lambda: None, options=options,
+                                                precision=equivalence.REFERENCE_PRECISION)
                     loss = recs[0].loss
                     shapes = {n: p.shape for n, p in lora_parameters(plain)}
                     grads = {n: (g.detach().float().cpu() if g is not None else None)
@@ -135,7 +136,6 @@ class DistRunner(Runner):
         """Loss and LoRA gradients of the sharded model over the global batch (every rank's first batch) against
         the unsharded model in one process over the same batches (on rank 0); fp32 only."""
         from workbench.measure import equivalence
-        from workbench.step.data import make_batches
         from workbench.step.models import lora_parameters
 
         a = self.args
@@ -144,8 +144,7 @@ class DistRunner(Runner):
             arms = {o: arm for o, arm in cmp.arms[0].arms.items()
                     if unsupported_reason(model, {o: arm}, self.device, self.options(cmp)) is None}
             spec = ArmSpec(cmp.baseline, arms, ranges=False)
-            batch = make_batches(a.lengths, cmp.tokens, a.batches, model.config.vocab_size,
-                                 seed=self.data_seed())[0]
+            batch = a.data.make_batches(cmp.tokens, model.config.vocab_size, seed=self.data_seed())[0]
             drop = os.environ.get(DROP_ENV, "").strip() == str(self.ctx.rank)
             with self.ctx.guard():
                 self.ctx.maybe_inject()
@@ -193,7 +192,7 @@ class DistRunner(Runner):
         from workbench.step.models import default_dtype
 
         mark = len(self.failures)
-        dtype = DTYPES[self.args.dtype] or default_dtype(self.device)
+        dtype = DTYPES[self.args.step.dtype] or default_dtype(self.device)
         if dtype == torch.float32:
             self._progress(f"[{index}/{total} {cmp.name}] FSDP2 ({self.ctx.world} ranks) against one process "
                            "over the global batch")
