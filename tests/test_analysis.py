@@ -669,8 +669,8 @@ def test_default_lengths_agrees_with_the_run_config_and_a_headline_keeps_only_ru
     import pandas as pd
     from workbench.step import config
     from workbench.analysis import constants, default_lengths
-    from workbench.ab.config import ABConfig
+    from workbench.ab.cli import GPU_DEFAULTS
     assert constants.DEFAULT_LENGTHS == config.DataConfig().lengths == config.RunConfig().data.lengths \
-        == ABConfig().data.lengths
+        == GPU_DEFAULTS["_run"]["lengths"]  # the committed runs are GPU runs: ab's per-device default there
     df = pd.DataFrame({"lengths": [constants.DEFAULT_LENGTHS, "data:chat", None], "x": [1, 2, 3]})
     assert default_lengths(df)["x"].tolist() == [1, 3]  # an unrecorded distribution is the default

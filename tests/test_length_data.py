@@ -150,15 +150,18 @@ def test_ab_help_lists_the_names_and_says_the_default_is_synthetic(capsys, monke
 
 
 def test_lengths_has_one_default_and_one_help_text():
-    """Every CLI that takes --lengths shows the one help text (`length_data.lengths_help`) and the one default."""
+    """Every CLI that takes --lengths shows the one help text (`length_data.lengths_help`) and the one default; ab's
+    is per device (None until resolved): the GPU's is that default, the CPU's short documents (issue 38, item 3)."""
     from workbench import fidelity, run
     from workbench.ab import cli as ab_cli
     from workbench.ab.config import ABConfig
     from workbench.step.config import DataConfig, RunConfig
 
-    assert ABConfig().data.lengths == RunConfig().data.lengths == DataConfig().lengths == length_data.DEFAULT_LENGTHS
+    assert RunConfig().data.lengths == DataConfig().lengths == length_data.DEFAULT_LENGTHS
+    assert ABConfig().data.lengths is None and ab_cli.GPU_DEFAULTS["_run"]["lengths"] == length_data.DEFAULT_LENGTHS
     parsers = {"ab": ab_cli.build_parser(), "run": run.build_parser(), "fidelity": fidelity.build_parser()}
     acts = {k: next(a for a in p._actions if "--lengths" in a.option_strings) for k, p in parsers.items()}
+    assert acts.pop("ab").default is None
     assert {a.default for a in acts.values()} == {length_data.DEFAULT_LENGTHS}
     text = length_data.lengths_help()
     assert acts["fidelity"].help == text and text in ab_cli._epilog()

@@ -59,10 +59,11 @@ def test_path_arms_are_the_levers_cumulatively():
 def test_the_precision_lever_starts_from_the_runs_recipe(run_precision, lever_baseline):
     """--opt levers: the precision lever's baseline is the run's --precision (autocast on a GPU, as Trainer(bf16=True)
     runs), so the traced baseline and the path start from the realistic step; under --precision bf16 it is gone."""
-    from workbench.ab.cli import parse_args
+    from workbench.ab.cli import CPU_DEFAULTS, parse_args
     from workbench.ab.planner import plan
-    comps = {c.opt: c for c in plan(parse_args(["--opt", "levers", "--device", "cpu", "--precision", run_precision]),
-                                     torch.device("cpu"))}
+    cpu = torch.device("cpu")
+    a = parse_args(["--opt", "levers", "--device", "cpu", "--precision", run_precision])
+    comps = {c.opt: c for c in plan(a.resolved(cpu, CPU_DEFAULTS["_run"]), cpu)}
     assert {"attention", "expert_lora"} <= set(comps)
     if lever_baseline is None:
         assert "precision" not in comps
@@ -134,9 +135,11 @@ def test_an_interrupted_runs_path_comes_from_its_levers_plan():
 def test_on_a_gpu_the_levers_start_from_autocast_and_time_the_anchor():
     """The plan a GPU run gets (planned here, nothing runs): the precision lever starts from autocast (`--precision
     auto` on CUDA), and the expert lever times transformers' grouped_mm beside eager and split (LEVER_ANCHOR)."""
-    from workbench.ab.cli import parse_args
+    from workbench.ab.cli import GPU_DEFAULTS, parse_args
     from workbench.ab.planner import plan
-    comps = {c.opt: c for c in plan(parse_args(["--opt", "levers", "--model", "tiny-qwen3-moe"]), torch.device("cuda"))}
+    cuda = torch.device("cuda")
+    a = parse_args(["--opt", "levers", "--model", "tiny-qwen3-moe"]).resolved(cuda, GPU_DEFAULTS["_run"])
+    comps = {c.opt: c for c in plan(a, cuda)}
     assert comps["precision"].baseline == "autocast"
     assert [a.label for a in comps["expert_lora"].arms] == ["eager", "split", "grouped_mm"]
     assert [a.label for a in comps["attention"].arms] == ["dense", "flex"]  # no anchor: two arms

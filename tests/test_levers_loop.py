@@ -62,13 +62,18 @@ def test_an_unknown_lever_component_is_one_line(tmp_path):
 
 
 def test_opt_all_leaves_the_levers_out(levers_env):
-    from workbench.ab.cli import parse_args
+    from workbench.ab.cli import CPU_DEFAULTS, parse_args
     from workbench.ab.planner import plan
-    comps = plan(parse_args(["--opt", "all", "--device", "cpu"]), torch.device("cpu"))
+    cpu = torch.device("cpu")
+
+    def planned(*argv):  # what ab.main plans: the config resolved for the device first
+        return plan(parse_args([*argv, "--device", "cpu"]).resolved(cpu, CPU_DEFAULTS["_run"]), cpu)
+
+    comps = planned("--opt", "all")
     assert not [c for c in comps if c.opt.startswith("lever_")]
     combined = next(c for c in comps if c.opt == "all")
     assert all(not o.startswith("lever_") for s in combined.arms for o in s.arms)
-    levers = plan(parse_args(["--opt", "levers", "--device", "cpu"]), torch.device("cpu"))
+    levers = planned("--opt", "levers")
     assert [c.opt for c in levers] == ["lever_copy", "lever_attention", "lever_experts"]
     assert {(c.model, c.tokens) for c in levers} == {("tiny-qwen3-moe", 256)}  # one shape: the same batches
 

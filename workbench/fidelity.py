@@ -551,7 +551,7 @@ def main(argv=None) -> int:
     print(f"model {res['model']}  layers {res['layers']}  tokens {res['tokens']}  device {res['device']}  "
           f"precision {res['precision']}  attn {res['attn']}")
     print(table(rows, ["step", "step_ms", "loss (batch 0)"]))
-    from workbench.ab.cli import NOT_A_RESULT
+    from workbench.measure.stats import NOT_A_RESULT
     verdict = NOT_A_RESULT if res["gpu_name"] is None else f"within ±{TOLERANCE_PCT:g}%: {res['within_3pct']}"
     print(f"harness / Trainer: {res['ratio']:.4f} 95% CI {_fmt_ci(res['ratio_ci95'])} over {res['reps']} reps; "
           f"{verdict}")

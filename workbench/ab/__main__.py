@@ -17,9 +17,10 @@ def _run(argv=None) -> int:
         return processes.main(argv)
     from workbench.ab import preflight
     from workbench.ab.cli import parse_args
-    preflight.check_early(parse_args(argv))  # every mistake the flags and presets show, before torch is imported
+    args = parse_args(argv)
+    preflight.check_early(args)  # every mistake the flags and presets show, before torch is imported
     from workbench.ab.session import main  # imported here: a bad $WORKBENCH_OPTS is one line, not a traceback
-    return main(argv)
+    return main(argv, args)
 
 
 if __name__ == "__main__":

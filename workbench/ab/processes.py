@@ -3,12 +3,12 @@
     python -m workbench.ab --opt packing --headline --processes 8 --reps 5 --out DIR      # DIR/p00 ... DIR/p07
 
 Runs the same `python -m workbench.ab` command K times, each in its own process with its own data and weight seed
-(`--seed S+k`) and its own model build, into `DIR/pNN/` (each a complete run folder). Rep 0 of every process is a
-warm-up rep: timed and recorded like any other, left out of the process-level statistics (a process's first block
-runs on a cold machine: rep 0 fell outside the t band in 15% of the committed 8-rep runs). Then, per comparison
-(baseline against optimized arm, and every other arm):
+(`--seed S+k`) and its own model build, into `DIR/pNN/` (each a complete run folder). Each process's engine runs one
+discarded warm-up rep of its own on a GPU (`workbench.measure.engine`: recorded as `discarded_step_ms`, never in a
+statistic; a process's first block runs on a cold machine). Then, per comparison (baseline against optimized arm,
+and every other arm):
 
-- each process's mean per-rep log ratio m_k (the reps after the warm-up rep);
+- each process's mean per-rep log ratio m_k over its timed reps;
 - the estimate exp(mean m_k), a 95% t-interval over processes (K-1 df), and a 95% prediction interval for one more
   process (`workbench.measure.replication.process_estimate`);
 - sigma (rep within process) and tau (between processes) by REML.
@@ -29,8 +29,9 @@ import time
 from workbench.cli import emit_json, progress
 from workbench.errors import WorkbenchError
 
-WARMUP_REPS = 1
-"""Reps at the start of each process left out of the process-level statistics (timed and recorded all the same)."""
+SKIP_REPS = 0
+"""Timed reps at the start of each process left out here: none, the engine discards its own warm-up rep. Runs of
+a commit before that (profiles/2026-11-26_h100_replication) pass `skip_reps=1` to leave their rep 0 out."""
 
 
 def split_argv(argv: list[str]) -> tuple[int | None, list[str]]:
@@ -55,15 +56,6 @@ def split_argv(argv: list[str]) -> tuple[int | None, list[str]]:
     return k, out
 
 
-def _flag(argv: list[str], name: str) -> str | None:
-    for i, a in enumerate(argv):
-        if a == name and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith(name + "="):
-            return a.split("=", 1)[1]
-    return None
-
-
 def _without(argv: list[str], name: str) -> list[str]:
     out, skip = [], False
     for a in argv:
@@ -80,7 +72,7 @@ def _without(argv: list[str], name: str) -> list[str]:
 
 
 def per_rep_log_ratios(run_dir: str, comparison: str, baseline: str, arm: str, *,
-                       skip_reps: int = WARMUP_REPS) -> list[float]:
+                       skip_reps: int = SKIP_REPS) -> list[float]:
     """log(mean baseline step / mean arm step) per rep of one run folder's comparison, reps < `skip_reps` left out."""
     from workbench.analysis.loader import step_samples
 
@@ -109,7 +101,7 @@ def _arm_pairs(summary: dict) -> list[tuple[str, str, str]]:
     return out
 
 
-def aggregate(run_dirs: list[str], *, skip_reps: int = WARMUP_REPS) -> list[dict]:
+def aggregate(run_dirs: list[str], *, skip_reps: int = SKIP_REPS) -> list[dict]:
     """Per (comparison, arm): the process-level estimate over the run folders that hold it."""
     from workbench.measure import replication
 
@@ -130,7 +122,7 @@ def aggregate(run_dirs: list[str], *, skip_reps: int = WARMUP_REPS) -> list[dict
         if len(groups) >= 2:
             row.update(replication.process_estimate(groups))
         else:
-            row["why"] = f"{len(groups)} process(es) with timed reps after the warm-up rep: no process-level interval"
+            row["why"] = f"{len(groups)} process(es) with timed reps: no process-level interval"
         out.append(row)
     return out
 
@@ -144,22 +136,26 @@ def _line(r: dict) -> str:
             f"more run [{pi[0]:.4f}, {pi[1]:.4f}]; sigma {100 * r['sigma']:.2f}%, tau {100 * r['tau']:.2f}% (REML)")
 
 
+def _write(out: str, record: dict) -> None:
+    with open(os.path.join(out, "processes.json"), "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1, default=float)
+
+
 def main(argv: list[str]) -> int:
     """Run K processes of `python -m workbench.ab` (argv with --processes K), then the process-level estimates."""
     k, rest = split_argv(argv)
+    from workbench.ab import preflight
     from workbench.ab.cli import parse_args
 
     cfg = parse_args(rest)  # every flag checked here, once, before any process starts
-    out = _flag(rest, "--out")
-    if out is None:
-        out = os.path.join("runs", time.strftime("processes_%Y%m%d_%H%M%S"))
-    if os.path.isdir(out) and os.listdir(out) and "--force" not in rest:
+    preflight.check_early(cfg)
+    out = cfg.out or os.path.join("runs", time.strftime("processes_%Y%m%d_%H%M%S"))
+    if os.path.isdir(out) and os.listdir(out) and not cfg.force:
         raise WorkbenchError(f"--out {out} holds files already; give a new or empty folder (or --force)")
     os.makedirs(out, exist_ok=True)
     base = _without(_without(rest, "--out"), "--seed")
     seed0 = cfg.data.seed
-    record = {"command": " ".join(["python -m workbench.ab", *argv]), "warmup_reps_left_out": WARMUP_REPS,
-              "processes": []}
+    record = {"command": " ".join(["python -m workbench.ab", *argv]), "processes": []}
     dirs = []
     for i in range(k):
         d = os.path.join(out, f"p{i:02d}")
@@ -173,13 +169,11 @@ def main(argv: list[str]) -> int:
                                     "wall_s": round(wall_s, 1), "command": " ".join(cmd[1:])})
         progress(f"process {i + 1}/{k}: rc {rc}, {wall_s:.0f} s")
         dirs.append(d)
-        with open(os.path.join(out, "processes.json"), "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=1)
+        _write(out, record)  # after every process: an interrupted campaign keeps what ran
         if rc == 2:  # bad input: every other process would say the same
             raise WorkbenchError(f"process {i + 1} refused its input (see {d}.log)")
     record["estimates"] = aggregate(dirs)
-    with open(os.path.join(out, "processes.json"), "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=1, default=float)
+    _write(out, record)
     for r in record["estimates"]:
         print(_line(r))
     failed = [p for p in record["processes"] if p["rc"] != 0]

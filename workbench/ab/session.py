@@ -112,9 +112,10 @@ def _install_sigterm():
         return None
 
 
-def main(argv=None) -> int:
+def main(argv=None, args=None) -> int:
+    """`python -m workbench.ab`: `args` is `cli.parse_args(argv)` when the caller parsed it already (`__main__`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    a = parse_args(argv)
+    a = parse_args(argv) if args is None else args
     # --- distributed: under torchrun, one process per rank, FSDP2 (workbench/ab/distributed/) ---
     from workbench.ab import distributed
     if distributed.launched():
@@ -249,16 +250,16 @@ def _open(r: _Run) -> None:
             writer.meta["pinned_copy"] = pinned_copy_gb_per_s(device)
             writer.write_meta()
         r.sampler = NvmlSampler(device_index=(device.index or 0), period_s=0.25) if device.type == "cuda" else None
-    except KeyboardInterrupt:
+        if dctx is not None:
+            from workbench.ab.distributed import DistRunner
+            r.runner = DistRunner(a, device, writer, dctx, nvml=r.sampler)
+        else:
+            r.runner = Runner(a, device, writer, nvml=r.sampler)
+        r.runner.device_name = dinfo.get("name") if device.type == "cuda" else None
+        r.summary = {"run_id": r.run_id, "device": str(device), "comparisons": []}
+    except KeyboardInterrupt:  # the runner's construction included: a Ctrl-C under load once landed there
         writer.finish("incomplete", reason="interrupted (Ctrl-C)")
         raise
-    if dctx is not None:
-        from workbench.ab.distributed import DistRunner
-        r.runner = DistRunner(a, device, writer, dctx, nvml=r.sampler)
-    else:
-        r.runner = Runner(a, device, writer, nvml=r.sampler)
-    r.runner.device_name = dinfo.get("name") if device.type == "cuda" else None
-    r.summary = {"run_id": r.run_id, "device": str(device), "comparisons": []}
 
 
 # -- the comparisons, one `Runner.run` each ------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from workbench.analysis.constants import DEFAULT_LENGTHS, DEFAULT_PROFILES, NOT_
 
 
 RUN_COLUMNS = ["path", "folder", "job", "command", "device", "gpu_name", "status", "complete", "comparisons",
-               "run_id", "git_sha", "torch", "transformers"]
+               "run_id", "git_sha", "torch", "transformers", "process_of"]
 LEFT_OUT_COLUMNS = ["path", "folder", "job", "status", "device", "command", "complete_comparisons",
                     "missing_comparisons", "reason"]
 
@@ -155,7 +155,10 @@ def _read_runs(root: str, dirs: list[str]) -> list[dict]:
             said = repr(status)
         comps = s.get("comparisons", [])
         v = m.get("versions") or {}
+        parent = os.path.dirname(d)
         rec = {"path": d, "folder": os.path.relpath(d, base), "job": job,
+               "process_of": (os.path.relpath(parent, base)
+                              if os.path.isfile(os.path.join(parent, "processes.json")) else None),
                "command": camp.get("command") or m.get("command"), "device": device,
                "gpu_name": dev.get("gpu_name") or (dev.get("name") if device == "cuda" else None), "status": status,
                "complete": bool(s.get("complete")) and status == "complete", "comparisons": len(comps),

@@ -18,7 +18,7 @@ COMP_COLUMNS = ["folder", "job", "name", "opt", "model", "layers", "tokens", "at
                 "ci95_hi", "ci_contains_1", "verdict", "n_pairs", "n_units", "outlier_pairs", "summary_speedup",
                 "summary_ci95_lo", "summary_ci95_hi", "summary_verdict", "summary_n_pairs", "equivalent",
                 "syncs_baseline", "syncs_arm", "instrument_cost_pct", "run_status", "file", "command",
-                "git_sha", "batches", "steps", "trace", "arm_set", "rep_log_ratios"]
+                "git_sha", "batches", "steps", "trace", "arm_set", "rep_log_ratios", "process_of"]
 
 
 def comparisons(profiles: str | None = None, include_incomplete_comparisons=False, **discover_kw) -> pd.DataFrame:
@@ -28,7 +28,8 @@ def comparisons(profiles: str | None = None, include_incomplete_comparisons=Fals
     pair counts); `baseline_mean_ms` / `arm_mean_ms` are the arms' mean timed steps (what the speedup is a ratio
     of), `baseline_ms` / `arm_ms` their medians; `summary_*` the figures the run's summary.json holds (for runs
     before the rep-level statistics: the pair bootstrap, outliers dropped); `role` optimized / other / aa (A/A: the
-    baseline against itself) / nvtx (NVTX ranges off -> on); `file` the summary.json it comes from.
+    baseline against itself) / nvtx (NVTX ranges off -> on); `file` the summary.json it comes from; `process_of`
+    the `--processes` campaign folder a process's run folder belongs to (None for a single run).
     `include_incomplete_comparisons`: True, or job names (e.g. `KEEP_FROM_INCOMPLETE`), to take the comparisons
     whose own status is ok out of incomplete runs; `discover_kw`: include_cpu, include_incomplete."""
     rows = []
@@ -61,7 +62,8 @@ def comparisons(profiles: str | None = None, include_incomplete_comparisons=Fals
                              "instrument_cost_pct": a.get("instrument_cost_pct"), "run_status": r["status"],
                              "file": os.path.join(r["folder"], "summary.json"), "command": r["command"],
                              **_clean_repeat_facts(r, c), "rep_log_ratios": _rep_log_ratios(r["path"], _name(c),
-                                                                                             b.get("arm"), a["arm"])})
+                                                                                             b.get("arm"), a["arm"]),
+                             "process_of": r.get("process_of")})
     return _frame(rows, COMP_COLUMNS, ("baseline_ms", "arm_ms", "baseline_mean_ms", "arm_mean_ms", "speedup",
                                        "ci95_lo", "ci95_hi", "syncs_baseline", "syncs_arm", "instrument_cost_pct",
                                        "summary_speedup", "summary_ci95_lo", "summary_ci95_hi"))
@@ -120,15 +122,22 @@ distribution (another mix is another comparison) and the same number of data-par
 ranks (a 2-GPU step is not a 1-GPU step)."""
 
 
-def _overlap(a_lo, a_hi, b_lo, b_hi) -> bool:
-    return a_lo <= b_hi and b_lo <= a_hi
+def _agrees(r, b) -> bool:
+    """Does run `r` agree with the chosen run `b`? `replication.runs_agree` (a z test, p >= 0.05) on their speedups
+    and rep-level CIs, not CI overlap (two 95% CIs that just overlap are p = 0.006 apart); without a CI on either
+    side, the same verdict."""
+    from workbench.measure import replication
+    if any(pd.isna(x[k]) for x in (r, b) for k in ("speedup", "ci95_lo", "ci95_hi", "n_units")):
+        return r["verdict"] == b["verdict"]
+    est = [{"speedup": x["speedup"], "ci95": [x["ci95_lo"], x["ci95_hi"]], "n_units": x["n_units"]} for x in (r, b)]
+    return replication.runs_agree(*est)["agree"]
 
 
 def runs_of(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
     """`comps` (`comparisons(...)`) with, per row, how many runs hold the same comparison (`CONFIG_KEY`: comparison,
     model, layers, tokens, baseline -> arm): `runs`, `chosen` (the run a headline reports: one of `prefer`, a set of
     (folder, comparison) such as the runs a savings-model verdict comes from, else the most pairs, then the later
-    folder) and `agrees` (its 95% CI overlaps the chosen run's and the verdict is the same; True for the chosen)."""
+    folder) and `agrees` (`_agrees`: a test of the two runs' speedups, not CI overlap; True for the chosen)."""
     d = comps.copy()
     d["runs"], d["chosen"], d["agrees"] = 0, False, True
     if d.empty:
@@ -143,10 +152,7 @@ def runs_of(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
         d.loc[idx, "runs"] = len(idx)
         d.loc[best, "chosen"] = True
         for i in idx:
-            r = d.loc[i]
-            ok = r["verdict"] == b["verdict"] and (pd.isna(r["ci95_lo"]) or pd.isna(b["ci95_lo"]) or _overlap(
-                r["ci95_lo"], r["ci95_hi"], b["ci95_lo"], b["ci95_hi"]))
-            d.loc[i, "agrees"] = bool(ok)
+            d.loc[i, "agrees"] = True if i == best else bool(_agrees(d.loc[i], b))
     return d
 
 
@@ -157,7 +163,7 @@ MIN_REPEAT_REPS = 4
 """A run enters the repeat diagnostic with at least this many reps (fewer: its se rests on 1-2 df)."""
 REPEAT_COLUMNS = [*REPEAT_KEY, "statistic", "folder_1", "speedup_1", "ci95_lo_1", "ci95_hi_1", "se_log_1", "folder_2",
                   "speedup_2", "ci95_lo_2", "ci95_hi_2", "se_log_2", "z", "z2", "p", "agree"]
-REPEAT_GROUP_COLUMNS = [*REPEAT_KEY, "K", "R", "sigma_pct", "tau_pct", "tau_ci95_lo_pct", "tau_ci95_hi_pct", "lr_p",
+REPEAT_GROUP_COLUMNS = [*REPEAT_KEY, "folders", "K", "R", "sigma_pct", "tau_pct", "tau_ci95_lo_pct", "tau_ci95_hi_pct", "lr_p",
                         "tau_null_q95_pct", "tau_beyond_null"]
 
 
@@ -213,13 +219,15 @@ def repeats(comps: pd.DataFrame, statistic: str = "rep") -> pd.DataFrame:
                              "speedup_2": b[cols[0]], "ci95_lo_2": b[cols[1]], "ci95_hi_2": b[cols[2]],
                              "se_log_2": eb["se_log"], "z": t["z"], "z2": t["z"] ** 2, "p": t["p"],
                              "agree": t["agree"]})
-        ys = [r["rep_log_ratios"] for r in recs if isinstance(r.get("rep_log_ratios"), list)]
+        with_reps = [r for r in recs if isinstance(r.get("rep_log_ratios"), list)]
+        ys = [r["rep_log_ratios"] for r in with_reps]
         if len(ys) >= 2:
             c = replication.reml_components(ys)
             if c["tau"] is not None and c["sigma"]:
                 q95 = replication.null_tau_quantile(c["R"], c["sigma"], sims=200)
                 lo, hi = c["tau_ci95"] or [None, None]
-                groups.append({**{k: recs[0].get(k) for k in REPEAT_KEY}, "K": c["K"], "R": ",".join(map(str, c["R"])),
+                groups.append({**{k: recs[0].get(k) for k in REPEAT_KEY}, "folders": [r["folder"] for r in with_reps],
+                               "K": c["K"], "R": ",".join(map(str, c["R"])),
                                "sigma_pct": 100 * c["sigma"], "tau_pct": 100 * c["tau"],
                                "tau_ci95_lo_pct": None if lo is None else 100 * lo,
                                "tau_ci95_hi_pct": None if hi is None else 100 * hi, "lr_p": c["lr_p"],

@@ -152,10 +152,11 @@ def headline_markdown(ctx: _Ctx, page_path: str, figure_path: str) -> str:
         notes.append(note + "; fits, slopes and the L = 1 tests with their CIs are on the results page.")
     rep = an.repeats(ctx.comps)
     if len(rep):
-        old = an.repeats(ctx.comps, "summary")
-        notes.append(f"Repeat runs: {rep.attrs['n']} pairs of runs of the same comparison give mean z² = "
-                     f"{rep.attrs['mean_z2']:.1f} (honest CIs give about 1; {old.attrs['mean_z2']:.1f} with the old "
-                     "pair-bootstrap CIs of the same data).")
+        g = rep.attrs["groups"]
+        notes.append(f"Repeat runs (clean repeats: same commit, GPU, batches, steps, trace mode and arms, 4 or more "
+                     f"reps each): {rep.attrs['n_disagree']} of {rep.attrs['n']} pairs disagree at p < 0.05 (about 5% "
+                     f"would if a run's CI spoke for a rerun); the between-process SD tau (REML) exceeds its simulated "
+                     f"null in {int(g['tau_beyond_null'].sum())} of {len(g)} repeat groups (results page).")
     lines += [" ".join(notes), ""]
     lines += [f"**Every comparison and every run of it** (repeats that disagree included), the savings models with "
               f"their inputs, where each traced saving comes from, the L sweeps, the A/A noise floor, what the "

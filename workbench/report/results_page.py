@@ -20,7 +20,7 @@ def _runs_cell(r) -> str:
     if r["chosen"]:
         return f"{r['runs']}: the reported one"
     return f"{r['runs']}: agrees with the reported one" if r["agrees"] else \
-        f"{r['runs']}: DISAGREES with the reported one (CI disjoint or another verdict)"
+        f"{r['runs']}: DISAGREES with the reported one (p < 0.05 that the two runs' speedups are equal)"
 
 
 def results_page(ctx: _Ctx) -> str:
@@ -39,7 +39,8 @@ def results_page(ctx: _Ctx) -> str:
     lines += ["## Speedups", "",
               "One row per run, comparison and arm against the comparison's baseline. Where several runs hold the "
               "same comparison (name, model, layers, tokens, arms), each is listed; `runs` says whether it agrees "
-              "with the reported one, the run the README's headline and figure use (the run of the savings-model "
+              "with the reported one (a z test of the two speedups from their rep-level CIs, p >= 0.05: within-run "
+              "CIs leave out the process component, so reruns disagree more often than 5%), the run the README's headline and figure use (the run of the savings-model "
               "verdict where there is one, else the one with the most pairs).", ""]
     if len(main):
         main = main.assign(_k=main[an.CONFIG_KEY].astype(str).agg("|".join, axis=1))
@@ -148,16 +149,17 @@ def _repeats_section(ctx: _Ctx) -> list[str]:
         return []
     old = an.repeats(ctx.comps, "summary")
     lines = ["## Repeat runs: do they agree?", "",
-             "Every comparison measured in two or more run folders (same comparison, arms, model, layers, tokens; a "
-             "sweep point at the main shape counts as the same comparison): z = (log s1 - log s2) / sqrt(se1² + se2²), "
-             "se = the log CI's half width / t with reps - 1 df (`workbench.analysis.repeats`). With honest CIs z is "
-             f"about standard normal and the mean z² about 1. Here: **mean z² = {rep.attrs['mean_z2']:.2f}** over "
-             f"{rep.attrs['n']} pairs of runs with the rep-level CIs; {old.attrs['mean_z2']:.2f} over "
-             f"{old.attrs['n']} with the old pair-bootstrap CIs (outliers dropped, se = half width / 1.96) that the "
-             "runs' summary.json hold. Above 1, the runs disagree more than their CIs allow: with 2-3 reps per run the "
-             "rep-level se is itself uncertain, and runs on different days differ by more than their reps do. "
-             "`python -m workbench.campaign --suite repeat` runs each headline comparison twice in separate "
-             "processes (folders `repeat_a`, `repeat_b`).", ""]
+             "Clean repeats only (`workbench.analysis.repeats`: the same comparison, arms, model, shape, precision, "
+             "lengths, GPU, git sha, batches, steps, trace mode and arm set; 4 or more reps per run). Per pair of "
+             "runs a test, not CI overlap (`replication.runs_agree`): z = (log s1 - log s2) / sqrt(se1² + se2²), se = "
+             "the log CI's half width / t with reps - 1 df, p two-sided. If a run's rep-level CI spoke for a rerun, "
+             f"about 5% of pairs would disagree at p < 0.05; here **{rep.attrs['n_disagree']} of {rep.attrs['n']}** "
+             "do: a rerun varies by a process component the reps of one run cannot see. Per repeat group with its "
+             "per-rep log ratios, sigma (rep within run) and tau (between runs) by REML, tau's 95% CI and the LR test "
+             "of tau = 0, against the 95th percentile of tau-hat simulated with tau = 0 for the group's own design "
+             "(the table after the pairs). The process-level claims a rerun can rely on come from `python -m "
+             "workbench.ab ... --processes K` (README). `python -m workbench.campaign --suite repeat` runs each "
+             "headline comparison twice in separate processes (folders `repeat_a`, `repeat_b`).", ""]
     rows = [[r["name"], f"{r['baseline']} -> {r['arm']}", r["model"], _f(r["layers"], "{:.0f}"),
              _f(r["tokens"], "{:.0f}"), ctx.short(os.path.join(r["folder_1"], "summary.json")),
              f"{_f(r['speedup_1'], '{:.3f}')}x [{_f(r['ci95_lo_1'], '{:.3f}')}, {_f(r['ci95_hi_1'], '{:.3f}')}]",
@@ -165,8 +167,20 @@ def _repeats_section(ctx: _Ctx) -> list[str]:
              f"{_f(r['speedup_2'], '{:.3f}')}x [{_f(r['ci95_lo_2'], '{:.3f}')}, {_f(r['ci95_hi_2'], '{:.3f}')}]",
              _f(r["z"], "{:+.2f}"), _f(o, "{:+.2f}")]
             for r, o in zip(rep.to_dict("records"), _old_z(rep, old))]
-    return lines + _table(["comparison", "arms", "model", "layers", "tokens", "run 1", "speedup 1 [95% CI]", "run 2",
-                           "speedup 2 [95% CI]", "z", "z (old CIs)"], rows)
+    lines += _table(["comparison", "arms", "model", "layers", "tokens", "run 1", "speedup 1 [95% CI]", "run 2",
+                     "speedup 2 [95% CI]", "z", "z (old CIs)"], rows)
+    groups = [[g["name"], f"{g['baseline']} -> {g['arm']}", g["model"], _f(g["layers"], "{:.0f}"),
+               _f(g["tokens"], "{:.0f}"), g["gpu_name"], str(g["git_sha"])[:7], _f(g["K"], "{:.0f}"), str(g["R"]),
+               _f(g["sigma_pct"], "{:.2f}"),
+               f"{_f(g['tau_pct'], '{:.2f}')} [{_f(g['tau_ci95_lo_pct'], '{:.2f}')}, {_f(g['tau_ci95_hi_pct'], '{:.2f}')}]",
+               _f(g["lr_p"], "{:.2g}"), _f(g["tau_null_q95_pct"], "{:.2f}"),
+               "**yes**" if g["tau_beyond_null"] else "no",
+               f"{ctx.short(os.path.join(g['folders'][0], 'summary.json'))} .. "
+               f"{ctx.short(os.path.join(g['folders'][-1], 'summary.json'))}"]
+              for g in rep.attrs["groups"].to_dict("records")]
+    return lines + [""] + _table(["comparison", "arms", "model", "layers", "tokens", "GPU", "git sha", "runs K",
+                                  "reps per run", "sigma %", "tau % [95% CI]", "LR p (tau = 0)",
+                                  "null 95th pct of tau-hat %", "tau beyond null", "runs (first .. last)"], groups)
 
 
 def _old_z(rep: pd.DataFrame, old: pd.DataFrame) -> list:

@@ -1,0 +1,107 @@
+"""`python -m workbench.ab ... --processes K` (workbench/ab/processes.py): the argv it hands each process, the
+process-level estimate it computes from the run folders, and what it refuses before any process starts. The
+processes themselves are faked (synthetic run folders written where the child would write them): no torch here."""
+import json
+import math
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from tests.synthetic_runs import ARM, BASELINE_ARM, COMPARISON, write_run
+from workbench.ab import processes
+from workbench.cli import run_main
+from workbench.errors import WorkbenchError
+
+
+@pytest.mark.parametrize("argv, k, rest", [
+    (["--opt", "packing", "--processes", "4"], 4, ["--opt", "packing"]),
+    (["--processes=3", "--reps", "5"], 3, ["--reps", "5"]),
+    (["--opt", "moe"], None, ["--opt", "moe"]),
+    (["--processes", "1", "--opt", "moe"], 1, ["--opt", "moe"])])
+def test_split_argv(argv, k, rest):
+    assert processes.split_argv(argv) == (k, rest)
+
+
+@pytest.mark.parametrize("argv", [["--processes", "x"], ["--processes", "0"], ["--processes"]])
+def test_split_argv_refuses_a_bad_count(argv):
+    with pytest.raises(WorkbenchError, match="--processes"):
+        processes.split_argv(argv)
+
+
+def _runs(tmp_path, slowdowns, reps=6):
+    rng = np.random.default_rng(0)
+    return [write_run(str(tmp_path / f"p{i:02d}"), rng=rng, reps=reps, slowdown=s) for i, s in enumerate(slowdowns)]
+
+
+def _by_hand(run, skip=0):
+    import pandas as pd
+    df = pd.read_csv(os.path.join(run, "results.csv"))
+    out = []
+    for rep, g in df[df.rep >= skip].groupby("rep"):
+        out.append(math.log(g[g.arm == BASELINE_ARM].value.mean() / g[g.arm == ARM].value.mean()))
+    return out
+
+
+def test_the_estimate_is_the_mean_over_processes_of_each_process_mean(tmp_path):
+    """exp(mean over processes of each process's mean log ratio), K processes, and a prediction interval wider than
+    the CI; a process effect (the slowdown differs per process) shows as tau, none as tau near 0 (the control)."""
+    runs = _runs(tmp_path, [1.02, 1.06, 1.03, 1.08])
+    (row,) = processes.aggregate(runs)
+    means = [np.mean(_by_hand(r)) for r in runs]
+    assert row["processes"] == row["K"] == 4 and row["R"] == [6] * 4
+    assert row["speedup"] == pytest.approx(math.exp(np.mean(means)), rel=1e-12)
+    assert row["pi95"][0] < row["ci95"][0] < row["ci95"][1] < row["pi95"][1]
+    assert row["tau"] > 0.01
+    (flat,) = processes.aggregate(_runs(tmp_path / "flat", [1.05] * 4))
+    assert flat["tau"] < row["tau"] / 3
+
+
+def test_skip_reps_leaves_the_first_reps_out(tmp_path):
+    (run,) = _runs(tmp_path, [1.05])
+    assert processes.per_rep_log_ratios(run, COMPARISON, BASELINE_ARM, ARM) == pytest.approx(_by_hand(run))
+    assert processes.per_rep_log_ratios(run, COMPARISON, BASELINE_ARM, ARM, skip_reps=1) == \
+        pytest.approx(_by_hand(run, skip=1))
+    assert len(_by_hand(run, skip=1)) == 5
+
+
+def test_one_process_gives_no_process_level_interval(tmp_path):
+    (row,) = processes.aggregate(_runs(tmp_path, [1.05]))
+    assert "speedup" not in row and row["why"].startswith("1 process(es)")
+
+
+def test_main_runs_k_processes_with_their_seeds_and_writes_the_estimate(tmp_path, monkeypatch, capsys):
+    seen = []
+
+    def fake_run(cmd, stdout=None, stderr=None):
+        seen.append(cmd)
+        out = cmd[cmd.index("--out") + 1]
+        seed = int(cmd[cmd.index("--seed") + 1])
+        write_run(out, rng=np.random.default_rng(seed), reps=4, slowdown=1.03 + 0.01 * seed)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(processes.subprocess, "run", fake_run)
+    out = str(tmp_path / "camp")
+    assert processes.main(["--opt", "packing", "--device", "cpu", "--seed", "5", "--processes", "3", "--out", out]) == 0
+    assert [c[c.index("--seed") + 1] for c in seen] == ["5", "6", "7"]
+    assert all(c.count("--seed") == 1 and c.count("--out") == 1 and "--processes" not in c for c in seen)
+    rec = json.load(open(os.path.join(out, "processes.json")))
+    assert [p["folder"] for p in rec["processes"]] == ["p00", "p01", "p02"]
+    (est,) = rec["estimates"]
+    assert est["K"] == 3 and est["population"] == "a rerun"
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2].startswith("complete: 3/3 processes") and json.loads(lines[-1])["out"] == out
+
+
+def test_main_refuses_a_full_out_folder_before_any_process(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(processes.subprocess, "run", lambda *a, **k: pytest.fail("no process may start"))
+    (tmp_path / "old.txt").write_text("x")
+    assert run_main(processes.main, ["--opt", "packing", "--processes", "2", "--out", str(tmp_path)]) == 2
+    assert "holds files already" in capsys.readouterr().err
+    assert run_main(processes.main, ["--opt", "bogus", "--processes", "2", "--out", str(tmp_path / "n")]) == 2
+    assert not (tmp_path / "n").exists()
+    # what preflight refuses for one run (an MoE optimization on a dense model) it refuses for K, before any
+    assert run_main(processes.main, ["--opt", "moe", "--model", "tiny-qwen3", "--processes", "2", "--out",
+                                     str(tmp_path / "m")]) == 2
+    assert not (tmp_path / "m").exists()
