@@ -32,6 +32,7 @@ coverage by simulation with negative controls.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple, Sequence
 
@@ -336,10 +337,16 @@ def null_tau_quantile(sizes: Sequence[int], sigma: float, *, q: float = 0.95, si
                       seed: int = 0) -> float:
     """The q-quantile of the REML tau when the true tau is 0, for processes of these `sizes` (reps each) and rep SD
     `sigma`: what an estimated tau is judged against for the design that produced it (with few reps per process,
-    tau-hat is far from 0 by chance alone)."""
+    tau-hat is far from 0 by chance alone). REML is scale-equivariant (tau-hat of sigma·z is sigma · tau-hat of z),
+    so the simulation runs once per design at sigma = 1 (`_null_tau_quantile_unit`, cached) and scales."""
+    return float(sigma) * _null_tau_quantile_unit(tuple(int(n) for n in sizes), q, sims, seed)
+
+
+@functools.lru_cache(maxsize=256)
+def _null_tau_quantile_unit(sizes: tuple, q: float, sims: int, seed: int) -> float:
     rng = np.random.default_rng(seed)
     taus = []
     for _ in range(sims):
-        g = [rng.standard_normal(int(n)) * sigma for n in sizes]
+        g = [rng.standard_normal(n) for n in sizes]
         taus.append(reml_components(g, ci=False)["tau"] or 0.0)
     return float(np.quantile(taus, q))
