@@ -20,7 +20,7 @@ Complete GPU runs only (`workbench.analysis.discover`), plus the complete compar
 `workbench.analysis.KEEP_FROM_INCOMPLETE`; `--include-cpu` adds CPU runs (smoke tests, not results). When README.md
 also has `<!-- viewing -->` / `<!-- /viewing -->` markers, that block gets `viewing_markdown()`.
 
-`--check` also reads the prose outside the generated blocks (README.md and profiles/README.md): every speedup
+`--check` also reads the prose outside the generated blocks (README.md, profiles/README.md and docs/GUIDE.md): every speedup
 quoted there (`1.133x`, `1.133x [1.103, 1.161]`) must be a speedup (with its CI) of a comparison in profiles/;
 figures struck through (`~~1.70x~~`, retracted ones) are exempt.
 
@@ -228,9 +228,9 @@ def main(argv=None) -> int:
         comps = an.comparisons(root, include_cpu=True, include_incomplete=True)
         comps = pd.concat([comps, arm_pairs(root)], ignore_index=True)
         problems += prose_problems(text, comps, os.path.relpath(readme, repo))
-        other = os.path.join(root, "README.md")
-        if os.path.exists(other):
-            problems += prose_problems(open(other).read(), comps, os.path.relpath(other, repo))
+        for other in (os.path.join(root, "README.md"), os.path.join(repo, "docs", "GUIDE.md")):
+            if os.path.exists(other):
+                problems += prose_problems(open(other).read(), comps, os.path.relpath(other, repo))
         for msg in problems:
             print(msg, file=sys.stderr)
         if problems:
