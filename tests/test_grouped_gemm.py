@@ -18,13 +18,15 @@ if importlib.util.find_spec("triton") is None:
     pytest.skip("triton is not installed", allow_module_level=True)
 _PREV_INTERPRET = os.environ.get("TRITON_INTERPRET")
 _TRITON_WAS_IMPORTED = "triton" in sys.modules
-os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: triton.language's own @jit helpers read it then
+if not torch.cuda.is_available():  # on a GPU the process's other tests compile real Triton kernels (inductor's flex):
+    # the interpreter there would run them too (the H100, 2026-11-26), so a GPU runs these in a fresh process
+    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: triton.language's own @jit helpers read it then
 import triton.language.standard  # noqa: E402
 from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 
 IN_PROCESS = isinstance(triton.language.standard.cumsum, InterpretedFunction)
-"""False when triton was imported earlier in this process without the interpreter: the tests then run in a
-fresh subprocess (`test_in_a_fresh_process`)."""
+"""False when triton was imported earlier in this process without the interpreter, or on a GPU machine: the tests then
+run in a fresh subprocess (`test_in_a_fresh_process`, with TRITON_INTERPRET=1)."""
 _MOD = "workbench.kernels.grouped_gemm"
 if IN_PROCESS:
     gg = importlib.reload(sys.modules[_MOD]) if _MOD in sys.modules else importlib.import_module(_MOD)
