@@ -9,8 +9,9 @@ equivalence checked on every run, sync counts and traces from separate passes.
     python -m workbench.ab --opt all --nvtx-cost             # + per comparison: NVTX ranges off against on
 
 How a comparison is measured (workbench/measure/engine.py): the model is built once; every arm sees the same sequence of
---batches packed batches. Each rep runs every arm, the order rotated by one per rep; per arm: apply, warm up until
-the step time settles (at least --warmup steps and one pass over every batch, until a step is within --settle-pct
+--batches packed batches. One discarded warm-up rep, then each rep runs every arm in a Williams order (over a cycle every arm
+takes every position and comes right before every other arm equally often); per arm: apply, warm up until the step
+time settles (at least --warmup steps and one pass over every batch, until a step is within --settle-pct
 of the previous step on the same batch, at most --warmup-max), then --steps timed steps with no instrument but NVTX
 ranges, then revert. Samples pair by (rep, step); the rep is the unit (arms run as blocks per rep): the speedup is
 exp(mean over reps of log(mean baseline / mean arm)), with a 95% t-interval over reps (reps - 1 df) and a verdict
