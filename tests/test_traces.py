@@ -155,7 +155,7 @@ CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER
   int32Value INTEGER, floatValue REAL, jsonTextId INTEGER, jsonText TEXT);
 CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER,
   contextId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER, demangledName INTEGER,
-  shortName INTEGER NOT NULL, gridX INTEGER, blockX INTEGER);
+  shortName INTEGER NOT NULL, mangledName INTEGER, gridX INTEGER, blockX INTEGER);
 CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER,
   contextId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER, bytes INTEGER NOT NULL,
   copyKind INTEGER NOT NULL, srcKind INTEGER, dstKind INTEGER);
@@ -195,8 +195,8 @@ def make_nsys_sqlite(path):
         con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, globalTid, correlationId, nameId) "
                     "VALUES (?, ?, ?, ?, ?)", (t, t + 5, tid, corr[0], sid("cudaLaunchKernel_v7000")))
         con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, streamId, correlationId, "
-                    "demangledName, shortName) VALUES (?, ?, 0, ?, ?, ?, ?)",
-                    (k_start, k_end, stream, corr[0], sid("_Z" + name), sid(name)))
+                    "mangledName, demangledName, shortName) VALUES (?, ?, 0, ?, ?, ?, ?, ?)",
+                    (k_start, k_end, stream, corr[0], sid(f"_Z{len(name)}{name}v"), sid(name + "()"), sid(name)))
 
     def memcpy(kind, t, start, end, nbytes, stream, tid=MAIN):
         corr[0] += 1

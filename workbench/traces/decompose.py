@@ -11,7 +11,7 @@ charged to exactly one component:
         attention         attention kernels (flash / fmha / memory-efficient / sdpa), softmax inside `wb/Lxx/attn`
         glue              packed-metadata builds (`wb/Lxx/attn/meta`) and MoE routing / permute kernels
                           (sort, histogram, bincount, top-k, nonzero, scan, index, gather / scatter)
-        copy              device copies done by kernels or DtoD memcpy (cat, copy_, contiguous)
+        copy              device copies done by kernels (cat, copy_, dtype casts), DtoD memcpy and memsets
         norm_elementwise  norms, activations, reductions, the loss, other pointwise kernels
         optimizer         every kernel inside `wb/opt`
         other             the rest
@@ -24,8 +24,9 @@ charged to exactly one component:
 
     step_ms = sum(busy classes) + exposed_copy + sync_stall + launch_gap        (exact: the components partition W)
 
-Kernel classes come from the kernel name (the demangled name in torch traces, the short name in Nsight exports),
-the range it was launched in (layer / pass / part, through the correlation id) and `wb/opt`. Per layer and pass:
+Kernel classes come from `workbench.traces.classify`: the kernel's name, normalised the same way for both tools
+(`workbench.traces.names`), the range it was launched in (layer / pass / part, through the correlation id) and
+`wb/opt`. Per layer and pass:
 busy time goes to the layer / pass of the kernel charged, a gap to that of the GPU work that ends it (a launch gap
 waits for that work) or, for a sync stall, of the readback that caused it.
 
@@ -35,11 +36,13 @@ residual is stated.
 """
 from __future__ import annotations
 
-import functools
 import re
 
 import numpy as np
 import pandas as pd
+
+from workbench.traces.classify import COPY_RECORDS, kernel_class  # noqa: F401  (kernel_class: re-exported)
+from workbench.traces.names import kernel_name
 
 BUSY = ("gemm", "attention", "glue", "copy", "norm_elementwise", "optimizer", "other")
 IDLE = ("exposed_copy", "sync_stall", "launch_gap")
@@ -50,45 +53,7 @@ CLASS_ORDER = BUSY
 READBACK_MAX_BYTES = 1 << 20
 """DtoH copies up to this size are value readbacks (`.item()`, `.tolist()`, nonzero's size); larger ones bulk."""
 
-_GEMM = re.compile(r"gemm|xmma|nvjet|cutlass|cublas|matmul|splitKreduce|wgmma|_mm_kernel|grouped_mm|grouped_dw|"
-                   r"bmm|sm\d+_.*_tn|ampere_.*gemm", re.I)
-_ATTN = re.compile(r"flash|fmha|attention|_attn|sdpa|pytorch_flash|efficient_attention|cudnn.*sdpa", re.I)
-_GLUE = re.compile(r"sort|radix|bincount|histc|histogram|topk|top_k|nonzero|cumsum|scan|index|gather|scatter|"
-                   r"compact|select|unique|arange|searchsorted|repeat_interleave|embedding_dense|DeviceReduce", re.I)
-_COPY = re.compile(r"copy|memcpy|CatArray|cat_|contiguous|transpose", re.I)
 _BLOCKING_RUNTIME = re.compile(r"Synchronize", re.I)
-
-
-def kernel_class(name: str, part: str | None = None, pass_: str | None = None) -> str:
-    """The busy class of a kernel (see the module docstring); memcpy DtoD records are `copy`.
-
-    Attention is matched before GEMM: flash kernels' demangled names carry CUTLASS types in their template
-    arguments."""
-    name = name if isinstance(name, str) else ""
-    part = part if isinstance(part, str) else None
-    pass_ = pass_ if isinstance(pass_, str) else None
-    return _kernel_class(name, part, pass_)
-
-
-@functools.lru_cache(maxsize=None)
-def _kernel_class(name: str, part: str | None, pass_: str | None) -> str:
-    if pass_ == "opt":
-        return "optimizer"
-    if part and (part == "attn/meta" or part.startswith("moe/")):
-        return "glue"
-    if _ATTN.search(name) or (part == "attn" and "softmax" in name.lower()):
-        return "attention"
-    if _GEMM.search(name):
-        return "gemm"
-    if _GLUE.search(name):
-        return "glue"
-    if _COPY.search(name) or name in ("DtoD", "PtoP"):
-        return "copy"
-    if name:
-        return "norm_elementwise" if re.search(r"norm|elementwise|reduce|vectorized|unrolled|activation|softmax|"
-                                               r"loss|pointwise|triton_poi|triton_red|silu|gelu|rms", name, re.I) \
-            else "other"
-    return "other"
 
 
 # --- interval helpers (int64 ns, half-open) --------------------------------------------------------------------
@@ -189,10 +154,11 @@ def step_windows(events: pd.DataFrame) -> pd.DataFrame:
 
 def _gpu(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(kernels incl. DtoD copies, host<->device copies) with a `cls` column on the kernels."""
-    k = events[(events["kind"] == "kernel") | ((events["kind"] == "memcpy") & events["name"].isin(("DtoD", "PtoP")))]
+    k = events[(events["kind"] == "kernel") | ((events["kind"] == "memcpy") & events["name"].isin(COPY_RECORDS))]
     k = k.copy()
+    k["name"] = k["name"].map(kernel_name)  # events saved before the normaliser hold a tool's own spelling
     k["cls"] = [kernel_class(n, p, q) for n, p, q in zip(k["name"], k["part"], k["pass"])]
-    c = events[(events["kind"] == "memcpy") & ~events["name"].isin(("DtoD", "PtoP"))]
+    c = events[(events["kind"] == "memcpy") & ~events["name"].isin(COPY_RECORDS)]
     return k, c
 
 

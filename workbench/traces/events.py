@@ -4,7 +4,9 @@ Columns (`COLUMNS`), one row per event, times in ns:
 
     source    "torch" | "nsys"
     kind      "range" (NVTX / record_function, incl. ProfilerStep#N), "kernel", "memcpy", "sync", "runtime"
-    name      range text, kernel short name, memcpy kind ("HtoD", "DtoH", ...), sync kind, runtime API name
+    name      range text, kernel name (normalised by `workbench.traces.names.kernel_name`, the same from both
+              tools; memsets are kernels named "Memset"), memcpy kind ("HtoD", "DtoH", ...), sync kind, runtime
+              API name
     start_ns, end_ns
     stream    CUDA stream of GPU-side events (kernels, memcpy, syncs, torch's gpu_user_annotation); NaN on the host
     layer     "L07" for events in (or named for) a decoder layer, else None
@@ -30,6 +32,8 @@ import sqlite3
 import numpy as np
 import pandas as pd
 
+from workbench.traces.names import MEMSET, kernel_name
+
 COLUMNS = ["source", "kind", "name", "start_ns", "end_ns", "stream", "layer", "pass", "part", "bytes", "tid",
            "correlation"]
 
@@ -42,6 +46,10 @@ MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD"
                 10: "PtoP"}
 NVTX_DOMAIN = "workbench"
 """The NVTX domain of the workbench's ranges (`workbench.instrument.ranges`); other domains are filtered out."""
+RANGE_PREFIXES = ("wb/", "ProfilerStep#")
+"""The ranges a torch.profiler trace keeps: the workbench's own (`wb/...`, the record_function twins of its NVTX
+ranges) and torch's step markers. Other record_function ranges (`Optimizer.step#AdamW.step`, ...) have no NVTX
+counterpart in an Nsight capture and are dropped, so both tools hold the same ranges."""
 SYNC_TYPES = {0: "unknown", 1: "event_sync", 2: "stream_wait_event", 3: "stream_sync", 4: "context_sync"}
 
 
@@ -140,8 +148,9 @@ def load_chrome_trace(path: str) -> dict:
 def from_torch_trace(path_or_trace) -> pd.DataFrame:
     """Parse a torch.profiler Chrome trace (`.json` or `.json.gz`, or the loaded dict) into events.
 
-    Host ranges come from `user_annotation` (record_function; `ProfilerStep#N` included), GPU-side ranges from
-    `gpu_user_annotation` (with a stream), kernels, memcpy (name = HtoD/DtoH/..., bytes), `cuda_sync` (with
+    Host ranges come from `user_annotation` (record_function: the workbench's `wb/...` and `ProfilerStep#N`, see
+    RANGE_PREFIXES), GPU-side ranges from `gpu_user_annotation` (with a stream), kernels (`kernel_name`), memsets
+    (kernels named "Memset"), memcpy (name = HtoD/DtoH/..., bytes), `cuda_sync` (with
     `enable_cuda_sync_events=True`) and runtime calls (with correlation ids).
     """
     trace = load_chrome_trace(path_or_trace) if isinstance(path_or_trace, (str, os.PathLike)) else path_or_trace
@@ -153,7 +162,7 @@ def from_torch_trace(path_or_trace) -> pd.DataFrame:
         kind = _TORCH_KINDS.get(cat)
         if kind is None and name.startswith("ProfilerStep#"):
             kind = "range"
-        if kind is None:
+        if kind is None or (kind == "range" and not name.startswith(RANGE_PREFIXES)):
             continue
         args = e.get("args") or {}
         start = int(round(float(e["ts"]) * 1e3))
@@ -166,6 +175,8 @@ def from_torch_trace(path_or_trace) -> pd.DataFrame:
         row["pass"] = None
         if kind == "memcpy":
             row["name"] = _memcpy_kind(name)
+        elif kind == "kernel":
+            row["name"] = MEMSET if cat == "gpu_memset" else kernel_name(name)
         if kind == "range" and gpu:  # GPU projection of a range: name-derived attribution only
             row["layer"], row["pass"], row["part"] = parse_range_name(name)
         if isinstance(row["tid"], str):  # torch writes some tids as strings
@@ -191,9 +202,11 @@ def from_nsys_sqlite(path: str) -> pd.DataFrame:
     """Parse an `nsys export --type sqlite` file (NVTX_EVENTS, CUPTI_ACTIVITY_KIND_KERNEL / MEMCPY / SYNCHRONIZATION / RUNTIME; times in ns) into events.
 
     NVTX push/pop and start/end ranges (eventType 59, 60; text from `text` or the registered string `textId`) of
-    the workbench's NVTX domain (and the default domain; other libraries' domains, e.g. CUB's, are dropped),
-    CUPTI kernels (shortName), memcpy (copyKind -> HtoD/DtoH/..., bytes), synchronization (syncType) and runtime
-    calls (nameId). Tables a capture lacks are skipped.
+    the workbench's NVTX domain only (the default domain where the capture registered none; other libraries'
+    domains, e.g. CUB's, are dropped), CUPTI kernels (`mangledName`, else `demangledName`, else `shortName`,
+    through `kernel_name`: the name a torch trace gives the same kernel), memsets (kernels named "Memset", as in
+    torch traces), memcpy (copyKind -> HtoD/DtoH/..., bytes), synchronization (syncType) and runtime calls
+    (nameId). Tables a capture lacks are skipped.
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(path)
@@ -210,22 +223,34 @@ def from_nsys_sqlite(path: str) -> pd.DataFrame:
             cols = _columns(con, "NVTX_EVENTS")
             text = "COALESCE(n.text, " + name_of("n.textId") + ")" if "textId" in cols else "n.text"
             dom = "n.domainId" if "domainId" in cols else "0"
-            # NVTX domains: keep the workbench's own ranges (its `workbench` domain, or the default domain 0 when
-            # the ranges came through torch.cuda.nvtx); drop other libraries' (CUB's `CCCL` ranges nest inside
-            # wb/Lxx/attn/meta and would otherwise count as builds)
+            # NVTX domains: only the workbench's own ranges count: its `workbench` domain, or, in a capture without
+            # one (ranges through torch.cuda.nvtx), the default domain. Other libraries' domains are dropped (CUB's
+            # `CCCL` ranges nest inside wb/Lxx/attn/meta and would otherwise count as builds).
             domains = {d: t for d, t in con.execute(f"SELECT {dom}, n.text FROM NVTX_EVENTS n WHERE n.eventType = 75")}
-            foreign = {d for d, t in domains.items() if t != NVTX_DOMAIN}
+            own = {d for d, t in domains.items() if t == NVTX_DOMAIN}
             q = (f"SELECT n.start, n.end, {text}, n.globalTid, {dom} FROM NVTX_EVENTS n "
                  "WHERE n.eventType IN (59, 60) AND n.end IS NOT NULL")
             for s, e, name, tid, d in con.execute(q):
-                if d not in foreign:
-                    rows.append(dict(kind="range", name=name or "", start_ns=s, end_ns=e, tid=tid))
+                if (d in own if own else d not in domains) and (name or "").startswith(RANGE_PREFIXES):
+                    rows.append(dict(kind="range", name=name, start_ns=s, end_ns=e, tid=tid))
+        string = dict(con.execute("SELECT id, value FROM StringIds")) if strings else {}
         if "CUPTI_ACTIVITY_KIND_KERNEL" in t:
-            q = (f"SELECT k.start, k.end, {name_of('k.shortName')}, k.streamId, k.correlationId "
+            # the name kineto demangles (mangledName, through the same __cxa_demangle), else Nsight's demangling,
+            # else the short name (an export without either): `kernel_name` normalises each to one form
+            cols = _columns(con, "CUPTI_ACTIVITY_KIND_KERNEL")
+            fields = [f"k.{c}" for c in ("mangledName", "demangledName", "shortName") if c in cols]
+            q = (f"SELECT k.start, k.end, k.streamId, k.correlationId, {', '.join(fields)} "
                  "FROM CUPTI_ACTIVITY_KIND_KERNEL k")
-            for s, e, name, stream, corr in con.execute(q):
-                rows.append(dict(kind="kernel", name=name or "", start_ns=s, end_ns=e, stream=stream,
+            for s, e, stream, corr, *ids in con.execute(q):
+                name = next((string[i] for i in ids if i is not None and string.get(i)), "")
+                rows.append(dict(kind="kernel", name=kernel_name(name), start_ns=s, end_ns=e, stream=stream,
                                  correlation=corr))
+        if "CUPTI_ACTIVITY_KIND_MEMSET" in t:  # torch lists memsets as kernels ("Memset (Device)"): so do we
+            cols = _columns(con, "CUPTI_ACTIVITY_KIND_MEMSET")
+            corr = "m.correlationId" if "correlationId" in cols else "NULL"
+            q = f"SELECT m.start, m.end, m.streamId, {corr} FROM CUPTI_ACTIVITY_KIND_MEMSET m"
+            for s, e, stream, c in con.execute(q):
+                rows.append(dict(kind="kernel", name=MEMSET, start_ns=s, end_ns=e, stream=stream, correlation=c))
         if "CUPTI_ACTIVITY_KIND_MEMCPY" in t:
             cols = _columns(con, "CUPTI_ACTIVITY_KIND_MEMCPY")
             corr = "m.correlationId" if "correlationId" in cols else "NULL"
