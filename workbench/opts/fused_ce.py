@@ -46,6 +46,7 @@ GEMMs stay (cce adds one).
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 
@@ -166,6 +167,7 @@ def make_forward(hf, arm: str, info: dict, chunk_mem_const: int = CHUNK_MEM_CONS
     own = hf.forward  # the bound class forward (or an earlier instance-level one)
     decoder = getattr(hf, hf.base_model_prefix)
 
+    @functools.wraps(own)  # the model's own signature: Trainer reads it to keep the batch's columns
     def forward(*args, **kwargs):
         labels = kwargs.get("labels")
         if args or labels is None or kwargs.get("logits_to_keep") not in (None, 0):
