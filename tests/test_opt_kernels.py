@@ -314,3 +314,23 @@ def test_trainer_trains_with_the_kernel_levers(tmp_path, monkeypatch):
     assert "forward" not in vars(base_model_of(model))
     assert len(got) == len(ref) == 2
     torch.testing.assert_close(torch.tensor(got), torch.tensor(ref), rtol=1e-3 if not CUDA else 2e-2, atol=1e-5)
+
+
+def test_loss_per_step_counts_the_head_outside_gemm():
+    """Busy time outside every decoder layer, GEMM and optimizer excluded (a synthetic trace with known answers)."""
+    from synthetic_traces import Trace
+
+    from workbench.traces.levers import loss_per_step
+
+    t = Trace()
+    t.range("wb/step", 0, 100)
+    t.range("wb/fwd", 0, 60)
+    t.range("wb/L00/fwd", 0, 20)
+    t.launch(1, "kernel", "vectorized_elementwise_kernel", 2, 10)  # in the layer: not the loss's
+    t.launch(21, "kernel", "sm90_xmma_gemm_bf16", 21, 40)  # the lm_head GEMM: stays
+    t.launch(41, "kernel", "direct_copy_kernel_cuda", 41, 47)  # the logits' fp32 cast: 6 us
+    t.launch(48, "kernel", "cunn_SoftMaxForward", 48, 52)  # log-softmax: 4 us
+    t.range("wb/opt", 70, 90)
+    t.launch(71, "kernel", "multi_tensor_apply_kernel", 71, 80)  # the optimizer: not the loss's
+    got = loss_per_step(t.events())
+    assert list(got.round(6)) == [0.010]  # ms
