@@ -93,7 +93,7 @@ def _decompose_component(lever_component: str) -> str:
 def breakdown_of(events, attention_impl: str | None) -> dict:
     """{components, levers, se_ms, steps} of a traced baseline's events."""
     from workbench.step import flops
-    from workbench.traces.levers import levers
+    from workbench.traces.levers import LOSS_COMPONENT, levers, loss_per_step
     from workbench.traces import decompose
 
     comps = decompose.summary(events).to_dict("records")
@@ -101,7 +101,10 @@ def breakdown_of(events, attention_impl: str | None) -> dict:
     n = len(per)
     se = {c: (float(per[c].std(ddof=1)) / math.sqrt(n) if n > 1 else None) for c in per.columns}
     top = decompose.top_kernels(events, 50).to_dict("records")
-    rows = levers(comps, attention_flops=flops.attention_mode(attention_impl), min_share=MIN_SHARE, top_kernels=top)
+    loss = loss_per_step(events)
+    se[LOSS_COMPONENT] = float(loss.std(ddof=1)) / math.sqrt(len(loss)) if len(loss) > 1 else None
+    rows = levers(comps, attention_flops=flops.attention_mode(attention_impl), min_share=MIN_SHARE, top_kernels=top,
+                  loss_ms=float(loss.mean()) if len(loss) else None)
     return {"components": comps, "levers": rows, "se_ms": se, "steps": n, "top_kernels": top[:10]}
 
 

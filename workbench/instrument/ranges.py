@@ -193,7 +193,19 @@ def _wrap_submodule(module: torch.nn.Module, name: str) -> None:
         with span(name):
             return inner(*args, **kwargs)
 
+    forward._wb_range = name
     module.forward = forward
+
+
+def range_name_of(forward) -> str | None:
+    """The range name of an instance forward that `instrument_layers` wrapped (None for any other callable)."""
+    return getattr(forward, "_wb_range", None)
+
+
+def wrap_in_range(module: torch.nn.Module, name: str) -> None:
+    """Wrap `module`'s current forward in range `name` again: for a patch (e.g. Liger's) that replaced the wrapper with
+    its own instance forward."""
+    _wrap_submodule(module, name)
 
 
 def find_decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:

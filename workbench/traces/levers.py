@@ -15,6 +15,10 @@ DENSE_ATTENTION = tuple(c.attention_flops for c in COMPONENTS.values() if c.grou
 """("dense",): the attention FLOP classes (`workbench.step.flops.attention_mode`) computed over the whole packed sequence."""
 DENSE_ATTENTION_COMPONENT = attention_component("dense")
 SLICE_GRADIENTS_COMPONENT = "slice gradients (fill + add)"
+LOSS_COMPONENT = "loss (logits, non-GEMM)"
+LOSS_CLASSES = ("attention", "glue", "copy", "norm_elementwise", "other")
+"""The busy classes of `LOSS_COMPONENT`: everything but GEMM (the lm_head matmuls, which a fused loss keeps) and the
+optimizer."""
 LEVER_COMPONENTS = frozenset({*LEVERS, *LEVER_ONLY})
 """The components a lever optimization may name in its SPEC's `lever` (`workbench.opts.registry`): every row
 `levers()` can emit (`workbench.traces.components` owns them, with their lever text)."""
@@ -44,15 +48,32 @@ def slice_gradients(top_kernels: list[dict] | None, step_ms: float | None) -> di
                      + COMPONENTS[SLICE_GRADIENTS_COMPONENT].lever}
 
 
+def loss_per_step(events) -> "pd.Series":
+    """Per traced step (index: step), the ms of `LOSS_COMPONENT`: busy time charged to kernels outside every decoder
+    layer (`decompose.breakdown(by_layer=True)`, layer "") of the classes `LOSS_CLASSES`. That is the head's work
+    besides its GEMMs: the logits' casts, the loss's log-softmax / nll and their backward, plus the embedding's
+    backward and the final norm (small beside the (T, V) logits)."""
+    from workbench.traces import decompose
+
+    b = decompose.breakdown(events, by_layer=True)
+    steps = sorted(b["step"].unique()) if len(b) else []
+    sel = b[(b["layer"] == "") & b["component"].isin(LOSS_CLASSES)]
+    return sel.groupby("step")["ms"].sum().reindex(steps, fill_value=0.0)
+
+
 def levers(components: list[dict], *, attention_flops: str | None = None, min_share: float = 0.05,
-           top_kernels: list[dict] | None = None) -> list[dict]:
+           top_kernels: list[dict] | None = None, loss_ms: float | None = None) -> list[dict]:
     """[{component, ms, share, lever}] for the components (rows of `decompose.summary(...)`) other than gemm /
-    attention that take at least `min_share` of the step, largest first; plus attention when it is computed dense;
-    first of all, a gradient built slice by slice (`slice_gradients`, from `top_kernels`) that takes `min_share`."""
+    attention that take at least `min_share` of the step, largest first, with the loss's non-GEMM work
+    (`loss_ms`, the mean of `loss_per_step`) among them; plus attention when it is computed dense; first of all, a
+    gradient built slice by slice (`slice_gradients`, from `top_kernels`) that takes `min_share`."""
     rows = [r for r in components if r.get("component") in LEVERS and (r.get("share") or 0) >= min_share]
-    out = [{"component": r["component"], "ms": r["ms"], "share": r["share"], "lever": LEVERS[r["component"]]}
-           for r in sorted(rows, key=lambda r: -r["share"])]
     step = next((r.get("ms") for r in components if r.get("component") == "step_ms"), None)
+    if loss_ms is not None and step and loss_ms / step >= min_share:
+        rows.append({"component": LOSS_COMPONENT, "ms": loss_ms, "share": loss_ms / step})
+    out = [{"component": r["component"], "ms": r["ms"], "share": r["share"],
+            "lever": LEVERS.get(r["component"]) or COMPONENTS[r["component"]].lever}
+           for r in sorted(rows, key=lambda r: -r["share"])]
     sg = slice_gradients(top_kernels, step)
     if sg is not None and sg["share"] >= min_share:
         out.insert(0, sg)
