@@ -191,10 +191,17 @@ def analyse(dose_dir: str) -> dict:
     for p in run["processes"]:
         if p.get("rc") == 0:
             folders.setdefault(p["timing"], []).append(os.path.join(dose_dir, p["folder"]))
-    c = traced_c(os.path.join(dose_dir, run["traced"])) if run.get("traced") else None
+    try:
+        c = traced_c(os.path.join(dose_dir, run["traced"])) if run.get("traced") else None
+    except Exception as e:  # noqa: BLE001 - the slopes stand without c (a CPU run's traces hold no GPU time)
+        c = None
+        out_why = f"no traced c: {type(e).__name__}: {e}"
+    else:
+        out_why = None if c else "no traced pass (run with --trace torch)"
     points = {mode: [process_points(d) for d in dirs] for mode, dirs in folders.items()}
     out = {"opt": run["opt"], "unit": run["unit"], "units": run["units"], "command": run.get("command"),
-           "commit": run.get("commit"), "band": list(BAND), "agree_rel": AGREE_REL, "c": c, **estimate(points, c)}
+           "commit": run.get("commit"), "band": list(BAND), "agree_rel": AGREE_REL, "c": c, "c_why": out_why,
+           **estimate(points, c)}
     for mode, dirs in folders.items():
         s0 = syncs_per_level(dirs[0])
         fit = stats.linear_fit(list(s0), list(s0.values())) if len(s0) >= 2 else {"slope": None}
