@@ -90,3 +90,20 @@ def test_a_slope_that_matches_c_reads_fine_whatever_the_profiler_does():
 def test_the_decision_rule_as_fixed(theta, inter, want):
     assert dose.decide(theta, inter, 1.0)[0] == want
     assert dose.decide(theta, inter, 1.0)[1]  # and says why
+
+
+def test_the_figure_draws_each_mode_and_the_traced_prediction():
+    pytest.importorskip("plotly")
+    from workbench.report.dose_figure import dose_figure, saving_points
+
+    pts = {"none": _points(0.6, seed=5), "torch": _points(1.1, seed=6)}
+    a = {"opt": "packing", "unit": "builds avoided per step", "units": list(LEVELS), "c": C,
+         **dose.estimate(pts, C)}
+    for mode, m in a["modes"].items():
+        m["points"] = pts[mode]
+    fig = dose_figure(a)
+    names = [t.name for t in fig.data if t.name]
+    assert any("untimed" in n for n in names) and any("torch.profiler" in n for n in names)
+    assert any(n.startswith("traced prediction c = 1.2") for n in names)
+    sv = saving_points(pts["none"][:1])
+    assert sv[0] == (0, 0.0) and sv[-1][0] == 15 and sv[-1][1] == pytest.approx(0.6 * 15, abs=2)
