@@ -75,12 +75,13 @@ def _split(argv):
         raise WorkbenchError(f"--processes must be >= 1, got {ns.processes}")
     from workbench.ab.cli import parse_args
     from workbench import opts
+    from workbench.opts.protocol import hook
 
     cfg = dataclasses.replace(parse_args(rest), trace=ns.trace if ns._child else "none")
     mod = opts.module(cfg.opt) if cfg.opt in opts.OPTS else None
-    if mod is None or getattr(mod, "DOSE", None) is None:
+    if mod is None or hook(mod, "DOSE") is None:
         raise WorkbenchError(f"--opt {cfg.opt}: no dose arm (an optimization whose module has DOSE: "
-                             + ", ".join(o for o in opts.OPTS if getattr(opts.module(o), "DOSE", None)) + ")")
+                             + ", ".join(o for o in opts.OPTS if hook(opts.module(o), "DOSE")) + ")")
     return ns, rest, modes, cfg, mod
 
 
@@ -103,6 +104,7 @@ def _child(ns, argv, cfg, mod) -> int:
     from workbench.ab import session
     from workbench.ab.planner import ArmSpec
     from workbench.ab.runner import Runner
+    from workbench.opts.protocol import hook
     from workbench.step.models import load_config
 
     if cfg.out is None:
@@ -114,12 +116,13 @@ def _child(ns, argv, cfg, mod) -> int:
             raise WorkbenchError("--timing nsys needs a CUDA device")
         cmp = comps[0]
         layers = cmp.layers or load_config(cmp.model, None, None, cfg.step.experts).num_hidden_layers
-        top = mod.dose_units(layers, cfg.step.checkpointing)
+        top = hook(mod, "dose_units")(layers, cfg.step.checkpointing)
         levels = dose_levels(top, ns.levels)
-        cmp.arms = [ArmSpec(f"u{u}", {cfg.opt: mod.DOSE["arm"]}, options={cfg.opt: {"dose": u}}) for u in levels]
+        arm = hook(mod, "DOSE")["arm"]
+        cmp.arms = [ArmSpec(f"u{u}", {cfg.opt: arm}, options={cfg.opt: {"dose": u}}) for u in levels]
         cmp.baseline, cmp.optimized, cmp.explicit_arms = cmp.arms[0].label, cmp.arms[-1].label, True
         info.update(opt=cfg.opt, comparison=cmp.name, arms={s.label: u for s, u in zip(cmp.arms, levels)},
-                    unit=mod.DOSE["unit"], units_max=top, layers=layers, checkpointing=cfg.step.checkpointing,
+                    unit=hook(mod, "DOSE")["unit"], units_max=top, layers=layers, checkpointing=cfg.step.checkpointing,
                     timing=mode, trace=cfg.trace)
         return [cmp]
 
