@@ -659,8 +659,7 @@ def apply(model, arm: str, backend: str | None = None, dose: int | None = None, 
     if dose is not None:
         top = dose_units(len(mods), passes == 2)
         if arm != DOSE["arm"] or not 0 <= int(dose) <= top:
-            raise WorkbenchError(f"packing: dose takes the {DOSE['arm']} arm and 0..{top} (L*p - 1 builds avoided "
-                                 f"per step), not {arm!r} with {dose}")
+            raise WorkbenchError(f"packing: dose takes the {DOSE['arm']} arm and 0..{top} (builds avoided), not {arm!r} with {dose}")
         rank = {(id(mods[i]), k): r for r, (i, k) in enumerate(dose_order(len(mods), passes))}
     register_backends()
     st = PackingState(arm, backend, None if dose is None else int(dose), rank)
