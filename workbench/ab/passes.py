@@ -49,7 +49,16 @@ def child_config(args, cmp, spec, out: str) -> dict:
     return {**args.as_dict(), **dict(opt=cmp.opt, model=cmp.model, layers=cmp.layers, tokens=cmp.tokens,
                                        attn=cmp.attn, device="cuda", trace="none", out=out, sweep=None, only=None,
                                        arms=None, aa=False, nvtx_cost="off", _config=None,
-                                       _capture=",".join(f"{o}={arm}" for o, arm in spec.arms.items()))}
+                                       _capture=capture_spec(spec))}
+
+
+def capture_spec(spec) -> str:
+    """The nsys child's `--_capture`: `opt=arm,...`, or JSON {"arms", "options"} when the arm has options of its own
+    (a dose); `workbench.ab.session.capture_arms` reads either."""
+    import json
+    if spec.options:
+        return json.dumps({"arms": spec.arms, "options": spec.options}, sort_keys=True)
+    return ",".join(f"{o}={arm}" for o, arm in spec.arms.items())
 
 
 def child_argv(args, cmp, spec, out: str) -> list[str]:

@@ -22,6 +22,8 @@ class ArmSpec:
     """{opt: arm} applied in this order."""
     ranges: bool = True
     """NVTX ranges on in its timed steps (off only in the NVTX-cost comparison)."""
+    options: dict = dataclasses.field(default_factory=dict)
+    """{opt: apply keyword arguments of this arm alone}, over the comparison's (`workbench.ab.dose`: {opt: {dose: u}})."""
 
 
 @dataclasses.dataclass

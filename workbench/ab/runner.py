@@ -136,7 +136,10 @@ class Runner:
         from workbench.step.data import to_device
 
         reset()
-        handle = apply_arms(model, spec.arms, options if options is not None else self.options(cmp))
+        options = dict(options if options is not None else self.options(cmp))
+        for opt, kw in spec.options.items():  # this arm's own options (a dose) over the comparison's
+            options[opt] = {**options.get(opt, {}), **kw}
+        handle = apply_arms(model, spec.arms, options)
         self._arm_attention.setdefault(spec.label, _attention_ran(model, spec))
         try:
             batches = to_device(_fresh(cpu_batches), self.device, prepare=handle.prepare_batch)

@@ -62,16 +62,19 @@ def capture_child(args, device) -> int:
     from workbench.step.harness import train_steps
     from workbench.instrument import Ranges
 
-    arms = dict(kv.split("=", 1) for kv in args._capture.split(","))
+    arms, arm_options = capture_arms(args._capture)
     cmp = Comparison(opt=args.opt, model=args.step.model, layers=args.step.layers, tokens=args.data.tokens,
                      attn=args.step.attn, arms=[ArmSpec("capture", arms)], baseline="capture", optimized=None)
     r = Runner(args, device, writer=None)
     model = r.build(cmp)
-    why = unsupported_reason(model, arms, device, r.options(cmp))
+    options = r.options(cmp)
+    why = unsupported_reason(model, arms, device, options)
     if why:
         raise UnsupportedArm(why)
+    for opt, kw in arm_options.items():
+        options[opt] = {**options.get(opt, {}), **kw}
     cpu_batches = args.data.make_batches(args.data.tokens, model.config.vocab_size)
-    handle = apply_arms(model, arms, r.options(cmp))
+    handle = apply_arms(model, arms, options)
     try:
         batches = to_device(_fresh(cpu_batches), device, prepare=handle.prepare_batch)
         ranges = Ranges(nvtx=True, profiler=False)
@@ -90,6 +93,15 @@ def capture_child(args, device) -> int:
     finally:
         handle.revert()
     return 0
+
+
+def capture_arms(spec: str) -> tuple[dict, dict]:
+    """({opt: arm}, {opt: the arm's own options}) of a `--_capture` (`workbench.ab.passes.capture_spec`)."""
+    import json
+    if spec.startswith("{"):
+        d = json.loads(spec)
+        return dict(d["arms"]), dict(d.get("options") or {})
+    return dict(kv.split("=", 1) for kv in spec.split(",")), {}
 
 
 def closing_line(summary: dict, planned: int) -> str:
@@ -144,9 +156,23 @@ class _Run:
     status: str = "incomplete"
     reason: str | None = None
     rc: int = 1
+    prog: str = "workbench.ab"
+    """The module whose command meta.json records."""
+    replan: object = None
+    """comparisons, device -> comparisons: another entry point's arms over the plan's shape (`workbench.ab.dose`)."""
+    runner_cls: object = None
+    """The Runner class (None: `Runner`): another entry point's protocol (`workbench.ab.dose`)."""
 
 
-def _main(argv, a, dctx) -> int:
+def run_planned(argv, a, *, prog: str, replan, runner_cls=None) -> int:
+    """The run of `python -m workbench.ab` on one device with the plan's comparisons replaced by `replan(comps,
+    device)` and the runner by `runner_cls`: every phase, the folder and its files as `main` gives them (the dose
+    arms of `workbench.ab.dose`)."""
+    return _main(argv, a, None, _Run(argv=argv, a=None, dctx=None, device=None, main_rank=True, prog=prog,
+                                     replan=replan, runner_cls=runner_cls))
+
+
+def _main(argv, a, dctx, run: _Run | None = None) -> int:
     """The run, phase by phase; `dctx` is this rank's `workbench.ab.distributed.DistContext` under torchrun, else
     None: the config resolved and checked (`_resolve`), the plan and the folder (`_plan`, `_open`), the comparisons
     (`_comparisons`: each one `Runner.run`, itself build, runnable arms, equivalence, timing, counted pass, traces and
@@ -154,7 +180,8 @@ def _main(argv, a, dctx) -> int:
     from workbench.step.models import resolve_device
 
     device = dctx.device if dctx is not None else resolve_device(a.device)
-    r = _Run(argv=argv, a=None, dctx=dctx, device=device, main_rank=dctx is None or dctx.is_main)
+    r = run or _Run(argv=argv, a=None, dctx=dctx, device=device, main_rank=dctx is None or dctx.is_main)
+    r.device = device
     r.a = _resolve(a, device, r.main_rank)
     if r.a._capture:
         if r.a.step.model is None or r.a.data.tokens is None:
@@ -208,6 +235,8 @@ def _plan(r: _Run) -> None:
     else:
         check_out_dir(r.out_dir, force=a.force, given=a.out is not None)
     r.comps = plan(a, r.device)
+    if r.replan is not None:
+        r.comps = r.replan(r.comps, r.device)
 
 
 # -- the folder opened: meta.json, the writer, NVML, the runner ------------------------------------------------------
@@ -223,7 +252,8 @@ def _open(r: _Run) -> None:
     dinfo = device_info(device)
     dtype = _prec.criterion_dtype(a.step.precision, DTYPES[a.step.dtype]
                                   or _prec.model_dtype(a.step.precision, device))
-    protocol = Runner(a, device, None).protocol()
+    runner_cls = r.runner_cls or Runner
+    protocol = runner_cls(a, device, None).protocol()
     meta = {"device": dinfo, "args": {k: v for k, v in a.as_dict().items() if k not in ("_capture", "_config")},
             "protocol": protocol.describe(), "equivalence_criterion": describe(dtype),
             "comparisons": [c.name for c in r.comps]}
@@ -238,7 +268,7 @@ def _open(r: _Run) -> None:
             argv=["torchrun", f"--nproc-per-node={dctx.world}", "-m", "workbench.ab", *r.argv])
         dctx.watch(r.writer)  # rank 0: a peer's failure marks the folder failed even while this thread waits
     else:
-        r.writer = RunWriter(r.out_dir, r.run_id, argv=["python", "-m", "workbench.ab", *r.argv], env=wenv,
+        r.writer = RunWriter(r.out_dir, r.run_id, argv=["python", "-m", r.prog, *r.argv], env=wenv,
                              extra_meta=meta)
     writer = r.writer
     try:  # a Ctrl-C before the comparison loop's own handler: the folder is marked, not left RUNNING
@@ -254,7 +284,7 @@ def _open(r: _Run) -> None:
             from workbench.ab.distributed import DistRunner
             r.runner = DistRunner(a, device, writer, dctx, nvml=r.sampler)
         else:
-            r.runner = Runner(a, device, writer, nvml=r.sampler)
+            r.runner = runner_cls(a, device, writer, nvml=r.sampler)
         r.runner.device_name = dinfo.get("name") if device.type == "cuda" else None
         r.summary = {"run_id": r.run_id, "device": str(device), "comparisons": []}
     except KeyboardInterrupt:  # the runner's construction included: a Ctrl-C under load once landed there

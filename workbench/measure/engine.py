@@ -16,7 +16,10 @@ Protocol (a comparison = arms x reps over one fixed batch sequence, inside one p
   and two passes over the distinct batches, then until each batch's latest step is within `settle_pct` of that
   batch's previous step, `warmup_max` at most. The steps it took and whether it settled are recorded (`Warmup`).
 - Then `steps` timed steps, batch `step mod nb`, with no dispatch mode, no profiler and no sync-debug mode
-  (`assert_uninstrumented` checks before every timed step); NVTX ranges are the only instrument left on.
+  (`assert_uninstrumented` checks before every timed step); NVTX ranges are the only instrument left on. The one
+  exception is asked for by name, to measure an instrument's own effect (`Protocol.instrument`, the dose-response of
+  `workbench.ab.dose`): `torch` runs each arm block (warmup and timed steps) inside torch.profiler, `nsys` opens the
+  CUDA profiler range (`nsys profile -c cudaProfilerApi`) before the first rep and closes it after the last.
 - With `target_ci_pct`, reps continue past `reps` until the speedup's 95% CI half-width is under it, `budget_s` is
   spent, or `max_reps` is reached; `stopped_by` says which. It stops only at a whole number of cycles of the order
   (`stop_every`: a Williams cycle when `reps` covers one, else an even R), never at an odd R.
@@ -32,6 +35,7 @@ Sync counts and traces come from separate passes (`workbench.ab`), never from th
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from typing import Callable, ContextManager, Protocol as _Protocol
@@ -62,10 +66,56 @@ def active_instruments() -> list[str]:
     return on
 
 
-def assert_uninstrumented() -> None:
+def assert_uninstrumented(allowed: str | None = None) -> None:
+    """No instrument on; with `allowed` ("torch.profiler"), that one must be on and nothing else."""
     on = active_instruments()
+    if allowed is not None:
+        if allowed not in on:
+            raise InstrumentActive(f"a timed step asked to run under {allowed} runs without it")
+        on = [x for x in on if x != allowed]
     if on:
         raise InstrumentActive("a timed step would run with an instrument on (" + "; ".join(on) + ")")
+
+
+INSTRUMENTS = ("none", "torch", "nsys")
+"""`Protocol.instrument`: what the timed steps run under (none: NVTX only)."""
+
+
+def profiler_activities(device) -> tuple[list, dict]:
+    """torch.profiler's activities and keyword arguments as the traced passes use them (`traces.capture`): CPU, plus
+    CUDA with its sync events on a GPU."""
+    from torch.profiler import ProfilerActivity
+
+    acts, kwargs = [ProfilerActivity.CPU], {}
+    if torch.device(device).type == "cuda":
+        acts.append(ProfilerActivity.CUDA)
+        kwargs["experimental_config"] = torch.profiler._ExperimentalConfig(enable_cuda_sync_events=True)
+    return acts, kwargs
+
+
+@contextlib.contextmanager
+def _run_instrument(instrument: str):
+    """The context the reps run in: the CUDA profiler range (`nsys profile -c cudaProfilerApi`) for `nsys`."""
+    if instrument != "nsys":
+        yield
+        return
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    try:
+        yield
+    finally:
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+
+
+def _block_instrument(instrument: str):
+    """The context an arm block runs in: torch.profiler for `torch` (events kept in memory, dropped), else none."""
+    if instrument != "torch":
+        return contextlib.nullcontext()
+    from torch.profiler import profile
+
+    acts, kwargs = profiler_activities("cuda" if torch.cuda.is_available() else "cpu")
+    return profile(activities=acts, record_shapes=False, with_stack=False, **kwargs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,10 +146,14 @@ class Protocol:
     arms: int = 2
     """Arms in the comparison (the first two are compared). `measure()` is handed the real arms; this field is the
     design `workbench.measure.power` and the gate simulate."""
+    instrument: str = "none"
+    """What the timed steps run under (`INSTRUMENTS`): none (NVTX only: every timing the workbench reports), or an
+    instrument whose own effect is the measurement (torch: torch.profiler around each arm block; nsys: the CUDA
+    profiler range around the reps)."""
 
     def __post_init__(self):
         if (self.reps < 1 or self.steps < 1 or self.warmup_min < 0 or self.warmup_max < self.warmup_min
-                or self.discard_reps < 0 or self.batches < 1 or self.arms < 1):
+                or self.discard_reps < 0 or self.batches < 1 or self.arms < 1 or self.instrument not in INSTRUMENTS):
             raise WorkbenchError(f"bad protocol: {self}")
 
     def warmup_steps(self, n_batches: int | None = None) -> int:
@@ -238,14 +292,14 @@ def measure(arms: list[str], open_session: Callable[[str], ContextManager[Sessio
             if arm in failed:
                 continue
             try:
-                with open_session(arm) as session:
+                with open_session(arm) as session, _block_instrument(p.instrument):
                     w = _warmup(session, n_batches, p, arm, rep)
                     warmups.append(w)
                     if on_warmup is not None:
                         on_warmup(w)
                     w0 = time.time()
                     for s in range(p.steps):
-                        assert_uninstrumented()
+                        assert_uninstrumented("torch.profiler" if p.instrument == "torch" else None)
                         ts = time.time()
                         rec = session.step(s % n_batches, s)
                         sample = {"arm": arm, "rep": rep, "batch": s % n_batches, "step": s,
@@ -266,44 +320,45 @@ def measure(arms: list[str], open_session: Callable[[str], ContextManager[Sessio
                 failed[arm] = e
 
     t0 = time.perf_counter()
-    for _ in range(p.discard_reps):
-        run_rep(-1, arm_order(arms, 0)[::-1], discarded, None)
-    rep = 0
-    stopped_by = "reps"
-    last_rep_s = 0.0
-    while True:
-        t_rep = time.perf_counter()
-        run_rep(rep, arm_order(arms, rep), samples, on_sample)
-        rep += 1
-        last_rep_s = time.perf_counter() - t_rep
-        elapsed = time.perf_counter() - t0
-        if baseline in failed or (optimized is not None and optimized in failed) or len(failed) == len(arms):
-            stopped_by = "failed"
+    with _run_instrument(p.instrument):  # nsys: every rep inside the capture range
+        for _ in range(p.discard_reps):
+            run_rep(-1, arm_order(arms, 0)[::-1], discarded, None)
+        rep = 0
+        stopped_by = "reps"
+        last_rep_s = 0.0
+        while True:
+            t_rep = time.perf_counter()
+            run_rep(rep, arm_order(arms, rep), samples, on_sample)
+            rep += 1
+            last_rep_s = time.perf_counter() - t_rep
+            elapsed = time.perf_counter() - t0
+            if baseline in failed or (optimized is not None and optimized in failed) or len(failed) == len(arms):
+                stopped_by = "failed"
+                if on_rep is not None:
+                    on_rep(rep, None)
+                break
+            cmp = None
+            if optimized is not None:
+                cmp = paired_comparison(samples, baseline, optimized)
             if on_rep is not None:
-                on_rep(rep, None)
-            break
-        cmp = None
-        if optimized is not None:
-            cmp = paired_comparison(samples, baseline, optimized)
-        if on_rep is not None:
-            on_rep(rep, cmp)
-        if rep < p.reps:
-            continue
-        if p.target_ci_pct is None and p.budget_s is None:
-            stopped_by = "reps"
-            break
-        if rep % every and rep < p.max_reps:  # added reps stop at whole cycles of the order: never an odd R
-            continue
-        if p.target_ci_pct is not None and cmp is not None and cmp["half_width_pct"] is not None \
-                and cmp["half_width_pct"] <= p.target_ci_pct:
-            stopped_by = "target_ci"
-            break
-        if p.budget_s is not None and elapsed + every * last_rep_s > p.budget_s:
-            stopped_by = "budget"
-            break
-        if rep + every > p.max_reps:
-            stopped_by = "max_reps"
-            break
+                on_rep(rep, cmp)
+            if rep < p.reps:
+                continue
+            if p.target_ci_pct is None and p.budget_s is None:
+                stopped_by = "reps"
+                break
+            if rep % every and rep < p.max_reps:  # added reps stop at whole cycles of the order: never an odd R
+                continue
+            if p.target_ci_pct is not None and cmp is not None and cmp["half_width_pct"] is not None \
+                    and cmp["half_width_pct"] <= p.target_ci_pct:
+                stopped_by = "target_ci"
+                break
+            if p.budget_s is not None and elapsed + every * last_rep_s > p.budget_s:
+                stopped_by = "budget"
+                break
+            if rep + every > p.max_reps:
+                stopped_by = "max_reps"
+                break
     return Measurement(samples=samples, warmups=warmups, windows=windows, failed=failed, reps=rep,
                        stopped_by=stopped_by, protocol=p, n_batches=n_batches, discarded=discarded)
 

@@ -24,6 +24,9 @@ and a claim about "a rerun" takes the process as the unit:
   (two 95% CIs overlap up to |z| = 2.77).
 - `heldout_check`: held-out processes against a stated prediction interval: the fraction inside against its null
   5% quantile (simulated for the design), the held-out / estimate variance ratio against its F interval.
+- `dose_slope`: a dose-response with the process as the unit: per process the OLS slope of step time on the dose
+  (the saving per unit), the mean slope over processes with its t-interval (K - 1 df), and the same for the quadratic
+  term (a curvature whose CI excludes 0: the response is not linear).
 - `null_tau_quantile`: the REML tau's 95th percentile when tau = 0, simulated for the actual design (the process
   sizes), what a repeat diagnostic judges an estimated tau against.
 
@@ -350,3 +353,37 @@ def _null_tau_quantile_unit(sizes: tuple, q: float, sims: int, seed: int) -> flo
         g = [rng.standard_normal(n) for n in sizes]
         taus.append(reml_components(g, ci=False)["tau"] or 0.0)
     return float(np.quantile(taus, q))
+
+
+def dose_slope(processes: Sequence[Sequence[tuple[float, float]]], *, confidence: float = CONFIDENCE) -> dict:
+    """The saving per unit of a dose-response, the process as the unit.
+
+    `processes`: per process, its (units, step_ms) points (one per level and rep; the engine runs every level in
+    every rep, so rep effects are orthogonal to the dose and plain OLS is the within-rep slope). Per process k:
+    saving_k = -(OLS slope of step_ms on units) (ms per unit saved, `stats.linear_fit`) and q_k = the quadratic term
+    of its points (`stats.quadratic_term`). Returns {"slope_ms", "slope_ci95", "slope_se", "df", "per_process",
+    "quad", "quad_ci95", "bend", "linear", "K"}: the mean saving over processes with its t-interval (K - 1 df); the
+    mean q (ms per unit², of the step time: q < 0 saves more at high doses) with its t-interval; `bend` = the
+    quadratic's share at the top dose, -q u_max / slope; `linear` False when q's CI excludes 0 (None below 2
+    processes)."""
+    from workbench.measure import stats
+
+    slopes, quads, umax = [], [], 0.0
+    for pts in processes:
+        if len(pts) < 2:
+            continue
+        x, y = [float(p[0]) for p in pts], [float(p[1]) for p in pts]
+        umax = max(umax, max(x))
+        fit = stats.linear_fit(x, y)
+        if fit["slope"] is None:
+            continue
+        slopes.append(-fit["slope"])
+        q = stats.quadratic_term(x, y)["q"]
+        if q is not None:
+            quads.append(q)
+    ts, tq = stats.t_interval(slopes, confidence=confidence), stats.t_interval(quads, confidence=confidence)
+    bend = (-tq["mean"] * umax / ts["mean"]) if quads and ts["mean"] else None
+    linear = None if tq["ci"] is None else not (tq["ci"][0] > 0 or tq["ci"][1] < 0)
+    return {"slope_ms": ts["mean"], "slope_ci95": ts["ci"], "slope_se": ts["se"], "df": ts["df"], "K": len(slopes),
+            "per_process": slopes, "quad": tq["mean"] if quads else None, "quad_ci95": tq["ci"], "bend": bend,
+            "linear": linear}

@@ -26,6 +26,10 @@ Rules (all other modules call these functions rather than re-deriving them):
 - Linear fits. `linear_fit`: OLS, or weighted least squares with weights 1/se² when each point's se is known (the
   L sweeps, whose points' CIs differ 15x in width) on at least MIN_WEIGHT_DF (5) df each; below that OLS with a
   robust (HC3) se; t with n-2 df.
+- Ratios of two independent estimates. `fieller_ratio`: Fieller's interval for a / b (exact for normal estimates;
+  unbounded when b's own CI reaches 0), t with the smaller of the two df (conservative).
+- Curvature. `quadratic_term`: the x² coefficient of a least-squares quadratic (a dose-response's departure from
+  a line); its uncertainty comes from the unit above it (processes), never from the points of one fit.
 - Multiplicity. `holm`: Holm's step-down adjustment within a family of tests (the model verdicts of one run).
 - Variance components. `variance_components`: rep / batch / step SDs of log step time (percent), recorded per
   comparison; `workbench.measure.power --from RUN_DIR` simulates a protocol with them.
@@ -42,7 +46,7 @@ from scipy import stats as _sps
 
 __all__ = ["CONFIDENCE", "OUTLIER_K", "OUTLIER_FLOOR", "MIN_UNITS", "quantile", "summarize", "mad", "outlier_mask",
            "t_interval", "paired_speedup", "paired_difference", "verdict", "linear_fit", "half_width_pct", "holm",
-           "variance_components", "delta_method", "NOT_A_RESULT", "timing_on"]
+           "variance_components", "delta_method", "NOT_A_RESULT", "timing_on", "fieller_ratio", "quadratic_term"]
 
 CONFIDENCE = 0.95
 OUTLIER_K = 5.0  # a step is an outlier when |t - median(cell)| > OUTLIER_K * max(MAD(cell), OUTLIER_FLOOR * median(cell))
@@ -578,3 +582,34 @@ def variance_upper_bound(values: Iterable, *, confidence: float = CONFIDENCE) ->
         return {"var": math.nan, "var_upper": None, "df": None, "n": n}
     s2 = float(x.var(ddof=1))
     return {"var": s2, "var_upper": s2 * (n - 1) / float(_sps.chi2.ppf(1 - confidence, n - 1)), "df": n - 1, "n": n}
+
+
+def fieller_ratio(a: float, se_a: float, df_a, b: float, se_b: float, df_b, *,
+                  confidence: float = CONFIDENCE) -> dict:
+    """a / b for two independent estimates with Fieller's interval: the set of r with |a - r b| / sqrt(se_a² +
+    r² se_b²) <= t, t = t_{(1+c)/2} at the smaller df (conservative where they differ). With g = t² se_b² / b²:
+    r ∈ [r̂ ± (t / |b|) sqrt(se_a² (1 - g) + r̂² se_b²)] / (1 - g) when g < 1; g >= 1 (b's own CI reaches 0): no
+    bounded interval (`bounded` False, ci95 None). Returns {"ratio", "ci95", "df", "g", "bounded", "method"}."""
+    dfs = [d for d in (df_a, df_b) if d is not None and math.isfinite(d)]
+    df = min(dfs) if dfs else None
+    r = a / b if b else math.nan
+    out = {"ratio": r, "ci95": None, "df": df, "g": None, "bounded": False,
+           "method": f"Fieller, t at {df if df is not None else 'inf'} df (the smaller of the two)"}
+    if not b or se_a is None or se_b is None:
+        return out
+    t = t_quantile((1 + confidence) / 2, df)
+    g = (t * se_b / b) ** 2
+    out["g"] = g
+    if g >= 1:
+        return out
+    half = (t / abs(b)) * math.sqrt(max(se_a ** 2 * (1 - g) + r ** 2 * se_b ** 2, 0.0))
+    return {**out, "ci95": [(r - half) / (1 - g), (r + half) / (1 - g)], "bounded": True}
+
+
+def quadratic_term(x: Sequence, y: Sequence) -> dict:
+    """y = a + b x + q x² by least squares: {"q", "b", "a", "n"} (None when fewer than 3 distinct x)."""
+    xa, ya = _paired_arrays(x, y, "x and y")
+    if np.unique(xa).size < 3:
+        return {"q": None, "b": None, "a": None, "n": int(xa.size)}
+    q, b, a = (float(v) for v in np.polyfit(xa, ya, 2))
+    return {"q": q, "b": b, "a": a, "n": int(xa.size)}

@@ -31,6 +31,10 @@ the host for CPU tensors and with `torch._assert_async` (a device-side assert, n
 
 Use: `handle = workbench.opts.apply(model, "moe", "grouped", gemm="triton")`; `handle.revert()` restores the
 model's previous experts implementation.
+
+Dose (`apply(model, "sort_bincount", dose=j)`, for `workbench.ab.dose`): `sort_bincount` in the first j of the L MoE
+layers, HF's eager loop in the rest (one experts function, `wb_moe_dose`, picks per layer). j = 0 runs and syncs as
+`eager`, j = L as `sort_bincount`; each unit removes that layer's 7*E_hit (GPT-OSS) syncs per pass.
 """
 from __future__ import annotations
 
@@ -65,6 +69,10 @@ GEMMS = ("auto", "torch", "triton", "dense")
 
 _NO_TRITON = ("gemm='triton' needs the triton package, which is not installed: pip install 'workbench[triton]' "
               "(Linux), or use gemm='auto', 'torch' or 'dense'")
+
+DOSE = {"arm": "sort_bincount", "unit": "MoE layers switched to sort_bincount"}
+"""The dose-response (`workbench.ab.dose`): the arm that takes `dose=j`, and what one unit of j is."""
+DOSE_IMPL = "wb_moe_dose"
 
 IMPL_NAMES = {"eager": "eager", "sort_bincount": "wb_sort_bincount", "grouped": "wb_grouped",
               "hf_grouped_mm": "grouped_mm", "hf_batched_mm": "batched_mm"}
@@ -167,6 +175,26 @@ def sort_bincount_experts_forward(self, hidden_states, top_k_index, top_k_weight
         start += n
     y_SH = torch.cat(parts) if parts else hidden_states.new_zeros((0, H))
     return combine(self, y_SH, order_S, top_k_weights, N, k, hidden_states.dtype)
+
+
+def dose_experts_forward(self, hidden_states, top_k_index, top_k_weights):
+    """The dose's experts function: `sort_bincount` in a layer the dose switched (`_wb_dose_on`), else HF's own
+    eager loop (the class's undecorated forward)."""
+    if getattr(self, "_wb_dose_on", False):
+        return sort_bincount_experts_forward(self, hidden_states, top_k_index, top_k_weights)
+    return type(self).forward.__wrapped__(self, hidden_states, top_k_index, top_k_weights)
+
+
+def experts_modules(model) -> list:
+    """The `@use_experts_implementation` experts module of each MoE decoder layer, in layer order."""
+    from workbench.instrument.ranges import find_decoder_layers
+    return [m for layer in find_decoder_layers(base_model_of(model)) for m in layer.modules()
+            if hasattr(m, "has_gate") and hasattr(m, "num_experts")]
+
+
+def dose_units(layers: int, checkpointing: bool = True) -> int:
+    """The most units a dose takes: every MoE layer (all L of GPT-OSS and the tiny presets)."""
+    return layers
 
 
 # --- grouped: sync-free ---------------------------------------------------------------------------------------
@@ -343,15 +371,18 @@ def register(arm: str, gemm: str = "auto", check_routing: bool = True, info: dic
     return name
 
 
-def apply(model, arm: str, gemm: str = "auto", check_routing: bool = True) -> Handle:
+def apply(model, arm: str, gemm: str = "auto", check_routing: bool = True, dose: int | None = None) -> Handle:
     """Switch every MoE layer of `model` (HF or peft-wrapped) to `arm`; `handle.revert()` restores the previous one.
 
     gemm: grouped arm only, "auto" | "torch" | "triton" | "dense" (see the module docstring).
     check_routing: grouped arm only; False drops the out-of-range check (a device-side assert on CUDA).
+    dose: sort_bincount arm only: switch the first `dose` MoE layers only (the module docstring).
     """
     why = unsupported(arm, model, None)
     if why is not None:
         raise UnsupportedArm(why)
+    if dose is not None:
+        return _apply_dose(model, arm, int(dose))
     if gemm not in GEMMS:
         raise WorkbenchError(f"unknown gemm {gemm!r}; choose from {', '.join(GEMMS)}")
     if arm != "grouped" and gemm != "auto":
@@ -360,6 +391,21 @@ def apply(model, arm: str, gemm: str = "auto", check_routing: bool = True) -> Ha
         raise UnsupportedArm(_NO_TRITON)
     info: dict = {"gemm": gemm} if arm == "grouped" else {}
     return switch_experts(model, "moe", arm, register(arm, gemm, check_routing, info), info)
+
+
+def _apply_dose(model, arm: str, dose: int) -> Handle:
+    mods = experts_modules(model)
+    if arm != DOSE["arm"] or not 0 <= dose <= len(mods):
+        raise WorkbenchError(f"moe: dose takes the {DOSE['arm']} arm and 0..{len(mods)} (MoE layers), not {arm!r} "
+                             f"with {dose}")
+    from transformers.integrations.moe import ExpertsInterface
+
+    ExpertsInterface.register(DOSE_IMPL, dose_experts_forward)
+    for i, m in enumerate(mods):
+        m._wb_dose_on = i < dose
+    handle = switch_experts(model, "moe", arm, DOSE_IMPL, {"dose": dose})
+    handle.undo.insert(0, lambda: [delattr(m, "_wb_dose_on") for m in mods if "_wb_dose_on" in vars(m)])
+    return handle
 
 
 def switch_experts(model, opt: str, arm: str, name: str, info: dict) -> Handle:

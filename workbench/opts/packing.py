@@ -35,6 +35,10 @@ the attention function receives `attention_mask=None` and builds (or looks up) t
 Syncs per build, c (multi-document batch): varlen 3, sdpa 4, eager 4, flex 3 (see `SYNCS_PER_BUILD`); a batch of one
 document is not packed, and the build stops after the packed check (varlen 1, sdpa / eager 2, flex 1).
 Per step: rebuild c * L * passes (passes = 2 under checkpointing: forward + recompute), cached c, precomputed 0.
+
+Dose (`apply(model, "cached", dose=u)`, for `workbench.ab.dose`): the cached arm with only u of its L*p - 1 cache hits
+per step, granted in `packing_savings.dose_order`; every other call rebuilds as `rebuild` does. Syncs per step
+c * (L*p - u); u = 0 runs as `rebuild`, u = L*p - 1 as `cached`.
 """
 from __future__ import annotations
 
@@ -49,6 +53,7 @@ import torch
 from workbench.errors import UnsupportedArm, WorkbenchError
 from workbench.instrument import span, state
 from workbench.instrument.syncs import host_only
+from workbench.opts.packing_savings import DOSE, dose_order, dose_units
 from workbench.step import flops
 from workbench.step.models import FAMILY_DEFAULT_ATTN, base_model_of, family_of
 
@@ -235,14 +240,27 @@ def _variant(meta: PackedMeta, backend: str, window: int | None, dtype: torch.dt
 class PackingState:
     """What the attention function of one model needs: its arm, backend and (cached arm) the one-batch cache."""
 
-    def __init__(self, arm: str, backend: str):
+    def __init__(self, arm: str, backend: str, dose: int | None = None, rank: dict | None = None):
         self.arm, self.backend = arm, backend
         self.entry: PackedMeta | None = None
         self.builds = 0
         """Metadata builds so far (tests and reports)."""
+        self.dose, self.rank, self.calls = dose, rank or {}, {}
+        """Dose only: the cache hits allowed per step (None: all), {(id of an attention module, its k-th call in a
+        step): the order hits are granted in}, {id of an attention module: its calls so far this step}."""
 
     def clear(self) -> None:
         self.entry = None
+        self.calls = {}
+
+    def may_reuse(self, module) -> bool:
+        """Whether this call of `module` may take the cached build: always, except under a dose, where only the calls
+        ranked below `dose` (`dose_order`) may."""
+        if self.dose is None:
+            return True
+        k = self.calls.get(id(module), 0)
+        self.calls[id(module)] = k + 1
+        return self.rank.get((id(module), k), self.dose) < self.dose
 
     def lookup(self, position_ids: torch.Tensor) -> PackedMeta | None:
         """The cached meta iff built from this very tensor object, unmodified since."""
@@ -278,7 +296,7 @@ def _meta_for_call(st: PackingState, module, position_ids, kwargs, backend: str,
                                  f"{position_ids.shape[-1]}")
         variant = None if backend == "varlen" else _variant(meta, backend, window, dtype, device)
         return meta, variant
-    meta = st.lookup(position_ids) if st.arm == "cached" else None
+    meta = st.lookup(position_ids) if st.arm == "cached" and st.may_reuse(module) else None
     if meta is not None and (backend == "varlen" or (backend, window, dtype if backend == "eager" else None)
                              in meta.variants):
         return meta, (None if backend == "varlen" else _variant(meta, backend, window, dtype, device))
@@ -286,7 +304,7 @@ def _meta_for_call(st: PackingState, module, position_ids, kwargs, backend: str,
         if meta is None:
             meta = _build_in_model(position_ids, backend)
             st.builds += 1
-            if st.arm == "cached":
+            if st.arm == "cached" and st.lookup(position_ids) is None:  # a dose's rebuild keeps the first build
                 st.store(position_ids, meta)
         variant = None if backend == "varlen" else _variant(meta, backend, window, dtype, device)
     return meta, variant
@@ -622,9 +640,10 @@ def make_precomputed_inputs(hf_model, backend: str):
     return inputs_fn
 
 
-def apply(model, arm: str, backend: str | None = None, **options):
+def apply(model, arm: str, backend: str | None = None, dose: int | None = None, **options):
     """Route the model's attention through `wb_packing_<backend>` with `arm`; returns a Handle (revert() restores
-    the original attention implementation and removes every hook and attribute)."""
+    the original attention implementation and removes every hook and attribute). `dose` (cached arm only): the cache
+    hits allowed per step, 0 .. L*p - 1 (the module docstring)."""
     from workbench.opts import Handle
 
     if options:
@@ -635,11 +654,18 @@ def apply(model, arm: str, backend: str | None = None, **options):
     why = unsupported(arm, model, device, backend)
     if why is not None:
         raise UnsupportedArm(why)
-    register_backends()
-    st = PackingState(arm, backend)
     mods = _attention_modules(hf)
+    rank, passes = None, 2 if getattr(hf, "is_gradient_checkpointing", False) else 1
+    if dose is not None:
+        top = dose_units(len(mods), passes == 2)
+        if arm != DOSE["arm"] or not 0 <= int(dose) <= top:
+            raise WorkbenchError(f"packing: dose takes the {DOSE['arm']} arm and 0..{top} (builds avoided), not {arm!r} with {dose}")
+        rank = {(id(mods[i]), k): r for r, (i, k) in enumerate(dose_order(len(mods), passes))}
+    register_backends()
+    st = PackingState(arm, backend, None if dose is None else int(dose), rank)
     original = hf.config._attn_implementation or FAMILY_DEFAULT_ATTN[family_of(hf.config)]
-    h = Handle(opt="packing", arm=arm, info={"backend": backend, "syncs_per_build": SYNCS_PER_BUILD[backend]})
+    h = Handle(opt="packing", arm=arm, info={"backend": backend, "syncs_per_build": SYNCS_PER_BUILD[backend],
+                                             **({} if dose is None else {"dose": int(dose)})})
     h.packing_state = st  # not in info (info is for reports): the cache, for tests and inspection
     hf.set_attn_implementation(impl_name(backend))
     h.undo.append(lambda: hf.set_attn_implementation(original))

@@ -30,6 +30,21 @@ TRACED_ARMS = ("baseline",)
 
 _META_RE = re.compile(r"^wb/(L\d+)/attn/meta$")
 
+DOSE = {"arm": "cached", "unit": "metadata builds avoided per step"}
+"""The dose-response (`workbench.ab.dose`): the arm that takes `dose=u`, and what one unit of u is."""
+
+
+def dose_order(layers: int, passes: int) -> list[tuple[int, int]]:
+    """The (layer, call) cache hits of the cached arm in the order a dose grants them: layer 1's calls (forward, then
+    recompute), layer 2's, ..., then layer 0's recompute last. An even u = 2j under checkpointing is "layers 1..j
+    reuse the first layer's build in both passes" (L - j builds per pass); all of them is the cached arm."""
+    return [(i, k) for i in range(1, layers) for k in range(passes)] + [(0, k) for k in range(1, passes)]
+
+
+def dose_units(layers: int, checkpointing: bool = True) -> int:
+    """The most units a dose takes: L*p - 1 builds avoided per step (the cached arm)."""
+    return layers * (2 if checkpointing else 1) - 1
+
 
 def packing_saving(layers: int, s_ms: float, *, checkpointing: bool = True, arm: str = "cached",
                    measured_ms: float | None = None) -> dict:

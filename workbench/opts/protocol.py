@@ -82,6 +82,11 @@ HOOKS = {h.name: h for h in (
     Hook("NUMERICS_CHANGE", None, "str | None",
          "a sentence saying how its arms other than BASELINE change the numerics (precision: bf16 adapters): such "
          "arms are judged against an fp32 reference, not bitwise. Read by `workbench.measure.numerics`."),
+    Hook("DOSE", None, "dict | None",
+         "{'arm': an arm of ARMS whose apply takes `dose=u` (u units of the fix, 0 = BASELINE's function and syncs, "
+         "dose_units = the arm's), 'unit': what one unit is}: a dose-response. Read by `workbench.ab.dose`."),
+    Hook("dose_units", None, "(layers: int, checkpointing: bool) -> int",
+         "the most units a dose takes (packing: L*p - 1 builds avoided; moe: L layers). Read by `workbench.ab.dose`."),
 )}
 """The optional members, by name."""
 
@@ -176,6 +181,10 @@ def problems(mod) -> list[str]:
     frac = hook(mod, "SAVED_FRACTION")
     if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 < frac <= 1:
         out.append(f"SAVED_FRACTION is not a number in (0, 1]: {frac!r}")
+    dose = hook(mod, "DOSE")
+    if dose is not None and not (isinstance(dose, dict) and dose.get("arm") in arms
+                                 and isinstance(dose.get("unit"), str) and callable(hook(mod, "dose_units"))):
+        out.append(f"DOSE is not {{'arm': an arm of ARMS, 'unit': str}} with a callable dose_units: {dose!r}")
     nc = hook(mod, "NUMERICS_CHANGE")
     if nc is not None and not (isinstance(nc, str) and nc):
         out.append(f"NUMERICS_CHANGE is not a sentence: {nc!r}")

@@ -27,13 +27,11 @@ def torch_profile(run_steps: Callable[[Callable[[], None]], None], path: str, *,
     `run_steps` runs `warmup + steps` steps and calls `on_step()` after each one (it is `prof.step`); the schedule
     records the last `steps`. On CUDA, `cuda_sync` events are enabled (the third sync witness).
     """
-    from torch.profiler import ProfilerActivity, profile, schedule
+    from torch.profiler import profile, schedule
 
-    acts = [ProfilerActivity.CPU]
-    kwargs = {}
-    if torch.device(device).type == "cuda":
-        acts.append(ProfilerActivity.CUDA)
-        kwargs["experimental_config"] = torch.profiler._ExperimentalConfig(enable_cuda_sync_events=True)
+    from workbench.measure.engine import profiler_activities
+
+    acts, kwargs = profiler_activities(device)  # the same profiler `--timing torch` times under (workbench.ab.dose)
     sched = schedule(wait=max(warmup - 1, 0), warmup=1 if warmup else 0, active=steps, repeat=1)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with profile(activities=acts, schedule=sched, record_shapes=False, with_stack=False, **kwargs) as prof:
@@ -60,10 +58,10 @@ def require_nsys() -> str:
     return p
 
 
-def nsys_command(nsys: str, out_stem: str, child_argv: list[str]) -> list[str]:
-    """`nsys profile ... -o OUT python -m workbench.ab ARGS` (the child wraps its measured steps in
+def nsys_command(nsys: str, out_stem: str, child_argv: list[str], module: str = "workbench.ab") -> list[str]:
+    """`nsys profile ... -o OUT python -m MODULE ARGS` (the child wraps its measured steps in
     torch.cuda.profiler.start()/stop())."""
-    return [nsys, *NSYS_PROFILE_ARGS, "-o", out_stem, sys.executable, "-m", "workbench.ab", *child_argv]
+    return [nsys, *NSYS_PROFILE_ARGS, "-o", out_stem, sys.executable, "-m", module, *child_argv]
 
 
 def run_nsys(nsys: str, out_stem: str, child_argv: list[str], log_path: str, timeout_s: float | None = None) -> str:

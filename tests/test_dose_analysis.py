@@ -1,0 +1,109 @@
+"""The dose-response analysis on synthetic data with a known slope, c and theta: the slope over processes, Fieller's
+theta, the profiler x dose interaction, the linearity check and the decision rule (`workbench.savings.dose`).
+
+    # u = units of the fix, K = processes, R = reps, c = the traced input per unit (ms)
+"""
+
+import numpy as np
+import pytest
+
+from workbench.measure import replication, stats
+from workbench.savings import dose
+
+LEVELS = (0, 4, 8, 11, 15)
+
+
+def _points(slope, *, K=4, R=6, base=1000.0, quad=0.0, tau=0.5, sigma=0.4, seed=0):
+    """Per process: (u, step_ms) per level and rep, step = base - slope u - quad u² + process + rep + noise."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(K):
+        p = rng.normal(0, tau)
+        pts = []
+        for _ in range(R):
+            r = rng.normal(0, sigma)
+            pts += [(u, base + p + r - slope * u - quad * u * u + rng.normal(0, sigma)) for u in LEVELS]
+        out.append(pts)
+    return out
+
+
+C = {"value_ms": 1.2, "se_ms": 0.02, "df": 9, "tracer": "torch"}
+
+
+def test_the_slope_over_processes_covers_the_true_saving_per_unit():
+    hits = 0
+    for seed in range(200):
+        r = replication.dose_slope(_points(0.9, K=3, seed=seed))
+        assert r["K"] == 3 and r["df"] == 2
+        hits += r["slope_ci95"][0] <= 0.9 <= r["slope_ci95"][1]
+    assert 0.90 <= hits / 200 <= 0.99  # 95% nominal, over processes (K - 1 df)
+
+
+def test_a_curved_response_is_flagged_and_a_straight_one_is_not():
+    straight = replication.dose_slope(_points(0.9, K=4, seed=1))
+    bent = replication.dose_slope(_points(0.6, K=4, quad=0.03, seed=1))  # saves more per unit at high doses
+    assert straight["linear"] is True
+    assert bent["linear"] is False and bent["quad"] < 0 and bent["bend"] > 0.3
+
+
+def test_fieller_matches_the_delta_method_when_the_denominator_is_sharp_and_opens_when_it_is_not():
+    f = stats.fieller_ratio(0.9, 0.01, 5, 1.2, 1e-6, 5)
+    half = stats.t_quantile(0.975, 5) * 0.01 / 1.2
+    assert f["bounded"] and f["ratio"] == pytest.approx(0.75)
+    assert f["ci95"] == pytest.approx([0.75 - half, 0.75 + half], rel=1e-4)
+    wide = stats.fieller_ratio(0.9, 0.01, 5, 1.2, 0.6, 5)  # c's own CI reaches 0: no bounded ratio
+    assert not wide["bounded"] and wide["ci95"] is None
+    skew = stats.fieller_ratio(0.9, 0.01, 5, 1.2, 0.2, 5)  # Fieller's interval is asymmetric about the ratio
+    assert skew["ci95"][1] - 0.75 > 0.75 - skew["ci95"][0]
+
+
+def test_theta_recovers_a_known_instrument_factor():
+    r = dose.estimate({"none": _points(0.9, K=4, seed=2)}, C)
+    th = r["modes"]["none"]["theta"]
+    assert th["ci95"][0] < 0.75 < th["ci95"][1]
+    assert r["decision"]["decision"] == dose.INCONCLUSIVE  # below the band, but no profiler mode to tell why
+
+
+def test_the_profiler_inflating_the_slope_reads_instrument_inflation():
+    r = dose.estimate({"none": _points(0.6, seed=3), "torch": _points(1.1, seed=4)}, C)
+    assert r["modes"]["torch"]["interaction"]["ci95"][0] > 0
+    assert r["decision"]["decision"] == dose.INFLATION
+
+
+def test_slopes_alike_with_and_without_the_profiler_and_below_c_read_rival_explanation():
+    r = dose.estimate({"none": _points(0.6, sigma=0.1, seed=5), "torch": _points(0.6, sigma=0.1, seed=6)}, C)
+    assert r["decision"]["decision"] == dose.RIVAL
+    # the negative control: the same slopes judged against the nsys mode the traced c did not come from
+    r2 = dose.estimate({"none": _points(0.6, seed=5), "nsys": _points(1.1, seed=6)}, C)
+    assert r2["decision"]["decision"] == dose.INCONCLUSIVE
+
+
+def test_a_slope_that_matches_c_reads_fine_whatever_the_profiler_does():
+    r = dose.estimate({"none": _points(1.2, seed=7), "torch": _points(1.6, seed=8)}, C)
+    assert r["decision"]["decision"] == dose.FINE
+
+
+@pytest.mark.parametrize("theta, inter, want", [
+    ([0.9, 1.1], None, dose.FINE), ([0.5, 0.7], [0.1, 0.3], dose.INFLATION), ([0.5, 0.7], [-0.05, 0.05], dose.RIVAL),
+    ([0.5, 0.7], [-0.5, 0.05], dose.INCONCLUSIVE), ([0.5, 0.7], [-0.3, -0.1], dose.INCONCLUSIVE),
+    ([1.3, 1.6], [0.1, 0.3], dose.INCONCLUSIVE), (None, [0.1, 0.3], dose.INCONCLUSIVE)])
+def test_the_decision_rule_as_fixed(theta, inter, want):
+    assert dose.decide(theta, inter, 1.0)[0] == want
+    assert dose.decide(theta, inter, 1.0)[1]  # and says why
+
+
+def test_the_figure_draws_each_mode_and_the_traced_prediction():
+    pytest.importorskip("plotly")
+    from workbench.report.dose_figure import dose_figure, saving_points
+
+    pts = {"none": _points(0.6, seed=5), "torch": _points(1.1, seed=6)}
+    a = {"opt": "packing", "unit": "builds avoided per step", "units": list(LEVELS), "c": C,
+         **dose.estimate(pts, C)}
+    for mode, m in a["modes"].items():
+        m["points"] = pts[mode]
+    fig = dose_figure(a)
+    names = [t.name for t in fig.data if t.name]
+    assert any("untimed" in n for n in names) and any("torch.profiler" in n for n in names)
+    assert any(n.startswith("traced prediction c = 1.2") for n in names)
+    sv = saving_points(pts["none"][:1])
+    assert sv[0] == (0, 0.0) and sv[-1][0] == 15 and sv[-1][1] == pytest.approx(0.6 * 15, abs=2)

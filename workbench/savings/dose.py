@@ -1,0 +1,273 @@
+"""A sync-driven savings model's input measured without the instrument: the dose-response (issue 39, item 2).
+
+    python -m workbench.savings.dose DIR [--calibration FILE]     # DIR: a `python -m workbench.ab.dose` folder
+
+    # u = units of the fix (packing: metadata builds avoided per step; moe: MoE layers switched to sort_bincount),
+    # K = processes per timing mode, c = the model's traced input per unit (ms), slope = measured saving per unit (ms)
+
+`workbench.ab.dose` times the levels u_0 = 0 .. u_max of one fix as the arms of one engine comparison per process
+(Williams order, discarded warm-up rep), K processes per timing mode: `none` (no instrument but NVTX), `torch` (the
+same timed steps with torch.profiler on), `nsys` (the process under Nsight Systems, the timed reps in its capture
+range); and one traced pass per level in one process (`dose_run.json` `traced`). Read here:
+
+- slope (per mode): per process the OLS slope of step time on u (the saving per unit), the mean over processes
+  with its t-interval (K - 1 df), and the quadratic term over processes (`replication.dose_slope`): its CI
+  excluding 0 says the response is not linear in u, a finding about the model's form (each unit saving the same).
+- c (traced, from the traced process): packing: s per build, the GPU idle the build causes plus its kernels
+  (`packing_savings.packing_builds`), per traced step pooled over the levels that build, t-interval over steps;
+  moe: the moe model's predicted saving between u = 0 and u_max (`moe_savings.moe_model`, delta method over traced
+  steps) / u_max.
+- theta = slope(none) / c with Fieller's 95% interval (`stats.fieller_ratio`: slope and c independent, t at the
+  smaller df): the instrument's factor on the model's input.
+- the profiler x dose interaction per instrumented mode: slope(mode) - slope(none), Welch over processes
+  (`stats.welch`).
+- syncs per step per level (the counted pass): their slope per unit, which must be the model's syncs per unit.
+
+The decision (`decide`), fixed at this commit before any GPU run of it: see its docstring. Written: DIR/
+dose_analysis.json, and with --calibration FILE the entry {"theta", "ci95", "source", "commit", "decision"} under
+the optimization's name (other entries of FILE kept), the instrument factor the verdicts read.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+
+import numpy as np
+import pandas as pd
+
+from workbench.errors import WorkbenchError
+from workbench.measure import replication, stats
+
+BAND = (0.8, 1.25)
+"""theta's band: the model's input agrees with the untimed dose-response (the verdicts' band)."""
+AGREE_REL = 0.10
+"""Slopes with and without the profiler "agree" when the interaction's CI lies within +-10% of the untimed slope."""
+FINE, INFLATION, RIVAL, INCONCLUSIVE = ("model and instrument fine", "instrument inflation",
+                                        "rival explanation (host work)", "inconclusive")
+RUN_FILE, PROCESS_FILE, OUT_FILE = "dose_run.json", "dose.json", "dose_analysis.json"
+
+
+def decide(theta_ci95, interaction_ci95, slope_untimed_ms: float) -> tuple[str, str]:
+    """The decision rule, fixed before the runs it judges (issue 39 item 2), in this order:
+
+    1. "model and instrument fine": theta's 95% CI overlaps the band [0.8, 1.25].
+    2. "instrument inflation": theta's CI lies below the band (hi < 0.8) AND the slope under the tracer that gave c
+       exceeds the untimed slope (the interaction's 95% CI lies above 0): the instrument inflates the input, and
+       inflates the saving it times too.
+    3. "rival explanation (host work)": theta's CI lies below the band AND the slopes with and without the tracer
+       agree (the interaction's CI inside +-10% of the untimed slope): the saving per unit is below c whatever the
+       instrument; part of the traced idle is the host's own work, which removing the sync does not remove.
+    4. "inconclusive": anything else (no bounded theta, theta above the band, an interaction neither clear nor
+       within +-10%, a tracer mode that did not run).
+    Returns (decision, why)."""
+    if theta_ci95 is None:
+        return INCONCLUSIVE, "no bounded theta (c's own CI reaches 0, or a slope is missing)"
+    lo, hi = theta_ci95
+    if hi >= BAND[0] and lo <= BAND[1]:
+        return FINE, f"theta's CI [{lo:.2f}, {hi:.2f}] overlaps the band [{BAND[0]}, {BAND[1]}]"
+    if lo > BAND[1]:
+        return INCONCLUSIVE, f"theta's CI [{lo:.2f}, {hi:.2f}] lies above the band: the model under-predicts"
+    if interaction_ci95 is None:
+        return INCONCLUSIVE, f"theta's CI [{lo:.2f}, {hi:.2f}] lies below the band; no profiler x dose interaction"
+    ilo, ihi = interaction_ci95
+    tol = AGREE_REL * abs(slope_untimed_ms)
+    if ilo > 0:
+        return INFLATION, (f"theta's CI [{lo:.2f}, {hi:.2f}] lies below the band and the traced slope exceeds the "
+                           f"untimed one by [{ilo:.3g}, {ihi:.3g}] ms per unit")
+    if -tol <= ilo and ihi <= tol:
+        return RIVAL, (f"theta's CI [{lo:.2f}, {hi:.2f}] lies below the band and the slopes agree (interaction "
+                       f"[{ilo:.3g}, {ihi:.3g}] ms within +-{tol:.3g})")
+    return INCONCLUSIVE, (f"theta's CI [{lo:.2f}, {hi:.2f}] lies below the band; the interaction [{ilo:.3g}, "
+                          f"{ihi:.3g}] ms neither excludes 0 upward nor lies within +-{tol:.3g}")
+
+
+# --- reading a dose folder ------------------------------------------------------------------------------------------
+
+def _json(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def process_points(run_dir: str) -> list[tuple[float, float]]:
+    """(units, mean step_ms) per (level, rep) of one process's timed steps (results.csv, the engine's rows)."""
+    from workbench.measure.results import engine_step_rows
+
+    dose = _json(os.path.join(run_dir, PROCESS_FILE))
+    p = os.path.join(run_dir, "results.csv")
+    if not os.path.exists(p):
+        return []
+    df = engine_step_rows(pd.read_csv(p))
+    df = df[df["comparison"] == dose["comparison"]]
+    units = dose["arms"]
+    g = df[df["arm"].isin(units)].groupby(["arm", "rep"])["value"].mean()
+    return [(float(units[a]), float(v)) for (a, _), v in g.items()]
+
+
+def syncs_per_level(run_dir: str) -> dict:
+    """{units: syncs per step} of one process's counted pass (summary.json)."""
+    dose = _json(os.path.join(run_dir, PROCESS_FILE))
+    s = _json(os.path.join(run_dir, "summary.json"))
+    c = next(c for c in s["comparisons"] if c.get("name") == dose["comparison"])
+    arms = [c.get("baseline"), c.get("optimized"), *(c.get("others") or [])]
+    return {dose["arms"][a["arm"]]: a.get("syncs_per_step") for a in arms if a and a.get("arm") in dose["arms"]}
+
+
+def traced_c(run_dir: str) -> dict:
+    """The model's traced input per unit from one process's traces of every level: {"value_ms", "se_ms", "df",
+    "ci95", "source", "per_level": {units: traced value}, "n_steps"}."""
+    from workbench.traces.events import events_path, load_events
+
+    dose = _json(os.path.join(run_dir, PROCESS_FILE))
+    cmp_name, arms, opt = dose["comparison"], dose["arms"], dose["opt"]
+    ev = {a: load_events(p) for a in arms if (p := events_path(run_dir, cmp_name, a))}
+    if not ev:
+        raise WorkbenchError(f"{run_dir}: no traces of the dose levels (run `workbench.ab.dose` with --trace torch)")
+    tracer = _json(os.path.join(run_dir, "meta.json")).get("args", {}).get("trace")
+    if opt == "packing":
+        from workbench.opts.packing_savings import packing_builds
+        per_step, per_level = [], {}
+        for a, e in ev.items():
+            b = packing_builds(e)
+            if b.empty:
+                continue
+            s = b.groupby("step")[["s_ms", "idle_ms"]].mean()
+            per_step += list(s["s_ms"])
+            per_level[arms[a]] = {"s_ms": float(s["s_ms"].mean()), "idle_ms": float(s["idle_ms"].mean())}
+        t = stats.t_interval(per_step)
+        return {"value_ms": t["mean"], "se_ms": t["se"], "df": t["df"], "ci95": t["ci"], "n_steps": t["n"],
+                "per_level": per_level, "tracer": tracer,
+                "source": f"s per build (GPU idle + build kernels), {tracer} traces, per traced step over the levels"}
+    if opt == "moe":
+        from workbench.opts.moe_savings import moe_model
+        from workbench.traces.analysis import readbacks_per_step
+        syncs = syncs_per_level(run_dir)
+        by_u = {arms[a]: a for a in ev}
+        u0, umax = min(by_u), max(by_u)
+        per_level, models = {}, {}
+        for u, a in sorted(by_u.items()):
+            if u == u0:
+                continue
+            models[u] = moe_model(ev[by_u[u0]], ev[a], syncs_base=syncs.get(u0) or 0.0, syncs_arm=syncs.get(u) or 0.0,
+                                  readbacks_removed=readbacks_per_step(ev[by_u[u0]]) - readbacks_per_step(ev[a]))
+            per_level[u] = {"predicted_ms": models[u]["predicted_ms"], "predicted_se_ms": models[u]["predicted_se_ms"]}
+        top, units = models[umax], umax - u0
+        c = top["predicted_ms"] / units
+        se = top["predicted_se_ms"] / units if top["predicted_se_ms"] is not None else None
+        df = top["n_steps"] - 1 if top["n_steps"] and top["n_steps"] > 1 else None
+        tq = stats.t_quantile(0.975, df)
+        return {"value_ms": c, "se_ms": se, "df": df, "ci95": None if se is None else [c - tq * se, c + tq * se],
+                "n_steps": top["n_steps"], "per_level": per_level, "tracer": tracer,
+                "source": f"moe model ({top['formula']}) between u = {u0} and u = {umax}, {tracer} traces, / {units}"}
+    raise WorkbenchError(f"no traced input per unit for --opt {opt}")
+
+
+def estimate(points: dict, c: dict | None) -> dict:
+    """The statistics and the decision from {timing mode: [per process: [(units, step_ms)]]} and the traced c
+    ({"value_ms", "se_ms", "df", "tracer"} or None): {"modes": {mode: `replication.dose_slope` + "theta" (Fieller) +
+    "interaction" (against none)}, "decision": {...}}."""
+    modes = {mode: replication.dose_slope(pts) for mode, pts in points.items()}
+    none = modes.get("none")
+    for mode, m in modes.items():
+        m["theta"] = (stats.fieller_ratio(m["slope_ms"], m["slope_se"], m["df"], c["value_ms"], c["se_ms"], c["df"])
+                      if c and m.get("slope_se") is not None and c.get("se_ms") is not None else None)
+        if none is not None and mode != "none":
+            w = stats.welch(none["per_process"], m["per_process"])
+            m["interaction"] = {"delta_ms": w["delta_ms"], "ci95": w["ci95"], "p": w["p"],
+                                "method": "slope(mode) - slope(none), Welch over processes"}
+    tracer = (c or {}).get("tracer")
+    theta = (none or {}).get("theta") or {}
+    inter = (modes.get(tracer) or {}).get("interaction") or {}
+    decision, why = decide(theta.get("ci95"), inter.get("ci95"), (none or {}).get("slope_ms") or math.nan)
+    return {"modes": modes, "decision": {"decision": decision, "why": why, "tracer": tracer,
+                                         "rule": "workbench.savings.dose.decide", "linear": (none or {}).get("linear")}}
+
+
+def analyse(dose_dir: str) -> dict:
+    """The whole analysis of one `workbench.ab.dose` folder (the module docstring), as written to dose_analysis.json."""
+    run = _json(os.path.join(dose_dir, RUN_FILE))
+    folders: dict = {}
+    for p in run["processes"]:
+        if p.get("rc") == 0:
+            folders.setdefault(p["timing"], []).append(os.path.join(dose_dir, p["folder"]))
+    try:
+        c = traced_c(os.path.join(dose_dir, run["traced"])) if run.get("traced") else None
+    except Exception as e:  # noqa: BLE001 - the slopes stand without c (a CPU run's traces hold no GPU time)
+        c = None
+        out_why = f"no traced c: {type(e).__name__}: {e}"
+    else:
+        out_why = None if c else "no traced pass (run with --trace torch)"
+    points = {mode: [process_points(d) for d in dirs] for mode, dirs in folders.items()}
+    out = {"opt": run["opt"], "unit": run["unit"], "units": run["units"], "command": run.get("command"),
+           "commit": run.get("commit"), "band": list(BAND), "agree_rel": AGREE_REL, "c": c, "c_why": out_why,
+           **estimate(points, c)}
+    for mode, dirs in folders.items():
+        s0 = syncs_per_level(dirs[0])
+        fit = stats.linear_fit(list(s0), list(s0.values())) if len(s0) >= 2 else {"slope": None}
+        out["modes"][mode].update(processes=[os.path.relpath(d, dose_dir) for d in dirs],
+                                  points=[[list(p) for p in x] for x in points[mode]], syncs_per_level=s0,
+                                  syncs_removed_per_unit=None if fit["slope"] is None else -fit["slope"])
+    return out
+
+
+def calibration_entry(a: dict, dose_dir: str) -> dict:
+    """The entry the verdicts read: theta (untimed slope / traced c) with its 95% CI, its source, commit, decision."""
+    th = (a["modes"].get("none") or {}).get("theta") or {}
+    return {"theta": th.get("ratio"), "ci95": th.get("ci95"), "commit": a.get("commit"),
+            "decision": a["decision"]["decision"],
+            "source": (f"dose-response {dose_dir}: untimed slope over {(a['modes'].get('none') or {}).get('K')} "
+                       f"processes / {(a.get('c') or {}).get('source')}; {th.get('method')}")}
+
+
+def table(a: dict) -> str:
+    """The analysis as printed: one line per timing mode, then c, theta and the decision."""
+    lines = [f"dose-response of {a['opt']}: {a['unit']}, levels {a['units']}"]
+    for mode, m in a["modes"].items():
+        ci = m.get("slope_ci95") or [math.nan, math.nan]
+        th = m.get("theta") or {}
+        tci = th.get("ci95") or [math.nan, math.nan]
+        ia = m.get("interaction") or {}
+        lines.append(f"  {mode:5s} slope {m['slope_ms']:.4g} ms/unit [{ci[0]:.4g}, {ci[1]:.4g}] over {m['K']} "
+                     f"processes; theta {th.get('ratio', math.nan):.3g} [{tci[0]:.3g}, {tci[1]:.3g}]; "
+                     f"linear {m.get('linear')} (bend {m.get('bend') if m.get('bend') is None else round(m['bend'], 3)})"
+                     + (f"; x dose interaction {ia['delta_ms']:.3g} ms/unit {ia.get('ci95')}" if ia else "")
+                     + f"; syncs removed per unit {m.get('syncs_removed_per_unit')}")
+    c = a.get("c") or {}
+    lines.append(f"  c = {c.get('value_ms', math.nan):.4g} ms/unit {c.get('ci95')} ({c.get('source')})")
+    lines.append(f"  decision: {a['decision']['decision']} ({a['decision']['why']})")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    from workbench.cli import emit_json, parser
+
+    p = parser("workbench.savings.dose", __doc__.split("\n\n")[0])
+    p.add_argument("dir", help="a python -m workbench.ab.dose folder")
+    p.add_argument("--calibration", default=None, metavar="FILE", help="merge theta, its CI and the decision into "
+                   "this JSON under the optimization's name")
+    a = p.parse_args(argv)
+    if not os.path.isfile(os.path.join(a.dir, RUN_FILE)):
+        raise WorkbenchError(f"{a.dir} holds no {RUN_FILE}: give a python -m workbench.ab.dose folder")
+    res = analyse(a.dir)
+    with open(os.path.join(a.dir, OUT_FILE), "w", encoding="utf-8") as f:
+        json.dump(res, f, indent=1, default=_plain)
+    if a.calibration:
+        cal = _json(a.calibration) if os.path.isfile(a.calibration) else {}
+        cal[res["opt"]] = calibration_entry(res, a.dir)
+        with open(a.calibration, "w", encoding="utf-8") as f:
+            json.dump(cal, f, indent=1, default=_plain)
+    print(table(res))
+    emit_json({"out": os.path.join(a.dir, OUT_FILE), "decision": res["decision"]})
+    return 0
+
+
+def _plain(v):
+    return v.item() if isinstance(v, np.generic) else str(v)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from workbench.cli import run_main
+    sys.exit(run_main(main))
