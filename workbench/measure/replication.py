@@ -277,100 +277,6 @@ def design_for(sigma: float, tau: float, target_half_width: float, minutes_per_r
     return best or fallback
 
 
-def _log_and_se(r: dict) -> tuple[float, float, float | None]:
-    """(log estimate, se of it, df) of a run estimate: `process_estimate` output, or {"speedup", "se_log" | "ci95"
-    (with "df" or "n_units")}."""
-    s = float(r["speedup"])
-    se = r.get("se_log")
-    df = r.get("df")
-    if df is None and r.get("n_units"):
-        df = int(r["n_units"]) - 1
-    if se is None:
-        from workbench.measure.stats import se_from_ci
-        se = se_from_ci(r.get("ci95"), None if df is None else df + 1)
-    if se is None:
-        raise ValueError("a run estimate needs se_log, or ci95 with df / n_units")
-    return math.log(s), float(se), df
-
-
-def runs_agree(a: dict, b: dict, *, alpha: float = 1 - CONFIDENCE) -> dict:
-    """Do two run estimates agree? A test, not CI overlap: z = (log a - log b) / sqrt(se_a^2 + se_b^2), two-sided p
-    from Student's t with Welch-Satterthwaite df (normal when a df is unknown). `a`, `b`: `process_estimate` output
-    or {"speedup", "se_log" | "ci95" with "df" / "n_units"}. Returns {"z", "p", "df", "agree" (p >= alpha),
-    "diff_pct" (100 · (a / b - 1))}. Two 95% CIs that just overlap are |z| up to 2.77 apart (p = 0.006): overlap
-    is not agreement at 5%."""
-    from workbench.measure.stats import t_cdf, welch_satterthwaite_df
-    la, sa, da = _log_and_se(a)
-    lb, sb, db = _log_and_se(b)
-    se = math.sqrt(sa ** 2 + sb ** 2)
-    if se == 0:
-        z = 0.0 if la == lb else math.copysign(math.inf, la - lb)
-        df = None
-    else:
-        z = (la - lb) / se
-        df = welch_satterthwaite_df([(sa ** 2, da), (sb ** 2, db)])
-    p = 2 * (1 - t_cdf(abs(z), df)) if math.isfinite(z) else 0.0
-    return {"z": z, "p": p, "df": df if df is None or math.isfinite(df) else None, "agree": p >= alpha,
-            "diff_pct": 100 * (math.exp(la - lb) - 1)}
-
-
-def _inside_fraction_null(K: int, M: int, *, sims: int, seed: int, confidence: float) -> np.ndarray:
-    """Simulated fraction of M held-out process means inside the prediction interval from K (all from one normal:
-    the null that the interval is right)."""
-    rng = np.random.default_rng(seed)
-    est = rng.standard_normal((sims, K))
-    held = rng.standard_normal((sims, M))
-    m, sd = est.mean(axis=1), est.std(axis=1, ddof=1)
-    half = t_quantile((1 + confidence) / 2, K - 1) * sd * math.sqrt(1 + 1 / K)
-    return (np.abs(held - m[:, None]) <= half[:, None]).mean(axis=1)
-
-
-def heldout_check(estimate: dict, heldout_means: Sequence[float], *, sims: int = 20000, seed: int = 0,
-                  confidence: float = CONFIDENCE) -> dict:
-    """Held-out processes against a stated prediction interval. `estimate`: `process_estimate` output (K >= 2);
-    `heldout_means`: M >= 2 held-out processes' mean log ratios (each of the same R as the estimate's).
-
-    - inside = the fraction of held-out means inside `estimate["pi95"]`; passes when >= its null 5% quantile,
-      simulated for this K and M (the interval right, every process from one normal).
-    - variance_ratio = var(held-out means) / var(estimate's process means) ~ F(M - 1, K - 1) under the null; passes
-      when inside its central 95% interval.
-    Returns {"inside", "inside_null_q05", "inside_ok", "variance_ratio", "f_interval", "variance_ok", "ok", "K", "M"}."""
-    K = int(estimate["K"])
-    h = np.asarray([float(v) for v in heldout_means], dtype=float)
-    M = int(h.size)
-    if K < 2 or M < 2 or estimate.get("pi95") is None:
-        raise ValueError(f"held-out check needs K >= 2 estimate processes and M >= 2 held-out ones (K={K}, M={M})")
-    lo, hi = (math.log(v) for v in estimate["pi95"])
-    inside = float(((h >= lo) & (h <= hi)).mean())
-    q05 = float(np.quantile(_inside_fraction_null(K, M, sims=sims, seed=seed, confidence=confidence), 0.05))
-    var_est = float(estimate["process_sd_log"]) ** 2
-    ratio = float(h.var(ddof=1)) / var_est if var_est > 0 else math.inf
-    a = (1 - confidence) / 2
-    f_int = [float(_sps.f.ppf(a, M - 1, K - 1)), float(_sps.f.ppf(1 - a, M - 1, K - 1))]
-    inside_ok, var_ok = inside >= q05, f_int[0] <= ratio <= f_int[1]
-    return {"inside": inside, "inside_null_q05": q05, "inside_ok": bool(inside_ok), "variance_ratio": ratio,
-            "f_interval": f_int, "variance_ok": bool(var_ok), "ok": bool(inside_ok and var_ok), "K": K, "M": M}
-
-
-def null_tau_quantile(sizes: Sequence[int], sigma: float, *, q: float = 0.95, sims: int = 400,
-                      seed: int = 0) -> float:
-    """The q-quantile of the REML tau when the true tau is 0, for processes of these `sizes` (reps each) and rep SD
-    `sigma`: what an estimated tau is judged against for the design that produced it (with few reps per process,
-    tau-hat is far from 0 by chance alone). REML is scale-equivariant (tau-hat of sigma·z is sigma · tau-hat of z),
-    so the simulation runs once per design at sigma = 1 (`_null_tau_quantile_unit`, cached) and scales."""
-    return float(sigma) * _null_tau_quantile_unit(tuple(int(n) for n in sizes), q, sims, seed)
-
-
-@functools.lru_cache(maxsize=256)
-def _null_tau_quantile_unit(sizes: tuple, q: float, sims: int, seed: int) -> float:
-    rng = np.random.default_rng(seed)
-    taus = []
-    for _ in range(sims):
-        g = [rng.standard_normal(n) for n in sizes]
-        taus.append(reml_components(g, ci=False)["tau"] or 0.0)
-    return float(np.quantile(taus, q))
-
-
 # --- machines: a rerun on another machine ------------------------------------------------------------------------
 #     J = machines (leases: one GPU each), n_j = processes on machine j, K = sum n_j, m_jk = process k's mean log
 #     ratio on machine j; the model adds a machine effect v_j ~ N(0, omega^2) above the process one:
@@ -523,3 +429,97 @@ def heldout_new_machine_check(prediction: dict, heldout_means: Sequence[float], 
             "variance_ratio": ratio, "f_interval": f_int, "variance_ok": bool(var_ok), "ok": bool(inside_ok and var_ok),
             "M": M, "heldout_speedup": math.exp(float(h.mean())),
             "shift_pct": 100 * (math.exp(float(h.mean()) - prediction["log_mean"]) - 1)}
+
+
+def _log_and_se(r: dict) -> tuple[float, float, float | None]:
+    """(log estimate, se of it, df) of a run estimate: `process_estimate` output, or {"speedup", "se_log" | "ci95"
+    (with "df" or "n_units")}."""
+    s = float(r["speedup"])
+    se = r.get("se_log")
+    df = r.get("df")
+    if df is None and r.get("n_units"):
+        df = int(r["n_units"]) - 1
+    if se is None:
+        from workbench.measure.stats import se_from_ci
+        se = se_from_ci(r.get("ci95"), None if df is None else df + 1)
+    if se is None:
+        raise ValueError("a run estimate needs se_log, or ci95 with df / n_units")
+    return math.log(s), float(se), df
+
+
+def runs_agree(a: dict, b: dict, *, alpha: float = 1 - CONFIDENCE) -> dict:
+    """Do two run estimates agree? A test, not CI overlap: z = (log a - log b) / sqrt(se_a^2 + se_b^2), two-sided p
+    from Student's t with Welch-Satterthwaite df (normal when a df is unknown). `a`, `b`: `process_estimate` output
+    or {"speedup", "se_log" | "ci95" with "df" / "n_units"}. Returns {"z", "p", "df", "agree" (p >= alpha),
+    "diff_pct" (100 · (a / b - 1))}. Two 95% CIs that just overlap are |z| up to 2.77 apart (p = 0.006): overlap
+    is not agreement at 5%."""
+    from workbench.measure.stats import t_cdf, welch_satterthwaite_df
+    la, sa, da = _log_and_se(a)
+    lb, sb, db = _log_and_se(b)
+    se = math.sqrt(sa ** 2 + sb ** 2)
+    if se == 0:
+        z = 0.0 if la == lb else math.copysign(math.inf, la - lb)
+        df = None
+    else:
+        z = (la - lb) / se
+        df = welch_satterthwaite_df([(sa ** 2, da), (sb ** 2, db)])
+    p = 2 * (1 - t_cdf(abs(z), df)) if math.isfinite(z) else 0.0
+    return {"z": z, "p": p, "df": df if df is None or math.isfinite(df) else None, "agree": p >= alpha,
+            "diff_pct": 100 * (math.exp(la - lb) - 1)}
+
+
+def _inside_fraction_null(K: int, M: int, *, sims: int, seed: int, confidence: float) -> np.ndarray:
+    """Simulated fraction of M held-out process means inside the prediction interval from K (all from one normal:
+    the null that the interval is right)."""
+    rng = np.random.default_rng(seed)
+    est = rng.standard_normal((sims, K))
+    held = rng.standard_normal((sims, M))
+    m, sd = est.mean(axis=1), est.std(axis=1, ddof=1)
+    half = t_quantile((1 + confidence) / 2, K - 1) * sd * math.sqrt(1 + 1 / K)
+    return (np.abs(held - m[:, None]) <= half[:, None]).mean(axis=1)
+
+
+def heldout_check(estimate: dict, heldout_means: Sequence[float], *, sims: int = 20000, seed: int = 0,
+                  confidence: float = CONFIDENCE) -> dict:
+    """Held-out processes against a stated prediction interval. `estimate`: `process_estimate` output (K >= 2);
+    `heldout_means`: M >= 2 held-out processes' mean log ratios (each of the same R as the estimate's).
+
+    - inside = the fraction of held-out means inside `estimate["pi95"]`; passes when >= its null 5% quantile,
+      simulated for this K and M (the interval right, every process from one normal).
+    - variance_ratio = var(held-out means) / var(estimate's process means) ~ F(M - 1, K - 1) under the null; passes
+      when inside its central 95% interval.
+    Returns {"inside", "inside_null_q05", "inside_ok", "variance_ratio", "f_interval", "variance_ok", "ok", "K", "M"}."""
+    K = int(estimate["K"])
+    h = np.asarray([float(v) for v in heldout_means], dtype=float)
+    M = int(h.size)
+    if K < 2 or M < 2 or estimate.get("pi95") is None:
+        raise ValueError(f"held-out check needs K >= 2 estimate processes and M >= 2 held-out ones (K={K}, M={M})")
+    lo, hi = (math.log(v) for v in estimate["pi95"])
+    inside = float(((h >= lo) & (h <= hi)).mean())
+    q05 = float(np.quantile(_inside_fraction_null(K, M, sims=sims, seed=seed, confidence=confidence), 0.05))
+    var_est = float(estimate["process_sd_log"]) ** 2
+    ratio = float(h.var(ddof=1)) / var_est if var_est > 0 else math.inf
+    a = (1 - confidence) / 2
+    f_int = [float(_sps.f.ppf(a, M - 1, K - 1)), float(_sps.f.ppf(1 - a, M - 1, K - 1))]
+    inside_ok, var_ok = inside >= q05, f_int[0] <= ratio <= f_int[1]
+    return {"inside": inside, "inside_null_q05": q05, "inside_ok": bool(inside_ok), "variance_ratio": ratio,
+            "f_interval": f_int, "variance_ok": bool(var_ok), "ok": bool(inside_ok and var_ok), "K": K, "M": M}
+
+
+def null_tau_quantile(sizes: Sequence[int], sigma: float, *, q: float = 0.95, sims: int = 400,
+                      seed: int = 0) -> float:
+    """The q-quantile of the REML tau when the true tau is 0, for processes of these `sizes` (reps each) and rep SD
+    `sigma`: what an estimated tau is judged against for the design that produced it (with few reps per process,
+    tau-hat is far from 0 by chance alone). REML is scale-equivariant (tau-hat of sigma·z is sigma · tau-hat of z),
+    so the simulation runs once per design at sigma = 1 (`_null_tau_quantile_unit`, cached) and scales."""
+    return float(sigma) * _null_tau_quantile_unit(tuple(int(n) for n in sizes), q, sims, seed)
+
+
+@functools.lru_cache(maxsize=256)
+def _null_tau_quantile_unit(sizes: tuple, q: float, sims: int, seed: int) -> float:
+    rng = np.random.default_rng(seed)
+    taus = []
+    for _ in range(sims):
+        g = [rng.standard_normal(n) for n in sizes]
+        taus.append(reml_components(g, ci=False)["tau"] or 0.0)
+    return float(np.quantile(taus, q))
