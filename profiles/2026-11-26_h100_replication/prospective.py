@@ -14,7 +14,8 @@ What it states, per headline comparison (packing, moe, offload):
   seeds never used here, and the pass rule with its numbers: the fraction of the M inside the interval >= its null 5%
   quantile (`replication.new_machine_null`: the M share one machine effect, simulated at the estimated omega / tau'),
   and var(held-out means) / MSW inside its F(M - 1, K - J) interval (`replication.heldout_new_machine_check`);
-- the GPU minutes the estimate's processes took (processes.json wall times).
+- the GPU minutes the estimate's processes took (processes.json wall times), sigma and tau (REML, machines pooled).
+The headline (`workbench.analysis.processes`) reads this file's estimate, CI, prediction interval, K, R and minutes.
 The held-out analysis (gpu/analyze_heldout.py) reads this file and applies it unchanged.
 """
 import json
@@ -63,10 +64,12 @@ def main():
             wall_s += sum(w for _, w in procs)
             folders[m] = [os.path.relpath(d, HERE) for d, _ in procs]
         pred = replication.machine_prediction(groups)
+        comps = replication.reml_components([g for m in groups for g in m], ci=False)
         null = replication.new_machine_null(pred, M)
         out["comparisons"][name] = {
             "baseline": base, "arm": arm, "folders": folders, "gpu_minutes": round(wall_s / 60, 1),
-            "reps_per_process": pred["R"], "prediction": pred, "heldout_plan": {
+            "reps_per_process": pred["R"], "sigma": comps["sigma"], "tau": comps["tau"], "prediction": pred,
+            "heldout_plan": {
                 "M": M, "machine": "a third H100 (the next lease), none of the estimate's",
                 "command": f"python -m workbench.ab --opt {name} {COMMON} --reps {reps} --processes {M} "
                            f"--seed {HELDOUT_SEED}",
