@@ -134,7 +134,8 @@ def test_design_for_is_the_cheapest_feasible_design_and_prefers_processes_when_t
         return best
     for tau in (0.0, 0.2 * SIGMA, TAU_OVER_SIGMA * SIGMA):
         d = rp.design_for(SIGMA, tau, 0.005, 1.0, 3.0)
-        K, R, minutes, hw = d
+        K, R, minutes, hw, machines = d
+        assert machines == 1
         assert (minutes, K, R) == brute(SIGMA, tau, 0.005, 1.0, 3.0)[:3] or minutes == brute(SIGMA, tau, 0.005, 1.0, 3.0)[0]
         assert hw <= 0.005 and R % 2 == 0
     big, small = rp.design_for(SIGMA, TAU_OVER_SIGMA * SIGMA, 0.005, 1.0, 3.0), rp.design_for(SIGMA, 0.0, 0.005, 1.0, 3.0)

@@ -31,6 +31,13 @@ JUDGED = ("confirmed", "refuted", "inconclusive", "input check failed")
 
 
 RECIPE = an.RECIPE
+RERUN_RULE = ("The estimate column is a claim within this run (the rep is the unit). A rerun: K independent processes "
+              "of `python -m workbench.ab ... --processes K` (own seed, own model build, a discarded warm-up rep, R "
+              "timed reps); the estimate exp(mean of the process means) with a 95% t-interval over the processes of "
+              "the machines that ran, and a 95% prediction interval for one process on another machine (a machine "
+              "component from the process means' ANOVA by machine, Satterthwaite df: with 2 machines it is wide; "
+              "`workbench/measure/replication.py`); GPU minutes from the processes' wall times; the numbers and the "
+              "held-out design fixed before its run: `prospective.json` of the campaign folder.")
 
 
 def headline_speedups(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
@@ -100,6 +107,31 @@ def _verdict_cell(v) -> str:
     return s
 
 
+RERUN_MATCH = ("model", "layers", "tokens", "attn")
+"""What a process-level claim must share with a headline row to sit beside it (with the comparison and arm)."""
+
+
+def claim_for(claims: pd.DataFrame, r) -> dict | None:
+    """The process-level claim (`analysis.process_claims`) of headline row `r`'s comparison at its shape, if any."""
+    if claims is None or claims.empty:
+        return None
+    m = claims[(claims["name"] == r["opt"]) & (claims["arm"] == r["arm"])]
+    for k in RERUN_MATCH:
+        m = m[m[k].astype(str) == str(r.get(k))]
+    return None if m.empty else m.iloc[0].to_dict()
+
+
+def rerun_cell(claims: pd.DataFrame, r) -> str:
+    """The headline's "a rerun" cell: K x R, the estimate with its CI over processes, the prediction interval for
+    one process on another machine, the GPU minutes; "-" where no `--processes` campaign measured the comparison."""
+    c = claim_for(claims, r)
+    if c is None:
+        return "- (single runs only)"
+    prec = "" if str(c["precision"]) == str(r.get("precision")) else f" ({c['precision']})"
+    return (f"{int(c['K'])} x {int(c['R'])}{prec}, {c['speedup']:.3f}x [{c['ci95_lo']:.3f}, {c['ci95_hi']:.3f}]; "
+            f"PI [{c['pi95_lo']:.3f}, {c['pi95_hi']:.3f}] ({c['pi_scope']}); {c['gpu_minutes']:.1f} min")
+
+
 def headline_markdown(ctx: _Ctx, page_path: str, figure_path: str) -> str:
     """The README block: the headline figure, the headline table (`max_rows()` at most: every row), one line on the
     L sweeps, and the link to the results page."""
@@ -114,23 +146,26 @@ def headline_markdown(ctx: _Ctx, page_path: str, figure_path: str) -> str:
     vd = headline_verdicts(ctx.verd)
     sp = headline_speedups(ctx.comps, _prefer(ctx.verd))
     rows = []
+    claims = an.process_claims(ctx.root, ctx.comps)
     for r in sp.to_dict("records"):
-        runs = "" if r["runs"] <= 1 else (f"; {r['runs']} runs agree" if not r["disagree"] else
+        runs = "" if r["runs"] <= 1 else (f"; {r['runs']} runs, none disagrees (z test)" if not r["disagree"] else
                                            f"; {r['disagree']} of {r['runs']} runs DISAGREE (see the results page)")
         rows.append([f"{r['opt']}: `{r['arm']}` vs `{r['baseline']}`", _shape_text(r), f"speedup {_ci(r)}",
-                     _n(r), f"**{r['verdict']}**{runs}", ctx.short(r["file"])])
+                     _n(r), f"**{r['verdict']}**{runs}", rerun_cell(claims, r), ctx.short(r["file"])])
     for v in vd.to_dict("records"):
         runs = "" if v["runs"] <= 1 else f"; {v['agree']} of {v['runs']} runs say so"
         rows.append([f"{v['opt']} savings model `{v['formula'].split(',  ')[0]}`", _shape_text(v),
                      f"predicted {_ms_ci(v['predicted_ms'], v['predicted_ci95_lo'], v['predicted_ci95_hi'])}, "
                      f"measured {_ms_ci(v['measured_ms'], v['measured_ci95_lo'], v['measured_ci95_hi'])}",
-                     _n(v), _verdict_cell(v) + runs, ctx.short(v["file"])])
+                     _n(v), _verdict_cell(v) + runs, "-", ctx.short(v["file"])])
     if rows:
-        lines += _table(["result", "model · layers · tokens · attention backend that ran", "estimate [95% CI]",
-                         "pairs (reps)", "verdict", "run"], rows)
+        lines += _table(["result", "model · layers · tokens · attention backend that ran",
+                         "within this run: estimate [95% CI]", "pairs (reps)", "verdict",
+                         "a rerun: K processes x R reps, estimate [95% CI]; 95% prediction interval; GPU minutes",
+                         "run"], rows)
     else:
         lines += [f"No complete GPU comparison in `{os.path.relpath(ctx.root, ctx.repo)}/` yet.", ""]
-    notes = [SPEEDUP_RULE]
+    notes = [SPEEDUP_RULE, RERUN_RULE]
     if len(vd):
         notes.append(MODEL_RULE)
     else:

@@ -11,6 +11,7 @@ import pandas as pd
 
 from workbench import analysis as an
 from workbench.report.headline import _prefer
+from workbench.report.rerun import rerun_section
 from workbench.report.markdown import (SPEEDUP_RULE, _Ctx, _ci, _eq, _f, _label, _ms_ci, _n, _ratio_text, _shape,
                                        _table)
 
@@ -57,6 +58,7 @@ def results_page(ctx: _Ctx) -> str:
         lines += [f"No complete GPU comparison in `{root_rel}/` yet.", ""]
 
     lines += _repeats_section(ctx)
+    lines += rerun_section(ctx)
     lines += _verdict_section(ctx)
     lines += _decomposition_section(ctx)
     lines += _sweep_section(ctx)

@@ -1,0 +1,100 @@
+"""Process-level claims: what a rerun of a headline comparison would show (issue 37), one row per comparison that a
+`python -m workbench.ab ... --processes K` campaign measured.
+
+    from workbench import analysis as an
+    an.process_claims("profiles")     # estimate, CI, prediction interval, K, R, machines, GPU minutes per comparison
+
+One owner per number, read, never recomputed here:
+- a folder with a `prospective.json` (the held-out design fixed before its GPU run, e.g.
+  `profiles/2026-11-26_h100_replication/prospective.py`): its `prediction` per comparison
+  (`workbench.measure.replication.machine_prediction`: every process of every machine, CI over the processes of
+  those machines, a prediction interval for one process on another machine), its sigma / tau and GPU minutes;
+- otherwise each `processes.json` with `estimates` (`workbench.ab.processes`): the optimized arm's
+  `process_estimate` (one machine: the interval is for one more process there), GPU minutes from its wall times.
+The shape (model, layers, tokens, attention, precision, lengths) comes from the campaign's run folders
+(`analysis.comparisons`), so a claim lines up with the headline's single-run row of the same comparison.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+
+PROCESS_COLUMNS = ["name", "baseline", "arm", "model", "layers", "tokens", "attn", "precision", "lengths",
+                   "gpu_name", "speedup", "ci95_lo", "ci95_hi", "ci_scope", "pi95_lo", "pi95_hi", "pi_scope",
+                   "pi_df", "K", "R", "machines", "sigma_pct", "tau_pct", "omega_pct", "gpu_minutes", "method",
+                   "source"]
+THESE = "the processes of the machines that ran"
+ANOTHER = "one process on another machine"
+SAME = "one more process on this machine"
+
+
+def _read(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _pct(v):
+    return None if v is None else 100 * float(v)
+
+
+def process_claims(root: str, comps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per comparison with a process-level claim below `root` (`PROCESS_COLUMNS`); `comps`
+    (`analysis.comparisons(root)`, passed to save a reload) gives each claim its shape."""
+    from workbench.analysis.loader import profiles_root
+    from workbench.analysis.speedups import comparisons
+    root = profiles_root(root)
+    if not os.path.isdir(root):
+        return pd.DataFrame(columns=PROCESS_COLUMNS)
+    comps = comparisons(root) if comps is None else comps
+    base = os.path.dirname(root)
+    rows, covered = [], set()
+    designs, plain = [], []
+    for d, dirs, files in os.walk(root):
+        dirs.sort()
+        if "prospective.json" in files:
+            designs.append(d)
+        elif "processes.json" in files:
+            plain.append(d)
+
+    def shape(folders: list[str], name: str, arm: str) -> dict:
+        rel = [os.path.relpath(f, base) for f in folders]
+        c = comps[comps["process_of"].isin(rel) & (comps["name"] == name) & (comps["arm"] == arm)]
+        if c.empty:
+            return {}
+        r = c.iloc[0]
+        return {k: r[k] for k in ("model", "layers", "tokens", "attn", "precision", "lengths", "gpu_name")}
+
+    for d in designs:
+        rec = _read(os.path.join(d, "prospective.json"))
+        for name, c in rec["comparisons"].items():
+            p = c["prediction"]
+            jobs = sorted({os.path.join(d, f.split("/")[0]) for fs in c["folders"].values() for f in fs})
+            covered.update(os.path.abspath(j) for j in jobs)
+            rows.append({"name": name, "baseline": c["baseline"], "arm": c["arm"], **shape(jobs, name, c["arm"]),
+                         "speedup": p["speedup"], "ci95_lo": p["ci95"][0], "ci95_hi": p["ci95"][1],
+                         "ci_scope": THESE, "pi95_lo": p["pi95"][0], "pi95_hi": p["pi95"][1],
+                         "pi_scope": (f"{ANOTHER}; {p['J']} machines" if p["J"] > 1 else
+                                      f"{ANOTHER}; 1 machine: no machine component measured"),
+                         "pi_df": p["pi_df"], "K": p["K"], "R": max(p["R"]), "machines": p["J"],
+                         "sigma_pct": _pct(c.get("sigma")), "tau_pct": _pct(c.get("tau")),
+                         "omega_pct": _pct(p["omega"]), "gpu_minutes": c["gpu_minutes"], "method": p["method"],
+                         "source": os.path.relpath(os.path.join(d, "prospective.json"), base)})
+    for d in plain:
+        if os.path.abspath(d) in covered:
+            continue
+        rec = _read(os.path.join(d, "processes.json"))
+        minutes = sum(float(p.get("wall_s") or 0) for p in rec.get("processes", [])) / 60
+        for e in rec.get("estimates") or []:
+            if "speedup" not in e or not e.get("pi95"):
+                continue
+            rows.append({"name": e["comparison"], "baseline": e["baseline"], "arm": e["arm"],
+                         **shape([d], e["comparison"], e["arm"]), "speedup": e["speedup"],
+                         "ci95_lo": e["ci95"][0], "ci95_hi": e["ci95"][1], "ci_scope": THESE,
+                         "pi95_lo": e["pi95"][0], "pi95_hi": e["pi95"][1], "pi_scope": f"{SAME}; 1 machine", "pi_df": e.get("df"),
+                         "K": e["K"], "R": max(e["R"]), "machines": 1, "sigma_pct": _pct(e.get("sigma")),
+                         "tau_pct": _pct(e.get("tau")), "omega_pct": None, "gpu_minutes": round(minutes, 1),
+                         "method": e.get("method"), "source": os.path.relpath(os.path.join(d, "processes.json"),
+                                                                             base)})
+    return pd.DataFrame(rows, columns=PROCESS_COLUMNS)
