@@ -42,15 +42,15 @@ BUDGET_S=${BUDGET_S:-840}
 T0=$(date +%s)
 PACKING=${PACKING:---opt packing --model qwen3-14b --layers 8 --tokens 16384}
 MOE=${MOE:---opt moe --model gpt-oss-20b --layers 8 --tokens 8192}
-run() {  # name, seconds at most, flags
-  local name=$1 limit=$2; shift 2
+run() {  # name, seconds at most, timing modes, processes, flags
+  local name=$1 limit=$2 modes=$3 k=$4; shift 4
   echo "$(date +%s) start $name (limit ${limit}s): python -m workbench.ab.dose $*" >> $OUT/jobs.txt
-  timeout --signal=TERM --kill-after=30 $limit python -m workbench.ab.dose "$@" --timing $MODES --processes 3 \
+  timeout --signal=TERM --kill-after=30 $limit python -m workbench.ab.dose "$@" --timing $modes --processes $k \
     --trace torch --out $OUT/$name > $OUT/$name.out 2> $OUT/$name.err
   echo "$(date +%s) end $name rc=$?" >> $OUT/jobs.txt
 }
-run packing $((BUDGET_S * 2 / 3)) $PACKING --reps 2 --batches 1 --steps 2 --warmup 2
-run moe $((BUDGET_S - ($(date +%s) - T0))) $MOE --levels 3 --reps 2 --batches 1 --steps 1 --warmup 1 --warmup-max 4
+run packing $((BUDGET_S * 2 / 3)) $MODES 3 $PACKING --reps 2 --batches 1 --steps 2 --warmup 2
+run moe $((BUDGET_S - ($(date +%s) - T0))) ${MOE_MODES:-$MODES} ${MOE_K:-3} $MOE --levels 3 --reps 2 --batches 1 --steps 1 --warmup 1 --warmup-max 4
 for name in packing moe; do
   [ -f $OUT/$name/dose_run.json ] || continue
   python -m workbench.savings.dose $OUT/$name --calibration $OUT/calibration.json > $OUT/$name.analysis.txt 2>&1
