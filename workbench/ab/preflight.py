@@ -67,9 +67,11 @@ def check_early(args) -> None:
             check_shape(args, opt, model)
 
 
-def check_run(args, device, note=None) -> None:
+def check_run(args, device, note=None, rep_verdict: bool = True) -> None:
     """The flags against the device (`args` resolved: reps etc. filled in). `note(msg)` hears what is allowed but
-    worth saying (a GPU protocol that measures but gives no verdict, for traces or sync counts)."""
+    worth saying (a GPU protocol that measures but gives no verdict, for traces or sync counts). The reps check
+    applies where the rep is the claim's unit (`rep_verdict`) and not to an nsys capture's child (`_capture`: its
+    parent was checked; the child times the capture's steps only)."""
     cuda = device.type == "cuda"
     if args.step.dtype == "fp16" and not cuda:
         raise WorkbenchError("--dtype fp16 needs a CUDA device (on a CPU use fp32, or bf16 for the GPU's rounding)")
@@ -81,7 +83,8 @@ def check_run(args, device, note=None) -> None:
         if not getattr(tu, FLASH_ATTN[args.step.attn], lambda: False)():
             raise WorkbenchError(f"--attn {args.step.attn}: its package is not installed here; install it or use sdpa")
     from workbench.measure.stats import MIN_UNITS
-    if cuda and args.reps < MIN_UNITS and args.target_ci_pct is None and args.budget_s is None:
+    if (cuda and rep_verdict and not args._capture and args.reps < MIN_UNITS and args.target_ci_pct is None
+            and args.budget_s is None):
         other = [f for f, on in (("--trace", args.trace != "none"), ("--cross-check", args.cross_check),
                                  ("--nvtx-cost", args.nvtx_cost != "off")) if on]
         if not other:

@@ -182,7 +182,7 @@ def _main(argv, a, dctx, run: _Run | None = None) -> int:
     device = dctx.device if dctx is not None else resolve_device(a.device)
     r = run or _Run(argv=argv, a=None, dctx=dctx, device=device, main_rank=dctx is None or dctx.is_main)
     r.device = device
-    r.a = _resolve(a, device, r.main_rank)
+    r.a = _resolve(a, device, r.main_rank, rep_verdict=r.prog == "workbench.ab")
     if r.a._capture:
         if r.a.step.model is None or r.a.data.tokens is None:
             raise WorkbenchError("--_capture needs --model and --tokens")
@@ -209,11 +209,14 @@ def _main(argv, a, dctx, run: _Run | None = None) -> int:
 
 
 # -- the config resolved for the device and checked: nothing built, nothing written ----------------------------------
-def _resolve(a, device, main_rank: bool):
+def _resolve(a, device, main_rank: bool, rep_verdict: bool = True):
+    """`rep_verdict`: the run's claim rests on the rep (workbench.ab), so a GPU run of fewer reps than a verdict needs
+    is refused; the dose-response's unit is the process (its slope), so workbench.ab.dose passes False."""
     from workbench.ab import preflight
 
     a = a.resolved(device, (GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS)["_run"])  # meta.json's args
-    preflight.check_run(a, device, note=progress if main_rank else None)  # dtype, attention, protocol: no model yet
+    preflight.check_run(a, device, note=progress if main_rank else None,  # dtype, attention, protocol: no model yet
+                        rep_verdict=rep_verdict)
     if a.trace == "nsys" and not a._capture:
         if device.type != "cuda":
             raise WorkbenchError("--trace nsys needs a CUDA device (use --trace torch on a CPU)")
