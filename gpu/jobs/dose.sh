@@ -49,7 +49,7 @@ run() {  # name, seconds at most, timing modes, processes, flags
     --trace torch --out $OUT/$name > $OUT/$name.out 2> $OUT/$name.err
   echo "$(date +%s) end $name rc=$?" >> $OUT/jobs.txt
 }
-run packing $((BUDGET_S * 2 / 3)) $MODES 3 $PACKING --reps 2 --batches 1 --steps 2 --warmup 2
+run packing $((BUDGET_S * 2 / 3)) $MODES ${PACKING_K:-3} $PACKING --reps 2 --batches 1 --steps 2 --warmup 2
 run moe $((BUDGET_S - ($(date +%s) - T0))) ${MOE_MODES:-$MODES} ${MOE_K:-3} $MOE --levels 3 --reps 2 --batches 1 --steps 1 --warmup 1 --warmup-max 4
 for name in packing moe; do
   [ -f $OUT/$name/dose_run.json ] || continue
