@@ -187,6 +187,58 @@ class Started:
                 p.wait()
 
 
+class Driven:
+    """Subprocess tests that must talk to their process while it runs (send SIGINT / SIGTERM on a progress line),
+    started at collection: each `start(name, fn, *args)` runs `fn(self, *args)` in a thread of this process (it
+    mostly waits on its pipe, so it takes little from the tests); `fn` starts its processes with `self.popen`
+    (lowered priority, killed at `stop()`). `result(name, timeout)` joins and gives what `fn` returned (or raises
+    what it raised)."""
+
+    def __init__(self, nice: int = 5):
+        self.nice, self.threads, self.procs, self.dirs = nice, {}, [], {}
+
+    def popen(self, argv, **kw) -> subprocess.Popen:
+        p = subprocess.Popen(argv, preexec_fn=lower_priority(self.nice), **kw)
+        self.procs.append(p)
+        return p
+
+    def start(self, name: str, fn, *args):
+        import threading
+        box: dict = {}
+
+        def run():
+            try:
+                box["value"] = fn(self, *args)
+            except BaseException as e:  # handed to the test that reads it
+                box["error"] = e
+        t = threading.Thread(target=run, name=f"driven-{name}", daemon=True)
+        self.threads[name] = (t, box)
+        t.start()
+
+    def result(self, name: str, timeout: float):
+        t, box = self.threads[name]
+        t.join(timeout)
+        if t.is_alive():
+            self.stop()
+            raise TimeoutError(f"{name}: still running after {timeout} s")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+class Direct:
+    """`Driven`'s interface without a thread: what a test uses when nothing was started at collection."""
+
+    def popen(self, argv, **kw) -> subprocess.Popen:
+        return subprocess.Popen(argv, **kw)
+
+
 def early(module_name: str):
     """What `early_start` of that module started at collection (None when it was not)."""
     return _EARLY.get(module_name)

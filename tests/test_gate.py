@@ -19,6 +19,25 @@ from workbench.cli import run_main
 TRACED = os.path.join(os.path.dirname(__file__), "..", "profiles", "2026-11-23_h100_verdicts", "ab_traced")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _simulations_once():
+    """Each distinct `gate_stats.simulate_gates` call computed once in this file: it is a pure function of its
+    arguments (its own seeded generator), and the gates below ask for the same A/A noise, design and seed again and
+    again (tolerance, false-fail rate, detection rate: 3 x 1000 simulated gates per gate). A repeat gets a copy of
+    the first result; every gate's own logic still runs."""
+    real, memo = gate_stats.simulate_gates, {}
+
+    def once(noise, design, tolerance_pct, *, sims=1000, slowdown=1.0, seed=0):
+        key = (noise, design, tolerance_pct, sims, slowdown, seed)
+        if key not in memo:
+            memo[key] = real(noise, design, tolerance_pct, sims=sims, slowdown=slowdown, seed=seed)
+        return {**memo[key], "ci_high": memo[key]["ci_high"].copy()}
+    mp = pytest.MonkeyPatch()
+    mp.setattr(gate_stats, "simulate_gates", once)
+    yield memo
+    mp.undo()
+
+
 def test_aa_false_fail_rate_at_most_5pct_over_100_simulated_gates():
     noise, design = power.Noise(), gate_stats.GateDesign()
     tol = gate_stats.tolerance_pct(noise, design, sims=1000, seed=0)

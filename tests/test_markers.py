@@ -132,10 +132,10 @@ def test_a_sigkilled_writers_folder_is_died_to_every_reader(tmp_path):
     assert "(died)" in page and "(running)" not in page
 
 
-def _ab(tmp_path, out):
-    return subprocess.Popen([sys.executable, "-m", "workbench.ab", "--opt", "packing", "--device", "cpu", "--reps",
-                             "300", "--out", str(out)], cwd=tmp_path, env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+def _ab(driver, tmp_path, out):
+    return driver.popen([sys.executable, "-m", "workbench.ab", "--opt", "packing", "--device", "cpu", "--reps", "300",
+                         "--out", str(out)], cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                        text=True)
 
 
 def _loaded(pid: int, names) -> bool:
@@ -148,6 +148,58 @@ def _loaded(pid: int, names) -> bool:
     return any(n in maps for n in names)
 
 
+def _ctrl_c_during_imports(driver, tmp_path, extra_s):
+    """`python -m workbench.ab` sent SIGINT once torch's or numpy's libraries are mapped, plus `extra_s`:
+    (returncode, stderr)."""
+    p = _ab(driver, tmp_path, tmp_path / "run")
+    t0 = time.monotonic()
+    while not _loaded(p.pid, ("libtorch", "_multiarray_umath")) and p.poll() is None and time.monotonic() - t0 < 120:
+        time.sleep(0.01)
+    time.sleep(extra_s)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=300)
+    return p.returncode, err
+
+
+def _ctrl_c_once_the_folder_exists(driver, tmp_path):
+    """`python -m workbench.ab` sent SIGINT once it said "run <id> on cpu -> <out>" (the folder exists):
+    (returncode, stderr)."""
+    p = _ab(driver, tmp_path, tmp_path / "run")
+    for line in p.stderr:
+        if line.startswith("run "):
+            break
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=300)
+    return p.returncode, err
+
+
+def early_start(tmp_path_factory, items):
+    """The Ctrl-C tests' processes and the threads that signal them, started at collection (conftest's
+    pytest_collection_finish): they run beside the tests before this file instead of being waited for here."""
+    from conftest import Driven
+    driven = Driven(nice=15)  # read late
+    for item in items:
+        if item.originalname == "test_ctrl_c_during_imports_is_interrupted_exit_130_no_traceback":
+            extra_s = item.callspec.params["extra_s"]
+            d = tmp_path_factory.mktemp("ctrl_c_imports")
+            driven.start(f"imports-{extra_s}", _ctrl_c_during_imports, d, extra_s)
+            driven.dirs[f"imports-{extra_s}"] = d
+        elif item.originalname == "test_ctrl_c_once_the_folder_exists_marks_it_incomplete":
+            d = tmp_path_factory.mktemp("ctrl_c_folder")
+            driven.start("folder", _ctrl_c_once_the_folder_exists, d)
+            driven.dirs["folder"] = d
+    return driven if driven.threads else None
+
+
+def _started(name, fn, tmp_path, *args):
+    """(tmp_path, (returncode, stderr)): from the run started at collection, else run here."""
+    from conftest import Direct, early
+    driven = early(__name__)
+    if driven is not None and name in driven.threads:
+        return driven.dirs[name], driven.result(name, 600)
+    return tmp_path, fn(Direct(), tmp_path, *args)
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc to see the imports")
 @pytest.mark.parametrize("extra_s", [0.0, 0.5, 1.5])
 def test_ctrl_c_during_imports_is_interrupted_exit_130_no_traceback(tmp_path, extra_s):
@@ -155,28 +207,17 @@ def test_ctrl_c_during_imports_is_interrupted_exit_130_no_traceback(tmp_path, ex
     traceback): `interrupted`, exit 130, no traceback, no folder. The signal is sent once torch's or numpy's
     libraries are mapped (the project's code runs by then), plus `extra_s`: a Ctrl-C inside the interpreter's own
     start-up (its `site` imports, before any project code) is Python's KeyboardInterrupt."""
-    p = _ab(tmp_path, tmp_path / "run")
-    t0 = time.monotonic()
-    while not _loaded(p.pid, ("libtorch", "_multiarray_umath")) and p.poll() is None and time.monotonic() - t0 < 120:
-        time.sleep(0.01)
-    time.sleep(extra_s)
-    p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=300)
-    assert p.returncode == 130 and err.strip().splitlines()[-1] == "interrupted", err
+    tmp_path, (rc, err) = _started(f"imports-{extra_s}", _ctrl_c_during_imports, tmp_path, extra_s)
+    assert rc == 130 and err.strip().splitlines()[-1] == "interrupted", err
     assert "Traceback" not in err
     if (tmp_path / "run").exists():  # a fast machine got past the imports: the folder is marked
         assert markers.state(str(tmp_path / "run"))[0] == "incomplete"
 
 
 def test_ctrl_c_once_the_folder_exists_marks_it_incomplete(tmp_path):
+    tmp_path, (rc, err) = _started("folder", _ctrl_c_once_the_folder_exists, tmp_path)
     out = tmp_path / "run"
-    p = _ab(tmp_path, out)
-    for line in p.stderr:  # "run <id> on cpu -> <out>": the folder exists
-        if line.startswith("run "):
-            break
-    p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=300)
-    assert p.returncode == 130, err
+    assert rc == 130, err
     assert "Traceback" not in err and "interrupted" in err
     assert "RUNNING" not in _files(out) and "INCOMPLETE" in _files(out)
     assert markers.state(str(out))[0] == "incomplete"

@@ -180,15 +180,14 @@ def test_default_output_is_runs_run_id_under_the_cwd(capsys, tmp_path, monkeypat
 
 # --- interrupted, failed, crashed ---------------------------------------------------------------------------------
 
-def test_sigterm_keeps_the_results_and_marks_the_run_incomplete(tmp_path):
-    """SIGTERM after the first timed step (a job limit, a `kill`): exit 143, meta.json status incomplete,
-    summary.json complete false, the rows so far kept. Catches a SIGTERM that kills the process without its
-    files marked (status "running" forever) or that loses the results."""
-    out = tmp_path / "run"
-    p = subprocess.Popen([sys.executable, "-m", "workbench.ab", "--opt", "packing", "--arms", "rebuild,cached",
-                          "--tokens", "64", "--batches", "1", "--steps", "2", "--warmup", "0", "--warmup-max", "0",
-                          "--reps", "300", "--device", "cpu", "--out", str(out)],
-                         cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _sigterm_run(driver, cwd):
+    """`python -m workbench.ab` in `cwd`, sent SIGTERM on its first progress line of rep 1: (returncode, stdout,
+    stderr, out folder)."""
+    out = cwd / "run"
+    p = driver.popen([sys.executable, "-m", "workbench.ab", "--opt", "packing", "--arms", "rebuild,cached",
+                      "--tokens", "64", "--batches", "1", "--steps", "2", "--warmup", "0", "--warmup-max", "0",
+                      "--reps", "300", "--device", "cpu", "--out", str(out)],
+                     cwd=cwd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     err = []
     try:
         deadline = time.monotonic() + 240
@@ -204,8 +203,27 @@ def test_sigterm_keeps_the_results_and_marks_the_run_incomplete(tmp_path):
     finally:
         if p.poll() is None:
             p.kill()
-    err = "".join(err) + rest
-    assert p.returncode == 143, err
+    return p.returncode, stdout, "".join(err) + rest, out
+
+
+def early_start(tmp_path_factory, items):
+    """The SIGTERM test's process and the thread that signals it, started at collection (conftest's
+    pytest_collection_finish): it runs beside the tests before this file instead of being waited for here."""
+    if any(item.name == "test_sigterm_keeps_the_results_and_marks_the_run_incomplete" for item in items):
+        from conftest import Driven
+        driven = Driven(nice=15)  # read last of the work started at collection
+        driven.start("sigterm", _sigterm_run, tmp_path_factory.mktemp("sigterm"))
+        return driven
+
+
+def test_sigterm_keeps_the_results_and_marks_the_run_incomplete(tmp_path):
+    """SIGTERM after the first timed step (a job limit, a `kill`): exit 143, meta.json status incomplete,
+    summary.json complete false, the rows so far kept. Catches a SIGTERM that kills the process without its
+    files marked (status "running" forever) or that loses the results."""
+    from conftest import Direct, early
+    driven = early(__name__)
+    rc, stdout, err, out = driven.result("sigterm", 600) if driven else _sigterm_run(Direct(), tmp_path)
+    assert rc == 143, err
     assert "terminated (SIGTERM)" in err and "Traceback" not in err
     meta = json.loads((out / "meta.json").read_text())
     assert meta["status"] == "incomplete" and meta["reason"] == "terminated (SIGTERM)"
