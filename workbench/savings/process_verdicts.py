@@ -76,7 +76,7 @@ def comparison(name: str, per: list[tuple[str, dict, dict]], inputs: verdicts.In
     theta, src = calibration.theta_for(inputs.calibration, opt, c0)
     if other:
         p, sm = other[0]
-        out.update(verdicts._measured_keys(measured), verdict=sm.get("verdict"), reason=f"{p}: {sm.get('reason')}")
+        out.update(**verdicts._measured_keys(measured), verdict=sm.get("verdict"), reason=f"{p}: {sm.get('reason')}")
         return out
     model = {**_mean_over([sm["predicted_ms"] for _, sm in sms]), "formula": sm0.get("formula"),
              "n_steps": sum(int(sm.get("n_steps") or 0) for _, sm in sms)}
@@ -84,7 +84,7 @@ def comparison(name: str, per: list[tuple[str, dict, dict]], inputs: verdicts.In
         model["published"] = {"formula": sm0["published"].get("formula"),
                               **_mean_over([sm["published"]["predicted_ms"] for _, sm in sms])}
     if instrument:
-        out.update({k: v for k, v in model.items() if k != "published"}, verdicts._measured_keys(measured),
+        out.update({k: v for k, v in model.items() if k != "published"}, **verdicts._measured_keys(measured),
                    input_source=src, verdict=calibration.NO_VERDICT_INSTRUMENT,
                    reason="; ".join(f"{p}: {sm.get('reason')}" for p, sm in instrument))
         return out

@@ -351,7 +351,7 @@ def comparison_verdict(run_dir: str, c: dict, results: pd.DataFrame, meta: dict,
         return c
     steps = {a: (traced_step(c, a), _arms(c)[a].get("step_ms_mean") or _mean_step(results, name, a))
              for a in (base, opt_arm) if a in traced}
-    measured = inputs.rerun(opt, within, steps.get(opt_arm, (None, None))[1] or _mean_step(results, name, opt_arm))
+    measured = inputs.rerun(opt, within, _arms(c)[opt_arm].get("step_ms_mean") or _mean_step(results, name, opt_arm))
     theta, src = calibration.theta_for(inputs.calibration, opt, c)
     rev = savings.model_revision(opt)
     sm.update(traced_step_ms={a: v[0] for a, v in steps.items()}, timed_step_ms={a: v[1] for a, v in steps.items()},
@@ -448,7 +448,7 @@ def unit_label(population: str | None, n_units=None) -> str:
     """The measured saving's unit in a few words: "K processes", "run + tau", "within run"."""
     pop = str(population or "")
     if pop == replication.RERUN:
-        return f"{n_units} processes" if n_units else "processes"
+        return f"{int(n_units)} processes" if n_units and n_units == n_units else "processes"
     if pop.startswith("single run + tau"):
         return "run + tau"
     return "within run" if pop else "-"
