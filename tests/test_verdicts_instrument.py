@@ -100,6 +100,11 @@ def test_calibration_file_and_input_source(tmp_path):
     with pytest.raises(WorkbenchError, match="ci95"):
         calibration.read_calibration(str(p))
     assert calibration.read_calibration(None) == {}
+    # an entry with no usable θ (Fieller's interval unbounded, or none): the model is used as traced, said why
+    p.write_text(json.dumps({"moe": {"theta": None, "ci95": None, "decision": "inconclusive"},
+                             "packing": {"theta": 0.5, "ci95": [0.2, float("inf")]}}))
+    cal = calibration.read_calibration(str(p))
+    assert calibration.theta_for(cal, "moe", {}) == (None, "traced") and set(cal[None]) == {"moe", "packing"}
 
 
 # --- the precondition ------------------------------------------------------------------------------------------

@@ -67,9 +67,12 @@ def _ms(v) -> str:
 # --- θ: the calibrated factor on a model's traced input --------------------------------------------------------
 
 def read_calibration(path: str | None) -> dict:
-    """{model (opt): entry} from a calibration file (None: {}). Each entry needs `theta` > 0 and `ci95` [lo, hi]
-    with 0 < lo <= theta <= hi; `source`, `commit`, `shape` and anything else are kept. Keys that are not entries
-    (not a dict) are ignored, so the file may carry notes. A bad file or entry is a one-line error."""
+    """{model (opt): entry} from a calibration file (None: {}). A usable entry has `theta` > 0 and `ci95` [lo, hi]
+    with 0 < lo <= theta <= hi < inf; `source`, `commit`, `decision`, `shape` and anything else are kept. An entry
+    without a usable θ (theta or ci95 null, an unbounded or non-positive CI: Fieller's interval when the traced input
+    is not clearly above 0) is left out and named under the key None ({None: {opt: why}}), so its model is used as
+    traced and says why; a key that is not an entry (not a dict) is ignored. An unreadable file, or a θ outside its
+    own CI, is a one-line error."""
     if not path:
         return {}
     try:
@@ -79,18 +82,24 @@ def read_calibration(path: str | None) -> dict:
         raise WorkbenchError(f"--calibration {path}: cannot read it as JSON ({type(e).__name__}: {e})") from None
     if not isinstance(raw, dict):
         raise WorkbenchError(f"--calibration {path}: expected an object {{model: {{theta, ci95, source, commit}}}}")
-    out = {}
+    out, unusable = {}, {}
     for opt, e in raw.items():
         if not isinstance(e, dict):
             continue
         try:
             th, (lo, hi) = float(e["theta"]), (float(x) for x in e["ci95"])
         except (KeyError, TypeError, ValueError):
-            raise WorkbenchError(f"--calibration {path}: {opt} needs theta and ci95 [lo, hi]") from None
-        if not (0 < lo <= th <= hi and math.isfinite(hi)):
-            raise WorkbenchError(f"--calibration {path}: {opt}: need 0 < ci95[0] <= theta <= ci95[1], got theta "
-                                 f"{th} ci95 [{lo}, {hi}]")
+            unusable[opt] = f"{path}: {opt} has no theta with a ci95 [lo, hi] ({e.get('decision') or 'no decision'})"
+            continue
+        if not (lo > 0 and math.isfinite(hi) and math.isfinite(th)):
+            unusable[opt] = f"{path}: {opt}'s θ CI [{lo:.3g}, {hi:.3g}] is not a positive, bounded interval"
+            continue
+        if not lo <= th <= hi:
+            raise WorkbenchError(f"--calibration {path}: {opt}: need ci95[0] <= theta <= ci95[1], got theta {th} "
+                                 f"ci95 [{lo}, {hi}]")
         out[opt] = {**e, "theta": th, "ci95": [lo, hi], "file": path}
+    if unusable:
+        out[None] = unusable
     return out
 
 
@@ -100,7 +109,7 @@ def theta_for(calibration: dict, opt: str, comparison: dict | None = None) -> tu
     (in-sample); else "calibrated"."""
     e = calibration.get(opt)
     if e is None:
-        return None, "traced"
+        return None, "traced"  # the reason, where the file had an unusable entry: calibration[None][opt]
     shape = e.get("shape")
     if shape and comparison and all(str(comparison.get(k)) == str(v) for k, v in shape.items()):
         return e, "dose-response"

@@ -74,6 +74,8 @@ def comparison(name: str, per: list[tuple[str, dict, dict]], inputs: verdicts.In
     instrument = [(p, sm) for p, sm in not_judged if sm.get("verdict") == calibration.NO_VERDICT_INSTRUMENT]
     other = [(p, sm) for p, sm in not_judged if sm.get("verdict") != calibration.NO_VERDICT_INSTRUMENT]
     theta, src = calibration.theta_for(inputs.calibration, opt, c0)
+    if opt in (inputs.calibration.get(None) or {}):
+        out["theta_note"] = inputs.calibration[None][opt]
     if other:
         p, sm = other[0]
         out.update(**verdicts._measured_keys(measured), verdict=sm.get("verdict"), reason=f"{p}: {sm.get('reason')}")

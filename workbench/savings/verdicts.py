@@ -183,7 +183,8 @@ def check(opt: str, model: dict, measured: dict, decomposition: pd.DataFrame | N
               measured.get("df"), **kw)
     src = input_source or ("calibrated" if theta else "traced")
     out = {**model, **_measured_keys(measured), "input_source": src, **j,
-           **({"theta_source": theta.get("source"), "theta_commit": theta.get("commit")} if theta else {})}
+           **({"theta_source": theta.get("source"), "theta_commit": theta.get("commit"),
+               "theta_decision": theta.get("decision")} if theta else {})}
     if theta:
         out.update(_calibrated(model, theta))
     if model.get("published"):  # the article's form of the model, judged on the same data (in the same family)
@@ -353,6 +354,8 @@ def comparison_verdict(run_dir: str, c: dict, results: pd.DataFrame, meta: dict,
              for a in (base, opt_arm) if a in traced}
     measured = inputs.rerun(opt, within, _arms(c)[opt_arm].get("step_ms_mean") or _mean_step(results, name, opt_arm))
     theta, src = calibration.theta_for(inputs.calibration, opt, c)
+    if opt in (inputs.calibration.get(None) or {}):
+        sm["theta_note"] = inputs.calibration[None][opt]  # the file's entry had no usable θ: used as traced
     rev = savings.model_revision(opt)
     sm.update(traced_step_ms={a: v[0] for a, v in steps.items()}, timed_step_ms={a: v[1] for a, v in steps.items()},
               model_revision=rev["revision"], model_revision_commit=rev["commit"])
@@ -423,7 +426,8 @@ def row_of(sm: dict) -> dict:
     """The verdict columns of one savings_model dict (`rows`)."""
     corr, miss, pub = sm.get("corrected") or {}, sm.get("largest_missing") or {}, sm.get("published") or {}
     keys = ("formula", "model_revision", "model_revision_commit", "input_source", "theta", "theta_ci95",
-            "theta_source", "predicted_ms", "predicted_ci95", "predicted_calibrated_ms", "predicted_calibrated_ci95",
+            "theta_source", "theta_decision", "theta_note", "predicted_ms", "predicted_ci95",
+            "predicted_calibrated_ms", "predicted_calibrated_ci95",
             "measured_ms", "measured_ci95", "measured_population", "measured_n_units", "tau_ms", "ratio",
             "ratio_ci90", "p_confirm", "p_confirm_holm", "p_refute", "p_refute_holm", "family_size", "verdict",
             "holm_note", "reason", "traced_step_ms", "timed_step_ms")
