@@ -83,11 +83,12 @@ def _revision_commit(path: str, rev: str) -> str | None:
                              timeout=10)
         if top.returncode:
             return None
-        rel = os.path.relpath(os.path.abspath(path), top.stdout.strip())
-        head = subprocess.run(["git", "-C", d, "show", f"HEAD:{rel}"], capture_output=True, text=True, timeout=10)
+        root = top.stdout.strip()
+        rel = os.path.relpath(os.path.abspath(path), root)
+        head = subprocess.run(["git", "-C", root, "show", f"HEAD:{rel}"], capture_output=True, text=True, timeout=10)
         if head.returncode or lit not in head.stdout:
             return "uncommitted"
-        r = subprocess.run(["git", "-C", d, "log", "-n", "1", "--format=%h", "-S", lit, "--", rel],
+        r = subprocess.run(["git", "-C", root, "log", "-n", "1", "--format=%h", "-S", lit, "--", rel],
                            capture_output=True, text=True, timeout=20)
         return r.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):

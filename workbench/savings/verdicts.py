@@ -470,6 +470,7 @@ def table(all_rows: list[dict]) -> str:
     t["unit"] = [unit_label(p, n) for p, n in zip(t["measured_population"], t["measured_n_units"])]
     t["published"] = [f"{p:.2f}: {v}" if isinstance(v, str) else "-"
                       for p, v in zip(t["published_ms"], t["published_verdict"])]
+    t["ratio"] = [f"{r:.2f}" if r is not None and r == r else "-" for r in t["ratio"]]
     t["ratio 90% CI"] = [_fmt_ci(ci) or "-" for ci in t["ratio_ci90"]]
     t["revision"] = [str(c or "-") for c in t["model_revision_commit"]]
     cols = ["comparison", "model", "input", "predicted", "measured", "unit", "ratio", "ratio 90% CI", "verdict",
