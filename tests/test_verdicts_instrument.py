@@ -269,3 +269,13 @@ def test_the_cli_refuses_a_bad_calibration_file_in_one_line(tmp_path, capsys):
     assert verdicts.main([str(tmp_path), "--calibration", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --calibration") and err.count("\n") == 1
+
+
+def test_tau_source_missing(tmp_path, monkeypatch):
+    """An installed copy without profiles/: the default campaign is absent, no tau (each row says so); a named file
+    that cannot be read is a one-line error."""
+    monkeypatch.setattr(calibration, "_ROOT", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    assert calibration.read_tau(calibration.TAU_SOURCE) == {}
+    with pytest.raises(WorkbenchError, match="--tau-from"):
+        calibration.read_tau(str(tmp_path / "nope.json"))

@@ -26,6 +26,9 @@ and a claim about "a rerun" takes the process as the unit:
   5% quantile (simulated for the design), the held-out / estimate variance ratio against its F interval.
 - `null_tau_quantile`: the REML tau's 95th percentile when tau = 0, simulated for the actual design (the process
   sizes), what a repeat diagnostic judges an estimated tau against.
+- `process_saving`, `tau_ms`, `with_process_component`: a saving in ms at the unit of the claim, for the
+  savings-model verdicts (`workbench.savings.verdicts`): the mean over processes with a t-interval over processes
+  (K - 1 df), or one run's rep-level saving widened by a campaign's tau (converted to ms: tau · the arm's step).
 
 Pure numpy / scipy (no torch). `workbench.measure.power` simulates the designs; tests/test_replication.py checks
 coverage by simulation with negative controls.

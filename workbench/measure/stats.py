@@ -26,7 +26,11 @@ Rules (all other modules call these functions rather than re-deriving them):
 - Linear fits. `linear_fit`: OLS, or weighted least squares with weights 1/se² when each point's se is known (the
   L sweeps, whose points' CIs differ 15x in width) on at least MIN_WEIGHT_DF (5) df each; below that OLS with a
   robust (HC3) se; t with n-2 df.
-- Multiplicity. `holm`: Holm's step-down adjustment within a family of tests (the model verdicts of one run).
+- Multiplicity. `holm`: Holm's step-down adjustment within a family of tests (the model verdicts of one run, their
+  published forms included).
+- A ratio against a band. `band_ratio_test`: TOST of measured / predicted against [0.8, 1.25] (Welch-Satterthwaite
+  df); a calibrated factor θ with its own CI enters as a shift by Berger-Boos (the worse end of θ's CI, plus its
+  tail THETA_TAIL), never in quadrature.
 - Variance components. `variance_components`: rep / batch / step SDs of log step time (percent), recorded per
   comparison; `workbench.measure.power --from RUN_DIR` simulates a protocol with them.
 """

@@ -121,10 +121,14 @@ def theta_for(calibration: dict, opt: str, comparison: dict | None = None) -> tu
 def read_tau(path: str | None = TAU_SOURCE) -> dict:
     """{comparison: {"tau_log", "df", "processes", "source"}} from a replication campaign's analysis.json
     (`comparisons[].all_processes`: tau by REML over every process, df = processes - 1). None or "none": {}; a
-    relative path is read from the repository root when it is not found from the working directory."""
+    relative path is read from the repository root when it is not found from the working directory; the default
+    TAU_SOURCE missing (an installed copy without profiles/) gives {} (each row then says "no tau"), any other
+    unreadable file is a one-line error."""
     if not path or path == "none":
         return {}
     p = path if os.path.exists(path) or os.path.isabs(path) else os.path.join(_ROOT, path)
+    if path == TAU_SOURCE and not os.path.exists(p):  # an installed copy without profiles/: no tau, said per row
+        return {}
     try:
         with open(p) as f:
             raw = json.load(f)

@@ -461,8 +461,8 @@ def unit_label(population: str | None, n_units=None) -> str:
 def table(all_rows: list[dict]) -> str:
     """The verdict rows as `python -m workbench.verdicts` prints them."""
     t = pd.DataFrame(all_rows)
-    t["input"] = [s if not isinstance(th, float) else f"{s} x{th:.2f}" for s, th in zip(t["input_source"],
-                                                                                       t["theta"])]
+    t["input"] = ["-" if not isinstance(s, str) else s if not isinstance(th, float) or th != th else f"{s} x{th:.2f}"
+                  for s, th in zip(t["input_source"], t["theta"])]
     t["predicted"] = [f"{p:.2f} {_fmt_ci(ci)}" if p is not None and p == p else "-"
                       for p, ci in zip(t["predicted_ms"], t["predicted_ci95"])]
     t["measured"] = [f"{m:.2f} {_fmt_ci(ci)}" if m is not None and m == m else "-"
