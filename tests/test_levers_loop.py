@@ -131,11 +131,18 @@ def test_levers_on_a_dense_model_cpu(levers_env, capsys, tmp_path):
     m = verdicts.measured_saving(load_run(str(out))[0], "lever_attention", "dense", "blocks")
     preds = {"lever_attention": {**lever_run.predict("lever_attention", None), "predicted_ms": 2.0,
                                  "predicted_se": 0.1}}
-    sel = lever_run.Selection([], preds, {}, {"steps": 4}, None)
-    lever_run.annotate(types.SimpleNamespace(flush=lambda: None, out_dir=str(out)), {"comparisons": [c]}, sel, "cuda")
-    sm = c["savings_model"]
-    assert sm["ratio"] == pytest.approx(m["mean"] / 2.0) and sm["measured_ms"] == pytest.approx(m["mean"])
-    assert sm["verdict"] in ("confirmed", "refuted", "inconclusive") and "p_confirm_holm" in sm
+    timed = c["baseline"]["step_ms_mean"]
+    writer = types.SimpleNamespace(flush=lambda: None, out_dir=str(out))
+    for traced in (1.05 * timed, 1.4 * timed):  # the traced baseline step: 5% off its timed one, then 40% off
+        bd = {"steps": 4, "components": [{"component": "step_ms", "ms": traced}]}
+        lever_run.annotate(writer, {"comparisons": [c]}, lever_run.Selection([], preds, {}, bd, None), "cuda")
+        sm = c["savings_model"]
+        assert sm["measured_ms"] == pytest.approx(m["mean"])
+        if traced < 1.1 * timed:
+            assert sm["ratio"] == pytest.approx(m["mean"] / 2.0)
+            assert sm["verdict"] in ("confirmed", "refuted", "inconclusive") and "p_confirm_holm" in sm
+        else:  # the traced pass the prediction comes from is not the step that was timed: no verdict
+            assert sm["verdict"] == "no verdict: instrument" and "+40.0%" in sm["reason"]
 
 
 def test_a_numerics_arm_beyond_tolerance_is_flagged_moe(levers_env, capsys, tmp_path):

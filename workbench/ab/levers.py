@@ -23,8 +23,9 @@ speedup and a verdict, then the path from the baseline to the best step.
    with the se over traced steps), saved_fraction (the module's SAVED_FRACTION, default 1.0), predicted_ms =
    component_ms x saved_fraction, predicted_se}, and `savings_model`: predicted against the measured paired saving
    (the rep as the unit), verdict by `workbench.savings.verdicts.judge` (confirmed / refuted / inconclusive: the 90% CI of
-   measured / predicted inside or outside [0.8, 1.25]; the traced-vs-timed bias of the baseline step as in
-   `workbench.savings.verdicts`), Holm over the run's levers. On a CPU: no verdict.
+   measured / predicted inside or outside [0.8, 1.25]; "no verdict: instrument" when the traced baseline step is
+   more than `workbench.savings.calibration.INSTRUMENT_TOL` off its timed step), Holm over the run's levers. On a
+   CPU: no verdict.
 """
 from __future__ import annotations
 
@@ -228,7 +229,7 @@ def path_comparison(chosen: list):
 def annotate(writer, summary: dict, sel: Selection, device_type: str) -> list[dict]:
     """Each lever comparison of `summary` with its `lever` prediction and its `savings_model` verdict; the path's
     points named. Returns the comparisons (updated in place)."""
-    from workbench.savings import verdicts
+    from workbench.savings import calibration, verdicts
     from workbench.measure.results import load_run
 
     writer.flush()
@@ -255,17 +256,18 @@ def annotate(writer, summary: dict, sel: Selection, device_type: str) -> list[di
         sm.update(measured_ms=m["mean"], measured_ci95=m["ci95"], measured_n_pairs=m["n_pairs"])
         traced = next((r["ms"] for r in (sel.breakdown or {}).get("components", []) if r["component"] == "step_ms"),
                       None)
-        bias = verdicts.bias_rel(traced, c["baseline"].get("step_ms_mean"))  # traced pass vs timed steps
+        why = calibration.instrument_reason({c["baseline"]["arm"]: (traced, c["baseline"].get("step_ms_mean"))})
         if device_type != "cuda":
             sm.update(verdict=None, reason="a CPU timing measures the machine's load: no verdict")
         elif p["predicted_ms"] is None:
             sm.update(verdict=None, reason=sel.trace_note or "no prediction")
+        elif why:  # the traced pass the prediction comes from is not the step that was timed
+            sm.update(verdict=calibration.NO_VERDICT_INSTRUMENT, reason=why, traced_step_ms=traced)
         else:
             steps = (sel.breakdown or {}).get("steps") or 0
             j = verdicts.judge(p["predicted_ms"], p["predicted_se"], m["mean"], m["se"], m["df"],
-                               predicted_df=(steps - 1) if steps > 1 else None, bias_rel=bias,
-                               n_units=m["n_units"])
-            sm.update(j, bias_rel=bias, traced_step_ms=traced)
+                               predicted_df=(steps - 1) if steps > 1 else None)
+            sm.update(j, input_source="traced", traced_step_ms=traced)
             judged.append(sm)
         c["savings_model"] = sm
     if judged:

@@ -35,15 +35,16 @@ def savings(profiles: str | None = None, **kw) -> pd.DataFrame:
 
 VERDICT_COLUMNS = ["folder", "comparison", "opt", "model", "layers", "tokens", "attn", "precision", "lengths", "baseline",
                    "arm",
-                   "formula",
+                   "formula", "model_revision", "model_revision_commit", "input_source", "theta", "theta_ci95_lo",
+                   "theta_ci95_hi",
                    "predicted_ms", "predicted_ci95_lo", "predicted_ci95_hi", "measured_ms", "measured_ci95_lo",
-                   "measured_ci95_hi", "n_pairs", "n_units", "n_steps", "bias_rel", "ratio", "ratio_ci90_lo",
-                   "ratio_ci90_hi", "p_confirm", "p_confirm_holm", "p_refute", "p_refute_holm", "family_size",
-                   "verdict", "reps_to_decide", "decide_note", "reason", "largest_missing",
+                   "measured_ci95_hi", "measured_population", "tau_ms", "n_pairs", "n_units", "n_steps", "ratio",
+                   "ratio_ci90_lo", "ratio_ci90_hi", "p_confirm", "p_confirm_holm", "p_refute", "p_refute_holm",
+                   "family_size", "verdict", "holm_note", "reason", "largest_missing",
                    "largest_missing_ms", "corrected_formula", "corrected_ms", "corrected_ci95_lo",
                    "corrected_ci95_hi", "corrected_ratio", "corrected_verdict", "published_formula", "published_ms",
                    "published_ci95_lo", "published_ci95_hi", "published_ratio", "published_ratio_ci90_lo",
-                   "published_ratio_ci90_hi", "published_verdict", "published_decide_note", "terms", "inputs",
+                   "published_ratio_ci90_hi", "published_verdict", "terms", "inputs",
                    "gpu_name", "file"]
 
 
@@ -51,9 +52,12 @@ def verdicts(profiles: str | None = None, include_incomplete_comparisons=False, 
     """One row per comparison whose `savings_model` has a verdict (`VERDICT_COLUMNS`; `python -m workbench.verdicts`
     writes them after a traced run): the model's formula, predicted ms with its 95% CI (delta method over the traced
     steps), the measured paired saving (baseline - arm, mean over the engine's pairs) with its 95% CI and n pairs,
-    measured / predicted with its 90% CI (the traced-vs-timed bias `bias_rel` included), the p-values raw and
-    Holm-adjusted within the verdict's family, the verdict ("confirmed" | "refuted" | "inconclusive" | "no trace" |
-    "not modelled" | "input check failed"; `workbench.savings.verdicts` states the rule), reps_to_decide and its reason; for a refuted model the largest component it lacks and the corrected model's prediction and
+    measured / predicted with its 90% CI, the p-values raw and Holm-adjusted within the verdict's family, the verdict
+    ("confirmed" | "refuted" | "inconclusive" | "no verdict: instrument" | "no trace" | "not modelled" | "input check
+    failed"; `workbench.savings.verdicts` states the rule) and its reason; the model revision with its commit, the
+    input source (traced / dose-response / calibrated, with θ and its CI) and the measured saving's unit
+    (`measured_population`: within this run, single run + tau, or a rerun over processes; `tau_ms` the process
+    component added); for a refuted model the largest component it lacks and the corrected model's prediction and
     verdict; where the model extends a published form (offload: the first reload's term), that form's prediction and
     verdict on the same data (`published_*`). `inputs` and `terms` are JSON strings ({name: {value, source}}, {term: ms})."""
     rows = []
@@ -73,12 +77,17 @@ def verdicts(profiles: str | None = None, include_incomplete_comparisons=False, 
                          "predicted_ci95_lo": plo, "predicted_ci95_hi": phi, "measured_ms": sm.get("measured_ms"),
                          "measured_ci95_lo": mlo, "measured_ci95_hi": mhi, "n_pairs": sm.get("measured_n_pairs"),
                          "n_units": sm.get("measured_n_units"), "n_steps": sm.get("n_steps"),
-                         "bias_rel": sm.get("bias_rel"), "ratio": sm.get("ratio"),
+                         "measured_population": sm.get("measured_population"), "tau_ms": sm.get("tau_ms"),
+                         "model_revision": sm.get("model_revision"),
+                         "model_revision_commit": sm.get("model_revision_commit"),
+                         "input_source": sm.get("input_source"), "theta": sm.get("theta"),
+                         "theta_ci95_lo": _lohi(sm.get("theta_ci95"))[0], "theta_ci95_hi": _lohi(sm.get("theta_ci95"))[1],
+                         "ratio": sm.get("ratio"),
                          "ratio_ci90_lo": _lohi(sm.get("ratio_ci90"))[0], "ratio_ci90_hi": _lohi(sm.get("ratio_ci90"))[1],
                          "p_confirm": sm.get("p_confirm"), "p_confirm_holm": sm.get("p_confirm_holm"),
                          "p_refute": sm.get("p_refute"), "p_refute_holm": sm.get("p_refute_holm"),
                          "family_size": sm.get("family_size"), "verdict": sm.get("verdict"),
-                         "reps_to_decide": sm.get("reps_to_decide"), "decide_note": sm.get("decide_note"),
+                         "holm_note": sm.get("holm_note"),
                          "reason": sm.get("reason"), "largest_missing": miss.get("component"),
                          "largest_missing_ms": miss.get("saved_ms"), "corrected_formula": corr.get("formula"),
                          "corrected_ms": corr.get("predicted_ms"), "corrected_ci95_lo": clo, "corrected_ci95_hi": chi,
@@ -87,7 +96,7 @@ def verdicts(profiles: str | None = None, include_incomplete_comparisons=False, 
                          "published_ci95_lo": pblo, "published_ci95_hi": pbhi, "published_ratio": pub.get("ratio"),
                          "published_ratio_ci90_lo": _lohi(pub.get("ratio_ci90"))[0],
                          "published_ratio_ci90_hi": _lohi(pub.get("ratio_ci90"))[1],
-                         "published_verdict": pub.get("verdict"), "published_decide_note": pub.get("decide_note"),
+                         "published_verdict": pub.get("verdict"),
                          "terms": json.dumps(sm.get("terms") or {}, default=str, sort_keys=True),
                          "inputs": json.dumps(sm.get("inputs") or {}, default=str, sort_keys=True),
                          "gpu_name": r["gpu_name"] or r["device"], "file": os.path.join(r["folder"], "summary.json")})
@@ -96,8 +105,9 @@ def verdicts(profiles: str | None = None, include_incomplete_comparisons=False, 
                                           "largest_missing_ms", "corrected_ms", "corrected_ci95_lo",
                                           "corrected_ci95_hi", "corrected_ratio", "published_ms",
                                           "published_ci95_lo", "published_ci95_hi", "published_ratio", "n_units",
-                                          "bias_rel", "ratio_ci90_lo", "ratio_ci90_hi", "p_confirm", "p_confirm_holm",
-                                          "p_refute", "p_refute_holm", "reps_to_decide", "published_ratio_ci90_lo",
+                                          "ratio_ci90_lo", "ratio_ci90_hi", "p_confirm", "p_confirm_holm",
+                                          "p_refute", "p_refute_holm", "theta", "theta_ci95_lo", "theta_ci95_hi",
+                                          "tau_ms", "published_ratio_ci90_lo",
                                           "published_ratio_ci90_hi"))
 
 
@@ -127,14 +137,14 @@ VERDICT_TABLE_COLUMNS = ["comparison", "run", "model", "layers", "tokens", "attn
 def verdict_table(v: pd.DataFrame) -> pd.DataFrame:
     """`verdicts(...)` as a reader reads it, one row per model and configuration (`VERDICT_TABLE_COLUMNS`): the
     predicted and measured saving with their CIs, the pairs (reps), the ratio with its 90% CI, the verdict, and why
-    (the reason a verdict could not be given, or the reps that would decide), each as text."""
+    (the reason a verdict could not be given, or the Holm note of one decided alone), each as text."""
     def ci(x, lo, hi, unit=""):
         return "-" if x is None or x != x else (f"{x:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if lo == lo and lo is not None
                                                               else "") + unit)
 
     rows = []
     for r in v.to_dict("records"):
-        why = "; ".join(str(r[k]) for k in ("reason", "decide_note") if isinstance(r.get(k), str))
+        why = "; ".join(str(r[k]) for k in ("reason", "holm_note") if isinstance(r.get(k), str))
         rows.append({"comparison": r["comparison"], "run": str(r["folder"]).split("profiles/", 1)[-1], "model": r["model"],
                      "layers": _int(r["layers"]), "tokens": _int(r["tokens"]), "attn": r["attn"],
                      "predicted ms [95% CI]": ci(r["predicted_ms"], r["predicted_ci95_lo"], r["predicted_ci95_hi"]),

@@ -35,6 +35,9 @@ and a claim about "a rerun" takes the process as the unit:
   judged against a null simulated for that design (they share one machine effect).
 - `null_tau_quantile`: the REML tau's 95th percentile when tau = 0, simulated for the actual design (the process
   sizes), what a repeat diagnostic judges an estimated tau against.
+- `process_saving`, `tau_ms`, `with_process_component`: a saving in ms at the unit of the claim, for the
+  savings-model verdicts (`workbench.savings.verdicts`): the mean over processes with a t-interval over processes
+  (K - 1 df), or one run's rep-level saving widened by a campaign's tau (converted to ms: tau · the arm's step).
 
 Pure numpy / scipy (no torch). `workbench.measure.power` simulates the designs; tests/test_replication.py checks
 coverage by simulation with negative controls.
@@ -560,3 +563,70 @@ def dose_slope(processes: Sequence[Sequence[tuple[float, float]]], *, confidence
     return {"slope_ms": ts["mean"], "slope_ci95": ts["ci"], "slope_se": ts["se"], "df": ts["df"], "K": len(slopes),
             "per_process": slopes, "quad": tq["mean"] if quads else None, "quad_ci95": tq["ci"], "bend": bend,
             "linear": linear}
+# --- a saving (ms) with the process as the unit: the savings-model verdicts' measured side ---------------------
+
+def process_saving(groups: Sequence[Sequence[float]], *, confidence: float = CONFIDENCE) -> dict:
+    """A saving (baseline - arm, ms per step) that a rerun would show, from K processes' per-rep savings (`groups`,
+    one sequence per process: each rep's mean paired difference).
+
+    mean = the mean over processes of each process's mean saving; ci95 = a t-interval over the K process means
+    (K - 1 df; se = their sd / sqrt(K)); pi95 = the interval one more process's mean lands in, mean ± t_{K-1} · sd ·
+    sqrt(1 + 1/K); sigma (rep within process) and tau (between processes) by REML, in ms. With K = 1 it is the
+    rep-level t-interval of that one process, `population` "within this run". Returns the keys of
+    `stats.paired_difference` ({"mean", "ci95", "se", "df", "n_units" (K), "n_pairs" (reps in all), "method"}) plus
+    {"pi95", "population", "sigma", "tau", "K", "R"}."""
+    gs = _groups(groups)
+    K = len(gs)
+    comps = reml_components(gs, ci=False) if K else {"sigma": None, "tau": None}
+    base = {"K": K, "R": [int(g.size) for g in gs], "n_pairs": int(sum(g.size for g in gs)), "pi95": None,
+            "sigma": comps["sigma"], "tau": comps["tau"]}
+    q = (1 + confidence) / 2
+    if K == 0:
+        return {**base, "mean": math.nan, "ci95": None, "se": None, "df": None, "n_units": 0, "population": WITHIN,
+                "method": "none (no data)"}
+    if K == 1:
+        y = gs[0]
+        if y.size < 2:
+            return {**base, "mean": float(y.mean()), "ci95": None, "se": None, "df": None, "n_units": 1,
+                    "population": WITHIN, "method": "none (one rep)"}
+        se = float(y.std(ddof=1) / math.sqrt(y.size))
+        t = t_quantile(q, y.size - 1)
+        m = float(y.mean())
+        return {**base, "mean": m, "ci95": [m - t * se, m + t * se], "se": se, "df": int(y.size - 1),
+                "n_units": int(y.size), "population": WITHIN,
+                "method": f"t-interval over {y.size} reps of one process: within this run only"}
+    means = np.asarray([g.mean() for g in gs])
+    m, sd = float(means.mean()), float(means.std(ddof=1))
+    se = sd / math.sqrt(K)
+    t = t_quantile(q, K - 1)
+    return {**base, "mean": m, "ci95": [m - t * se, m + t * se], "se": se, "df": K - 1, "n_units": K,
+            "pi95": [m - t * sd * math.sqrt(1 + 1 / K), m + t * sd * math.sqrt(1 + 1 / K)], "population": RERUN,
+            "method": f"t-interval over {K} processes' mean savings ({K - 1} df)"}
+
+
+def tau_ms(tau_log: float, arm_step_ms: float) -> float:
+    """The process component of a saving in ms from its log-ratio tau: the saving is S = B - O = B (1 - e^{-y}) with
+    y = log(B / O) the per-rep log ratio, so a process shift u of y moves S by dS/dy · u = O · u, and
+    tau_S = tau_y · O (O: the optimized arm's mean step, ms)."""
+    return float(tau_log) * float(arm_step_ms)
+
+
+def with_process_component(within: dict, tau_ms_value: float, tau_df: float | None, source: str, *,
+                           confidence: float = CONFIDENCE) -> dict:
+    """A single run's saving (`stats.paired_difference` output, the rep as the unit: "within this run") widened to
+    speak for a rerun: se^2 = se_within^2 + tau_ms^2 (the rep-level se estimates sigma^2 / R; one process adds its
+    own shift, variance tau^2), df by Welch-Satterthwaite (the within part R - 1, tau's part `tau_df`: the
+    campaign's K - 1). `population` "single run + tau from SOURCE". Returns a copy with mean, se, df, ci95 replaced
+    and {"se_within", "ci95_within", "tau_ms", "tau_df", "population"} added; with no se (fewer than 2 reps) it is
+    returned unchanged, labelled "within this run"."""
+    from workbench.measure.stats import welch_satterthwaite_df
+    if within.get("se") is None or within.get("mean") is None:
+        return {**within, "population": WITHIN}
+    parts = [(float(within["se"]) ** 2, within.get("df")), (float(tau_ms_value) ** 2, tau_df)]
+    se = math.sqrt(parts[0][0] + parts[1][0])
+    df = welch_satterthwaite_df(parts)
+    t = t_quantile((1 + confidence) / 2, df)
+    m = float(within["mean"])
+    return {**within, "se": se, "df": df if math.isfinite(df) else None, "ci95": [m - t * se, m + t * se],
+            "se_within": within["se"], "ci95_within": within.get("ci95"), "tau_ms": float(tau_ms_value),
+            "tau_df": tau_df, "population": f"single run + tau from {source}"}

@@ -30,7 +30,11 @@ Rules (all other modules call these functions rather than re-deriving them):
   unbounded when b's own CI reaches 0), t with the smaller of the two df (conservative).
 - Curvature. `quadratic_term`: the x² coefficient of a least-squares quadratic (a dose-response's departure from
   a line); its uncertainty comes from the unit above it (processes), never from the points of one fit.
-- Multiplicity. `holm`: Holm's step-down adjustment within a family of tests (the model verdicts of one run).
+- Multiplicity. `holm`: Holm's step-down adjustment within a family of tests (the model verdicts of one run, their
+  published forms included).
+- A ratio against a band. `band_ratio_test`: TOST of measured / predicted against [0.8, 1.25] (Welch-Satterthwaite
+  df); a calibrated factor θ with its own CI enters as a shift by Berger-Boos (the worse end of θ's CI, plus its
+  tail THETA_TAIL), never in quadrature.
 - Variance components. `variance_components`: rep / batch / step SDs of log step time (percent), recorded per
   comparison; `workbench.measure.power --from RUN_DIR` simulates a protocol with them.
 """
@@ -524,52 +528,88 @@ def welch(a, b, confidence: float = CONFIDENCE) -> dict:
     return {**out, "ci95": [float(ci.low), float(ci.high)], "p": float(t.pvalue)}
 
 
-def band_ratio_test(m, se_m, df_m, p, se_p, df_p, bias_rel, *, band=(0.8, 1.25), alpha: float = 0.05):
-    """measured / predicted against a band: (estimate form, estimate, se, df, the (1 - 2 alpha) CI of the ratio,
-    p_confirm, p_refute). The savings-model verdicts' test (`workbench.savings.verdicts.judge`).
+THETA_TAIL = 0.025
+"""A calibrated factor's 95% CI leaves this much on each side: what the Berger-Boos p-value adds (`band_ratio_test`)."""
 
-    Log form (m > 0, p > 0): x = log(m / p), sd = sqrt((se_m/m)^2 + (se_p/p)^2 + bias_rel^2), df by
-    Welch-Satterthwaite; the band is [log lo, log hi]; p_confirm = TOST (the larger of the two one-sided p-values
-    against the band's edges), p_refute = one-sided, on the estimate's side. Linear form otherwise: the two
-    differences m - lo·p and m - hi·p with their se."""
+
+def band_ratio_test(m, se_m, df_m, p, se_p, df_p, *, theta_ci=None, band=(0.8, 1.25), alpha: float = 0.05):
+    """measured / (predicted · θ) against a band: (estimate form, estimate, se, df, the (1 - 2 alpha) CI of the
+    ratio, p_confirm, p_refute). The savings-model verdicts' test (`workbench.savings.verdicts.judge`).
+
+    `theta_ci` None: the prediction is used as traced (θ = 1, known). Else [θ_lo, θ_hi], a calibrated factor's 95%
+    CI (the instrument's factor on the model's traced input: the prediction is p·θ). θ enters as a shift of the
+    log ratio with its own interval, never in quadrature:
+
+    - each one-sided p-value is Berger-Boos: its largest value over θ in [θ_lo, θ_hi] (an end point: the
+      p-value is monotone in θ) plus THETA_TAIL (0.025, the chance that θ lies beyond that end);
+    - the CI is what that test inverts: the ratio's (1 - 2 (alpha - THETA_TAIL)) CI without θ (95% at alpha 0.05)
+      divided end point by end point by θ's CI, [r_lo / θ_hi, r_hi / θ_lo] (coverage >= 1 - 2 alpha by the union
+      bound).
+
+    Log form (m > 0, p > 0): x = log(m / p) - log θ, sd = sqrt((se_m/m)^2 + (se_p/p)^2), df by Welch-Satterthwaite;
+    the band is [log lo, log hi]; p_confirm = TOST (the larger of the two one-sided p-values against the band's
+    edges), p_refute = one-sided, on the estimate's side (the estimate at θ's midpoint sqrt(θ_lo θ_hi)). Linear form
+    otherwise: the two differences m - k·p·θ (k = lo, hi) with their se sqrt(se_m^2 + (k θ se_p)^2)."""
     lo, hi = band
     se_m, se_p = float(se_m or 0.0), float(se_p or 0.0)
+    thetas = [1.0] if theta_ci is None else [float(theta_ci[0]), float(theta_ci[1])]
+    if min(thetas) <= 0:
+        raise ValueError(f"a calibrated factor must be positive, got {theta_ci}")
+    tail = 0.0 if theta_ci is None else THETA_TAIL
+    th_mid = math.sqrt(thetas[0] * thetas[-1])
+
+    def bb(ps):  # Berger-Boos: the worst p over θ's end points, plus the tail θ may lie in
+        return min(1.0, max(ps) + tail)
+
     if m > 0 and p > 0:
-        parts = [((se_m / m) ** 2, df_m), ((se_p / p) ** 2, df_p), (bias_rel ** 2, None)]
+        parts = [((se_m / m) ** 2, df_m), ((se_p / p) ** 2, df_p)]
         sd = math.sqrt(sum(v for v, _ in parts))
         df = welch_satterthwaite_df(parts)
-        x = math.log(m / p)
+        x0 = math.log(m / p)
+        x = x0 - math.log(th_mid)
         if sd == 0:
-            inside = math.log(lo) < x < math.log(hi)
-            return "log", x, 0.0, df, [m / p, m / p], (0.0 if inside else 1.0), (1.0 if inside else 0.0)
-        t = t_quantile(1 - alpha, df)
-        ci = [math.exp(x - t * sd), math.exp(x + t * sd)]
-        z_lo, z_hi = (x - math.log(lo)) / sd, (x - math.log(hi)) / sd
-        p_confirm = max(1 - t_cdf(z_lo, df), t_cdf(z_hi, df))
+            r = [m / p / t for t in thetas]
+            inside = all(lo < v < hi for v in r)
+            outside = all(v >= hi for v in r) or all(v <= lo for v in r)
+            return ("log", x, 0.0, df, [min(r), max(r)], (tail if inside else 1.0),
+                    (tail if outside else 1.0))
+        p_lo = bb([1 - t_cdf((x0 - math.log(t) - math.log(lo)) / sd, df) for t in thetas])  # H0: ratio <= lo
+        p_hi = bb([t_cdf((x0 - math.log(t) - math.log(hi)) / sd, df) for t in thetas])  # H0: ratio >= hi
+        p_confirm = max(p_lo, p_hi)
         mid = (math.log(lo) + math.log(hi)) / 2
-        p_refute = 1 - t_cdf(z_hi, df) if x >= mid else t_cdf(z_lo, df)
+        if x >= mid:  # H0: ratio <= hi
+            p_refute = bb([1 - t_cdf((x0 - math.log(t) - math.log(hi)) / sd, df) for t in thetas])
+        else:  # H0: ratio >= lo
+            p_refute = bb([t_cdf((x0 - math.log(t) - math.log(lo)) / sd, df) for t in thetas])
+        q = t_quantile(1 - (alpha - tail), df)
+        ci = [math.exp(x0 - q * sd) / thetas[-1], math.exp(x0 + q * sd) / thetas[0]]
         return "log", x, sd, df, ci, p_confirm, p_refute
-    # linear: m against the band's edges k * p (k = lo, hi), the prediction's variance scaled by k^2
-    var_p = se_p ** 2 + (bias_rel * p) ** 2
-    edges = sorted([(k * p, k) for k in band])
-    out = []
-    for e, k in edges:
-        parts = [(se_m ** 2, df_m), (k * k * se_p ** 2, df_p), (k * k * (bias_rel * p) ** 2, None)]
-        sd = math.sqrt(sum(v for v, _ in parts))
-        out.append((m - e, sd, welch_satterthwaite_df(parts)))
-    (d_lo, s_lo, f_lo), (d_hi, s_hi, f_hi) = out
-    if s_lo == 0 or s_hi == 0:
-        inside = d_lo > 0 > d_hi
-        return "linear", m, 0.0, math.inf, None, (0.0 if inside else 1.0), (1.0 if inside else 0.0)
-    p_confirm = max(1 - t_cdf(d_lo / s_lo, f_lo), t_cdf(d_hi / s_hi, f_hi))
-    mid = (edges[0][0] + edges[1][0]) / 2
-    p_refute = 1 - t_cdf(d_hi / s_hi, f_hi) if m >= mid else t_cdf(d_lo / s_lo, f_lo)
+    # linear: m against the band's edges k·p·θ (k = lo, hi), the prediction's variance scaled by (k θ)^2
+    def diffs(t):
+        edges = sorted([(k * p * t, k) for k in band])
+        out = []
+        for e, k in edges:
+            parts = [(se_m ** 2, df_m), ((k * t * se_p) ** 2, df_p)]
+            out.append((m - e, math.sqrt(sum(v for v, _ in parts)), welch_satterthwaite_df(parts)))
+        return edges, out
+    per = [diffs(t) for t in thetas]
+    if any(s == 0 for _, o in per for _, s, _ in o):
+        inside = all(o[0][0] > 0 > o[1][0] for _, o in per)
+        return "linear", m, 0.0, math.inf, None, (tail if inside else 1.0), (1.0 if inside else tail)
+    p_confirm = bb([max(1 - t_cdf(o[0][0] / o[0][1], o[0][2]), t_cdf(o[1][0] / o[1][1], o[1][2])) for _, o in per])
+    edges_mid, _ = diffs(th_mid)
+    if m >= (edges_mid[0][0] + edges_mid[1][0]) / 2:
+        p_refute = bb([1 - t_cdf(o[1][0] / o[1][1], o[1][2]) for _, o in per])
+    else:
+        p_refute = bb([t_cdf(o[0][0] / o[0][1], o[0][2]) for _, o in per])
+    df = min(f for _, o in per for _, _, f in o)
     ci = None
     if p > 0:  # the ratio's CI by Fieller is not needed to decide; a first-order one to show
-        sd_r = math.sqrt(se_m ** 2 + (m / p) ** 2 * var_p) / p
-        t = t_quantile(1 - alpha, min(f_lo, f_hi))
-        ci = [m / p - t * sd_r, m / p + t * sd_r]
-    return "linear", m, math.sqrt(se_m ** 2 + var_p), min(f_lo, f_hi), ci, p_confirm, p_refute
+        sd_r = math.sqrt(se_m ** 2 + (m / p) ** 2 * se_p ** 2) / p
+        q = t_quantile(1 - (alpha - tail), df)
+        ends = [(m / p + s * q * sd_r) / t for s in (-1, 1) for t in thetas]
+        ci = [min(ends), max(ends)]
+    return "linear", m, math.sqrt(se_m ** 2 + se_p ** 2), df, ci, p_confirm, p_refute
 
 
 def variance_upper_bound(values: Iterable, *, confidence: float = CONFIDENCE) -> dict:

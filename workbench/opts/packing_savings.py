@@ -26,6 +26,11 @@ MODEL_TERMS = ("glue", "sync_stall", "launch_gap")
 """The decomposition components the model accounts for (the rest are candidates for the term it lacks)."""
 TRACED_ARMS = ("baseline",)
 """The arms whose traces the model's inputs come from."""
+MODEL_REVISION = ("2026-11-26: (L*p - b) * s, s = GPU idle per build + build kernel time (rebuild arm's trace); the "
+                  "formula of 54f840f (2026-11-25), unchanged")
+"""The model revision a verdict row names, with the commit that set this value (`savings.model_revision`):
+bump it (date: what changed) in the commit that changes FORMULA or an input, before the runs that judge it
+(issue 39 item 4)."""
 
 
 _META_RE = re.compile(r"^wb/(L\d+)/attn/meta$")

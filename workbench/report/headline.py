@@ -95,8 +95,6 @@ def _verdict_cell(v) -> str:
     s = f"**{v['verdict']}**"
     if v["verdict"] in ("confirmed", "refuted", "inconclusive") and _ratio_text(v):
         s += f" ({_ratio_text(v)})"
-    if v["verdict"] == "inconclusive" and isinstance(v.get("decide_note"), str):
-        s += f": {v['decide_note']}"
     if v["verdict"] == "refuted" and isinstance(v.get("largest_missing"), str):
         s += f"; lacks {v['largest_missing']} ({_f(v['largest_missing_ms'], '{:+.1f}')} ms)"
         if isinstance(v.get("corrected_verdict"), str):

@@ -63,10 +63,12 @@ SPEEDUP_RULE = ("Speedup = exp(mean over reps of log(mean baseline step / mean a
                 "the unit of independence: arms run as blocks per rep); `faster` / `slower` when the CI excludes 1, no "
                 "verdict below 4 reps (`workbench/measure/stats.py`).")
 MODEL_RULE = ("A savings model predicts the saving (baseline - arm, ms per step) from inputs measured in the run's own "
-              "traces (delta method over the traced steps, plus the traced-vs-timed step difference as a relative "
-              "SD); measured = the mean paired saving (rep-level se); `confirmed` when the 90% CI of measured / "
-              "predicted lies inside [0.8, 1.25], `refuted` when entirely outside, `inconclusive` otherwise (with the "
-              "reps that would decide), Holm-adjusted within each run's family of model verdicts "
+              "traces (delta method over the traced steps; times θ, the instrument's calibrated factor, where a "
+              "dose-response measured one); measured = the mean paired saving at the unit of the claim (over "
+              "processes for a --processes run, else the rep-level se plus the process component tau); `confirmed` "
+              "when the 90% CI of measured / predicted lies inside [0.8, 1.25], `refuted` when entirely outside, "
+              "`inconclusive` otherwise, Holm-adjusted within each run's family of model verdicts (published forms "
+              "included); `no verdict: instrument` when an arm's traced step is more than 15% off its timed step "
               "(`workbench/savings/verdicts.py`).")
 
 

@@ -200,12 +200,16 @@ def _verdict_section(ctx: _Ctx) -> list[str]:
                         "RUN_DIR`).", ""]
     lines += ["Every comparison with a savings model. Predicted: the model on inputs measured in the run's own traces "
               "(per traced step; 95% CI by the delta method, n traced steps). Measured: mean paired saving baseline - "
-              "arm over every pair, 95% CI a t-interval over reps. The verdict: the 90% CI of measured / predicted "
-              "(log scale; the measured se, the prediction's se and the traced-vs-timed bias `bias` = |traced / timed "
-              "baseline step - 1| as a relative SD, Welch-Satterthwaite df) against [0.8, 1.25]: `confirmed` inside, "
-              "`refuted` entirely outside, `inconclusive` otherwise, each only when its p-value, Holm-adjusted over "
-              "the run's family of model verdicts (one family per run folder, per L sweep, and for the published "
-              "forms), is <= 0.05; an inconclusive one says about how many more reps would decide. A refuted model "
+              "arm over every pair, 95% CI at the unit of the claim (`unit`: over processes for a --processes run; "
+              "a single run's rep-level CI widened by the process component tau of the replication campaign, or "
+              "within this run where none was measured). `input`: traced, or calibrated (θ, the instrument's factor "
+              "from a dose-response, multiplies the prediction, its CI a shift with its own interval). The verdict: "
+              "the 90% CI of measured / predicted (log scale; Welch-Satterthwaite df) against [0.8, 1.25]: "
+              "`confirmed` inside, `refuted` entirely outside, `inconclusive` otherwise, each only when its p-value, "
+              "Holm-adjusted over the run's family of model verdicts (one family per run folder or L sweep, the "
+              "published forms in it), is <= 0.05; `no verdict: instrument` when an arm's traced step is more than "
+              "15% off its timed step. Older rows (no `input`) added the traced-vs-timed step distance as a relative "
+              "SD instead. A refuted model "
               "names the largest component of the traced step decomposition it lacks; the model with it added is "
               "`exploratory` (chosen after seeing the data: never confirmed).", ""]
     rows = []
@@ -218,8 +222,6 @@ def _verdict_section(ctx: _Ctx) -> list[str]:
             f"{r['largest_missing']} ({_f(r['largest_missing_ms'], '{:+.1f}')} ms)"
         verdict = r["verdict"] + (f": {r['reason']}" if isinstance(r["reason"], str) and r["verdict"] not in
                                   ("confirmed", "refuted", "inconclusive") else "")
-        if r["verdict"] == "inconclusive" and isinstance(r.get("decide_note"), str):
-            verdict += f" ({r['decide_note']})"
         if isinstance(r.get("published_verdict"), str):
             verdict += (f"; published (L-1) form {_f(r['published_ms'], '{:.2f}')} ms: {r['published_verdict']}"
                         f" ({_ratio_text(r, 'published_')})")
@@ -231,11 +233,22 @@ def _verdict_section(ctx: _Ctx) -> list[str]:
         rows.append([r["comparison"], *_shape(r), f"{r['baseline']} -> {r['arm']}", f"`{r['formula']}`",
                      _ms_ci(r["predicted_ms"], r["predicted_ci95_lo"], r["predicted_ci95_hi"], "{:.2f}"),
                      _ms_ci(r["measured_ms"], r["measured_ci95_lo"], r["measured_ci95_hi"], "{:.2f}"),
-                     _n(r), _f(r["bias_rel"], "{:.1%}"), ratio, pv, verdict, miss, corr, ctx.link(r["file"])])
+                     _n(r), _input_unit(r), ratio, pv, verdict, miss, corr, ctx.link(r["file"])])
     return lines + _table(["comparison", "model", "layers", "tokens", "attn", "arms", "model", "predicted [95% CI]",
-                           "measured [95% CI]", "pairs (reps)", "bias", "measured / predicted [90% CI]",
+                           "measured [95% CI]", "pairs (reps)", "input · unit", "measured / predicted [90% CI]",
                            "p confirm raw / Holm; p refute raw / Holm", "verdict", "largest missing component",
                            "corrected model (exploratory)", "file"], rows)
+
+
+def _input_unit(r) -> str:
+    """`traced · run + tau`, `calibrated x0.55 · 4 processes`, or `-` for a row written before either was stated."""
+    from workbench.savings.verdicts import unit_label
+    src = r.get("input_source")
+    if not isinstance(src, str):
+        return "-"
+    th = r.get("theta")
+    src += f" x{th:.2f}" if isinstance(th, float) and th == th else ""
+    return f"{src} · {unit_label(r.get('measured_population'), r.get('n_units'))}"
 
 
 def _decomposition_section(ctx: _Ctx) -> list[str]:

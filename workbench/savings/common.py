@@ -7,6 +7,9 @@ An optimization with a savings model names its module in its SPEC (`"savings": "
     MODEL_TERMS: tuple[str, ...]  the decomposition components the model accounts for (the rest are candidates for
                                   the term a refuted model lacks)
     TRACED_ARMS: tuple[str, ...]  the arms whose traces its inputs come from: "baseline", and "arm" (the optimized)
+    MODEL_REVISION: str           "DATE: what the model is / what changed", bumped in the commit that changes FORMULA
+                                  or an input, before the runs that judge it; each verdict row names it and the commit
+                                  that set it (`model_revision`; optional: "none stated" without it)
     def from_run(traced, c, meta, *, baseline, arm) -> dict
         the model from a run's traces ({arm: events frame}), the comparison's summary.json dict and meta.json: the
         keys of `predicted` (predicted_ms, its se, CI and n_steps) plus formula, inputs ({name: {value, source}})
@@ -18,7 +21,9 @@ measured saving.
 """
 from __future__ import annotations
 
+import functools
 import importlib
+import os
 
 import numpy as np
 import pandas as pd
@@ -54,6 +59,40 @@ def formula(opt: str) -> str | None:
 def model_terms(opt: str) -> tuple[str, ...]:
     mod = module(opt)
     return tuple(mod.MODEL_TERMS) if mod else ()
+
+
+def model_revision(opt: str) -> dict:
+    """{"revision": the module's MODEL_REVISION (None: "none stated"), "commit": the short sha of the commit that set
+    that value (`git log -S` on the module's file; "uncommitted" when HEAD's file lacks it, None outside a git
+    checkout)}."""
+    mod = module(opt)
+    rev = getattr(mod, "MODEL_REVISION", None) if mod else None
+    return {"revision": rev, "commit": _revision_commit(mod.__file__, rev) if rev else None}
+
+
+@functools.lru_cache(maxsize=64)
+def _revision_commit(path: str, rev: str) -> str | None:
+    import subprocess
+
+    d = os.path.dirname(os.path.abspath(path))
+    lit = next((line for line in open(path).read().splitlines() if line.startswith("MODEL_REVISION")), None)
+    if lit is None:
+        return None
+    try:
+        top = subprocess.run(["git", "-C", d, "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                             timeout=10)
+        if top.returncode:
+            return None
+        root = top.stdout.strip()
+        rel = os.path.relpath(os.path.abspath(path), root)
+        head = subprocess.run(["git", "-C", root, "show", f"HEAD:{rel}"], capture_output=True, text=True, timeout=10)
+        if head.returncode or lit not in head.stdout:
+            return "uncommitted"
+        r = subprocess.run(["git", "-C", root, "log", "-n", "1", "--format=%h", "-S", lit, "--", rel],
+                           capture_output=True, text=True, timeout=20)
+        return r.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 # --- helpers of the models' input extractors ------------------------------------------------------------------

@@ -17,8 +17,9 @@ Model (judged like the one-GPU savings models, `workbench.savings.verdicts.judge
   slowest rank's time, so the mean rank's exposed wait is the step time the skew costs). Its se: per traced step the
   difference W_base - W_opt, t over traced steps.
 - Measured S_2: the 2-GPU run's paired saving on the data-parallel step (max over ranks per step), rep as the unit.
-- Traced-vs-timed bias (`verdicts.bias_rel`): the traced 2-GPU baseline step against its timed step, as a relative
-  SD of the prediction (the profiler slows the host, and with it the ranks' skew).
+- The instrument (`calibration.instrument_reason`): the traced 2-GPU baseline step must lie within
+  `calibration.INSTRUMENT_TOL` of its timed step (the profiler slows the host, and with it the ranks' skew), else
+  the verdict is "no verdict: instrument" with both numbers.
 
 Why the summed wait is not used: each collective waits on its own stream while the compute stream goes on, and an
 all-gather and a reduce-scatter wait at the same time, so the sum of waits can exceed the step (the 789 ms over
@@ -137,7 +138,7 @@ def compare(one_dir: str, two_dir: str) -> list[dict]:
     import pandas as pd
 
     from workbench.measure import stats
-    from workbench.savings import verdicts
+    from workbench.savings import calibration, verdicts
 
     one = {c["name"]: c for c in _json(os.path.join(one_dir, "summary.json")).get("comparisons", [])}
     two = _json(os.path.join(two_dir, "summary.json"))
@@ -178,10 +179,13 @@ def compare(one_dir: str, two_dir: str) -> list[dict]:
         se_p = None if s1["se"] is None or w["se"] is None else math.sqrt(s1["se"] ** 2 + w["se"] ** 2)
         df_p = stats.welch_satterthwaite_df([(s1["se"] ** 2, s1["df"]), (w["se"] ** 2, w["df"])]) if se_p else None
         timed_base = c["baseline"].get("step_ms")
-        bias = verdicts.bias_rel(w.get("traced_baseline_step_ms"), timed_base)
-        j = verdicts.judge(pred, se_p, s2["mean"], s2["se"], s2["df"], predicted_df=df_p, bias_rel=bias,
-                           n_units=s2.get("n_units"))
-        rec.update(wait_removed_ms=w, predicted_ms=pred, predicted_se=se_p, bias_rel=bias, **j)
+        rec.update(wait_removed_ms=w, predicted_ms=pred, predicted_se=se_p, input_source="traced")
+        why = calibration.instrument_reason({b: (w.get("traced_baseline_step_ms"), timed_base)})
+        if why:
+            rec.update(verdict=calibration.NO_VERDICT_INSTRUMENT, reason=why)
+            out.append(rec)
+            continue
+        rec.update(verdicts.judge(pred, se_p, s2["mean"], s2["se"], s2["df"], predicted_df=df_p))
         out.append(rec)
     return out
 

@@ -3,6 +3,8 @@ the engine's paired measured saving (the rep as the unit), with the step-time de
 refuted model lacks.
 
     python -m workbench.verdicts RUN_DIR [RUN_DIR ...]     # fills each traced comparison of summary.json
+    python -m workbench.verdicts RUN_DIR --calibration CAL.json --tau-from none
+    python -m workbench.verdicts PROCESSES_DIR               # a --processes K run: DIR/verdicts.json, the process as unit
 
 Per comparison of a run folder whose baseline and optimized arms were traced (`--trace torch|nsys`):
 
@@ -18,27 +20,38 @@ Models: each optimization's savings module (its SPEC's `savings`, `workbench.sav
 steps gives the uncertainty; its docstring states the formula and where each input comes from.
 
 Uncertainty: the prediction is f(mean of the per-step inputs), its se by the delta method (`stats.delta_method`,
-n-1 df over the traced steps). Measured: the mean paired saving baseline - arm over every (rep, step) pair, the rep
-as the unit (per rep the mean difference, t over reps: `stats.paired_difference`, se and R-1 df). Traced-vs-timed
-bias: the inputs come from a traced pass, the saving from timed steps; `bias_rel` = |traced / timed - 1| of the
-baseline's step (traced: the mean `wb/step` window of its trace; timed: its mean timed step) is taken as a relative
-SD of the prediction.
+n-1 df over the traced steps). Measured, at the unit of the claim (`measured_population`):
+- a `--processes K` run folder (processes.json; `workbench.savings.process_verdicts`): the mean over processes of
+  each process's mean paired saving, a t-interval over processes (K-1 df: `replication.process_saving`);
+- a single run: the mean paired saving baseline - arm over every (rep, step) pair with the rep as the unit
+  (`stats.paired_difference`: "within this run"), widened by the comparison's process component tau from a
+  replication campaign (`--tau-from`, default `calibration.TAU_SOURCE`; `replication.with_process_component`):
+  "single run + tau from FILE". A comparison the campaign did not measure stays "within this run", said so.
 
-Verdict (BAND = [0.8, 1.25], CONFIDENCE_MODEL = 90%): with m the measured saving, p the prediction,
-- m > 0 and p > 0: x = log(m / p), sd = sqrt((se_m / m)^2 + (se_p / p)^2 + bias_rel^2), t with the
-  Welch-Satterthwaite df of the three (measured R-1, predicted n_steps-1, bias as known); the 90% CI of
-  measured / predicted is exp(x ± t_{0.95} sd);
+The instrument (`workbench.savings.calibration`):
+- precondition, fixed before the runs it judges: each judged arm's traced step (the mean `wb/step` window of its
+  trace) lies within `calibration.INSTRUMENT_TOL` (15%) of its timed step, else the verdict is "no verdict:
+  instrument" with both numbers (no p-values, outside every Holm family);
+- θ, the instrument's factor on the model's traced input (`--calibration FILE`, from a dose-response analysis):
+  the prediction is p·θ, and θ's 95% CI enters as a shift with its own interval, never in quadrature
+  (`stats.band_ratio_test`: Berger-Boos p-values at θ's worse end + 0.025; the ratio's 95% CI divided end point by
+  end point by θ's CI). No entry: the input is used as traced. Each row says which (`input_source`: traced,
+  dose-response or calibrated) and names the model revision with its commit (`savings.model_revision`).
+
+Verdict (BAND = [0.8, 1.25], CONFIDENCE_MODEL = 90%): with m the measured saving, p the prediction (p·θ),
+- m > 0 and p > 0: x = log(m / p), sd = sqrt((se_m / m)^2 + (se_p / p)^2), t with the Welch-Satterthwaite df of
+  the two (measured, predicted n_steps-1); the 90% CI of measured / predicted is exp(x ± t_{0.95} sd);
 - otherwise (m <= 0 or p <= 0): the two differences m - 0.8p and m - 1.25p, each with its se
-  sqrt(se_m^2 + k^2 (se_p^2 + (bias_rel p)^2)), k = 0.8, 1.25, and its Welch-Satterthwaite df;
+  sqrt(se_m^2 + k^2 se_p^2), k = 0.8, 1.25, and its Welch-Satterthwaite df;
 - p_confirm = the larger of the two one-sided p-values against the band's edges (TOST); p_refute = the one-sided
   p-value that the ratio lies beyond the band's edge on the estimate's side;
-- Holm (`stats.holm`) adjusts p_confirm and p_refute within each family of model verdicts: the verdicts of one run
-  folder's comparisons, an L sweep's points (one family per sweep), and the published forms (a family of their own);
+- Holm (`stats.holm`) adjusts p_confirm and p_refute within each family of model verdicts: a run folder's
+  comparisons, or an L sweep's points (one family per sweep), the published forms in the same family as the models
+  (a model and its published form are two claims about one saving);
 - `confirmed` when the adjusted p_confirm <= 0.05 (the 90% CI inside the band, for a family of one); `refuted`
-  when the adjusted p_refute <= 0.05 (the CI entirely outside); else `inconclusive`, with `reps_to_decide`: about
-  how many more reps would decide, from the observed variance (the measured se falls as 1/sqrt(reps), the
-  prediction's and the bias's parts do not), or "more reps cannot decide" when even a measured se of 0 leaves the
-  CI across an edge of the band. Raw and adjusted p-values are kept (`p_confirm`, `p_confirm_holm`, ...).
+  when the adjusted p_refute <= 0.05 (the CI entirely outside); else `inconclusive`, with the CI only (no "N more
+  reps would decide": no sequential rule backs one). Raw and adjusted p-values are kept (`p_confirm`,
+  `p_confirm_holm`, ...).
 
 A refuted model's missing part: the largest of the decomposition's components outside the model, the model's own
 components' traced saving beyond its prediction, and the residual (measured - traced). The corrected model (the
@@ -54,8 +67,8 @@ import sys
 
 import pandas as pd
 
-from workbench.savings import common as savings
-from workbench.measure import stats
+from workbench.savings import calibration, common as savings
+from workbench.measure import replication, stats
 from workbench.traces import decompose
 
 BAND = (0.8, 1.25)
@@ -64,7 +77,6 @@ CONFIDENCE_MODEL = 0.90
 """The model verdict's interval: 90% two-sided, i.e. two one-sided tests at ALPHA (TOST)."""
 ALPHA = (1 - CONFIDENCE_MODEL) / 2
 """Each one-sided test's level (and the Holm-adjusted p a verdict needs): 0.05."""
-CANNOT_DECIDE = "more reps cannot decide: the prediction's own uncertainty spans the band"
 FORMULAS = {o: savings.formula(o) for o in savings.modelled()}
 """{opt: its model's formula}, from each optimization's savings module (the registry's order)."""
 MODEL_TERMS = {o: savings.model_terms(o) for o in savings.modelled()}
@@ -73,9 +85,9 @@ MODEL_TERMS = {o: savings.model_terms(o) for o in savings.modelled()}
 
 # --- verdict --------------------------------------------------------------------------------------------------
 
-def _ratio_test(m, se_m, df_m, p, se_p, df_p, bias_rel):
-    """`stats.band_ratio_test` against BAND at ALPHA per side (the 90% CI)."""
-    return stats.band_ratio_test(m, se_m, df_m, p, se_p, df_p, bias_rel, band=BAND, alpha=ALPHA)
+def _ratio_test(m, se_m, df_m, p, se_p, df_p, theta_ci=None):
+    """`stats.band_ratio_test` against BAND at ALPHA per side (the 90% CI), θ's CI (None: as traced)."""
+    return stats.band_ratio_test(m, se_m, df_m, p, se_p, df_p, theta_ci=theta_ci, band=BAND, alpha=ALPHA)
 
 
 def _outcome(p_confirm, p_refute) -> str:
@@ -86,62 +98,34 @@ def _outcome(p_confirm, p_refute) -> str:
     return "inconclusive"
 
 
-def reps_to_decide(m, se_m, n_units, p, se_p, df_p, bias_rel, max_reps: int = 10_000) -> dict:
-    """About how many more reps would decide an inconclusive verdict, from the observed variance: the measured se
-    scales as 1/sqrt(reps) (df reps - 1), the prediction's and the bias's parts do not, and the estimate is taken to
-    stay where it is. {"reps_to_decide": N more reps or None, "would_read": confirmed / refuted, "note"}."""
-    if not n_units or se_m is None:
-        return {"reps_to_decide": None, "would_read": None, "note": "no measured se: run at least 2 reps"}
-    R = int(n_units)
-
-    def decides(r):
-        se = float(se_m) * math.sqrt(R / r) if math.isfinite(r) else 0.0
-        *_, pc, pr = _ratio_test(m, se, (r - 1) if math.isfinite(r) else None, p, se_p, df_p, bias_rel)
-        return _outcome(pc, pr)
-
-    if decides(math.inf) == "inconclusive":
-        return {"reps_to_decide": None, "would_read": None, "note": CANNOT_DECIDE}
-    lo, hi = R, R
-    while decides(hi) == "inconclusive":
-        lo, hi = hi, hi * 2
-        if hi > max_reps:
-            return {"reps_to_decide": None, "would_read": decides(math.inf),
-                    "note": f"more than {max_reps - R} more reps (the estimate sits near the band's edge)"}
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if decides(mid) != "inconclusive" else (mid, hi)
-    would = decides(hi)
-    return {"reps_to_decide": hi - R, "would_read": would,
-            "note": f"about {hi - R} more reps ({hi} in all) would decide ({would}, if the estimate stays)"}
-
-
 def judge(predicted: float, predicted_se: float | None, measured: float, measured_se: float | None,
-          measured_df: float | None, *, predicted_df: float | None = None, bias_rel: float = 0.0,
-          n_units: int | None = None) -> dict:
+          measured_df: float | None, *, predicted_df: float | None = None, theta: dict | None = None) -> dict:
     """The verdict of one model on one comparison, before the family's Holm adjustment (`holm_family`).
 
-    Returns {"ratio", "ratio_ci90", "form" (log / linear), "df" (Welch-Satterthwaite), "p_confirm" (TOST: the larger
-    of the two one-sided p-values against the band's edges), "p_refute" (one-sided, on the estimate's side of the
-    band), "verdict" (confirmed / refuted / inconclusive from the raw p-values), and for an inconclusive one
-    "reps_to_decide", "would_read", "decide_note"}."""
-    ratio = measured / predicted if predicted else None
-    if measured is None or predicted is None or measured != measured or predicted != predicted:
-        return {"ratio": ratio, "ratio_ci90": None, "verdict": "inconclusive", "p_confirm": None, "p_refute": None}
+    `predicted` is the model on its traced inputs; `theta` a calibration entry ({"theta", "ci95", ...}:
+    `calibration.read_calibration`) or None (the input as traced). Returns {"ratio" (measured / (predicted·θ)),
+    "ratio_ci90", "form" (log / linear), "df" (Welch-Satterthwaite), "p_confirm" (TOST: the larger of the two
+    one-sided p-values against the band's edges), "p_refute" (one-sided, on the estimate's side of the band),
+    "verdict" (confirmed / refuted / inconclusive from the raw p-values), "theta", "theta_ci95"}."""
+    th = float(theta["theta"]) if theta else 1.0
+    th_ci = list(theta["ci95"]) if theta else None
+    base = {"theta": th if theta else None, "theta_ci95": th_ci}
+    ok = measured is not None and predicted is not None and measured == measured and predicted == predicted
+    ratio = measured / (predicted * th) if ok and predicted else None
+    if not ok:
+        return {**base, "ratio": ratio, "ratio_ci90": None, "verdict": "inconclusive", "p_confirm": None,
+                "p_refute": None}
     form, _, _, df, ci, pc, pr = _ratio_test(measured, measured_se, measured_df, predicted, predicted_se,
-                                             predicted_df, bias_rel)
-    out = {"ratio": ratio, "ratio_ci90": ci, "form": form, "df": df if math.isfinite(df) else None,
-           "p_confirm": pc, "p_refute": pr, "verdict": _outcome(pc, pr)}
-    if out["verdict"] == "inconclusive":
-        d = reps_to_decide(measured, measured_se, n_units, predicted, predicted_se, predicted_df, bias_rel)
-        out.update(reps_to_decide=d["reps_to_decide"], would_read=d["would_read"], decide_note=d["note"])
-    return out
+                                             predicted_df, th_ci)
+    return {**base, "ratio": ratio, "ratio_ci90": ci, "form": form, "df": df if math.isfinite(df) else None,
+            "p_confirm": pc, "p_refute": pr, "verdict": _outcome(pc, pr)}
 
 
 def holm_family(judged: list[dict]) -> list[dict]:
     """Holm within one family of model verdicts (dicts of `judge`, updated in place and returned): p_confirm and
     p_refute are each adjusted over the family (`stats.holm`; `*_holm` keys), and the verdict reads confirmed /
-    refuted only where the adjusted p is <= ALPHA, else inconclusive (with its reps_to_decide where it was decided
-    before the adjustment: `decide_note` says so)."""
+    refuted only where the adjusted p is <= ALPHA, else inconclusive (`holm_note` says so where it was decided
+    before the adjustment)."""
     pcs = stats.holm([j.get("p_confirm") for j in judged])
     prs = stats.holm([j.get("p_refute") for j in judged])
     for j, pc, pr in zip(judged, pcs, prs):
@@ -150,8 +134,8 @@ def holm_family(judged: list[dict]) -> list[dict]:
         j["verdict"] = _outcome(pc, pr)
         j["family_size"] = len(judged)
         if raw in ("confirmed", "refuted") and j["verdict"] == "inconclusive":
-            j["decide_note"] = (f"{raw} alone (p = {j['p_confirm' if raw == 'confirmed' else 'p_refute']:.3f}), "
-                                f"not after Holm over the {len(judged)} model verdicts of its family")
+            j["holm_note"] = (f"{raw} alone (p = {j['p_confirm' if raw == 'confirmed' else 'p_refute']:.3f}), "
+                              f"not after Holm over the {len(judged)} model verdicts of its family")
     return judged
 
 
@@ -160,34 +144,54 @@ def exploratory(v: str) -> str:
     return "exploratory: " + {"confirmed": "consistent"}.get(v, v)
 
 
-def bias_rel(traced_step_ms: float | None, timed_step_ms: float | None) -> float:
-    """|traced / timed - 1| of the baseline's step: how far the traced pass the inputs come from is from the timed
-    steps the measured saving comes from, taken as a relative SD on the prediction (0 when either is unknown)."""
-    if not traced_step_ms or not timed_step_ms:
-        return 0.0
-    return abs(float(traced_step_ms) / float(timed_step_ms) - 1.0)
+def predicted_df(model: dict) -> float | None:
+    """The prediction's df: `predicted_df` when the model states it (a process-level prediction: K-1), else its
+    traced steps - 1 (None with one step)."""
+    if model.get("predicted_df") is not None:
+        return model["predicted_df"]
+    n = model.get("n_steps")
+    return (n - 1) if n and n > 1 else None
+
+
+def _measured_keys(measured: dict) -> dict:
+    return {"measured_ms": measured["mean"], "measured_ci95": measured.get("ci95"),
+            "measured_se_ms": measured.get("se"), "measured_df": measured.get("df"),
+            "measured_n_pairs": measured.get("n_pairs"), "measured_n_units": measured.get("n_units"),
+            "measured_population": measured.get("population") or replication.WITHIN,
+            "measured_pi95": measured.get("pi95"), "measured_ci95_within": measured.get("ci95_within"),
+            "tau_ms": measured.get("tau_ms")}
+
+
+def _calibrated(model: dict, theta: dict) -> dict:
+    """p·θ and its interval by the bounds of both: [min, max] of the prediction's 95% CI ends times θ's CI ends."""
+    ci = model.get("predicted_ci95")
+    ends = [a * b for a in ci for b in theta["ci95"]] if ci else None
+    return {"predicted_calibrated_ms": model["predicted_ms"] * float(theta["theta"]),
+            "predicted_calibrated_ci95": [min(ends), max(ends)] if ends else None}
 
 
 def check(opt: str, model: dict, measured: dict, decomposition: pd.DataFrame | None, *,
-          bias: float = 0.0, alone: bool = True) -> dict:
-    """The verdict of `model` (a *_model dict) against `measured` (`stats.paired_difference`: mean, se, df at the
-    rep level); for a model read refuted, the largest traced component it lacks and the corrected model (model +
-    that component's saving), labelled exploratory (chosen after the fact: it never reads confirmed). `alone`: the
-    model is a family of its own (Holm changes nothing) and the verdict is final; False: `finalize` applies Holm
-    over its family (what `annotate` does) and adds the corrected model."""
-    df_p = (model.get("n_steps") - 1) if model.get("n_steps") and model["n_steps"] > 1 else None
-    kw = dict(predicted_df=df_p, bias_rel=bias, n_units=measured.get("n_units"))
+          theta: dict | None = None, input_source: str | None = None, alone: bool = True) -> dict:
+    """The verdict of `model` (a *_model dict) against `measured` (`stats.paired_difference`, or its widened /
+    process-level forms: mean, se, df, population), θ from `theta` (a calibration entry, None: as traced); for a
+    model read refuted, the largest traced component it lacks and the corrected model (model + that component's
+    saving), labelled exploratory (chosen after the fact: it never reads confirmed). `alone`: the model (and its
+    published form) are a family of their own and the verdict is final; False: `finalize` applies Holm over its
+    family (what `annotate` does) and adds the corrected model."""
+    kw = dict(predicted_df=predicted_df(model), theta=theta)
     j = judge(model["predicted_ms"], model.get("predicted_se_ms"), measured["mean"], measured.get("se"),
               measured.get("df"), **kw)
-    out = {**model, "measured_ms": measured["mean"], "measured_ci95": measured.get("ci95"),
-           "measured_se_ms": measured.get("se"), "measured_df": measured.get("df"),
-           "measured_n_pairs": measured.get("n_pairs"), "measured_n_units": measured.get("n_units"),
-           "bias_rel": bias, **j}
-    if model.get("published"):  # the article's form of the model, judged on the same data (its own family)
+    src = input_source or ("calibrated" if theta else "traced")
+    out = {**model, **_measured_keys(measured), "input_source": src, **j,
+           **({"theta_source": theta.get("source"), "theta_commit": theta.get("commit"),
+               "theta_decision": theta.get("decision")} if theta else {})}
+    if theta:
+        out.update(_calibrated(model, theta))
+    if model.get("published"):  # the article's form of the model, judged on the same data (in the same family)
         pub = model["published"]
         pj = judge(pub["predicted_ms"], pub.get("predicted_se_ms"), measured["mean"], measured.get("se"),
-                   measured.get("df"), **kw)
-        out["published"] = {**pub, "bias_rel": bias, **pj}
+                   measured.get("df"), predicted_df=pub.get("predicted_df", kw["predicted_df"]), theta=theta)
+        out["published"] = {**pub, "input_source": src, **pj, **(_calibrated(pub, theta) if theta else {})}
     if decomposition is not None and len(decomposition):
         d = decomposition.set_index("component")["saved_ms"]
         terms = savings.model_terms(opt)
@@ -214,9 +218,9 @@ def _correct(out: dict, measured: dict) -> None:
     name, ms = cand
     p2 = out["predicted_ms"] + ms
     h = None if out.get("predicted_ci95") is None else (out["predicted_ci95"][1] - out["predicted_ci95"][0]) / 2
-    df_p = (out.get("n_steps") - 1) if out.get("n_steps") and out["n_steps"] > 1 else None
+    th = {"theta": out["theta"], "ci95": out["theta_ci95"]} if out.get("theta") else None
     j = judge(p2, out.get("predicted_se_ms"), measured["mean"], measured.get("se"), measured.get("df"),
-              predicted_df=df_p, bias_rel=out.get("bias_rel") or 0.0, n_units=measured.get("n_units"))
+              predicted_df=predicted_df(out), theta=th)
     out["corrected"] = {"formula": f"{out['formula']} + saved {name}", "predicted_ms": p2,
                         "predicted_ci95": None if h is None else [p2 - h, p2 + h],
                         "predicted_se_ms": out.get("predicted_se_ms"), **j, "raw_verdict": j["verdict"],
@@ -226,12 +230,9 @@ def _correct(out: dict, measured: dict) -> None:
 
 
 def finalize(models: list[dict], measured: list[dict]) -> None:
-    """Holm over one family of model verdicts (the `check` dicts of one run folder, or of one L sweep), then over
-    the published forms among them (their own family), then the exploratory corrected model of each one refuted."""
-    holm_family(models)
-    pubs = [m["published"] for m in models if m.get("published")]
-    if pubs:
-        holm_family(pubs)
+    """Holm over one family of model verdicts (the `check` dicts of one run folder, or of one L sweep) with the
+    published forms among them in the same family, then the exploratory corrected model of each one refuted."""
+    holm_family(models + [m["published"] for m in models if m.get("published")])
     for m, meas in zip(models, measured):
         _correct(m, meas)
 
@@ -244,23 +245,68 @@ def _events(run_dir: str, cmp_name: str, arm: str) -> pd.DataFrame | None:
     return load_events(path) if path else None
 
 
-def measured_saving(results: pd.DataFrame, cmp_name: str, baseline: str, arm: str) -> dict:
-    """The engine's paired saving (baseline - arm step ms) of a comparison: every pair, the rep as the unit."""
+def _pairs(results: pd.DataFrame, cmp_name: str, baseline: str, arm: str):
     from workbench.measure import engine
     from workbench.measure.results import engine_step_rows
     r = engine_step_rows(results[results["comparison"] == cmp_name])
     samples = [dict(arm=x.arm, rep=int(x.rep), step=int(x.step), batch=int(x.batch) if x.batch == x.batch else 0,
                     step_ms=float(x.value)) for x in r.itertuples()]
-    b, o, reps = engine.pairs(samples, baseline, arm)
-    return stats.paired_difference(b, o, reps)
+    return engine.pairs(samples, baseline, arm)
+
+
+def measured_saving(results: pd.DataFrame, cmp_name: str, baseline: str, arm: str) -> dict:
+    """The engine's paired saving (baseline - arm step ms) of a comparison: every pair, the rep as the unit
+    ("within this run")."""
+    b, o, reps = _pairs(results, cmp_name, baseline, arm)
+    return {**stats.paired_difference(b, o, reps), "population": replication.WITHIN}
+
+
+def rep_savings(results: pd.DataFrame, cmp_name: str, baseline: str, arm: str) -> list[float]:
+    """Each rep's mean paired saving (baseline - arm, ms), in rep order: one process's values for
+    `replication.process_saving`."""
+    b, o, reps = _pairs(results, cmp_name, baseline, arm)
+    by: dict = {}
+    for x, y, r in zip(b, o, reps):
+        by.setdefault(r, []).append(float(x) - float(y))
+    return [sum(v) / len(v) for _, v in sorted(by.items())]
+
+
+class Inputs:
+    """What a verdict knows beyond the run, parsed once and passed down: the calibration entries (θ per model:
+    `calibration.read_calibration`) and the process components (tau per comparison: `calibration.read_tau`)."""
+
+    def __init__(self, calibration_file: str | None = None, tau_from: str | None = calibration.TAU_SOURCE):
+        self.calibration_file, self.tau_from = calibration_file, tau_from
+        self.calibration = calibration.read_calibration(calibration_file)
+        self.tau = calibration.read_tau(tau_from)
+
+    def rerun(self, opt: str, within: dict, arm_step_ms: float | None) -> dict:
+        """A single run's measured saving at the unit of the claim: widened by its comparison's tau (ms: tau of
+        the log ratio x the arm's mean step), "single run + tau from FILE"; without a tau for `opt` (or without
+        the arm's step) it stays "within this run", said so in `population`."""
+        t = self.tau.get(opt)
+        if t is None or not arm_step_ms:
+            why = f"no tau for {opt} in {self.tau_from}" if self.tau_from and self.tau_from != "none" else "no tau"
+            return {**within, "population": f"{replication.WITHIN} ({why})"}
+        src = f"{t['source']} ({opt}: {t['processes']} processes, tau {100 * t['tau_log']:.2f}% of the log ratio)"
+        return replication.with_process_component(within, replication.tau_ms(t["tau_log"], arm_step_ms), t["df"],
+                                                  src)
 
 
 def _arms(c: dict) -> dict:
     return {a["arm"]: a for a in [c.get("baseline"), c.get("optimized"), *(c.get("others") or [])] if a}
 
 
-def comparison_verdict(run_dir: str, c: dict, results: pd.DataFrame, meta: dict) -> dict:
+def traced_step(c: dict, arm: str) -> float | None:
+    """The arm's traced step (ms: the mean `wb/step` window of its trace, from `breakdown`), None when untraced."""
+    comps = ((c.get("breakdown") or {}).get(arm) or {}).get("components") or []
+    return next((x["ms"] for x in comps if x["component"] == "step_ms"), None)
+
+
+def comparison_verdict(run_dir: str, c: dict, results: pd.DataFrame, meta: dict, *,
+                       inputs: Inputs | None = None) -> dict:
     """decomposition, breakdown and savings_model of one comparison dict of summary.json (updated in place)."""
+    inputs = inputs or Inputs()
     base = (c.get("baseline") or {}).get("arm")
     opt_arm = (c.get("optimized") or {}).get("arm")
     name, opt = c.get("name"), c.get("opt")
@@ -268,8 +314,9 @@ def comparison_verdict(run_dir: str, c: dict, results: pd.DataFrame, meta: dict)
     sm = {"formula": mod.FORMULA if mod else "the sum of the optimizations' models"}
     if not base or not opt_arm or str(name).startswith(("nvtx:", "aa:")) or opt_arm == base:
         return c
-    measured = measured_saving(results, name, base, opt_arm)
-    sm.update(measured_ms=measured["mean"], measured_ci95=measured["ci95"], measured_n_pairs=measured["n_pairs"])
+    within = measured_saving(results, name, base, opt_arm)
+    sm.update(measured_ms=within["mean"], measured_ci95=within["ci95"], measured_n_pairs=within["n_pairs"],
+              measured_population=replication.WITHIN)
     ev = {a: _events(run_dir, name, a) for a in _arms(c)}
     traced = {a: e for a, e in ev.items() if e is not None and (e["kind"] == "kernel").any()}
     if base in traced:
@@ -283,7 +330,7 @@ def comparison_verdict(run_dir: str, c: dict, results: pd.DataFrame, meta: dict)
                                                   top_kernels=top)}
     decomp = None
     if base in traced and opt_arm in traced:
-        decomp = decompose.compare(traced[base], traced[opt_arm], measured_ms=measured["mean"])
+        decomp = decompose.compare(traced[base], traced[opt_arm], measured_ms=within["mean"])
         c["decomposition"] = decomp.to_dict("records")
     if mod is None:
         sm.update(verdict="not modelled", reason="optimizations together are judged through each one's model on its "
@@ -303,10 +350,22 @@ def comparison_verdict(run_dir: str, c: dict, results: pd.DataFrame, meta: dict)
         sm.update(verdict="input check failed", reason=str(e))
         c["savings_model"] = sm
         return c
-    traced_ms = next((x["ms"] for x in c["breakdown"][base]["components"] if x["component"] == "step_ms"), None)
-    timed_ms = _arms(c)[base].get("step_ms_mean") or _mean_step(results, name, base)
-    sm.update(check(opt, model, measured, decomp, bias=bias_rel(traced_ms, timed_ms), alone=False),
-              traced_step_ms=traced_ms, timed_step_ms=timed_ms)
+    steps = {a: (traced_step(c, a), _arms(c)[a].get("step_ms_mean") or _mean_step(results, name, a))
+             for a in (base, opt_arm) if a in traced}
+    measured = inputs.rerun(opt, within, _arms(c)[opt_arm].get("step_ms_mean") or _mean_step(results, name, opt_arm))
+    theta, src = calibration.theta_for(inputs.calibration, opt, c)
+    if opt in (inputs.calibration.get(None) or {}):
+        sm["theta_note"] = inputs.calibration[None][opt]  # the file's entry had no usable θ: used as traced
+    rev = savings.model_revision(opt)
+    sm.update(traced_step_ms={a: v[0] for a, v in steps.items()}, timed_step_ms={a: v[1] for a, v in steps.items()},
+              model_revision=rev["revision"], model_revision_commit=rev["commit"])
+    why = calibration.instrument_reason(steps)
+    if why:
+        sm.update({k: v for k, v in model.items() if k != "published"}, **_measured_keys(measured),
+                  input_source=src, verdict=calibration.NO_VERDICT_INSTRUMENT, reason=why)
+        c["savings_model"] = sm
+        return c
+    sm.update(check(opt, model, measured, decomp, theta=theta, input_source=src, alone=False))
     sm["_measured"] = measured  # for `finalize` (dropped before writing)
     c["savings_model"] = sm
     return c
@@ -323,16 +382,18 @@ def family_of(cmp_name: str) -> str:
     return str(cmp_name).split("@")[0] if "@" in str(cmp_name) else ""
 
 
-def annotate(run_dir: str) -> list[dict]:
+def annotate(run_dir: str, inputs: Inputs | None = None) -> list[dict]:
     """Fill every comparison of `run_dir`/summary.json (decomposition, breakdown, savings_model with a verdict);
-    rewrite summary.json; return the verdict rows (`rows`)."""
+    rewrite summary.json; return the verdict rows (`rows`). `inputs`: calibration and tau (default: no calibration,
+    tau from `calibration.TAU_SOURCE`)."""
     from workbench.measure.results import atomic_write_json, git_sha, load_run
+    inputs = inputs or Inputs()
     results, summary, meta = load_run(run_dir)
     if not summary:
         raise FileNotFoundError(f"{run_dir}: no summary.json")
     for c in summary.get("comparisons", []):
         if c.get("baseline") is not None:
-            comparison_verdict(run_dir, c, results, meta)
+            comparison_verdict(run_dir, c, results, meta, inputs=inputs)
     fams: dict = {}
     for c in summary.get("comparisons", []):
         sm = c.get("savings_model") or {}
@@ -340,36 +401,40 @@ def annotate(run_dir: str) -> list[dict]:
             fams.setdefault(family_of(c.get("name")), []).append(sm)
     for sms in fams.values():
         finalize(sms, [sm.pop("_measured") for sm in sms])
-    summary["verdicts"] = {"by": "python -m workbench.verdicts", "git_sha": git_sha()}
+    summary["verdicts"] = {"by": "python -m workbench.verdicts", "git_sha": git_sha(),
+                           "calibration": inputs.calibration_file, "tau_from": inputs.tau_from}
     atomic_write_json(os.path.join(run_dir, "summary.json"), summary)
     return rows(summary, run_dir)
 
 
 def rows(summary: dict, folder: str = "") -> list[dict]:
-    """One verdict row per comparison with a savings model: comparison, model, layers, tokens, formula, predicted
-    [CI], measured [CI], ratio with its 90% CI, p-values (raw and Holm), verdict, reps to decide, largest missing
-    component, the exploratory corrected verdict and the published form's verdict."""
+    """One verdict row per comparison with a savings model: comparison, model, layers, tokens, formula, the model
+    revision and its commit, the input source (traced / dose-response / calibrated) with θ, predicted [CI], measured
+    [CI] with its unit (`measured_population`), ratio with its 90% CI, p-values (raw and Holm), verdict, reason,
+    largest missing component, the exploratory corrected verdict and the published form's verdict."""
     out = []
     for c in summary.get("comparisons", []):
         sm = c.get("savings_model") or {}
         if "verdict" not in sm:
             continue
-        corr = sm.get("corrected") or {}
-        miss = sm.get("largest_missing") or {}
         out.append({"folder": folder, "comparison": c.get("name"), "opt": c.get("opt"), "model": c.get("model"),
-                    "layers": c.get("layers"), "tokens": c.get("tokens"), "formula": sm.get("formula"),
-                    "predicted_ms": sm.get("predicted_ms"), "predicted_ci95": sm.get("predicted_ci95"),
-                    "measured_ms": sm.get("measured_ms"), "measured_ci95": sm.get("measured_ci95"),
-                    "ratio": sm.get("ratio"), "ratio_ci90": sm.get("ratio_ci90"), "bias_rel": sm.get("bias_rel"),
-                    "p_confirm": sm.get("p_confirm"), "p_confirm_holm": sm.get("p_confirm_holm"),
-                    "p_refute": sm.get("p_refute"), "p_refute_holm": sm.get("p_refute_holm"),
-                    "verdict": sm.get("verdict"), "reps_to_decide": sm.get("reps_to_decide"),
-                    "decide_note": sm.get("decide_note"), "reason": sm.get("reason"),
-                    "largest_missing": miss.get("component"), "largest_missing_ms": miss.get("saved_ms"),
-                    "corrected_ms": corr.get("predicted_ms"), "corrected_verdict": corr.get("verdict"),
-                    "published_ms": (sm.get("published") or {}).get("predicted_ms"),
-                    "published_verdict": (sm.get("published") or {}).get("verdict")})
+                    "layers": c.get("layers"), "tokens": c.get("tokens"), **row_of(sm)})
     return out
+
+
+def row_of(sm: dict) -> dict:
+    """The verdict columns of one savings_model dict (`rows`)."""
+    corr, miss, pub = sm.get("corrected") or {}, sm.get("largest_missing") or {}, sm.get("published") or {}
+    keys = ("formula", "model_revision", "model_revision_commit", "input_source", "theta", "theta_ci95",
+            "theta_source", "theta_decision", "theta_note", "predicted_ms", "predicted_ci95",
+            "predicted_calibrated_ms", "predicted_calibrated_ci95",
+            "measured_ms", "measured_ci95", "measured_population", "measured_n_units", "tau_ms", "ratio",
+            "ratio_ci90", "p_confirm", "p_confirm_holm", "p_refute", "p_refute_holm", "family_size", "verdict",
+            "holm_note", "reason", "traced_step_ms", "timed_step_ms")
+    return {**{k: sm.get(k) for k in keys}, "largest_missing": miss.get("component"),
+            "largest_missing_ms": miss.get("saved_ms"), "corrected_ms": corr.get("predicted_ms"),
+            "corrected_verdict": corr.get("verdict"), "published_ms": pub.get("predicted_ms"),
+            "published_ratio": pub.get("ratio"), "published_verdict": pub.get("verdict")}
 
 
 def _fmt_ci(ci) -> str:
@@ -383,31 +448,69 @@ def fmt_ms(v, ci=None) -> str:
     return f"{v:.2f} {_fmt_ci(ci)} ms".replace("  ", " ")
 
 
+def unit_label(population: str | None, n_units=None) -> str:
+    """The measured saving's unit in a few words: "K processes", "run + tau", "within run"."""
+    pop = str(population or "")
+    if pop == replication.RERUN:
+        return f"{int(n_units)} processes" if n_units and n_units == n_units else "processes"
+    if pop.startswith("single run + tau"):
+        return "run + tau"
+    return "within run" if pop else "-"
+
+
+def table(all_rows: list[dict]) -> str:
+    """The verdict rows as `python -m workbench.verdicts` prints them."""
+    t = pd.DataFrame(all_rows)
+    t["input"] = ["-" if not isinstance(s, str) else s if not isinstance(th, float) or th != th else f"{s} x{th:.2f}"
+                  for s, th in zip(t["input_source"], t["theta"])]
+    t["predicted"] = [f"{p:.2f} {_fmt_ci(ci)}" if p is not None and p == p else "-"
+                      for p, ci in zip(t["predicted_ms"], t["predicted_ci95"])]
+    t["measured"] = [f"{m:.2f} {_fmt_ci(ci)}" if m is not None and m == m else "-"
+                     for m, ci in zip(t["measured_ms"], t["measured_ci95"])]
+    t["unit"] = [unit_label(p, n) for p, n in zip(t["measured_population"], t["measured_n_units"])]
+    t["published"] = [f"{p:.2f}: {v}" if isinstance(v, str) else "-"
+                      for p, v in zip(t["published_ms"], t["published_verdict"])]
+    t["ratio"] = [f"{r:.2f}" if r is not None and r == r else "-" for r in t["ratio"]]
+    t["ratio 90% CI"] = [_fmt_ci(ci) or "-" for ci in t["ratio_ci90"]]
+    t["revision"] = [str(c or "-") for c in t["model_revision_commit"]]
+    cols = ["comparison", "model", "input", "predicted", "measured", "unit", "ratio", "ratio 90% CI", "verdict",
+            "published", "revision"]
+    return t[cols].to_string(index=False, float_format=lambda x: f"{x:.2f}")
+
+
 def main(argv=None) -> int:
+    from workbench.errors import WorkbenchError
+    from workbench.savings import process_verdicts
     p = argparse.ArgumentParser(prog="python -m workbench.verdicts", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders written by python -m workbench.ab")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders written by python -m workbench.ab (a "
+                   "--processes K folder: the process-level verdict, DIR/verdicts.json)")
+    p.add_argument("--calibration", metavar="FILE", default=None, help="θ per model ({model: {theta, ci95, source, "
+                   "commit}}, from a dose-response analysis): the prediction is multiplied by θ, its CI a shift "
+                   "with its own interval; a model without an entry is used as traced")
+    p.add_argument("--tau-from", metavar="FILE", default=calibration.TAU_SOURCE, help="a replication campaign's "
+                   "analysis.json: the process component tau a single run's measured saving gets (default "
+                   "%(default)s; 'none': within this run only)")
     a = p.parse_args(argv)
+    try:
+        inputs = Inputs(a.calibration, a.tau_from)
+    except WorkbenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     all_rows, failed = [], []
     for d in a.runs:
-        if not os.path.isfile(os.path.join(d, "summary.json")):
+        is_proc = os.path.isfile(os.path.join(d, "processes.json"))
+        if not is_proc and not os.path.isfile(os.path.join(d, "summary.json")):
             print(f"error: {d}: no summary.json (not a run folder of python -m workbench.ab)", file=sys.stderr)
             return 2
-        rs = annotate(d)
+        rs = process_verdicts.annotate(d, inputs) if is_proc else annotate(d, inputs)
         all_rows += rs
         failed += [f"{d}: {r['comparison']}: {r['reason']}" for r in rs if r["verdict"] == "input check failed"]
     if all_rows:
-        t = pd.DataFrame(all_rows)
-        t["predicted"] = [f"{p:.2f} {_fmt_ci(ci)}" if p is not None and p == p else "-"
-                          for p, ci in zip(t["predicted_ms"], t["predicted_ci95"])]
-        t["measured"] = [f"{m:.2f} {_fmt_ci(ci)}" if m is not None else "-"
-                         for m, ci in zip(t["measured_ms"], t["measured_ci95"])]
-        t["published"] = [f"{p:.2f}: {v}" if isinstance(v, str) else "-"
-                          for p, v in zip(t["published_ms"], t["published_verdict"])]
-        t["ratio 90% CI"] = [_fmt_ci(ci) or "-" for ci in t["ratio_ci90"]]
-        cols = ["comparison", "model", "predicted", "measured", "ratio", "ratio 90% CI", "verdict", "published",
-                "largest_missing"]
-        print(t[cols].to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+        print(table(all_rows))
+    for r in all_rows:
+        if r["verdict"] == calibration.NO_VERDICT_INSTRUMENT:
+            print(f"{r['verdict']}: {r['folder']}: {r['comparison']}: {r['reason']}")
     for f in failed:
         print(f"INPUT CHECK FAILED: {f}", file=sys.stderr)
     return 1 if failed else 0

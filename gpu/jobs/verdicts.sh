@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# GPU minutes: about 8 on one H100 (packing 2 runs x ~80 s, MoE 2 runs x ~150 s; MOE=0 runs the packing half, ~3 min)
+# Issues 39 item 4 and 37 item 7: the savings models judged prospectively, on shapes the dose-response (gpu/jobs/
+# dose.sh: packing qwen3-14b 8 layers 16384 tokens, MoE gpt-oss-20b 8 layers 8192) did not use, under the verdict
+# rules committed before this run (workbench/savings/verdicts.py, calibration.py: band [0.8, 1.25] at 90%, the 15%
+# traced-vs-timed precondition, θ as a shift with its own interval, one Holm family per run folder; MODEL_REVISION
+# of each opts/<name>_savings.py). One traced process per shape: each verdict is "single run + tau from
+# profiles/2026-11-26_h100_replication/analysis.json" (the process component of the committed campaign).
+# Writes $CAMP/verdicts/<name>/ (run folders of python -m workbench.ab, traces included).
+#
+# Arithmetic: the replication campaign measured ~50 s per packing process of 2 arms x 6 reps on qwen3-14b 8 layers;
+# the traced pass of 2 arms and its processing add ~30 s: ~80 s a packing run (qwen3-8b 8 layers and qwen3-14b 4
+# layers are smaller). MoE gpt-oss-20b eager ~1.75 s a step at 4 layers 8192 tokens (profiles/2026-11-25_h100_lengths):
+# ~4 steps a block x 2 arms x 5 reps (1 discarded) = ~70 s + ~35 s build + ~40 s counted and traced passes = ~150 s.
+#
+# Analysis (CPU, from the repo root; profiles/calibration.json is what gpu/jobs/dose.sh's analysis writes):
+#   python -m workbench.verdicts $CAMP/verdicts/* --calibration profiles/calibration.json
+#   python -m workbench.verdicts $CAMP/verdicts/*          # the same, inputs as traced (the uncalibrated verdict)
+# (then copy the folders into profiles/<date>_h100_verdicts_prospective/; each summary.json holds its rows)
+# CPU check of the same commands (tiny presets, no GPU events: "no trace" verdicts, not a result; ~3 min):
+#   CAMP=/tmp/camp CPU=1 bash gpu/jobs/verdicts.sh
+set -u
+OUT=$CAMP/verdicts
+mkdir -p $OUT
+nvidia-smi --query-gpu=name,uuid --format=csv > $OUT/gpu.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpu.csv
+PY=${PY:-python}
+COMMON="--headline --batches 1 --trace torch --seed 300"
+if [ -n "${CPU:-}" ]; then  # the same commands on tiny presets
+  PACK=("packing_q8 --model tiny-qwen3 --layers 2 --tokens 512" "packing_q14l4 --model tiny-qwen3 --layers 1 --tokens 512")
+  MOES=("moe_l4 --model tiny-gpt-oss --layers 2 --tokens 256" "moe_l8_4k --model tiny-gpt-oss --layers 1 --tokens 256")
+  COMMON="$COMMON --device cpu"
+else
+  PACK=("packing_q8 --model qwen3-8b --layers 8 --tokens 16384" "packing_q14l4 --model qwen3-14b --layers 4 --tokens 16384")
+  MOES=("moe_l4 --model gpt-oss-20b --layers 4 --tokens 8192" "moe_l8_4k --model gpt-oss-20b --layers 8 --tokens 4096")
+fi
+run() {  # name, then the python -m workbench.ab arguments
+  local name=$1; shift
+  echo "$(date +%s) start $name: $*" >> $OUT/jobs.txt
+  $PY -m workbench.ab "$@" $COMMON --out $OUT/$name > $OUT/$name.out 2> $OUT/$name.err
+  echo "$(date +%s) end $name rc=$?" >> $OUT/jobs.txt
+}
+for spec in "${PACK[@]}"; do
+  set -- $spec
+  run "$1" --opt packing "${@:2}" --steps 2 --reps 6
+done
+if [ "${MOE:-1}" != 0 ]; then
+  for spec in "${MOES[@]}"; do
+    set -- $spec
+    run "$1" --opt moe "${@:2}" --steps 1 --reps 4
+  done
+fi

@@ -1,0 +1,131 @@
+"""Savings-model verdicts of a `--processes K` run folder: the process as the unit of the claim.
+
+    python -m workbench.verdicts DIR        # DIR holds processes.json and DIR/p00 .. (python -m workbench.ab ... --processes K)
+
+Each process folder gets its own verdicts first (`verdicts.annotate`: a single run's, "single run + tau"), then per
+comparison, over the K processes that ran (exit status 0, a summary.json):
+
+- measured: the mean over processes of each process's mean paired saving, a t-interval over processes (K-1 df) and
+  a prediction interval for one more process (`replication.process_saving`);
+- predicted: the mean over processes of each process's prediction (from its own traces), its se the sd of those
+  over sqrt(K) (K-1 df): the traced steps' spread and the process's shift together; the published form likewise;
+- the instrument precondition holds in every process (else "no verdict: instrument", naming the processes);
+- θ from `--calibration` as for a single run; Holm over the folder's comparisons, models and published forms in one
+  family (`verdicts.finalize`).
+
+Written: DIR/verdicts.json ({"by", "git_sha", "processes", "calibration", "tau_from", "comparisons": [{name, opt,
+model, layers, tokens, savings_model}]}); returned: `verdicts.rows` of it. With fewer than 2 processes the folder's
+only process's own verdicts are returned (a single run: "single run + tau").
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+
+from workbench.measure import replication, stats
+from workbench.savings import calibration, common as savings, verdicts
+
+OUT_FILE = "verdicts.json"
+DECIDED = ("confirmed", "refuted", "inconclusive")
+
+
+def process_dirs(run_dir: str) -> list[str]:
+    """The process folders of a `--processes K` folder that ran to the end (processes.json: rc 0, summary.json)."""
+    with open(os.path.join(run_dir, "processes.json")) as f:
+        procs = json.load(f).get("processes") or []
+    out = []
+    for p in procs:
+        d = os.path.join(run_dir, p.get("folder") or "")
+        if p.get("rc", 0) == 0 and os.path.isfile(os.path.join(d, "summary.json")):
+            out.append(d)
+    return out
+
+
+def _mean_over(values: list[float]) -> dict:
+    """mean, se (sd / sqrt K), df K-1 and 95% t-interval of per-process values."""
+    v = np.asarray(values, dtype=float)
+    m = float(v.mean())
+    if v.size < 2:
+        return {"predicted_ms": m, "predicted_se_ms": None, "predicted_df": None, "predicted_ci95": None}
+    se = float(v.std(ddof=1) / math.sqrt(v.size))
+    t = stats.t_quantile((1 + stats.CONFIDENCE) / 2, v.size - 1)
+    return {"predicted_ms": m, "predicted_se_ms": se, "predicted_df": int(v.size - 1),
+            "predicted_ci95": [m - t * se, m + t * se]}
+
+
+def comparison(name: str, per: list[tuple[str, dict, dict]], inputs: verdicts.Inputs) -> dict | None:
+    """The process-level savings_model of one comparison from [(process folder, its comparison dict, its results)];
+    None when the comparison has no savings model in the first process."""
+    d0, c0, _ = per[0]
+    sm0 = c0.get("savings_model") or {}
+    if "verdict" not in sm0 or sm0["verdict"] == "not modelled":
+        return None
+    opt, base, arm = c0.get("opt"), c0["baseline"]["arm"], c0["optimized"]["arm"]
+    sms = [(os.path.basename(d), c.get("savings_model") or {}) for d, c, _ in per]
+    groups = [verdicts.rep_savings(res, name, base, arm) for _, _, res in per]
+    measured = replication.process_saving(groups)
+    rev = savings.model_revision(opt)
+    out = {"formula": sm0.get("formula"), "model_revision": rev["revision"], "model_revision_commit": rev["commit"],
+           "processes": [p for p, _ in sms]}
+    not_judged = [(p, sm) for p, sm in sms if sm.get("verdict") not in DECIDED]
+    instrument = [(p, sm) for p, sm in not_judged if sm.get("verdict") == calibration.NO_VERDICT_INSTRUMENT]
+    other = [(p, sm) for p, sm in not_judged if sm.get("verdict") != calibration.NO_VERDICT_INSTRUMENT]
+    theta, src = calibration.theta_for(inputs.calibration, opt, c0)
+    if opt in (inputs.calibration.get(None) or {}):
+        out["theta_note"] = inputs.calibration[None][opt]
+    if other:
+        p, sm = other[0]
+        out.update(**verdicts._measured_keys(measured), verdict=sm.get("verdict"), reason=f"{p}: {sm.get('reason')}")
+        return out
+    model = {**_mean_over([sm["predicted_ms"] for _, sm in sms]), "formula": sm0.get("formula"),
+             "n_steps": sum(int(sm.get("n_steps") or 0) for _, sm in sms)}
+    if all(sm.get("published") for _, sm in sms):
+        model["published"] = {"formula": sm0["published"].get("formula"),
+                              **_mean_over([sm["published"]["predicted_ms"] for _, sm in sms])}
+    if instrument:
+        out.update({k: v for k, v in model.items() if k != "published"}, **verdicts._measured_keys(measured),
+                   input_source=src, verdict=calibration.NO_VERDICT_INSTRUMENT,
+                   reason="; ".join(f"{p}: {sm.get('reason')}" for p, sm in instrument))
+        return out
+    out.update(verdicts.check(opt, model, measured, None, theta=theta, input_source=src, alone=False))
+    out["_measured"] = measured
+    return out
+
+
+def annotate(run_dir: str, inputs: verdicts.Inputs | None = None) -> list[dict]:
+    """Verdicts of every process folder, then the process-level ones (DIR/verdicts.json); returns their rows."""
+    from workbench.measure.results import atomic_write_json, git_sha, load_run
+
+    inputs = inputs or verdicts.Inputs()
+    dirs = process_dirs(run_dir)
+    if not dirs:
+        raise FileNotFoundError(f"{run_dir}: no process folder ran to the end (processes.json)")
+    for d in dirs:
+        verdicts.annotate(d, inputs)
+    if len(dirs) < 2:
+        return verdicts.rows(load_run(dirs[0])[1], dirs[0])
+    loaded = [(d, *load_run(d)[:2]) for d in dirs]
+    comps = []
+    for c0 in loaded[0][2].get("comparisons", []):
+        name = c0.get("name")
+        per = []
+        for d, res, summ in loaded:
+            c = next((x for x in summ.get("comparisons", []) if x.get("name") == name), None)
+            if c is not None:
+                per.append((d, c, res))
+        sm = comparison(name, per, inputs) if len(per) == len(loaded) else None
+        if sm is not None:
+            comps.append({k: c0.get(k) for k in ("name", "opt", "model", "layers", "tokens")} | {"savings_model": sm})
+    fams: dict = {}
+    for c in comps:
+        if "_measured" in c["savings_model"]:
+            fams.setdefault(verdicts.family_of(c["name"]), []).append(c["savings_model"])
+    for sms in fams.values():
+        verdicts.finalize(sms, [sm.pop("_measured") for sm in sms])
+    doc = {"by": "python -m workbench.verdicts", "git_sha": git_sha(), "processes": len(dirs),
+           "calibration": inputs.calibration_file, "tau_from": None, "comparisons": comps}
+    atomic_write_json(os.path.join(run_dir, OUT_FILE), doc)
+    return verdicts.rows(doc, run_dir)
