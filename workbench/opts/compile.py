@@ -121,8 +121,9 @@ class _Guard:
     """What the compiled layers did: steps begun (first layer's forward, outside the recompute), graphs compiled and
     when, the first two steps' start times (compile_s)."""
 
-    def __init__(self, info: dict):
+    def __init__(self, info: dict, backend: str = "inductor"):
         self.info = info
+        self.compiler = backend
         self.steps = 0
         self.graphs = 0
         self.starts: list[float] = []
@@ -134,6 +135,9 @@ class _Guard:
                                  "static attention metadata needed)")
         self.graphs += 1
         self.info["graphs"] = self.graphs
+        if self.compiler == "aot_eager":  # the plumbing's tests: the same graphs and guards, no code generation
+            from torch._dynamo.backends.debugging import aot_eager
+            return aot_eager(gm, example_inputs)
         from torch._inductor.compile_fx import compile_fx
         return compile_fx(gm, example_inputs)
 
@@ -187,11 +191,17 @@ def _compiled_forward(layer, guard: _Guard, first: bool):
     return forward
 
 
-def apply(model, arm: str, tokens: int | None = None, **options) -> Handle:
+BACKENDS_COMPILE = ("inductor", "aot_eager")
+
+
+def apply(model, arm: str, tokens: int | None = None, backend: str = "inductor", **options) -> Handle:
     """Compile every decoder layer in place (`regional`), batches padded to `tokens`; `eager` changes nothing.
-    Returns a Handle whose revert() restores the eager layers."""
+    `backend`: inductor (the arm), or aot_eager (the same graphs and guards without code generation: the CPU tests of
+    the plumbing). Returns a Handle whose revert() restores the eager layers."""
     if options:
         raise WorkbenchError(f"compile: unknown options {', '.join(sorted(options))}")
+    if backend not in BACKENDS_COMPILE:
+        raise WorkbenchError(f"compile: backend must be one of {', '.join(BACKENDS_COMPILE)}, got {backend!r}")
     why = unsupported(arm, model, None)
     if why is not None:
         raise UnsupportedArm(why)
@@ -199,8 +209,8 @@ def apply(model, arm: str, tokens: int | None = None, **options) -> Handle:
     if arm == "eager":
         return h
     layers = list(_layers(model))
-    h.info.update(layers=len(layers), graphs=0, fullgraph=True, dynamic=False, padded_to=tokens)
-    guard = _Guard(h.info)
+    h.info.update(layers=len(layers), graphs=0, fullgraph=True, dynamic=False, padded_to=tokens, backend=backend)
+    guard = _Guard(h.info, backend)
     for i, layer in enumerate(layers):
         lifted = {}
         for name in ("self_attn", "mlp"):
