@@ -48,6 +48,10 @@ def test_regional_compile_static_then_a_recompile_fails():
     got = [harness.train_step(m, padded[i % 3], opt).loss for i in range(4)]
     assert h.info["graphs"] == 1 and h.info["compile_s"] > 0  # one graph, compiled in the first step only
     assert got[:3] == pytest.approx(ref, rel=1e-4)  # the pad document changes no loss target
+    from workbench.instrument import SyncCounter
+    with SyncCounter(device_type="cpu"):  # the counted pass: under a dispatch mode the eager layer runs, no error
+        assert harness.train_step(m, padded[0], opt).loss == pytest.approx(ref[0], rel=1e-4)
+    assert h.info["graphs"] == 1
     h.revert()
     assert "forward" not in vars(layer) and type(layer).forward is eager_forward
     assert "forward" in vars(layer.self_attn) and "forward" in vars(layer.mlp)  # the range wrappers are back

@@ -27,6 +27,9 @@ Failures, each one line (`WorkbenchError`):
   behind a counter). Every graph is compiled in the first step a handle runs (the warm-up's first step); later steps
   only run them.
 
+Under a TorchDispatchMode (the runner's counted pass: the sync counter) dynamo traces nothing, so there the layers run
+their eager forward: the counted pass counts the eager layer's syncs (a compiled graph adds none of its own).
+
 Compile time is kept apart from step time: `info["compile_s"]` is the first step's wall time less the second's (what
 the warm-up's first step cost beyond a step), `info["graphs"]` the graphs compiled (layers that differ, e.g. layer 0
 whose input needs no gradient, or sliding vs full attention layers, get their own).
@@ -159,13 +162,18 @@ def _compiled_forward(layer, guard: _Guard, first: bool):
     """The layer's compiled forward (its class's own, below the workbench's instrumentation), as an instance-level
     forward; failures of the compiler become one-line WorkbenchErrors."""
     from torch._dynamo import exc as dynamo_exc
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
     from workbench.instrument import state
 
     base = getattr(type(layer), "_wb_base_class", type(layer))
     compiled = torch.compile(types.MethodType(base.forward, layer), backend=guard.backend, fullgraph=True,
                              dynamic=False)
 
+    eager = types.MethodType(base.forward, layer)
+
     def body(*args, **kwargs):
+        if _get_current_dispatch_mode() is not None:  # the sync counter's pass: dynamo traces nothing under a mode
+            return eager(*args, **kwargs)
         try:
             return compiled(*args, **kwargs)
         except dynamo_exc.BackendCompilerFailed as e:
