@@ -13,7 +13,9 @@ arm of `moe` / `expert_lora` in the same spec):
 
 `balanced` is a numerics change (NUMERICS_CHANGE): tokens go to other experts, so the loss and the gradients are not
 the routed model's; it is judged against an fp32 run of itself, not for equivalence (`workbench.measure.numerics`).
-The router still gets gradients through the weights. Applied as a forward pre-hook on each experts module (the
+The runner's numerics check (an fp32 run, within 3x the baseline's rounding) cannot pass a routing change: such a run
+reports `balanced` BEYOND TOLERANCE and exits 1 with its timings complete. The router still gets gradients through
+the weights. Applied as a forward pre-hook on each experts module (the
 `@use_experts_implementation` module's call: hidden, top_k_index, top_k_weights); `revert` removes the hooks.
 
 Use: `python -m workbench.ab --opt moe_balance --model qwen3-30b-a3b --layers 8 --experts grouped_mm`.
