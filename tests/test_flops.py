@@ -147,7 +147,7 @@ def test_attention_pairs_block_diagonal_vs_dense_by_hand():
     pairs = (6 + (36 + 12 * 8)) + (6 + 210)
     assert g["attn_scores"]["forward"] == 2 * 2 * pairs * 16 * 4
     with pytest.raises(ValueError):
-        flops.step_flops(cfg, [3, 5], lora_rank=4, attention="causal")
+        flops.step_flops(cfg, [3, 5], lora_rank=4, attention="sparse")
 
 
 def test_components_passes_and_totals():
@@ -240,3 +240,43 @@ def test_committed_runs_get_model_flops_and_mfu_from_their_own_batches():
     per = flops.for_comparison("qwen3-0.6b", 28, 16384, "varlen", lengths=args["lengths"], batches=args["batches"],
                                seed=args["seed"], lora_rank=args["lora_rank"])
     assert r["model_tflop_per_step"] == pytest.approx(sum(f["model"] for f in per) / len(per) / 1e12)
+
+
+# --- NeMo's convention beside ours (issue 40) ----------------------------------------------------------------------
+
+def test_causal_attention_pairs_and_nemo_flops_exact():
+    from workbench.step import flops
+    from workbench.step.models import load_config
+    assert flops.attention_pairs([3, 5], "causal") == 17  # 9/2 + 25/2: half the square per document
+    assert flops.attention_pairs([3, 5], "block_diagonal") == 21 and flops.attention_pairs([3, 5], "dense") == 64
+    cfg = load_config("tiny-llama")  # L=2, H=64, I=128, Hq=4, Hkv=2, hd=16, V=256
+    n = flops.nemo_flops(cfg, [3, 5])
+    # per layer: q,k,v,o 2*8*64*(2*64 + 2*32) = 196608; scores 2 * (2*17) * 16*4 = 4352; MLP 2*8*3*64*128 = 393216
+    assert n["full"] == 3 * (2 * (196608 + 4352 + 393216) + 2 * 8 * 64 * 256) == 4351488
+    assert n["lora_factor"] == 1.0 and n["model"] == n["full"]
+    m = flops.nemo_flops(cfg, [3, 5], lora_params=1, frozen_params=2)
+    assert m["lora_factor"] == pytest.approx(2.5 / 3) and m["model"] == pytest.approx(4351488 * 2.5 / 3)
+    # one document of s tokens: NeMo AutoModel's llama3_flops (gbs=1), term by term (Hq*hd == H here)
+    s, L, h, g, a, I, V = 8, 2, 64, 2, 4, 128, 256
+    nemo_published = s * L * h * h * (12 + 12 * g / a + 18 * I / h + (12 * s / h) * 0.5 + 6 * V / (L * h))
+    assert flops.nemo_flops(cfg, [8])["full"] == nemo_published == 4374528
+    # negative control: dense attention would not match NeMo's count
+    assert flops.attention_pairs([8], "dense") != flops.attention_pairs([8], "causal")
+
+
+def test_arm_batch_flops_nemo_and_mfu_nemo():
+    from workbench.step import flops
+    from workbench.step.models import load_config
+    cfg = load_config("tiny-llama")
+    dense = flops.arm_batch_flops(cfg, [3, 5], attn_implementation="sdpa", lora_rank=4, lora_params=1,
+                                  frozen_params=2)
+    flex = flops.arm_batch_flops(cfg, [3, 5], attn_implementation="flex_attention", lora_rank=4, lora_params=1,
+                                 frozen_params=2)
+    assert dense["model"] == flex["model"] and dense["total"] > flex["total"]  # MFU: useful work for every arm
+    assert dense["nemo"] == flex["nemo"] == pytest.approx(4351488 * 2.5 / 3)
+    samples = [{"batch": 0, "step_ms": 1.0}, {"batch": 0, "step_ms": 3.0}]
+    t = flops.arm_throughput([dense], samples, "NVIDIA H100 80GB HBM3")
+    assert t["mfu_nemo"] == pytest.approx(dense["nemo"] / 2e-3 / 1e12 / 989.4)
+    assert t["mfu"] == pytest.approx(dense["model"] / 2e-3 / 1e12 / 989.4)
+    older = {k: v for k, v in dense.items() if k != "nemo"}  # a run written before: no NeMo column
+    assert "mfu_nemo" not in flops.arm_throughput([older], samples, "NVIDIA H100 80GB HBM3")

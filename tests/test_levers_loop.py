@@ -223,3 +223,41 @@ def test_predictions_from_a_traced_breakdown(levers_env):
     assert q["named"] is False
     run, why = lever_run.choose(["lever_copy", "lever_attention"], {"lever_copy": q, "lever_attention": p})
     assert run == ["lever_attention"] and set(why) == {"lever_copy"}
+
+
+# --- the path leaves out a lever that made the step slower (issue 40) ---------------------------------------------
+
+def _res(verdict, status="ok", ci=(0.8, 0.9)):
+    return {"name": "x", "opt": "x", "status": status,
+            "optimized": {"arm": "o", "status": status, "vs_baseline": {"speedup": 0.85, "ci95": list(ci),
+                                                                        "verdict": verdict}}}
+
+
+def test_left_out_reason_rule():
+    from workbench.ab.levers import left_out_reason
+    assert left_out_reason(_res("slower")).startswith("slower (0.850x [0.800, 0.900])")
+    assert left_out_reason(_res("faster", ci=(1.1, 1.2))) is None
+    assert left_out_reason(_res("no detectable difference (±3%)", ci=(0.97, 1.02))) is None
+    assert left_out_reason(_res("not a result (CPU timing)")) is None  # a CPU timing decides nothing
+    assert left_out_reason(_res("slower", status="failed")) == "failed"
+    assert left_out_reason({"name": "x", "opt": "x", "status": "failed", "errors": ["boom"]}) == "failed"
+
+
+def test_the_path_leaves_a_slower_lever_out(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("WORKBENCH_OPTS", "fixtures.lever_attention,fixtures.lever_slow")
+    from workbench.opts import registry as opt_registry
+    real = opt_registry.levers
+    monkeypatch.setattr(opt_registry, "levers", lambda: tuple(o for o in real() if o.startswith("lever_")))
+    from workbench.ab import runner
+    monkeypatch.setattr(runner, "timing_on", lambda r, device_type: r)  # verdicts from CPU timings, for this test
+    argv = ["--opt", "levers", "--model", "tiny-qwen3", "--tokens", "64", "--batches", "1", "--steps", "2",
+            "--warmup", "0", "--warmup-max", "0", "--reps", "4", "--device", "cpu", "--out", str(tmp_path / "r")]
+    rc, s, stdout, err = _run(capsys, argv)
+    cmps = {c["name"]: c for c in s["comparisons"]}
+    assert cmps["lever_slow"]["optimized"]["vs_baseline"]["verdict"] == "slower", cmps["lever_slow"]["optimized"]
+    assert list(s["levers"]["left_out_of_path"]) == ["lever_slow"]
+    assert s["levers"]["left_out_of_path"]["lever_slow"].startswith("slower (")
+    assert cmps["path"]["path"] == ["baseline", "+lever_attention"]  # negative control: the other lever stays
+    line = next(ln for ln in stdout.splitlines() if ln.startswith("lever_slow "))
+    assert "path: left out: slower" in line
+    assert "left out" not in next(ln for ln in stdout.splitlines() if ln.startswith("lever_attention "))

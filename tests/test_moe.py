@@ -202,7 +202,7 @@ def test_syncs_per_moe_layer_and_pass(preset):
     instrument_layers(model)
     hits = _expert_hits(model)
     per_expert = FAMILY_SYNCS_PER_EXPERT[preset]
-    for arm in moe.ARMS:
+    for arm in [a for a in moe.ARMS if moe.unsupported(a, model, "cpu") is None]:  # liger_experts: a GPU's
         handle = apply(model, "moe", arm)
         with SyncCounter(device_type="cpu") as c:
             with state.phase(state.FORWARD):
@@ -319,3 +319,57 @@ def test_per_expert_loops_build_whole_weight_gradients_slice_by_slice(preset):
         handle.revert()
         want = per_layer * e_hit if arm in ("eager", "sort_bincount") else 0
         assert sg.n == want, (arm, sg.n, want)
+
+
+# --- issue 40: Liger's fused MoE arm (refusals on a CPU) and forced-balanced routing --------------------------------
+
+def test_liger_experts_refusals(monkeypatch):
+    import importlib.util as iu
+    from workbench.opts import moe
+    from workbench.step.models import build_model
+    qm = build_model("tiny-qwen3-moe", device="cpu")
+    assert "no CPU path" in moe.unsupported("liger_experts", qm, "cpu")
+    gm = build_model("tiny-gpt-oss", device="cpu")
+    assert "custom" in moe.unsupported("liger_experts", gm, "cpu")
+    real = iu.find_spec
+    monkeypatch.setattr(moe.importlib.util, "find_spec", lambda n, *a: None if n == "liger_kernel" else real(n, *a))
+    assert moe.unsupported("liger_experts", qm, "cpu") == moe._NO_LIGER
+    assert "liger_experts" in moe.OPT_IN_ARMS  # never in the default arms
+    with pytest.raises(UnsupportedArm):
+        moe.apply(qm, "liger_experts")
+
+
+def test_balanced_routing_even_counts_and_revert():
+    from workbench import opts
+    from workbench.opts import moe_balance
+    from workbench.step import harness
+    from workbench.step.data import make_batches
+    from workbench.step.models import build_model
+    m = build_model("tiny-qwen3-moe", device="cpu")
+    b = make_batches("uniform:16:64", 128, 1, 256, seed=0)[0]
+    mods = moe_balance.experts_modules(m)
+    assert len(mods) == 2
+    seen = []
+
+    def spy():
+        return [x.register_forward_pre_hook(lambda mod, a, k: seen.append(a[1].clone()), with_kwargs=True)
+                for x in mods]
+    opt = harness.make_optimizer(m, lr=0.0)
+    hooks = spy()
+    routed = harness.train_step(m, b, opt).loss
+    counts = torch.bincount(seen[0].flatten(), minlength=8)
+    assert counts.max() - counts.min() > 1  # negative control: the router's own top-k is uneven here
+    for x in hooks:
+        x.remove()
+    h = opts.apply(m, "moe_balance", "balanced")
+    hooks, seen[:] = spy(), []
+    balanced = harness.train_step(m, b, opt).loss
+    counts = torch.bincount(seen[0].flatten(), minlength=8)
+    assert counts.max() - counts.min() <= 1 and counts.sum() == seen[0].numel()
+    assert (seen[0].sort(dim=-1).values.diff(dim=-1) > 0).all()  # no token gets one expert twice
+    assert balanced != routed  # a numerics change, stated as one
+    assert moe_balance.NUMERICS_CHANGE
+    for x in hooks:
+        x.remove()
+    h.revert()
+    assert harness.train_step(m, b, opt).loss == routed

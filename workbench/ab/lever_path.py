@@ -15,7 +15,9 @@ Per point, one row of path.csv:
   empty on a CPU, whose peak is unknown). MFU counts the useful work at every point: the step's FLOPs with attention
   block-diagonal (what the documents need), so that MFU rises exactly as the step time falls along the path. HFU
   counts what the point computes: recompute included, and attention as its arm ran it. Both are read as the run wrote
-  them (each arm's `flops_per_batch` in summary.json); an older run's are recounted from its rebuilt batches (dense
+  them (each arm's `flops_per_batch` in summary.json); `mfu_nemo` beside it: NeMo AutoModel's convention
+  (`flops.nemo_flops`: full-training FLOPs with causal d^2 / 2 attention per document, x (2 + r) / 3 for LoRA), the
+  figure to hold against NeMo's published MFU; an older run's are recounted from its rebuilt batches (dense
   T x T until a lever whose module states `ATTENTION_FLOPS` for its optimized arm switches it), `flops_note` says so;
 - `tokens_per_s`, `peak_mem_mib`, `equivalent`;
 - the breakdown: `ms_<component>` per `workbench.traces.decompose` component, from the point's trace (a run with
@@ -151,8 +153,12 @@ def _throughput(per_batch: list[dict], mine: list[dict], peak: float | None) -> 
     model = sum(per_batch[s["batch"]]["model"] for s in mine)
     total = sum(per_batch[s["batch"]]["total"] for s in mine)
     tf = model / seconds / 1e12
-    return {"model_tflop_per_step": model / len(mine) / 1e12, "achieved_tflops": tf,
-            "mfu": tf / peak if peak else None, "hfu": total / seconds / 1e12 / peak if peak else None}
+    out = {"model_tflop_per_step": model / len(mine) / 1e12, "achieved_tflops": tf,
+           "mfu": tf / peak if peak else None, "hfu": total / seconds / 1e12 / peak if peak else None}
+    if all("nemo" in b for b in per_batch):  # NeMo's convention beside ours (`flops.nemo_flops`)
+        nemo = sum(per_batch[s["batch"]]["nemo"] for s in mine) / seconds / 1e12
+        out.update(nemo_tflops=nemo, mfu_nemo=nemo / peak if peak else None)
+    return out
 
 
 def rows_of(run_dir: str) -> list[dict]:
@@ -185,7 +191,7 @@ def rows_of(run_dir: str) -> list[dict]:
                "speedup_vs_prev": None, "speedup_vs_prev_ci95_lo": None, "speedup_vs_prev_ci95_hi": None,
                "speedup_vs_baseline": None, "speedup_vs_baseline_ci95_lo": None,
                "speedup_vs_baseline_ci95_hi": None, "model_tflop_per_step": None, "achieved_tflops": None, "mfu": None,
-               "hfu": None, "attention_flops": modes[i] if modes else None,
+               "hfu": None, "mfu_nemo": None, "attention_flops": modes[i] if modes else None,
                "tokens_per_s": a.get("tokens_per_s"), "peak_mem_mib": a.get("peak_mem_mib"),
                "equivalent": (c.get("equivalence") or {}).get(arm, {}).get("equivalent"),
                "status": a.get("status") or c.get("status"), "flops_note": flops_note}
@@ -270,6 +276,7 @@ def main(argv=None) -> int:
         ci = (f" [{r['speedup_vs_prev_ci95_lo']:.3f}, {r['speedup_vs_prev_ci95_hi']:.3f}]"
               if r["speedup_vs_prev_ci95_lo"] is not None else "")
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "-"
+        mfu += f" (NeMo's convention {100 * r['mfu_nemo']:.1f}%)" if r.get("mfu_nemo") is not None else ""
         print(f"{r['run']}  {r['point']} {r['arm']:28s} {r['step_ms'] or float('nan'):10.2f} ms  {sp}{ci}  MFU {mfu}"
               + (f"  held back by {r['held_back_by']}" if r.get("held_back_by") else ""))
     print(os.path.join(a.out, "path.csv"))

@@ -54,10 +54,13 @@ class Selection:
     breakdown: dict | None = None
     """The traced baseline: {components, levers, steps, trace}; None without a trace."""
     trace_note: str | None = None
+    left_out: dict = dataclasses.field(default_factory=dict)
+    """{opt: why the path leaves it out} (`prune_path`: its own comparison was slower, or failed)."""
 
     def describe(self) -> dict:
         return {"predictions": self.predictions, "skipped": self.skipped, "breakdown": self.breakdown,
-                "trace_note": self.trace_note, "run": [c.name for c in self.comparisons]}
+                "trace_note": self.trace_note, "run": [c.name for c in self.comparisons],
+                "left_out_of_path": self.left_out}
 
 
 def saved_fraction(opt: str) -> float:
@@ -217,13 +220,58 @@ def path_comparison(chosen: list):
     from workbench.ab.planner import ArmSpec
 
     mods = {c.opt: opts.module(c.opt) for c in chosen}
-    cur = {c.opt: c.baseline for c in chosen}
+    order = sorted(mods, key=_apply_rank)  # applied in apply order (compile's padding first), labelled by saving
+    cur = {o: next(c.baseline for c in chosen if c.opt == o) for o in order}
     arms = [ArmSpec("baseline", dict(cur))]
     for o in mods:
         cur[o] = mods[o].OPTIMIZED
         arms.append(ArmSpec(f"+{o}", dict(cur)))
     return dc.replace(chosen[0], opt="levers", name=PATH, arms=arms, baseline="baseline", optimized=arms[-1].label,
                       excluded={}, explicit_arms=False)
+
+
+def _apply_rank(opt: str) -> tuple:
+    spec = registry.spec(opt)
+    return (spec.get("apply_order", spec["order"]), spec["order"], opt)
+
+
+SLOWER = "slower"
+"""The verdict (`workbench.measure.stats`: the speedup's 95% CI entirely below 1) that keeps a lever out of the path."""
+
+
+def left_out_reason(result: dict) -> str | None:
+    """Why the path leaves a lever out, from its own comparison's result (None: it stays). The rule, fixed before the
+    runs it judges: the lever's comparison failed, or its optimized arm made the step slower (verdict `slower`: the
+    95% CI of its speedup entirely below 1). A CPU timing has no verdict, so on a CPU only a failure leaves one out."""
+    if result.get("status") == "failed" or not result.get("optimized"):
+        return "failed"
+    opt = result["optimized"]
+    if (opt.get("status") or "ok") != "ok":
+        return "failed"
+    vs = opt.get("vs_baseline") or {}
+    if vs.get("verdict") == SLOWER:
+        ci = vs.get("ci95") or [None, None]
+        return (f"slower ({vs['speedup']:.3f}x [{ci[0]:.3f}, {ci[1]:.3f}])" if ci[0] is not None
+                else f"slower ({vs['speedup']:.3f}x)")
+    return None
+
+
+def prune_path(sel: Selection, results: list[dict], path_cmp):
+    """The path comparison without the levers whose own comparison (already run: `results`) says `left_out_reason`;
+    None when no lever is left. Records each one left out in `sel.left_out`."""
+    by_opt = {r.get("opt"): r for r in results if r.get("name") != PATH}
+    chosen = [c for c in sel.comparisons if c.name != PATH]
+    kept = []
+    for c in chosen:
+        why = left_out_reason(by_opt[c.opt]) if c.opt in by_opt else None
+        if why is None:
+            kept.append(c)
+        else:
+            sel.left_out[c.opt] = why
+            progress(f"[levers] the path leaves {c.opt} out: {why}")
+    if len(kept) == len(chosen):
+        return path_cmp
+    return path_comparison(kept) if kept else None
 
 
 def annotate(writer, summary: dict, sel: Selection, device_type: str) -> list[dict]:
@@ -279,11 +327,13 @@ def table(summary: dict) -> str:
     """One line per lever: component, predicted saving, measured speedup [CI], equivalence, verdict."""
     lines = ["lever            component                       predicted ms  speedup [95% CI]          "
              "equivalent  verdict"]
+    left = (summary.get("levers") or {}).get("left_out_of_path") or {}
     for c in summary["comparisons"]:
         lv = c.get("lever")
         if lv is None:
             continue
         sm = c.get("savings_model") or {}
+        path = f"left out: {left[c['opt']]}" if c.get("opt") in left else ""
         ci = c.get("speedup_ci95")
         sp = f"{c['speedup']:.3f}" if c.get("speedup") else "-"
         sp += f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
@@ -291,5 +341,5 @@ def table(summary: dict) -> str:
         eq = "numerics" if c.get("numerics_change") else ""
         eq = f"{c.get('equivalent')}" + (f" ({eq})" if eq else "")
         lines.append(f"{c['name']:16s} {str(lv['component'])[:30]:31s} {pred:>12s}  {sp:24s}  {eq:10s}  "
-                     f"{sm.get('verdict') or sm.get('reason') or '-'}")
+                     f"{sm.get('verdict') or sm.get('reason') or '-'}" + (f"  path: {path}" if path else ""))
     return "\n".join(lines)

@@ -447,10 +447,11 @@ class Runner:
         if key not in c.flops_by_attention:
             try:
                 cfg = base_model_of(c.model).config
+                counts = flops.param_counts(c.model)  # NeMo's LoRA convention (mfu_nemo) needs r = trainable / frozen
                 c.flops_by_attention[key] = [
                     flops.arm_batch_flops(cfg, b.doc_lens, attn_implementation=key[0], attention=key[1],
                                           lora_rank=self.args.step.lora_rank,
-                                          checkpointing=self.args.step.checkpointing) for b in c.cpu_batches]
+                                          checkpointing=self.args.step.checkpointing, **counts) for b in c.cpu_batches]
             except Exception as e:  # noqa: BLE001 - a count this model's config does not fit must not stop the run
                 c.flops_by_attention[key] = []
                 self._progress(f"{c.tag} no FLOP count for {label}: {type(e).__name__}: {e}")

@@ -311,6 +311,12 @@ def _comparisons(r: _Run) -> None:
         writer.meta["comparisons"] = [c.name for c in comps]
         writer.write_meta()
     for i, cmp in enumerate(comps, 1):
+        if r.levers is not None and cmp.name == lever_run.PATH:  # without the levers that made the step slower
+            cmp = lever_run.prune_path(r.levers, summary["comparisons"], cmp)
+            summary["levers"] = writer.meta["levers"] = r.levers.describe()
+            writer.write_meta()
+            if cmp is None:
+                continue
         try:
             res = runner.run(cmp, i, len(comps))
         except torch.OutOfMemoryError as e:

@@ -18,6 +18,12 @@ flags `is_transposed`, `has_bias`, `has_gate`, `has_post_expert_norm` say how it
   other dtypes) a dense masked loop over experts. Option `gemm="auto"|"torch"|"triton"|"dense"`. 0 syncs.
 - `hf_grouped_mm` (the anchor): transformers' own `experts_implementation="grouped_mm"`, its default for these
   models, as shipped: what a user would pick instead of our arms. Sync-free too.
+- `liger_experts` (opt-in: --arms): Liger-Kernel's fused MoE (`LigerFusedMoEFunction`, what its `LigerExperts`
+  runs: gather + grouped GEMM + SwiGLU fused, token aggregation, a backward that recomputes instead of caching) over
+  the experts' `gate_up_proj` / `down_proj` as the module reads them (peft's folded W + delta under LoRA). Qwen3-MoE's
+  SwiGLU experts only (GPT-OSS's are custom: interleaved gate/up, clamp, biases; Liger's own gpt-oss patch leaves
+  them alone), a CUDA device (Triton), and liger-kernel installed (`pip install liger-kernel`): else refused in one
+  line.
 - `hf_batched_mm` (opt-in, never in the defaults): transformers' `batched_mm`, which gathers one weight matrix per
   routed row: S x H x 2I elements for gate_up alone. Refused by `unsupported` when that would not fit the device.
 
@@ -60,11 +66,12 @@ SPEC = {"order": 3, "apply_order": 2, "savings": "workbench.opts.moe_savings",
 """What the CLIs say of this optimization (`workbench.opts.registry`): arms help, default shapes, and for `--opt all`
 the floor (our sync-free grouped experts) and the anchor (transformers' own grouped_mm) in place of the routing fix."""
 
-ARMS = ("eager", "sort_bincount", "grouped", "hf_grouped_mm", "hf_batched_mm")
+ARMS = ("eager", "sort_bincount", "grouped", "hf_grouped_mm", "hf_batched_mm", "liger_experts")
 BASELINE = "eager"
 OPTIMIZED = "sort_bincount"
-OPT_IN_ARMS = ("hf_batched_mm",)
-"""Arms run only when named (--arms): hf_batched_mm would need ~1 TiB at the GPU default shapes."""
+OPT_IN_ARMS = ("hf_batched_mm", "liger_experts")
+"""Arms run only when named (--arms): hf_batched_mm would need ~1 TiB at the GPU default shapes; liger_experts needs
+liger-kernel and a GPU."""
 GEMMS = ("auto", "torch", "triton", "dense")
 
 _NO_TRITON = ("gemm='triton' needs the triton package, which is not installed: pip install 'workbench[triton]' "
@@ -75,7 +82,7 @@ DOSE = {"arm": "sort_bincount", "unit": "MoE layers switched to sort_bincount"}
 DOSE_IMPL = "wb_moe_dose"
 
 IMPL_NAMES = {"eager": "eager", "sort_bincount": "wb_sort_bincount", "grouped": "wb_grouped",
-              "hf_grouped_mm": "grouped_mm", "hf_batched_mm": "batched_mm"}
+              "hf_grouped_mm": "grouped_mm", "hf_batched_mm": "batched_mm", "liger_experts": "wb_liger_experts"}
 """Names in transformers' ExpertsInterface (grouped with a forced gemm: `wb_grouped_<gemm>`)."""
 
 
@@ -308,6 +315,39 @@ def grouped_experts_forward(self, hidden_states, top_k_index, top_k_weights, *, 
     return combine(self, y, order_S, top_k_weights, N, k, hidden_states.dtype)
 
 
+# --- liger_experts: Liger-Kernel's fused MoE ---------------------------------------------------------------------
+
+_NO_LIGER = "liger_experts needs liger-kernel (pip install liger-kernel==0.8.5), which is not installed"
+
+
+def liger_problem(model, device) -> str | None:
+    """Why Liger's fused MoE cannot run these experts here (None: it can)."""
+    if importlib.util.find_spec("liger_kernel") is None:
+        return _NO_LIGER
+    fam = family_of(base_model_of(model).config)
+    if fam != "qwen3_moe":
+        return (f"liger_experts takes SwiGLU experts without biases (Qwen3-MoE); {fam}'s experts are custom "
+                "(GPT-OSS: interleaved gate/up, clamp, biases), which Liger's own patch leaves alone")
+    dev = torch.device(device) if device is not None else next(model.parameters()).device
+    if dev.type != "cuda":
+        return "liger_experts: Liger's fused MoE is a Triton kernel for a GPU; no CPU path"
+    return None
+
+
+def liger_experts_forward(self, hidden_states, top_k_index, top_k_weights):
+    """hidden (N,H), ids / weights (N,k) -> (N,H) through `LigerFusedMoEFunction` (gate_up (E,2I,H), down (E,H,I))."""
+    from liger_kernel.ops.fused_moe import LigerFusedMoEFunction
+
+    _check_layout(self)
+    if getattr(self, "is_transposed", False) or getattr(self, "has_bias", False) or not getattr(self, "has_gate", True):
+        raise UnsupportedArm("liger_experts: these experts are not Qwen3-MoE's (E, 2I, H) SwiGLU layout")
+    w_up, w_down = self.gate_up_proj, self.down_proj  # under peft: the folded W + delta
+    x = hidden_states.to(w_up.dtype)
+    out = LigerFusedMoEFunction.apply(x, w_up, w_down.to(w_up.dtype), top_k_index.to(torch.int32),
+                                      top_k_weights.to(w_up.dtype))
+    return out.to(hidden_states.dtype)
+
+
 # --- the opt-module contract ----------------------------------------------------------------------------------
 
 def batched_mm_bytes(config, tokens: int) -> int:
@@ -343,6 +383,8 @@ def unsupported(arm: str, model, device, tokens: int | None = None) -> str | Non
     why = experts_model_problem(model, "moe")
     if why:
         return why
+    if arm == "liger_experts":
+        return liger_problem(model, device)
     if arm == "hf_batched_mm" and tokens and device is not None and torch.device(device).type == "cuda":
         need = batched_mm_bytes(base_model_of(model).config, tokens)
         free, _ = torch.cuda.mem_get_info(torch.device(device))
@@ -368,6 +410,8 @@ def register(arm: str, gemm: str = "auto", check_routing: bool = True, info: dic
     elif arm == "grouped":
         ExpertsInterface.register(name, functools.partial(grouped_experts_forward, gemm=gemm,
                                                           check_routing=check_routing, info=info))
+    elif arm == "liger_experts":
+        ExpertsInterface.register(name, liger_experts_forward)
     return name
 
 

@@ -27,7 +27,7 @@ ARM_COLUMNS = [("arm", "arm", "{}"), ("step ms (rep geomean)", "step_ms_rep_geom
                ("speedup [95% CI]", None, None), ("fwd_ms", "fwd_ms", "{:.2f}"), ("bwd_ms", "bwd_ms", "{:.2f}"),
                ("syncs/step", "syncs_per_step", "{:.1f}"), ("instrumented_step_ms", "instrumented_step_ms", "{:.2f}"),
                ("peak_mib", "peak_mem_mib", "{:.0f}"), ("tok/s", "tokens_per_s", "{:.0f}"),
-               ("TFLOP/s", "achieved_tflops", "{:.1f}"), ("MFU", "mfu", "{:.1%}"),
+               ("TFLOP/s", "achieved_tflops", "{:.1f}"), ("MFU", "mfu", "{:.1%}"), ("MFU NeMo", "mfu_nemo", "{:.1%}"),
                ("loss", "loss", "{:.5f}"), ("equiv", None, None), ("status", "status", "{}")]
 """step ms (rep geomean): the geometric mean over reps of each rep's mean step (`stats.geo_mean_of_unit_means`),
 what the speedup is a ratio of: the baseline's over an arm's is its speedup, exactly (the arithmetic mean of all

@@ -38,6 +38,9 @@ Conventions:
     granularity (partly masked blocks computed whole) is ignored. This is the useful work, the one to report MFU on.
   - `attention="dense"`: what sdpa / eager with an explicit (T, T) mask compute, P = T^2 in every layer, sliding
     ones included (the mask is applied after the full QK^T).
+  - `attention="causal"`: NeMo's convention (`causal_self_attn`: half the dense square), per document for a packed
+    batch: P = sum_d d^2 / 2 (a sliding layer: `causal_pairs`, as NeMo counts GPT-OSS's window). It differs from
+    block_diagonal by d/2 per document; use it to compare with figures NeMo publishes (`nemo_flops`).
   - `attention="auto"`: `attention_mode(config._attn_implementation)`.
   - backward: `attn_bwd_matmuls` score-sized matmuls (4: autograd through eager's matmuls, dQ dK dV dP; 5: fused
     kernels, flash / memory-efficient / CPU flash, that also recompute QK^T), so 2x or 2.5x the forward. Default:
@@ -48,6 +51,14 @@ Conventions:
 
 `step_flops` returns each component with its forward / recompute / backward parts; `total` is what the hardware
 executes (recompute included, HFU-style), `model` leaves the recompute out (MFU-style).
+
+Two MFU conventions, side by side in every run (summary.json's `mfu` and `mfu_nemo`; `workbench.lever_path`):
+- ours (`mfu`): `step_flops(...)["model"]` with block-diagonal attention, as above: frozen weights get no weight
+  gradient, each LoRA adapter its exact 3x, the attention backward 5 (fused) or 4 (eager) score-sized matmuls.
+- NeMo AutoModel's (`mfu_nemo`, `nemo_flops`): the full-training FLOPs of the same tokens, 3 x forward (forward,
+  input gradient, weight gradient of every linear), attention `causal` (d^2 / 2 per document), the LM head, no
+  router, no LoRA matmuls; then x (2 + r) / 3 for LoRA with r = trainable / frozen parameters (its benchmark recipe:
+  the weight-gradient third scaled by the trainable share).
 """
 from __future__ import annotations
 
@@ -86,7 +97,7 @@ PEAK_BF16_DENSE_TFLOPS: dict[str, float] = {
 figures halved where only those are printed), keyed by `torch.cuda.get_device_name()`. Boost clocks: a real step
 reaches a sustained clock below them, so MFU against these is a lower bound."""
 
-ATTENTION_MODES = ("block_diagonal", "dense")
+ATTENTION_MODES = ("block_diagonal", "dense", "causal")
 _BLOCK_DIAGONAL_IMPLS = ("flash_attention_2", "flash_attention_3", "flex_attention", "paged_attention")
 """transformers' own implementations that skip masked blocks; every other HF one is dense on a packed batch."""
 _EAGER_IMPLS = {"eager"}
@@ -168,6 +179,8 @@ def attention_pairs(doc_lens: list[int], attention: str, window: int | None = No
         return t * t
     if attention == "block_diagonal":
         return sum(causal_pairs(d, window) for d in doc_lens)
+    if attention == "causal":  # NeMo: half the square per document (d^2 / 2, a half-integer sum kept exact x 2 below)
+        return sum(d * d / 2 if window is None or window >= d else causal_pairs(d, window) for d in doc_lens)
     raise ValueError(f"attention must be one of {ATTENTION_MODES} or 'auto', got {attention!r}")
 
 
@@ -267,7 +280,7 @@ def step_flops(config, doc_lens: list[int], *, lora_rank: int, lora_targets=None
         linear("attn_proj", "o_proj", T, hq * hd, Hd)
         sliding = layer_types is not None and layer_types[li] == "sliding_attention" and window
         pairs = attention_pairs(doc_lens, attention, window if sliding else None)
-        one = 2 * pairs * hd * hq  # one score-sized matmul over all query heads
+        one = round(2 * pairs) * hd * hq  # one score-sized matmul over all query heads (2 * pairs: an integer)
         acc.add("attn_scores", 2 * one, attn_bwd_matmuls * one, rc)
 
         # MLP
@@ -342,18 +355,70 @@ def throughput(flops: dict | float, seconds: float, device_name: str | None = No
             "peak_tflops": peak}
 
 
+def nemo_flops(config, doc_lens: list[int], *, lora_params: int | None = None,
+               frozen_params: int | None = None) -> dict:
+    """NeMo AutoModel's FLOPs of one step on these documents (see the module docstring): `full` = 3 x the forward
+    of every linear (q, k, v, o; gate, up, down or each token's k experts' gate_up and down; the LM head) and the
+    attention scores counted `causal`; `lora_factor` = (2 + r) / 3 with r = lora_params / frozen_params (1.0 without
+    counts: full training); `model` = full x lora_factor. Packed documents are counted each on its own, as NeMo's
+    per-sequence formula counts each of its sequences."""
+    if not doc_lens or any(int(d) <= 0 for d in doc_lens):
+        raise ValueError(f"doc_lens must be positive and non-empty, got {doc_lens}")
+    doc_lens = [int(d) for d in doc_lens]
+    fam = _family(config)
+    T = sum(doc_lens)
+    Hd, hq = config.hidden_size, config.num_attention_heads
+    hkv = getattr(config, "num_key_value_heads", None) or hq
+    hd = getattr(config, "head_dim", None) or Hd // hq
+    layer_types = getattr(config, "layer_types", None)
+    window = getattr(config, "sliding_window", None)
+    fwd = 0
+    for li in range(config.num_hidden_layers):
+        fwd += 2 * T * Hd * (2 * hq * hd + 2 * hkv * hd)  # q, o; k, v
+        sliding = layer_types is not None and layer_types[li] == "sliding_attention" and window
+        fwd += 2 * round(2 * attention_pairs(doc_lens, "causal", window if sliding else None)) * hd * hq  # QK^T, PV
+        if fam in ("llama", "qwen3") or (fam == "qwen3_moe" and not _qwen3_moe_sparse(config, li)):
+            fwd += 2 * T * 3 * Hd * config.intermediate_size
+        elif fam == "qwen3_moe":
+            fwd += 2 * T * config.num_experts_per_tok * 3 * Hd * config.moe_intermediate_size
+        else:  # gpt_oss
+            fwd += 2 * T * config.num_experts_per_tok * 3 * Hd * config.intermediate_size
+    fwd += 2 * T * Hd * config.vocab_size
+    full = 3 * fwd
+    ratio = (lora_params / frozen_params) if lora_params is not None and frozen_params else None
+    factor = 1.0 if ratio is None else (2 + ratio) / 3
+    return {"full": full, "lora_factor": factor, "param_ratio": ratio, "model": full * factor}
+
+
+def param_counts(model) -> dict:
+    """{"lora_params", "frozen_params"}: the model's trainable and frozen parameter elements (NeMo's r)."""
+    seen, lora, frozen = set(), 0, 0
+    for p in model.parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        if p.requires_grad:
+            lora += p.numel()
+        else:
+            frozen += p.numel()
+    return {"lora_params": lora, "frozen_params": frozen}
+
+
 def arm_batch_flops(config, doc_lens: list[int], *, attn_implementation: str | None, lora_rank: int,
-                    checkpointing: bool = True, attention: str | None = None) -> dict:
+                    checkpointing: bool = True, attention: str | None = None, lora_params: int | None = None,
+                    frozen_params: int | None = None) -> dict:
     """One batch's FLOPs as a run records them per arm (summary.json's `flops_per_batch`): `model` = the useful work
     (block-diagonal attention, recompute left out: what MFU is of, whatever the arm ran), `total` = what the arm
     executed (its attention implementation's count, `attention_mode`, or `attention` where the arm's module states
-    it: recompute included, HFU), `attention` = that count."""
+    it: recompute included, HFU), `attention` = that count, `nemo` = NeMo's convention (`nemo_flops`, with the
+    model's parameter counts where given: `param_counts`)."""
     mode = attention or attention_mode(attn_implementation)
     kw = dict(lora_rank=lora_rank, checkpointing=checkpointing, attn_bwd_matmuls=attention_bwd_matmuls(
         attn_implementation))
     done = step_flops(config, doc_lens, attention=mode, **kw)
     useful = done if mode == "block_diagonal" else step_flops(config, doc_lens, attention="block_diagonal", **kw)
-    return {"model": useful["model"], "total": done["total"], "attention": mode}
+    nemo = nemo_flops(config, doc_lens, lora_params=lora_params, frozen_params=frozen_params)["model"]
+    return {"model": useful["model"], "total": done["total"], "attention": mode, "nemo": nemo}
 
 
 def for_comparison(model: str, layers: int | None, tokens: int, attn: str | None, *, lengths: str, batches: int,
@@ -383,5 +448,10 @@ def arm_throughput(batch_flops: list[dict], samples: list[dict], device_name: st
     total = sum(batch_flops[s["batch"]]["total"] for s in samples)
     seconds = sum(s["step_ms"] for s in samples) / 1e3
     t = throughput({"model": model, "total": total}, seconds, device_name)
-    return {"model_tflop_per_step": model / len(samples) / 1e12, "achieved_tflops": t["tflops"], "mfu": t["mfu"],
-            "hfu": t["hfu"], "peak_tflops": t["peak_tflops"], "attention_flops": batch_flops[0]["attention"]}
+    out = {"model_tflop_per_step": model / len(samples) / 1e12, "achieved_tflops": t["tflops"], "mfu": t["mfu"],
+           "hfu": t["hfu"], "peak_tflops": t["peak_tflops"], "attention_flops": batch_flops[0]["attention"]}
+    if all("nemo" in b for b in batch_flops):
+        nemo = sum(batch_flops[s["batch"]]["nemo"] for s in samples)
+        out["nemo_tflop_per_step"] = nemo / len(samples) / 1e12
+        out["mfu_nemo"] = throughput(nemo, seconds, device_name)["mfu"]
+    return out

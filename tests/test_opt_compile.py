@@ -1,0 +1,75 @@
+"""Regional torch.compile (workbench/opts/compile.py, issue 40): batches padded to fixed tokens, the layers compiled in
+place once, a recompile (a shape change across batches) or a graph break fails the arm in one line, revert restores the
+eager layers. CPU: inductor with the C compiler; tiny-llama with one layer keeps the one compile short."""
+import shutil
+
+import pytest
+import torch
+
+from workbench.errors import WorkbenchError
+
+pytestmark = pytest.mark.skipif(not any(shutil.which(c) for c in ("gcc", "cc", "clang")),
+                                reason="inductor on a CPU needs a C compiler")
+
+
+def test_pad_batch_keeps_the_loss_targets():
+    from workbench.opts.compile import pad_batch
+    from workbench.step.data import make_batches
+    b = make_batches("uniform:16:64", 256, 1, 256, seed=0)[0]
+    p = pad_batch(b, 300)
+    assert p.tokens == 300 and p.doc_lens == [*b.doc_lens, 300 - b.tokens]
+    assert torch.equal(p.input_ids[:, :b.tokens], b.input_ids) and (p.labels[:, b.tokens:] == -100).all()
+    assert torch.equal(p.position_ids[0, b.tokens:], torch.arange(300 - b.tokens))
+    assert pad_batch(p, 300) is p
+    with pytest.raises(WorkbenchError, match="exceeds the fixed 200"):
+        pad_batch(b, 200)
+
+
+def test_regional_compile_static_then_a_recompile_fails():
+    from workbench import opts
+    from workbench.instrument import instrument_layers
+    from workbench.step import harness
+    from workbench.step.data import make_batches, to_device
+    from workbench.step.models import build_model
+    torch._dynamo.reset()
+    m = build_model("tiny-llama", layers=1, device="cpu")
+    harness.enable_checkpointing(m)
+    instrument_layers(m)
+    layer = m.base_model.model.model.layers[0]
+    eager_forward = type(layer).forward
+    batches = make_batches("uniform:16:64", 256, 3, 256, seed=0)
+    assert len({b.tokens for b in batches}) > 1  # the batches differ in length: padding is what makes them static
+    opt = harness.make_optimizer(m, lr=0.0)
+    ref = [harness.train_step(m, b, opt).loss for b in batches]
+
+    h = opts.apply(m, "compile", "regional", tokens=256)
+    padded = to_device(batches, "cpu", prepare=h.prepare_batch)
+    assert {b.tokens for b in padded} == {256}
+    got = [harness.train_step(m, padded[i % 3], opt).loss for i in range(4)]
+    assert h.info["graphs"] == 1 and h.info["compile_s"] > 0  # one graph, compiled in the first step only
+    assert got[:3] == pytest.approx(ref, rel=1e-4)  # the pad document changes no loss target
+    from workbench.instrument import SyncCounter
+    with SyncCounter(device_type="cpu"):  # the counted pass: under a dispatch mode the eager layer runs, no error
+        assert harness.train_step(m, padded[0], opt).loss == pytest.approx(ref[0], rel=1e-4)
+    assert h.info["graphs"] == 1
+    h.revert()
+    assert "forward" not in vars(layer) and type(layer).forward is eager_forward
+    assert "forward" in vars(layer.self_attn) and "forward" in vars(layer.mlp)  # the range wrappers are back
+
+    # negative control: without padding the second batch has another length: a recompile, one line
+    h = opts.apply(m, "compile", "regional", backend="aot_eager")  # the guard is the backend's: no codegen needed
+    raw = to_device(batches, "cpu")
+    harness.train_step(m, raw[0], opt)
+    with pytest.raises(WorkbenchError, match="recompiled in step 2") as e:
+        harness.train_step(m, raw[1], opt)
+    assert "\n" not in str(e.value)
+    h.revert()
+
+
+def test_unsupported_without_a_c_compiler(monkeypatch):
+    from workbench.opts import compile as comp
+    from workbench.step.models import build_model
+    m = build_model("tiny-llama", layers=1, device="cpu")
+    monkeypatch.setattr(comp.shutil, "which", lambda name: None)
+    assert "C compiler" in comp.unsupported("regional", m, "cpu")
+    assert comp.unsupported("eager", m, "cpu") is None

@@ -1,0 +1,242 @@
+"""Regional `torch.compile` of every decoder layer, after PEFT wrapping, as a lever (issue 40).
+
+    # T = packed tokens, L = layers
+
+Arms (module contract in `workbench.opts`):
+- `eager` (baseline): the layers as built (transformers' eager modules, peft's LoRA linears).
+- `regional` (optimized): each decoder layer's forward compiled in place with `torch.compile(fullgraph=True,
+  dynamic=False)` (inductor): its norms, rotary, SwiGLU, residual adds and LoRA matmuls fused where inductor can, the
+  attention kernel called from the compiled graph. The layer objects stay where they are (the same modules, parameter
+  names and LoRA parameters; the compiled callable is the layer's instance-level `forward`), so checkpointing
+  (transformers' `GradientCheckpointingLayer`) and the workbench's per-layer ranges (`instrument_layers`) wrap the
+  compiled body from outside. The instance-level range wrappers of `self_attn` / `mlp` are lifted while the arm is
+  on (they would put range pushes inside the graph); `revert` puts them and the layers' forwards back.
+
+Static shapes across batches, or the arm fails:
+- fixed tokens: `prepare_batch` pads every batch to the comparison's `tokens` with one document of pad tokens whose
+  labels are all ignored (-100), so the loss and the gradients are those of the real documents (packed documents
+  attend only within themselves); a batch already at `tokens` is left alone;
+- the layer's other inputs (the packed mask transformers builds outside the layers, rotary cos / sin, position ids)
+  then have the same shapes in every batch. An attention whose per-batch metadata reaches the layer as Python values
+  that change from batch to batch (document lengths, a cu_seqlens of the document count, a max length) makes dynamo
+  specialise on them and compile again: that is caught below, not hidden.
+
+Failures, each one line (`WorkbenchError`):
+- a graph break (fullgraph=True: dynamo raises instead of splitting the layer and running the rest eagerly);
+- a recompile: a graph compiled after the handle's first step (counted by the compile backend, which is inductor
+  behind a counter). Every graph is compiled in the first step a handle runs (the warm-up's first step); later steps
+  only run them.
+
+Under a TorchDispatchMode (the runner's counted pass: the sync counter) dynamo traces nothing, so there the layers run
+their eager forward: the counted pass counts the eager layer's syncs (a compiled graph adds none of its own).
+
+Compile time is kept apart from step time: `info["compile_s"]` is the first step's wall time less the second's (what
+the warm-up's first step cost beyond a step), `info["graphs"]` the graphs compiled (layers that differ, e.g. layer 0
+whose input needs no gradient, or sliding vs full attention layers, get their own).
+
+Use: `handle = workbench.opts.apply(model, "compile", "regional", tokens=16384)`; `handle.revert()` restores the
+eager layers. On a CPU inductor needs a C compiler (gcc / cc on PATH); on CUDA it needs triton (CUDA builds of torch
+bring it).
+"""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+import types
+
+import torch
+
+from workbench.errors import UnsupportedArm, WorkbenchError
+from workbench.opts import Handle
+
+SPEC = {"order": 13, "apply_order": 0, "lever": "norm_elementwise", "in_all": False,
+        "help": "eager (baseline: the decoder layers as built), regional (optimized: torch.compile of each decoder "
+                "layer in place, fullgraph, static shapes: batches padded to --tokens; a recompile or a graph break "
+                "fails the arm; compile time reported apart)",
+        "cpu": {"model": "tiny-llama", "layers": 1}, "gpu": {"model": "llama-3.1-8b", "layers": 8, "tokens": 16384},
+        "all_variants": ()}
+"""What the CLIs say of this optimization (`workbench.opts.registry`); a lever (`lever`), not part of `--opt all`.
+`apply_order` 0: its padding (prepare_batch) runs before any other arm's collate-time metadata is built."""
+
+ARMS = ("eager", "regional")
+BASELINE = "eager"
+OPTIMIZED = "regional"
+SAVED_FRACTION = 0.5
+"""Share of the traced baseline's `norm_elementwise` time (norms, activations, pointwise ops) the compiled layers
+remove: inductor fuses each chain of pointwise ops into one kernel that reads and writes each tensor once instead of
+once per op; half is the prediction fixed before the run (a chain of two or more ops per tensor; the matmuls and the
+attention kernel stay as they are)."""
+PAD_TOKEN = 0
+
+
+def _layers(model):
+    from workbench.instrument.ranges import find_decoder_layers
+    return find_decoder_layers(model)
+
+
+def _has_c_compiler() -> bool:
+    return any(shutil.which(c) for c in ("gcc", "cc", "clang"))
+
+
+def unsupported(arm: str, model, device) -> str | None:
+    if arm not in ARMS:
+        return f"unknown compile arm {arm!r}; arms: {', '.join(ARMS)}"
+    if arm == "eager":
+        return None
+    if not hasattr(torch, "compile"):
+        return "torch.compile needs torch 2.0+"
+    dev = torch.device(device) if device is not None else next(model.parameters()).device
+    if dev.type == "cpu" and not _has_c_compiler():
+        return "regional compile on a CPU needs a C compiler on PATH (gcc, cc or clang) for inductor"
+    if dev.type == "cuda":
+        import importlib.util
+        if importlib.util.find_spec("triton") is None:
+            return "regional compile on CUDA needs triton (CUDA builds of torch bring it)"
+    return None
+
+
+def comparison_options(cmp, device, state: dict) -> dict:
+    """The tokens every batch is padded to (the comparison's `tokens`: fixed shapes across batches)."""
+    return {"tokens": cmp.tokens}
+
+
+def pad_batch(batch, tokens: int):
+    """`batch` with one extra document of `tokens - T` pad tokens at the end (positions from 0, labels ignored), so
+    that every batch has exactly `tokens` tokens; unchanged when T == tokens. More than `tokens` is an error."""
+    from workbench.step.data import IGNORE_INDEX
+
+    T = batch.tokens
+    if T > tokens:
+        raise WorkbenchError(f"compile: a batch of {T} tokens exceeds the fixed {tokens} it is padded to")
+    n = tokens - T
+    if n == 0:
+        return batch
+    ids = torch.full((1, n), PAD_TOKEN, dtype=batch.input_ids.dtype)
+    pos = torch.arange(n, dtype=batch.position_ids.dtype).view(1, n)
+    lab = torch.full((1, n), IGNORE_INDEX, dtype=batch.labels.dtype)
+    return dataclasses.replace(batch, input_ids=torch.cat([batch.input_ids, ids], 1),
+                               position_ids=torch.cat([batch.position_ids, pos], 1),
+                               labels=torch.cat([batch.labels, lab], 1), doc_lens=[*batch.doc_lens, n])
+
+
+class _Guard:
+    """What the compiled layers did: steps begun (first layer's forward, outside the recompute), graphs compiled and
+    when, the first two steps' start times (compile_s)."""
+
+    def __init__(self, info: dict, backend: str = "inductor"):
+        self.info = info
+        self.compiler = backend
+        self.steps = 0
+        self.graphs = 0
+        self.starts: list[float] = []
+
+    def backend(self, gm, example_inputs):
+        if self.steps > 1:
+            raise WorkbenchError(f"compile: recompiled in step {self.steps} (graph {self.graphs + 1}): an input of "
+                                 "the layer changed shape or a specialised value across batches (fixed --tokens, "
+                                 "static attention metadata needed)")
+        self.graphs += 1
+        self.info["graphs"] = self.graphs
+        if self.compiler == "aot_eager":  # the plumbing's tests: the same graphs and guards, no code generation
+            from torch._dynamo.backends.debugging import aot_eager
+            return aot_eager(gm, example_inputs)
+        from torch._inductor.compile_fx import compile_fx
+        return compile_fx(gm, example_inputs)
+
+    def step_begins(self) -> None:
+        self.steps += 1
+        if len(self.starts) < 3:
+            self.starts.append(time.perf_counter())
+            if len(self.starts) == 3:
+                first, second = self.starts[1] - self.starts[0], self.starts[2] - self.starts[1]
+                self.info["first_step_s"] = round(first, 3)
+                self.info["compile_s"] = round(max(0.0, first - second), 3)
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).strip().splitlines()[:1])[:300]
+
+
+def _compiled_forward(layer, guard: _Guard, first: bool):
+    """The layer's compiled forward (its class's own, below the workbench's instrumentation), as an instance-level
+    forward; failures of the compiler become one-line WorkbenchErrors."""
+    from torch._dynamo import exc as dynamo_exc
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+    from workbench.instrument import state
+
+    base = getattr(type(layer), "_wb_base_class", type(layer))
+    compiled = torch.compile(types.MethodType(base.forward, layer), backend=guard.backend, fullgraph=True,
+                             dynamic=False)
+
+    eager = types.MethodType(base.forward, layer)
+
+    def body(*args, **kwargs):
+        if _get_current_dispatch_mode() is not None:  # the sync counter's pass: dynamo traces nothing under a mode
+            return eager(*args, **kwargs)
+        try:
+            return compiled(*args, **kwargs)
+        except dynamo_exc.BackendCompilerFailed as e:
+            inner = getattr(e, "inner_exception", None) or e.__cause__
+            if isinstance(inner, WorkbenchError):
+                raise WorkbenchError(str(inner)) from None
+            raise WorkbenchError(f"compile: the backend failed: {_one_line(inner or e)}") from None
+        except (dynamo_exc.Unsupported, dynamo_exc.UserError) as e:
+            raise WorkbenchError(f"compile: graph break in the decoder layer (fullgraph): {_one_line(e)}") from None
+
+    if getattr(type(layer), "_wb_base_class", None) is not None:  # instrumented: ranges outside the graph
+        from workbench.instrument.ranges import _layer_forward
+
+        def forward(*args, **kwargs):
+            if first and state.pass_name != state.BACKWARD:
+                guard.step_begins()
+            return _layer_forward(layer, body, args, kwargs)
+    else:
+        def forward(*args, **kwargs):
+            if first and state.pass_name != state.BACKWARD:
+                guard.step_begins()
+            return body(*args, **kwargs)
+    return forward
+
+
+BACKENDS_COMPILE = ("inductor", "aot_eager")
+
+
+def apply(model, arm: str, tokens: int | None = None, backend: str = "inductor", **options) -> Handle:
+    """Compile every decoder layer in place (`regional`), batches padded to `tokens`; `eager` changes nothing.
+    `backend`: inductor (the arm), or aot_eager (the same graphs and guards without code generation: the CPU tests of
+    the plumbing). Returns a Handle whose revert() restores the eager layers."""
+    if options:
+        raise WorkbenchError(f"compile: unknown options {', '.join(sorted(options))}")
+    if backend not in BACKENDS_COMPILE:
+        raise WorkbenchError(f"compile: backend must be one of {', '.join(BACKENDS_COMPILE)}, got {backend!r}")
+    why = unsupported(arm, model, None)
+    if why is not None:
+        raise UnsupportedArm(why)
+    h = Handle(opt="compile", arm=arm)
+    if arm == "eager":
+        return h
+    layers = list(_layers(model))
+    h.info.update(layers=len(layers), graphs=0, fullgraph=True, dynamic=False, padded_to=tokens, backend=backend)
+    guard = _Guard(h.info, backend)
+    for i, layer in enumerate(layers):
+        lifted = {}
+        for name in ("self_attn", "mlp"):
+            sub = getattr(layer, name, None)
+            if sub is not None and "forward" in vars(sub):  # the instrumentation's range wrapper
+                lifted[name] = vars(sub)["forward"]
+                del sub.forward
+        had = vars(layer).get("forward")
+        layer.forward = _compiled_forward(layer, guard, first=i == 0)
+
+        def undo(layer=layer, lifted=lifted, had=had):
+            if had is None:
+                vars(layer).pop("forward", None)
+            else:
+                layer.forward = had
+            for name, fwd in lifted.items():
+                getattr(layer, name).forward = fwd
+        h.undo.append(undo)
+    if tokens is not None:
+        h.prepare_batch = lambda b: pad_batch(b, int(tokens))
+    return h
