@@ -88,18 +88,23 @@ def projections(d: str, pro: dict) -> list[dict]:
         return [{"verdict": "not run", "reason": f"no 4-rank run folder under {d}/d4"}]
     dev = _json(os.path.join(runs[0], "meta.json")).get("device", {}).get("name")
     out = []
+    comps = {c["name"]: c for c in _json(os.path.join(runs[0], "summary.json")).get("comparisons", [])}
     for p in pro["projections"]:
-        names = {c["name"] for c in _json(os.path.join(runs[0], "summary.json")).get("comparisons", [])}
-        if p["comparison"] not in names:
-            out.append({**p, "verdict": "not run", "reason": "the comparison is not in the 4-rank runs"})
+        c = comps.get(p["comparison"])
+        if c is None:
+            out.append({"comparison": p["comparison"], "verdict": "not run",
+                        "reason": "the comparison is not in the 4-rank runs"})
             continue
         m = straggler.measured_at_ranks(runs, p["comparison"], p["baseline"], p["optimized"])
-        out.append({"comparison": p["comparison"], "projected_ms": p["saving_ms"], "projected_ci95": p["ci95"],
-                    "measured_ms": m["mean"], "measured_ci95": m["ci95"], "unit": m["unit"],
-                    "processes": m["processes"], "per_process_ms": m["per_process_ms"],
-                    "verdict": straggler.judge_projection(p["ci95"], m["mean"], m["ci95"]),
-                    "device": dev, "projection_device": "NVIDIA H200",
-                    "same_gpu_model": bool(dev and "H200" in dev)})
+        shape, want = [c.get(k) for k in ("model", "layers", "tokens")], [p[k] for k in ("model", "layers", "tokens")]
+        rec = {"comparison": p["comparison"], "projected_ms": p["saving_ms"], "projected_ci95": p["ci95"],
+               "measured_ms": m["mean"], "measured_ci95": m["ci95"], "unit": m["unit"],
+               "processes": m["processes"], "per_process_ms": m["per_process_ms"], "shape": shape,
+               "verdict": straggler.judge_projection(p["ci95"], m["mean"], m["ci95"]),
+               "device": dev, "projection_device": "NVIDIA H200", "same_gpu_model": bool(dev and "H200" in dev)}
+        if shape != want:
+            rec.update(verdict="not comparable", reason=f"the 4-rank shape {shape} is not the projection's {want}")
+        out.append(rec)
     return out
 
 
@@ -124,7 +129,9 @@ def contention(d: str, pro: dict) -> dict:
     res = {"b_gb_per_s": b, "terms": terms, "projected_ms": p["saving_ms"], "projected_ci95": p["ci95"],
            "formula": pro["offload_contention_term"]["formula"]}
     meas = next((x for x in projections(d, pro) if x.get("comparison") == "offload" and "measured_ms" in x), None)
-    if meas:
+    if meas and meas["verdict"] == "not comparable":
+        res.update(verdict="not comparable", reason=meas["reason"])
+    elif meas:
         res.update(measured_ms=meas["measured_ms"], measured_ci95=meas["measured_ci95"], unit=meas["unit"],
                    verdict=straggler.judge_projection(p["ci95"], meas["measured_ms"], meas["measured_ci95"]))
     else:

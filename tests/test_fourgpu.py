@@ -248,3 +248,19 @@ def test_trace_classes_runs_in_one_cpu_process(tmp_path, monkeypatch):
     assert c["arm"] == "rebuild" and c["world_size"] == 1 and len(c["step_ms"]) == 1
     assert c["classes"]["steps"] == 1 and c["traced_step_ms"] > 0
     assert os.listdir(tmp_path / "tr") == []  # the trace read and deleted
+
+
+def test_prospective_file_holds_the_committed_projections_and_rules():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("analyze_fourgpu", os.path.join(ROOT, "gpu", "analyze_fourgpu.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with open(mod.PROSPECTIVE) as f:
+        committed = json.load(f)
+    now = mod.prospective()
+    assert {k: v for k, v in committed.items() if k != "rule_commit"} == \
+        {k: v for k, v in json.loads(json.dumps(now)).items() if k != "rule_commit"}
+    proj = {p["comparison"]: p for p in committed["projections"]}
+    assert round(proj["packing"]["saving_ms"], 1) == 35.9 and [round(x, 1) for x in proj["moe"]["ci95"]] == [73.2, 168.5]
+    assert round(proj["offload"]["saving_ms"], 1) == -0.8
+    assert committed["projection_rule"] == straggler.PROJECTION_RULE
