@@ -113,9 +113,9 @@ def check(p, cmp) -> dict:
         names = list(shapes)  # lora_parameters' order: the same on every rank
         own = _one_step(p, plain, batch, spec, cmp)
         ref_opts = runner.reference_options(cmp, ran_attn)
-        with equivalence.Upcast(plain):
-            own32 = _one_step(p, plain, batch, spec, cmp, options=ref_opts,
-                              precision=equivalence.REFERENCE_PRECISION)
+        own32 = equivalence.reference_fp32(  # upcast; where fp32 does not fit, over the batch's documents in chunks
+            plain, lambda b: _one_step(p, plain, b, spec, cmp, options=ref_opts,
+                                       precision=equivalence.REFERENCE_PRECISION), batch, p.progress, device)
     finally:
         del plain
         _free(device)
