@@ -1,27 +1,28 @@
 #!/usr/bin/env bash
 # expected GPU minutes: 8 on ONE 4-GPU host (4 GPUs x 8 min wall; nvidia-h200-x4 preferred: the projections came from H200s)
 #
-# Issue 41 (four GPUs), one call, a hard deadline of DEADLINE_S (470 s) for everything; each part gets
-# min(its own limit, what is left), in this order (the most expensive result first after the 30 s bandwidth):
+# Issue 41 (four GPUs), one call, a hard deadline of DEADLINE_S (475 s) for everything; each part gets
+# min(its own limit, what is left), in the order of the issue's done-when (estimates for an H100 x4):
 #   1. bandwidth.json       pinned H2D / D2H GB/s per rank with 1, 2, 4 ranks copying at once     (~35 s, alone)
-#   2. d4/p00 [p01]         packing, offload, moe at 4 ranks (FSDP2), headline arms, the 2-GPU run's shapes
-#                           (qwen3-0.6b 28 L 16k, llama-3.1-8b 8 L 16k, gpt-oss-20b 4 L 8k); REDUCED protocol: 3 reps,
-#                           warmup capped at 3 steps (2 batches + 1), no traces. K = FOURGPU_PROCESSES processes
-#                           (default 1: two processes of this take ~7.5 of the 8 minutes; the rep is then the unit,
-#                           "within this run"; set 2 when the budget allows, then the process is)      (~220 s / process)
+#   2. equiv_n4.json        FSDP2 x 4 vs one process at bf16 (autocast), packing's model (qwen3-0.6b 28 L 16k)  (~55 s)
 #   3. anomaly_one/two.json the `all` baseline (qwen3-30b-a3b 8 L 8k), 2 warmup + 1 timed + 1 traced step: one process
 #                           on GPU 0 and 2 ranks (FSDP2) on GPUs 1,2 AT THE SAME TIME (same host, CPU shared; the
-#                           2-GPU run's g1 jobs shared it too); only the per-class summary comes back    (~90 s)
-#   4. equiv_n4.json        FSDP2 x 4 vs one process at bf16 (autocast), packing's model (qwen3-0.6b 28 L 16k)  (~55 s)
-#   5. equiv_n2.json        the same at 2 ranks, plus the `all` model (qwen3-30b-a3b) when 100 s are left  (~45-100 s)
-# Analysis (CPU, afterwards; rules fixed in profiles/2026-11-23_h200x2_fsdp2/prospective_4gpu.json):
-#   cp -r $CAMP/fourgpu profiles/<date>_<gpu>x4_fourgpu && python gpu/analyze_fourgpu.py profiles/<date>_<gpu>x4_fourgpu
+#                           2-GPU run's g1 jobs shared it too); only the per-class summary comes back    (~105 s)
+#   4. d4/p00 [p01]         packing, offload, moe at 4 ranks (FSDP2), headline arms, the 2-GPU run's shapes (kept:
+#                           the projections are for them: qwen3-0.6b 28 L 16k, llama-3.1-8b 8 L 16k, gpt-oss-20b 4 L
+#                           8k); REDUCED protocol: 3 reps (+ the engine's discarded warm-up rep), warmup capped at 3
+#                           steps (2 batches + 1), no traces. K = FOURGPU_PROCESSES processes (default 1: one takes
+#                           ~280 s, two do not fit the 8 minutes; the rep is then the unit, "within this run"; with
+#                           K = 2 and FOURGPU_DEADLINE_S=760 the process is). Last, so a cut loses only its last
+#                           comparison (moe)                                                             (~280 s)
+#   5. equiv_n2.json        the same as 2. at 2 ranks, only when 60 s are left (on an H100 x4 likely not: raise
+#                           FOURGPU_DEADLINE_S to 530 for it; with 110 s left the `all` model is checked too)
 set -u
 OUT="$CAMP/fourgpu"
 mkdir -p "$OUT/logs"
 PY="${PYTHON:-python3}"
 K="${FOURGPU_PROCESSES:-1}"
-DEADLINE_S="${FOURGPU_DEADLINE_S:-470}"
+DEADLINE_S="${FOURGPU_DEADLINE_S:-475}"
 export NCCL_NVLS_ENABLE=0 TOKENIZERS_PARALLELISM=false
 T0=$SECONDS
 log() { echo "$(date +%T) +$((SECONDS - T0))s $*" >> "$OUT/logs/jobs.txt"; }
@@ -48,12 +49,9 @@ fi
 
 run bandwidth 60 $TR --nproc-per-node 4 -m workbench.instrument.bandwidth --ranks 1,2,4 $BW --json "$OUT/bandwidth.json"
 
-for k in $(seq 0 $((K - 1))); do
-  run "d4_p0$k" 270 $TR --nproc-per-node 4 -m workbench.ab --opt all --headline --only packing,offload,moe \
-      --reps 3 --warmup-max 3 --seed "$k" $DEV --out "$OUT/d4/p0$k"
-done
+run equiv_n4 80 $TR --nproc-per-node 4 -m workbench.ab.distributed.equiv_bf16 --opt packing $EQ_DEV --json "$OUT/equiv_n4.json"
 
-lim=$(limit 130)
+lim=$(limit 120)
 if [ "$lim" -ge 40 ]; then
   log "start anomaly one + two (limit ${lim}s)"
   CUDA_VISIBLE_DEVICES=0 timeout -k 15 "$lim" $PY -m workbench.ab.distributed.trace_classes --opt all --only all \
@@ -67,8 +65,16 @@ else
   log "skip anomaly: ${lim}s left"
 fi
 
-run equiv_n4 90 $TR --nproc-per-node 4 -m workbench.ab.distributed.equiv_bf16 --opt packing $EQ_DEV --json "$OUT/equiv_n4.json"
-if [ "$(left)" -ge $((100 * SCALE)) ]; then ONLY=packing,all; else ONLY=packing; fi
-run equiv_n2 110 env CUDA_VISIBLE_DEVICES=0,1 $TR --nproc-per-node 2 -m workbench.ab.distributed.equiv_bf16 \
-    --opt all --headline --only "$ONLY" $EQ_DEV --json "$OUT/equiv_n2.json"
+for k in $(seq 0 $((K - 1))); do
+  run "d4_p0$k" 320 $TR --nproc-per-node 4 -m workbench.ab --opt all --headline --only packing,offload,moe \
+      --reps 3 --warmup-max 3 --seed "$k" $DEV --out "$OUT/d4/p0$k"
+done
+
+if [ "$(left)" -ge $((60 * SCALE)) ]; then
+  if [ "$(left)" -ge $((110 * SCALE)) ]; then ONLY=packing,all; else ONLY=packing; fi
+  run equiv_n2 110 env CUDA_VISIBLE_DEVICES=0,1 $TR --nproc-per-node 2 -m workbench.ab.distributed.equiv_bf16 \
+      --opt all --headline --only "$ONLY" $EQ_DEV --json "$OUT/equiv_n2.json"
+else
+  log "skip equiv_n2: $(left)s left"
+fi
 log "ALL DONE in $((SECONDS - T0)) s"
