@@ -37,7 +37,7 @@ run() {  # run NAME LIMIT_S CMD...: logged, cut at min(LIMIT_S, what is left)
 }
 TR="$PY -m torch.distributed.run --standalone"
 # FOURGPU_CPU=1: the same commands on a CPU (tiny presets, gloo, bf16 under autocast, small copies, limits x 4):
-# a functional check (367 s on 2 shared cores with FOURGPU_DEADLINE_S=1500, every part rc 0)
+# a functional check (244 s on 2 shared cores with FOURGPU_DEADLINE_S=1500, every part rc 0, at commit c1850b2)
 DEV="" EQ_DEV="" BW="" SCALE=1
 if [ "${FOURGPU_CPU:-0}" = 1 ]; then
   DEV="--device cpu" EQ_DEV="--device cpu --dtype bf16 --precision autocast" BW="--mib 16 --reps 3" SCALE=4
