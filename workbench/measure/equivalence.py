@@ -215,3 +215,81 @@ def reference_fp32(model, run_one, batch, progress=None, device=None) -> dict:
                 torch.cuda.empty_cache()
             if progress:
                 progress(f"fp32 reference does not fit at once; over the batch's documents in {parts} chunks")
+
+
+# --- a sharded run (FSDP2) against one process, in low precision ---------------------------------------------------
+
+SHARDED_FACTOR = 1.5
+"""FSDP2 over N ranks against one process over the same N batches (gradient accumulation, loss / N per batch), both
+at the step's precision (bf16 under autocast). A LoRA gradient tensor passes when
+
+    rel_l2(g_sharded, g_one) <= SHARDED_FACTOR x rel_l2(g_one, g_one_fp32) + RTOL[float32]
+
+Why this tolerance: FSDP2 runs the same kernels on each rank's batch as one process does on that batch; what may
+differ is the order in which the N per-batch gradients are summed (reduce-scatter against accumulation) and any
+kernel FSDP2 picks differently for its gathered weights. If the sharded run carried rounding of its own, independent
+of the one-process run's and of the same size (the bf16 error against fp32, the right-hand distance), the two would
+lie about sqrt(2) = 1.41 x that distance apart: SHARDED_FACTOR = 1.5 (the house's REF_FACTOR) admits that and no
+more. A defect that changes the function (a rank's batch dropped, a sum where a mean belongs, a wrong shard) moves
+a gradient by a part of the gradient itself: the check reports, from the same run, how far dropping each rank's
+batch would move every tensor (`drop_rel_l2`), and calls itself decisive only where that distance exceeds the
+tolerance. The loss likewise, with the relative loss differences. RTOL[float32] is the floor for tensors whose bf16
+error is ~0 (a LoRA A gradient while B is still zero)."""
+
+
+def judge_sharded(sharded: dict, one: dict, one_fp32: dict, batch_norms: dict | None = None) -> dict:
+    """The SHARDED_FACTOR criterion. `sharded`, `one`, `one_fp32`: {"loss", "grads": {name: tensor}} (the sharded run
+    averaged over ranks; one process averaged over the same N batches, at the step's precision and in fp32).
+
+    `batch_norms`: {name: [||g_r|| for r in 0..N-1]}, the norms of the one-process per-batch gradients: the built-in
+    negative control. Dropping batch r moves the mean G = sum_r g_r / N by g_r / N, a relative L2 distance of exactly
+    ||g_r|| / (N ||G||); the check is `decisive` when, for every r, some tensor would move beyond its tolerance."""
+    floor = RTOL[torch.float32]
+    per, ok, mismatched = {}, True, []
+    worst, worst_ratio = None, 0.0
+    caught: list[int] | None = None
+    for n, g1 in one["grads"].items():
+        g, g32 = sharded["grads"].get(n), one_fp32["grads"].get(n)
+        if g1 is None or g is None or g32 is None:
+            if not (g1 is None and g is None and g32 is None):
+                ok = False
+                mismatched.append(n)
+            continue
+        if g.shape != g1.shape:
+            ok = False
+            mismatched.append(n)
+            continue
+        e, noise = rel_l2(g.float(), g1.float()), rel_l2(g1.float(), g32.float())
+        tol = SHARDED_FACTOR * noise + floor
+        per[n] = rec = {"rel_l2": e, "bf16_vs_fp32_rel_l2": noise, "tol": tol, "passes": e <= tol}
+        norm1 = float(torch.linalg.vector_norm(g1.float()))
+        if batch_norms and n in batch_norms and norm1 > 0:
+            nb = len(batch_norms[n])
+            drop = [float(x) / (nb * norm1) for x in batch_norms[n]]
+            rec["drop_rel_l2"] = drop
+            caught = [0] * nb if caught is None else caught
+            for r, d in enumerate(drop):
+                caught[r] += int(d > tol)
+        ok = ok and rec["passes"]
+        ratio = e / tol
+        if worst is None or ratio > worst_ratio:
+            worst, worst_ratio = n, ratio
+    l_e, l_noise = _rel(sharded["loss"], one["loss"]), _rel(one["loss"], one_fp32["loss"])
+    loss_tol = SHARDED_FACTOR * l_noise + floor
+    out = {"equivalent": bool(ok and l_e <= loss_tol and per),
+           "criterion": f"per LoRA gradient tensor and for the loss: rel_l2(sharded, one process) <= {SHARDED_FACTOR} "
+                        f"x rel_l2(one process, one process in fp32) + {floor}",
+           "factor": SHARDED_FACTOR, "floor": floor, "tensors": len(per),
+           "loss_rel_diff": l_e, "loss_bf16_vs_fp32_rel": l_noise, "loss_tol": loss_tol,
+           "grad_max_rel_l2": max((r["rel_l2"] for r in per.values()), default=None),
+           "grad_max_bf16_vs_fp32_rel_l2": max((r["bf16_vs_fp32_rel_l2"] for r in per.values()), default=None),
+           "worst_grad": worst, "worst_ratio_to_tol": worst_ratio,
+           "worst_tensors": [{"name": n, **{k: v for k, v in r.items() if k != "drop_rel_l2"}} for n, r in sorted(
+               per.items(), key=lambda kv: -kv[1]["rel_l2"] / kv[1]["tol"])[:5]],
+           "n_failing": sum(not r["passes"] for r in per.values()),
+           "failing": sorted(n for n, r in per.items() if not r["passes"])[:10],
+           "drop_batch_caught_by_tensors": caught,
+           "decisive": None if caught is None else bool(min(caught) > 0)}
+    if mismatched:
+        out["mismatched_grads"] = mismatched[:5]
+    return out

@@ -112,6 +112,27 @@ def reload_ms_from_bandwidth(nbytes: float, gb_per_s: float) -> float:
     return float(nbytes) / (gb_per_s * 1e9) * 1e3
 
 
+def contention_term(c_ms: list, g_ms: list, lead_ms: float | None, b1_gb_per_s: float, bn_gb_per_s: float) -> dict:
+    """The change in the modelled saving when N ranks reload at once and each gets B(N) of the host's bandwidth
+    instead of the B(1) one rank gets alone (`workbench.instrument.bandwidth.concurrent_copy_gb_per_s`):
+
+        c_i(N) = c_i * B(1) / B(N)                     (a reload moves the same bytes at the per-rank bandwidth)
+        term_ms(N) = saving(c(N), g, h) - saving(c, g, h)      (`offload_saving`, the in-situ form with h)
+
+    The recompute + backward g and the lead h are left as they are (contention slows copies, not kernels). In the
+    compute-bound regime (c < g) the blocking arm pays every c and the double-buffered arm hides it, so slower reloads
+    *raise* the saving (term > 0) until c(N) reaches g; a reload-bound step (c > g) saves min(c, g) = g either way."""
+    if b1_gb_per_s <= 0 or bn_gb_per_s <= 0:
+        raise ValueError("bandwidths must be positive")
+    k = float(b1_gb_per_s) / float(bn_gb_per_s)
+    base = offload_saving(list(c_ms), list(g_ms), lead_ms=lead_ms)
+    slow = offload_saving([float(x) * k for x in c_ms], list(g_ms), lead_ms=lead_ms)
+    return {"term_ms": slow["predicted_ms"] - base["predicted_ms"], "c_scale": k,
+            "saving_ms_at_b1": base["predicted_ms"], "saving_ms_at_bn": slow["predicted_ms"],
+            "b1_gb_per_s": float(b1_gb_per_s), "bn_gb_per_s": float(bn_gb_per_s),
+            "formula": "saving(c * B(1)/B(N), g, h) - saving(c, g, h)"}
+
+
 def first_reload_lead(events: pd.DataFrame) -> pd.DataFrame:
     """Per step, h (`lead_ms`): the GPU work (kernels and copies, any stream; union) between the host's launch of
     the step's first reload copy and the copy's start. In the blocking arm the copy waits behind all of it."""

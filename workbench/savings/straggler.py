@@ -29,7 +29,9 @@ Past two ranks (a projection, not a measurement): if each rank's compute per ste
 packs its own documents), the mean rank waits E[max of N] - mean = sigma * e_N, with e_N the expected maximum of N
 standard normals (e_2 = 0.564, e_4 = 1.029, e_8 = 1.424). The distributed part of the saving, D_2 = S_2 - S_1 (the
 wait removed and anything else two ranks add), then grows as D_N = D_2 * e_N / e_2, so S_N = S_1 + D_2 * e_N / e_2,
-with the CI of S_1 and S_2 (independent runs) carried through. Check it when 4 or 8 GPUs can be had.
+with the CI of S_1 and S_2 (independent runs) carried through. A term that is not an order statistic (offload's
+contention for host bandwidth) enters as a known T(N) (`projection(..., term=)`). Judged against N ranks by
+`judge_projection` (`PROJECTION_RULE`) on the saving `measured_at_ranks` gives.
 
 Inputs are written once per 2-GPU folder to `straggler_inputs.csv` (`--reduce`, from its traces), so the verdict
 reproduces from committed folders without the traces.
@@ -118,19 +120,65 @@ def wait_removed(inputs: "pd.DataFrame", cmp_name: str, baseline: str, arm: str)
             "traced_baseline_step_ms": float(base_traced.mean()) if len(base_traced) else None}
 
 
-def projection(s1: dict, s2: dict, n_ranks=PROJECT_N) -> list[dict]:
-    """S_N = S_1 + (S_2 - S_1) * e_N / e_2, with a normal-approximation 95% interval from the two runs' se."""
+def projection(s1: dict, s2: dict, n_ranks=PROJECT_N, term: dict | None = None) -> list[dict]:
+    """S_N = S_1 + (S_2 - S_1) * e_N / e_2, with a normal-approximation 95% interval from the two runs' se.
+
+    `term` {N: ms} (N = 2 and every projected N): a modelled change of the saving with the rank count that is not an
+    order statistic (offload: the contention for host bandwidth, `offload_savings.contention_term`). It is added as
+    modelled and taken out of what two ranks measured before the rest is scaled:
+
+        S_N = S_1 + T(N) + (S_2 - S_1 - T(2)) * e_N / e_2
+
+    T is treated as known (its inputs are medians of many copies): the interval is the one without it, shifted."""
     out = []
     for n in n_ranks:
         k = E_MAX_NORMAL[n] / E_MAX_NORMAL[2]
-        mean = s1["mean"] + (s2["mean"] - s1["mean"]) * k
+        t_n, t_2 = (float(term[n]), float(term[2])) if term else (0.0, 0.0)
+        mean = s1["mean"] + t_n + (s2["mean"] - s1["mean"] - t_2) * k
         se = None
         if s1.get("se") is not None and s2.get("se") is not None:
             se = math.sqrt((s1["se"] * (1 - k)) ** 2 + (s2["se"] * k) ** 2)
         out.append({"ranks": n, "saving_ms": mean, "ci95": None if se is None else [mean - 1.96 * se,
                                                                                      mean + 1.96 * se],
-                    "growth": k})
+                    "growth": k, **({"term_ms": t_n, "term_ms_at_2": t_2} if term else {})})
     return out
+
+
+PROJECTION_RULE = ("confirmed when the measured N-rank saving's 95% CI overlaps the projection's 95% interval and "
+                   "its point estimate lies inside the projection's interval; refuted when the two intervals are "
+                   "disjoint; inconclusive otherwise (and when either interval is missing)")
+"""How a projected S_N is judged against the saving measured on N ranks (fixed before the 4-GPU run that it judges;
+`profiles/2026-11-23_h200x2_fsdp2/prospective_4gpu.json` holds it with the projections and its commit)."""
+
+
+def judge_projection(projected_ci, measured_mean: float, measured_ci) -> str:
+    """`PROJECTION_RULE`: "confirmed" / "refuted" / "inconclusive"."""
+    if not projected_ci or not measured_ci or measured_mean is None or measured_mean != measured_mean:
+        return "inconclusive"
+    (plo, phi), (mlo, mhi) = sorted(projected_ci), sorted(measured_ci)
+    if mhi < plo or mlo > phi:
+        return "refuted"
+    if plo <= measured_mean <= phi:
+        return "confirmed"
+    return "inconclusive"
+
+
+def measured_at_ranks(run_dirs: list[str], cmp_name: str, baseline: str, arm: str) -> dict:
+    """The saving (baseline - arm, ms per data-parallel step) measured on N ranks, from K run folders of the same
+    command (K processes, each its own seed: `--seed S+k`). K >= 2: the process is the unit (each process's mean
+    paired saving; t-interval over processes, K-1 df: what a rerun would see). K = 1: the rep is the unit (the
+    run's paired saving, `verdicts.measured_saving`), a claim within this run, labelled so."""
+    from workbench.measure import stats
+
+    per = [_saving(d, cmp_name, baseline, arm) for d in run_dirs]
+    if len(per) == 1:
+        s = per[0]
+        return {"mean": s["mean"], "ci95": s["ci95"], "se": s["se"], "df": s["df"], "unit": "rep (within this run)",
+                "n_units": s.get("n_units"), "processes": 1, "per_process_ms": [s["mean"]]}
+    ti = stats.t_interval([s["mean"] for s in per])
+    return {"mean": ti["mean"], "ci95": ti["ci"], "se": ti["se"], "df": ti["df"], "unit": "process",
+            "n_units": len(per), "processes": len(per), "per_process_ms": [s["mean"] for s in per],
+            "per_process_ci95": [s["ci95"] for s in per]}
 
 
 def compare(one_dir: str, two_dir: str) -> list[dict]:

@@ -98,7 +98,9 @@ class DistRunner(Runner):
         """The fp32 reference of the bf16 equivalence check: `equivalence.Upcast` cannot upcast an FSDP2 model
         (it all-gathers from its own bf16 shards, so the "fp32" pass would compute in bf16). Each rank builds the
         unsharded model (same seed: the same bf16 weights), upcasts it, runs the baseline arm on its batch; the
-        loss and gradients are averaged over ranks, like the sharded run's."""
+        loss and gradients are averaged over ranks, like the sharded run's. Where fp32 does not fit for the whole
+        batch, each rank splits its own batch into whole documents (`equivalence.reference_fp32`, as one process
+        does; on an H100 the fp32 gpt-oss-20b MoE reference with eager attention at 8k tokens does not fit)."""
         from workbench.measure import equivalence
         from workbench.step.models import lora_parameters
 
@@ -106,16 +108,18 @@ class DistRunner(Runner):
         with self.ctx.guard():
             plain = self.build_unsharded(cmp)
             try:
-                with equivalence.Upcast(plain):
+                shapes = {n: p.shape for n, p in lora_parameters(plain)}
+
+                def run_one(b):  # one chunk, in this process (no collective): equivalence.reference_fp32 upcasts
                     cap = equivalence.GradCapture(lora_parameters(plain))
-                    recs = Runner.run_arm_steps(self, plain, [batch], spec, cmp, steps=1, warmup=0,
+                    recs = Runner.run_arm_steps(self, plain, [b], spec, cmp, steps=1, warmup=0,
                                                 optimizer=cap, reset=lambda: None, options=options,
                                                 precision=equivalence.REFERENCE_PRECISION)
-                    loss = recs[0].loss
-                    shapes = {n: p.shape for n, p in lora_parameters(plain)}
-                    grads = {n: (g.detach().float().cpu() if g is not None else None)
-                             for n, g in (cap.grads or {}).items()}
-                    grads = {n: grads.get(n) for n in shapes}
+                    return {"loss": float(recs[0].loss), "grads": {n: (g.detach().float().cpu() if g is not None
+                                                                       else None) for n, g in (cap.grads or {}).items()}}
+                ref = equivalence.reference_fp32(plain, run_one, batch, self._progress, self.device)
+                loss, chunks = ref["loss"], ref["chunks"]
+                grads = {n: ref["grads"].get(n) for n in shapes}
             finally:
                 del plain
                 _free(self.device)
@@ -129,7 +133,7 @@ class DistRunner(Runner):
                 dist.all_reduce(g, op=dist.ReduceOp.SUM, group=self.ctx.control)
                 dist.all_reduce(has, op=dist.ReduceOp.SUM, group=self.ctx.control)
             out[n] = None if has.item() == 0 else (g / self.ctx.world).to(self.device)
-        return {"loss": self.ctx.all_mean(loss), "grads": out, "chunks": 1}
+        return {"loss": self.ctx.all_mean(loss), "grads": out, "chunks": int(self.ctx.all_max(chunks))}
 
     # -- FSDP2 against one process ------------------------------------------------------------------------
     def check_against_single(self, cmp) -> dict:
