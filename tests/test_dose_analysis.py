@@ -107,3 +107,12 @@ def test_the_figure_draws_each_mode_and_the_traced_prediction():
     assert any(n.startswith("traced prediction c = 1.2") for n in names)
     sv = saving_points(pts["none"][:1])
     assert sv[0] == (0, 0.0) and sv[-1][0] == 15 and sv[-1][1] == pytest.approx(0.6 * 15, abs=2)
+
+
+def test_fine_needs_theta_inside_the_band_not_a_wide_ci_that_reaches_it():
+    """The revised rule (after profiles/2026-11-26_h100_dose): a CI that merely overlaps the band is no "fine"."""
+    from workbench.savings import dose
+
+    assert dose.decide((0.9, 1.1), (-0.01, 0.01), 1.0)[0] == dose.FINE
+    assert dose.decide((0.03, 4.3), (-0.7, 1.4), 1.1)[0] == dose.INCONCLUSIVE  # the first H100 run's packing theta
+    assert dose.decide((0.7, 1.1), None, 1.0)[0] == dose.INCONCLUSIVE

@@ -52,21 +52,27 @@ RUN_FILE, PROCESS_FILE, OUT_FILE = "dose_run.json", "dose.json", "dose_analysis.
 def decide(theta_ci95, interaction_ci95, slope_untimed_ms: float) -> tuple[str, str]:
     """The decision rule, fixed before the runs it judges (issue 39 item 2), in this order:
 
-    1. "model and instrument fine": theta's 95% CI overlaps the band [0.8, 1.25].
+    1. "model and instrument fine": theta's 95% CI lies inside the band [0.8, 1.25]. (Revised 2026-11-26, after the
+       first H100 run, profiles/2026-11-26_h100_dose: the rule fixed before it said "overlaps", which passes any CI
+       wide enough to reach the band; that run's packing theta 0.60 [0.03, 4.30] at K = 2 read "fine" under it. The
+       run's COMMAND.txt reports both; this rule judges the next run.)
     2. "instrument inflation": theta's CI lies below the band (hi < 0.8) AND the slope under the tracer that gave c
        exceeds the untimed slope (the interaction's 95% CI lies above 0): the instrument inflates the input, and
        inflates the saving it times too.
     3. "rival explanation (host work)": theta's CI lies below the band AND the slopes with and without the tracer
        agree (the interaction's CI inside +-10% of the untimed slope): the saving per unit is below c whatever the
        instrument; part of the traced idle is the host's own work, which removing the sync does not remove.
-    4. "inconclusive": anything else (no bounded theta, theta above the band, an interaction neither clear nor
-       within +-10%, a tracer mode that did not run).
+    4. "inconclusive": anything else (no bounded theta, a CI that reaches into the band and out of it, theta above
+       the band, an interaction neither clear nor within +-10%, a tracer mode that did not run).
     Returns (decision, why)."""
     if theta_ci95 is None:
         return INCONCLUSIVE, "no bounded theta (c's own CI reaches 0, or a slope is missing)"
     lo, hi = theta_ci95
-    if hi >= BAND[0] and lo <= BAND[1]:
-        return FINE, f"theta's CI [{lo:.2f}, {hi:.2f}] overlaps the band [{BAND[0]}, {BAND[1]}]"
+    if BAND[0] <= lo and hi <= BAND[1]:
+        return FINE, f"theta's CI [{lo:.2f}, {hi:.2f}] lies inside the band [{BAND[0]}, {BAND[1]}]"
+    if hi >= BAND[0]:
+        return INCONCLUSIVE, (f"theta's CI [{lo:.2f}, {hi:.2f}] reaches into the band [{BAND[0]}, {BAND[1]}] and out "
+                              "of it: more processes")
     if lo > BAND[1]:
         return INCONCLUSIVE, f"theta's CI [{lo:.2f}, {hi:.2f}] lies above the band: the model under-predicts"
     if interaction_ci95 is None:
