@@ -51,7 +51,7 @@ def test_page_on_committed_profiles_every_number_names_its_file():
     # mean step times, the speedup recomputed at the rep level, pairs (reps), no verdict with 3 reps
     assert "| packing | qwen3-0.6b | 28 | 16384 | varlen | rebuild -> cached | 796.2 | 737.4 | 1.080x [1.045, 1.115] " \
            "| no verdict (n=3 reps < 4) | 12 (3) | 168 -> 3 | yes |" in page
-    aa = next(line for line in page.splitlines() if "rebuild -> rebuild#2" in line)
+    aa = next(line for line in page.splitlines() if "rebuild -> rebuild#2" in line and "h100_engine/ab_aa" in line)
     assert "1.002x [0.980, 1.024] | yes | no detectable difference (±2.4%) | 24 (6) |" in aa  # 6 reps: a verdict
     rep = page[page.index("## Repeat runs"): page.index("## Savings models")]
     # clean repeats only (same commit, batches, steps, trace mode, arm set; >= 4 reps each): 6 pairs in profiles/

@@ -41,12 +41,12 @@ def dose_figure(a: dict, visualize: bool = False):
         name = MODE_NAMES.get(mode, mode)
         pts = saving_points(m.get("points") or [])
         fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="markers", marker_color=col,
-                                 name=f"{name}: each process", legendgroup=mode, opacity=0.6))
+                                 name=f"{name}: each process", legendgroup=mode, opacity=0.6, showlegend=False))
         s, ci = m.get("slope_ms"), m.get("slope_ci95")
         if s is None or s != s:
             continue
         fig.add_trace(go.Scatter(x=xs, y=s * xs, mode="lines", line_color=col, legendgroup=mode,
-                                 name=f"{name}: {s:.3g} ms/unit over {m.get('K')} processes"))
+                                 name=f"{name}: {s:.3g} ms/unit over {m.get('K')} processes (dots: each process)"))
         if ci:
             fig.add_trace(go.Scatter(x=np.r_[xs, xs[::-1]], y=np.r_[ci[1] * xs, ci[0] * xs[::-1]], fill="toself",
                                      line_width=0, fillcolor=col, opacity=0.15, legendgroup=mode, showlegend=False,

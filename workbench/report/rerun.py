@@ -53,7 +53,8 @@ def _heldout(ctx: _Ctx, folders: list[str]) -> list[str]:
             rows = [[c["comparison"], f"{c['heldout']['K']} + {c['heldout']['M']}",
                      f"{c['heldout']['inside']:.2f} ({c['heldout']['inside_null_q05']:.2f})",
                      f"{c['heldout']['variance_ratio']:.2f} [{c['heldout']['f_interval'][0]:.2f}, "
-                     f"{c['heldout']['f_interval'][1]:.2f}]", "holds" if c["heldout"]["ok"] else "**fails**"]
+                     f"{c['heldout']['f_interval'][1]:.2f}]", "holds" if c["heldout"]["ok"] else "**fails**",
+                     f"[`{rel}/analysis.json`]({_link(rel)}/analysis.json)"]
                     for c in a.get("comparisons", []) if c.get("heldout")]
             if rows:
                 lines += [f"Held out (`{rel}/analysis.json`): an estimate from the first K processes, every later "
@@ -61,7 +62,7 @@ def _heldout(ctx: _Ctx, folders: list[str]) -> list[str]:
                           "one-machine PI against its null 5% quantile, and the variance ratio against its F "
                           "interval.", ""]
                 lines += _table(["comparison", "K + M", "inside PI (null 5% quantile)",
-                                 "variance ratio [F interval]", "check"], rows)
+                                 "variance ratio [F interval]", "check", "file"], rows)
         design = os.path.join(d, "prospective.json")
         if os.path.isfile(design):
             with open(design, encoding="utf-8") as f:
@@ -70,9 +71,43 @@ def _heldout(ctx: _Ctx, folders: list[str]) -> list[str]:
                      f"{c['heldout_plan']['null']['inside_null_q05']:.2f}",
                      f"[{c['heldout_plan']['null']['f_interval'][0]:.2f}, "
                      f"{c['heldout_plan']['null']['f_interval'][1]:.2f}]",
-                     f"{c['heldout_plan']['null']['coverage']:.3f}"] for name, c in p["comparisons"].items()]
+                     f"{c['heldout_plan']['null']['coverage']:.3f}",
+                     f"[`{rel}/prospective.json`]({_link(rel)}/prospective.json)"] for name, c in p["comparisons"].items()]
             lines += [f"The next held-out test (`{rel}/prospective.json`, fixed before its run): M new processes "
                       f"on a machine none of the estimate's ran on. Rule: {p['rule']}.", ""]
             lines += _table(["comparison", "held-out command (a third machine)", "M", "inside >=",
-                             "variance ratio inside", "the PI's simulated coverage"], rows)
+                             "variance ratio inside", "the PI's simulated coverage", "file"], rows)
+            lines += _judged(ctx, f"{rel}/prospective.json")
     return lines
+
+
+def _link(rel: str) -> str:
+    """A repo path as the results page (profiles/RESULTS.md) links it."""
+    return rel.split("profiles/", 1)[1] if rel.startswith("profiles/") else rel
+
+
+def _judged(ctx: _Ctx, design_rel: str) -> list[str]:
+    """The runs that applied `design_rel` (an analysis.json whose `design` names it): one row per comparison."""
+    root = ctx.abs("profiles")
+    rows = []
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        f = os.path.join(root, name, "analysis.json")
+        if not os.path.isfile(f):
+            continue
+        with open(f, encoding="utf-8") as fh:
+            a = json.load(fh)
+        if a.get("design") != design_rel:
+            continue
+        for comp, h in (a.get("heldout") or {}).items():
+            if not h.get("ran"):
+                rows.append([comp, "0", "-", "-", "not run", f"[`profiles/{name}/analysis.json`]({name}/analysis.json)"])
+                continue
+            rows.append([comp, str(h["ran"]), f"{h['heldout_speedup']:.4f}x ({h['shift_pct']:+.1f}%)",
+                         f"{h['inside']:.2f} ({h['inside_null_q05']:.2f}); {h['variance_ratio']:.2f} "
+                         f"[{h['f_interval'][0]:.2f}, {h['f_interval'][1]:.2f}]",
+                         "holds" if h["ok"] else "**fails**", f"[`profiles/{name}/analysis.json`]({name}/analysis.json)"])
+    if not rows:
+        return []
+    return ["", "Its run (the rule above, applied unchanged):", ""] + _table(
+        ["comparison", "M that ran", "held-out estimate (shift from the estimate)",
+         "inside PI (null 5% quantile); variance ratio [F interval]", "check", "file"], rows)
