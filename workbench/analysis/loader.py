@@ -128,8 +128,10 @@ def _scan(profiles: str | None) -> list[dict]:
     stamps = _stamps([os.path.join(d, f) for d in dirs for f in ("summary.json", "meta.json", *markers.MARKERS)]
                      + [os.path.join(c, f) for c in sorted({os.path.dirname(d) for d in dirs})
                         for f in ("commands.json", "COMMAND.txt")])
-    live = any(st is not None for p, st, _ in stamps if os.path.basename(p) == markers.RUNNING)
-    if _RUNS.get(root, (None,))[0] != stamps or live:  # a RUNNING folder's writer may die with no file changed
+    cached = _RUNS.get(root)
+    # a folder whose writer was alive at the last read may have died since with no file changed: read again while
+    # one is running (a RUNNING file whose writer is already dead, e.g. a machine given back, stays "died")
+    if cached is None or cached[0] != stamps or any(r["status"] == "running" for r in cached[1]):
         _RUNS[root] = (stamps, _read_runs(root, dirs))
     return _RUNS[root][1]
 
