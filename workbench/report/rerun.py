@@ -53,7 +53,8 @@ def _heldout(ctx: _Ctx, folders: list[str]) -> list[str]:
             rows = [[c["comparison"], f"{c['heldout']['K']} + {c['heldout']['M']}",
                      f"{c['heldout']['inside']:.2f} ({c['heldout']['inside_null_q05']:.2f})",
                      f"{c['heldout']['variance_ratio']:.2f} [{c['heldout']['f_interval'][0]:.2f}, "
-                     f"{c['heldout']['f_interval'][1]:.2f}]", "holds" if c["heldout"]["ok"] else "**fails**"]
+                     f"{c['heldout']['f_interval'][1]:.2f}]", "holds" if c["heldout"]["ok"] else "**fails**",
+                     ctx.link(os.path.join(rel, "analysis.json"))]
                     for c in a.get("comparisons", []) if c.get("heldout")]
             if rows:
                 lines += [f"Held out (`{rel}/analysis.json`): an estimate from the first K processes, every later "
@@ -61,7 +62,7 @@ def _heldout(ctx: _Ctx, folders: list[str]) -> list[str]:
                           "one-machine PI against its null 5% quantile, and the variance ratio against its F "
                           "interval.", ""]
                 lines += _table(["comparison", "K + M", "inside PI (null 5% quantile)",
-                                 "variance ratio [F interval]", "check"], rows)
+                                 "variance ratio [F interval]", "check", "file"], rows)
         design = os.path.join(d, "prospective.json")
         if os.path.isfile(design):
             with open(design, encoding="utf-8") as f:
@@ -70,9 +71,10 @@ def _heldout(ctx: _Ctx, folders: list[str]) -> list[str]:
                      f"{c['heldout_plan']['null']['inside_null_q05']:.2f}",
                      f"[{c['heldout_plan']['null']['f_interval'][0]:.2f}, "
                      f"{c['heldout_plan']['null']['f_interval'][1]:.2f}]",
-                     f"{c['heldout_plan']['null']['coverage']:.3f}"] for name, c in p["comparisons"].items()]
+                     f"{c['heldout_plan']['null']['coverage']:.3f}", ctx.link(os.path.join(rel, "prospective.json"))]
+                    for name, c in p["comparisons"].items()]
             lines += [f"The next held-out test (`{rel}/prospective.json`, fixed before its run): M new processes "
                       f"on a machine none of the estimate's ran on. Rule: {p['rule']}.", ""]
             lines += _table(["comparison", "held-out command (a third machine)", "M", "inside >=",
-                             "variance ratio inside", "the PI's simulated coverage"], rows)
+                             "variance ratio inside", "the PI's simulated coverage", "file"], rows)
     return lines
