@@ -54,7 +54,7 @@ def _heldout(ctx: _Ctx, folders: list[str]) -> list[str]:
                      f"{c['heldout']['inside']:.2f} ({c['heldout']['inside_null_q05']:.2f})",
                      f"{c['heldout']['variance_ratio']:.2f} [{c['heldout']['f_interval'][0]:.2f}, "
                      f"{c['heldout']['f_interval'][1]:.2f}]", "holds" if c["heldout"]["ok"] else "**fails**",
-                     f"[`{rel}/analysis.json`]({_link(rel)}/analysis.json)"]
+                     ctx.link(os.path.join(rel, "analysis.json"))]
                     for c in a.get("comparisons", []) if c.get("heldout")]
             if rows:
                 lines += [f"Held out (`{rel}/analysis.json`): an estimate from the first K processes, every later "
@@ -71,19 +71,14 @@ def _heldout(ctx: _Ctx, folders: list[str]) -> list[str]:
                      f"{c['heldout_plan']['null']['inside_null_q05']:.2f}",
                      f"[{c['heldout_plan']['null']['f_interval'][0]:.2f}, "
                      f"{c['heldout_plan']['null']['f_interval'][1]:.2f}]",
-                     f"{c['heldout_plan']['null']['coverage']:.3f}",
-                     f"[`{rel}/prospective.json`]({_link(rel)}/prospective.json)"] for name, c in p["comparisons"].items()]
+                     f"{c['heldout_plan']['null']['coverage']:.3f}", ctx.link(os.path.join(rel, "prospective.json"))]
+                    for name, c in p["comparisons"].items()]
             lines += [f"The next held-out test (`{rel}/prospective.json`, fixed before its run): M new processes "
                       f"on a machine none of the estimate's ran on. Rule: {p['rule']}.", ""]
             lines += _table(["comparison", "held-out command (a third machine)", "M", "inside >=",
                              "variance ratio inside", "the PI's simulated coverage", "file"], rows)
             lines += _judged(ctx, f"{rel}/prospective.json")
     return lines
-
-
-def _link(rel: str) -> str:
-    """A repo path as the results page (profiles/RESULTS.md) links it."""
-    return rel.split("profiles/", 1)[1] if rel.startswith("profiles/") else rel
 
 
 def _judged(ctx: _Ctx, design_rel: str) -> list[str]:
@@ -100,12 +95,12 @@ def _judged(ctx: _Ctx, design_rel: str) -> list[str]:
             continue
         for comp, h in (a.get("heldout") or {}).items():
             if not h.get("ran"):
-                rows.append([comp, "0", "-", "-", "not run", f"[`profiles/{name}/analysis.json`]({name}/analysis.json)"])
+                rows.append([comp, "0", "-", "-", "not run", ctx.link(os.path.join("profiles", name, "analysis.json"))])
                 continue
             rows.append([comp, str(h["ran"]), f"{h['heldout_speedup']:.4f}x ({h['shift_pct']:+.1f}%)",
                          f"{h['inside']:.2f} ({h['inside_null_q05']:.2f}); {h['variance_ratio']:.2f} "
                          f"[{h['f_interval'][0]:.2f}, {h['f_interval'][1]:.2f}]",
-                         "holds" if h["ok"] else "**fails**", f"[`profiles/{name}/analysis.json`]({name}/analysis.json)"])
+                         "holds" if h["ok"] else "**fails**", ctx.link(os.path.join("profiles", name, "analysis.json"))])
     if not rows:
         return []
     return ["", "Its run (the rule above, applied unchanged):", ""] + _table(
