@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -83,18 +82,6 @@ def _split(argv):
         raise WorkbenchError(f"--opt {cfg.opt}: no dose arm (an optimization whose module has DOSE: "
                              + ", ".join(o for o in opts.OPTS if hook(opts.module(o), "DOSE")) + ")")
     return ns, rest, modes, cfg, mod
-
-
-def _without(argv, *names):
-    out, skip = [], False
-    for a in argv:
-        if skip:
-            skip = False
-        elif a in names:
-            skip = True
-        elif a.split("=", 1)[0] not in names:
-            out.append(a)
-    return out
 
 
 # --- one process ----------------------------------------------------------------------------------------------------
@@ -157,6 +144,7 @@ def main(argv=None) -> int:
     ns, rest, modes, cfg, mod = _split(argv)
     if ns._child:
         return _child(ns, argv, cfg, mod)
+    from workbench.ab.processes import run_child, without
     from workbench.measure.results import git_sha
     from workbench.step.models import resolve_device
     from workbench.traces.capture import nsys_command
@@ -168,7 +156,7 @@ def main(argv=None) -> int:
     if not modes:
         raise WorkbenchError("no timing mode left to run")
     os.makedirs(out, exist_ok=True)
-    base = _without(rest, "--out", "--seed")
+    base = without(rest, "--out", "--seed")
     traced_mode = "none" if "none" in modes else modes[0]
     record = {"command": " ".join(["python -m workbench.ab.dose", *argv]), "opt": cfg.opt, "timings": modes,
               "commit": git_sha(), "levels": ns.levels, "processes": [], "traced": None, "unit": None, "units": None}
@@ -183,17 +171,15 @@ def main(argv=None) -> int:
             cmd = ([sys.executable, "-m", "workbench.ab.dose", *child] if mode != "nsys"
                    else nsys_command(nsys, d + ".timing", child, module="workbench.ab.dose"))
             progress(f"process {k + 1}/{ns.processes} timing {mode}: seed {cfg.data.seed + k} -> {d}")
-            t0 = time.time()
-            with open(d + ".log", "w", encoding="utf-8") as log:
-                rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+            rc, wall_s = run_child(cmd, d + ".log")
             if mode == "nsys":  # the capture's cost is what was measured; its report (GBs) is not kept
                 for ext in (".nsys-rep", ".qdstrm"):
                     if os.path.exists(d + ".timing" + ext):
                         os.remove(d + ".timing" + ext)
             record["processes"].append({"timing": mode, "folder": folder, "seed": cfg.data.seed + k, "rc": rc,
-                                        "wall_s": round(time.time() - t0, 1), "trace": trace,
+                                        "wall_s": round(wall_s, 1), "trace": trace,
                                         "command": " ".join(cmd[1:])})
-            progress(f"process {k + 1}/{ns.processes} timing {mode}: rc {rc}, {time.time() - t0:.0f} s")
+            progress(f"process {k + 1}/{ns.processes} timing {mode}: rc {rc}, {wall_s:.0f} s")
             info = os.path.join(d, PROCESS_FILE)
             if os.path.isfile(info):
                 with open(info, encoding="utf-8") as f:

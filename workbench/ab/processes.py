@@ -56,19 +56,26 @@ def split_argv(argv: list[str]) -> tuple[int | None, list[str]]:
     return k, out
 
 
-def _without(argv: list[str], name: str) -> list[str]:
+def without(argv: list[str], *names: str) -> list[str]:
+    """`argv` less the flags `names` (each as `--flag VALUE` or `--flag=VALUE`): a child's command before it gets its
+    own --seed / --out (here and `workbench.ab.dose`)."""
     out, skip = [], False
     for a in argv:
         if skip:
             skip = False
-            continue
-        if a == name:
+        elif a in names:
             skip = True
-            continue
-        if a.startswith(name + "="):
-            continue
-        out.append(a)
+        elif a.split("=", 1)[0] not in names:
+            out.append(a)
     return out
+
+
+def run_child(cmd: list[str], log_path: str) -> tuple[int, float]:
+    """(exit status, wall seconds) of one child process, its stdout and stderr into `log_path`."""
+    t0 = time.time()
+    with open(log_path, "w", encoding="utf-8") as log:
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+    return rc, time.time() - t0
 
 
 def per_rep_log_ratios(run_dir: str, comparison: str, baseline: str, arm: str, *,
@@ -153,7 +160,7 @@ def main(argv: list[str]) -> int:
     if os.path.isdir(out) and os.listdir(out) and not cfg.force:
         raise WorkbenchError(f"--out {out} holds files already; give a new or empty folder (or --force)")
     os.makedirs(out, exist_ok=True)
-    base = _without(_without(rest, "--out"), "--seed")
+    base = without(rest, "--out", "--seed")
     seed0 = cfg.data.seed
     record = {"command": " ".join(["python -m workbench.ab", *argv]), "processes": []}
     dirs = []
@@ -161,10 +168,7 @@ def main(argv: list[str]) -> int:
         d = os.path.join(out, f"p{i:02d}")
         cmd = [sys.executable, "-m", "workbench.ab", *base, "--seed", str(seed0 + i), "--out", d]
         progress(f"process {i + 1}/{k}: seed {seed0 + i} -> {d}")
-        t0 = time.time()
-        with open(os.path.join(out, f"p{i:02d}.log"), "w", encoding="utf-8") as log:
-            rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
-        wall_s = time.time() - t0
+        rc, wall_s = run_child(cmd, os.path.join(out, f"p{i:02d}.log"))
         record["processes"].append({"folder": os.path.basename(d), "seed": seed0 + i, "rc": rc,
                                     "wall_s": round(wall_s, 1), "command": " ".join(cmd[1:])})
         progress(f"process {i + 1}/{k}: rc {rc}, {wall_s:.0f} s")
