@@ -66,6 +66,15 @@ def _ms(v) -> str:
 
 # --- θ: the calibrated factor on a model's traced input --------------------------------------------------------
 
+def _read_json(path: str, error: str):
+    """The JSON in `path`; an unreadable or malformed file is one line: `error (the exception)`."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise WorkbenchError(f"{error} ({type(e).__name__}: {e})") from None
+
+
 def read_calibration(path: str | None) -> dict:
     """{model (opt): entry} from a calibration file (None: {}). A usable entry has `theta` > 0 and `ci95` [lo, hi]
     with 0 < lo <= theta <= hi < inf; `source`, `commit`, `decision`, `shape` and anything else are kept. An entry
@@ -75,11 +84,7 @@ def read_calibration(path: str | None) -> dict:
     own CI, is a one-line error."""
     if not path:
         return {}
-    try:
-        with open(path) as f:
-            raw = json.load(f)
-    except (OSError, ValueError) as e:
-        raise WorkbenchError(f"--calibration {path}: cannot read it as JSON ({type(e).__name__}: {e})") from None
+    raw = _read_json(path, f"--calibration {path}: cannot read it as JSON")
     if not isinstance(raw, dict):
         raise WorkbenchError(f"--calibration {path}: expected an object {{model: {{theta, ci95, source, commit}}}}")
     out, unusable = {}, {}
@@ -129,11 +134,7 @@ def read_tau(path: str | None = TAU_SOURCE) -> dict:
     p = path if os.path.exists(path) or os.path.isabs(path) else os.path.join(_ROOT, path)
     if path == TAU_SOURCE and not os.path.exists(p):  # an installed copy without profiles/: no tau, said per row
         return {}
-    try:
-        with open(p) as f:
-            raw = json.load(f)
-    except (OSError, ValueError) as e:
-        raise WorkbenchError(f"--tau-from {path}: cannot read it ({type(e).__name__}: {e})") from None
+    raw = _read_json(p, f"--tau-from {path}: cannot read it")
     out = {}
     for c in raw.get("comparisons") or []:
         a = c.get("all_processes") or {}
