@@ -87,6 +87,16 @@ def test_a_gpu_protocol_that_can_never_give_a_verdict_is_refused():
     assert len(notes) == 2 and "--trace" in notes[0] and "--cross-check" in notes[1]
 
 
+
+def test_the_reps_check_skips_an_nsys_capture_child_and_a_process_unit_run():
+    """An nsys capture's child (`_capture`: its parent was checked; the child times the captured steps only) and a
+    run whose unit is the process (`workbench.ab.dose`: rep_verdict=False) are not refused for few reps; the same
+    config as a plain run is (the negative control)."""
+    _one_line(preflight.check_run, _cfg(reps=1), GPU, match="--reps 1 on a GPU can never give a verdict")
+    preflight.check_run(_cfg(reps=1, _capture="moe=eager"), GPU)
+    preflight.check_run(_cfg(reps=2), GPU, rep_verdict=False)
+
+
 @pytest.mark.parametrize("kw, match", [
     (dict(reps=3, max_reps=1, target_ci_pct=5.0), "--max-reps 1 is below --reps 3"),
     (dict(warmup=5, warmup_max=2), "--warmup-max 2 is below --warmup 5"),

@@ -117,7 +117,8 @@ def _child(ns, argv, cfg, mod) -> int:
         def protocol(self):
             return dataclasses.replace(super().protocol(), instrument=mode)
 
-    rc = session.run_planned(list(argv), cfg, prog="workbench.ab.dose", replan=replan, runner_cls=DoseRunner)
+    rc = session.run_planned(list(argv), cfg, prog="workbench.ab.dose", replan=replan, runner_cls=DoseRunner,
+                              rep_verdict=False)
     if info and os.path.isdir(cfg.out):
         with open(os.path.join(cfg.out, PROCESS_FILE), "w", encoding="utf-8") as f:
             json.dump(info, f, indent=1)

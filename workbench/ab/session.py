@@ -162,14 +162,17 @@ class _Run:
     """comparisons, device -> comparisons: another entry point's arms over the plan's shape (`workbench.ab.dose`)."""
     runner_cls: object = None
     """The Runner class (None: `Runner`): another entry point's protocol (`workbench.ab.dose`)."""
+    rep_verdict: bool = True
+    """The run's claim rests on the rep, so a GPU run of fewer reps than a verdict needs is refused (`workbench.ab`);
+    False where the unit is the process (`workbench.ab.dose`: its slope)."""
 
 
-def run_planned(argv, a, *, prog: str, replan, runner_cls=None) -> int:
+def run_planned(argv, a, *, prog: str, replan, runner_cls=None, rep_verdict: bool = True) -> int:
     """The run of `python -m workbench.ab` on one device with the plan's comparisons replaced by `replan(comps,
     device)` and the runner by `runner_cls`: every phase, the folder and its files as `main` gives them (the dose
     arms of `workbench.ab.dose`)."""
     return _main(argv, a, None, _Run(argv=argv, a=None, dctx=None, device=None, main_rank=True, prog=prog,
-                                     replan=replan, runner_cls=runner_cls))
+                                     replan=replan, runner_cls=runner_cls, rep_verdict=rep_verdict))
 
 
 def _main(argv, a, dctx, run: _Run | None = None) -> int:
@@ -182,7 +185,7 @@ def _main(argv, a, dctx, run: _Run | None = None) -> int:
     device = dctx.device if dctx is not None else resolve_device(a.device)
     r = run or _Run(argv=argv, a=None, dctx=dctx, device=device, main_rank=dctx is None or dctx.is_main)
     r.device = device
-    r.a = _resolve(a, device, r.main_rank, rep_verdict=r.prog == "workbench.ab")
+    r.a = _resolve(a, device, r.main_rank, rep_verdict=r.rep_verdict)
     if r.a._capture:
         if r.a.step.model is None or r.a.data.tokens is None:
             raise WorkbenchError("--_capture needs --model and --tokens")
@@ -210,8 +213,7 @@ def _main(argv, a, dctx, run: _Run | None = None) -> int:
 
 # -- the config resolved for the device and checked: nothing built, nothing written ----------------------------------
 def _resolve(a, device, main_rank: bool, rep_verdict: bool = True):
-    """`rep_verdict`: the run's claim rests on the rep (workbench.ab), so a GPU run of fewer reps than a verdict needs
-    is refused; the dose-response's unit is the process (its slope), so workbench.ab.dose passes False."""
+    """`rep_verdict`: see `_Run.rep_verdict`."""
     from workbench.ab import preflight
 
     a = a.resolved(device, (GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS)["_run"])  # meta.json's args
