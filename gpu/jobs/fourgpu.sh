@@ -67,7 +67,7 @@ fi
 
 for k in $(seq 0 $((K - 1))); do
   run "d4_p0$k" 320 $TR --nproc-per-node 4 -m workbench.ab --opt all --headline --only packing,offload,moe \
-      --reps 3 --warmup-max 3 --seed "$k" $DEV --out "$OUT/d4/p0$k"
+      --reps 4 --warmup-max 3 --seed "$k" $DEV --out "$OUT/d4/p0$k"
 done
 
 if [ "$(left)" -ge $((60 * SCALE)) ]; then
