@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU minutes: about 8 on one H100 (packing 2 runs x ~80 s, MoE 2 runs x ~150 s; MOE=0 runs the packing half, ~3 min)
+# GPU minutes: about 9.5 on one H100 (packing 2 runs x ~80 s, MoE 2 runs x ~150 s, offload 1 x ~90 s; MOE=0 / OFFLOAD=0 leave a half out)
 # Issues 39 item 4 and 37 item 7: the savings models judged prospectively, on shapes the dose-response (gpu/jobs/
 # dose.sh: packing qwen3-14b 8 layers 16384 tokens, MoE gpt-oss-20b 8 layers 8192) did not use, under the verdict
 # rules committed before this run (workbench/savings/verdicts.py, calibration.py: band [0.8, 1.25] at 90%, the 15%
@@ -28,10 +28,12 @@ COMMON="--headline --batches 1 --trace torch --seed 300"
 if [ -n "${CPU:-}" ]; then  # the same commands on tiny presets
   PACK=("packing_q8 --model tiny-qwen3 --layers 2 --tokens 512" "packing_q14l4 --model tiny-qwen3 --layers 1 --tokens 512")
   MOES=("moe_l4 --model tiny-gpt-oss --layers 2 --tokens 256" "moe_l8_4k --model tiny-gpt-oss --layers 1 --tokens 256")
+  OFFS=("offload_q14 --model tiny-qwen3 --layers 2 --tokens 512")
   COMMON="$COMMON --device cpu"
 else
   PACK=("packing_q8 --model qwen3-8b --layers 8 --tokens 16384" "packing_q14l4 --model qwen3-14b --layers 4 --tokens 16384")
   MOES=("moe_l4 --model gpt-oss-20b --layers 4 --tokens 8192" "moe_l8_4k --model gpt-oss-20b --layers 8 --tokens 4096")
+  OFFS=("offload_q14 --model qwen3-14b --layers 8 --tokens 16384")
 fi
 run() {  # name, then the python -m workbench.ab arguments
   local name=$1; shift
@@ -47,5 +49,11 @@ if [ "${MOE:-1}" != 0 ]; then
   for spec in "${MOES[@]}"; do
     set -- $spec
     run "$1" --opt moe "${@:2}" --steps 1 --reps 4
+  done
+fi
+if [ "${OFFLOAD:-1}" != 0 ]; then  # a third offload shape (seen: llama-3.1-8b 8 layers, qwen3-32b 4 layers), ~90 s
+  for spec in "${OFFS[@]}"; do
+    set -- $spec
+    run "$1" --opt offload "${@:2}" --steps 2 --reps 4
   done
 fi
