@@ -193,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cross-check", action="store_true", help="on CUDA, the counted pass also counts sync-debug-mode "
                    "warnings (the second witness)")
     p.add_argument("--_capture", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--_process_unit", action="store_true", help=argparse.SUPPRESS)  # a --processes child
     p.add_argument("--_config", default=None, help=argparse.SUPPRESS)  # the nsys child: the parent's config, JSON
     return p
 

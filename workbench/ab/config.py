@@ -74,6 +74,8 @@ class ABConfig:
     """On CUDA the counted pass also counts sync-debug-mode warnings."""
     _capture: str | None = None
     """The nsys child only: the arms it captures (opt=arm,...)."""
+    _process_unit: bool = False
+    """A `--processes` child only: the process, not the rep, is the unit of its claim (no reps-for-a-verdict floor)."""
     _config: str | None = None
     """The nsys child only: the parent's config as JSON (consumed by the CLI)."""
 

@@ -83,7 +83,7 @@ def check_run(args, device, note=None, rep_verdict: bool = True) -> None:
         if not getattr(tu, FLASH_ATTN[args.step.attn], lambda: False)():
             raise WorkbenchError(f"--attn {args.step.attn}: its package is not installed here; install it or use sdpa")
     from workbench.measure.stats import MIN_UNITS
-    if (cuda and rep_verdict and not args._capture and args.reps < MIN_UNITS and args.target_ci_pct is None
+    if (cuda and rep_verdict and not args._capture and not args._process_unit and args.reps < MIN_UNITS and args.target_ci_pct is None
             and args.budget_s is None):
         other = [f for f, on in (("--trace", args.trace != "none"), ("--cross-check", args.cross_check),
                                  ("--nvtx-cost", args.nvtx_cost != "off")) if on]

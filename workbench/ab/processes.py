@@ -166,7 +166,7 @@ def main(argv: list[str]) -> int:
     dirs = []
     for i in range(k):
         d = os.path.join(out, f"p{i:02d}")
-        cmd = [sys.executable, "-m", "workbench.ab", *base, "--seed", str(seed0 + i), "--out", d]
+        cmd = [sys.executable, "-m", "workbench.ab", *base, "--seed", str(seed0 + i), "--out", d, "--_process_unit"]
         progress(f"process {i + 1}/{k}: seed {seed0 + i} -> {d}")
         rc, wall_s = run_child(cmd, os.path.join(out, f"p{i:02d}.log"))
         record["processes"].append({"folder": os.path.basename(d), "seed": seed0 + i, "rc": rc,
