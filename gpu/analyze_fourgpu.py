@@ -153,6 +153,48 @@ def equivalence_results(d: str) -> dict:
     return out or {"verdict": "not run", "reason": "no equiv_n*.json"}
 
 
+MECHANISM = (
+    "A bug, not a property of FSDP2: the 2-rank `all` step computed no LoRA gradient. transformers 5.17 (the GPU "
+    "image's) checkpoints `partial(layer.__call__)`, so FSDP2's hooks ran INSIDE the offload arm's autograd Function "
+    "(workbench/opts/offload.py, sync_reload): the Function took the layer's parameters before FSDP2's pre-forward "
+    "hook unsharded them (the sharded DTensors), the recompute in the backward differentiated the unsharded ones "
+    "FSDP2 swapped in, and autograd.grad with respect to the sharded ones returned None. So the backward computed only "
+    "the input gradients: no SelectBackward0 of the LoRA-folded expert weights (transformers' eager experts index "
+    "`self.gate_up_proj[expert_idx]` / `self.down_proj[expert_idx]` once per expert hit; each index back-propagates "
+    "as a zero fill of a gradient the size of ALL experts plus an add into the sum: the bf16 FillFunctor / "
+    "CUDAFunctor_add kernels of ~0.1 / ~0.3 ms each on one GPU), no weight-gradient GEMMs, no backward at all for "
+    "layer 0 (its input needs no gradient), no reduce-scatter and no optimizer update. Fixed in offload.py "
+    "(`Offloader._hooks_outside`: the hooks run outside the Function, as transformers >= 5.23 has them); after the "
+    "fix FSDP2 does the same whole-weight fill + add work as one process (CPU counts below), so the 2-rank step is "
+    "expected to lose its advantage. The same bug touched every FSDP2 run of the offload arms with transformers 5.17 "
+    "(d2_rest offload and all of profiles/2026-11-23_h200x2_fsdp2, d4 offload here).")
+"""The anomaly's mechanism (issue 41), found on the CPU after the 4-GPU run (`anomaly_gpu_witnesses` reads the same
+story from the committed GPU summaries; anomaly_cpu_ops.json holds the CPU op counts)."""
+
+WITNESS_KERNELS = {"flash_bwd": "attention backward (one per layer)", "silu_backward": "expert SiLU backward (one per "
+                   "expert hit per layer)", "ReduceScatter": "FSDP2's gradient reduce-scatter",
+                   "FillFunctor<c10::BFloat16>": "bf16 zero fills", "CUDAFunctor_add<c10::BFloat16>": "bf16 adds"}
+
+
+def anomaly_gpu_witnesses(one: dict, two: dict) -> dict:
+    """Per witness kernel (a name fragment of WITNESS_KERNELS) its count and ms on one GPU and on rank 0 of 2, from
+    the summaries' top kernels; and the backward GEMM ms and the optimizer kernel count."""
+    out = {}
+    for frag, what in WITNESS_KERNELS.items():
+        rec = {"what": what}
+        for k, r in (("one", one), ("two", two)):
+            ks = [t for t in r["classes"]["top_kernels"] if frag in t["name"]]
+            rec[k] = {"count": sum(t["count"] for t in ks), "ms": round(sum(t["ms"] for t in ks), 3)}
+        out[frag] = rec
+    out["bwd_gemm_ms"] = {k: r["classes"]["by_pass_ms"].get("bwd", {}).get("gemm") for k, r in (("one", one),
+                                                                                                ("two", two))}
+    out["collective_kernels"] = {k: r["classes"]["kernel_count"].get("collective", 0) for k, r in (("one", one),
+                                                                                                   ("two", two))}
+    out["optimizer_kernels"] = {k: r["classes"]["kernel_count"].get("optimizer", 0) for k, r in (("one", one),
+                                                                                                 ("two", two))}
+    return out
+
+
 def anomaly(d: str) -> dict:
     from workbench.savings import straggler
     from workbench.traces.class_totals import explain
@@ -167,7 +209,8 @@ def anomaly(d: str) -> dict:
             "timed_before_h200": ANOMALY_TIMED_MS, "by_pass_ms": {"one": one["classes"]["by_pass_ms"],
                                                                    "two": two["classes"]["by_pass_ms"]},
             "kernel_count": {"one": one["classes"]["kernel_count"], "two": two["classes"]["kernel_count"]},
-            **e}
+            **e, "mechanism": MECHANISM, "gpu_witnesses": anomaly_gpu_witnesses(one, two),
+            "cpu_ops": _json(cpu) if os.path.exists(cpu := os.path.join(d, "anomaly_cpu_ops.json")) else None}
 
 
 def main(argv=None) -> int:
@@ -187,6 +230,11 @@ def main(argv=None) -> int:
     res = {"prospective": os.path.relpath(PROSPECTIVE, ROOT), "rule_commit": pro["rule_commit"],
            "projections": projections(a.dir, pro), "offload_with_contention": contention(a.dir, pro),
            "equivalence_bf16": equivalence_results(a.dir), "anomaly": anomaly(a.dir)}
+    res["invalidated"] = {  # found after the run (issue 41's anomaly): stated, the verdicts above left as computed
+        "offload": "the 4-rank (and 2-rank) offload runs used transformers 5.17 with the offload checkpoint before "
+                   "the fix: under FSDP2 both arms computed no LoRA gradient (MECHANISM); their measured saving and "
+                   "the verdicts on it (projection and contention) do not describe the training step",
+        "all": "the 2-rank `all` baseline likewise (the anomaly)"}
     bw = os.path.join(a.dir, "bandwidth.json")
     if os.path.exists(bw):
         res["bandwidth"] = {dr: {n: s["mean_gb_per_s"] for n, s in v.items()}

@@ -264,3 +264,120 @@ def test_prospective_file_holds_the_committed_projections_and_rules():
     assert round(proj["packing"]["saving_ms"], 1) == 35.9 and [round(x, 1) for x in proj["moe"]["ci95"]] == [73.2, 168.5]
     assert round(proj["offload"]["saving_ms"], 1) == -0.8
     assert committed["projection_rule"] == straggler.PROJECTION_RULE
+
+
+# --- issue 41 after the 4-GPU run: the empty comparison, the offload Function under FSDP2, the op counts ------------
+
+def test_judge_sharded_with_no_tensor_compared_is_not_equivalent_and_says_why():
+    one32, one = _res(2.0, w=[3.0, 4.0], v=[1.0, 1.0]), _res(2.0, w=[3.0, 4.5], v=[1.0, 1.0])
+    r = equivalence.judge_sharded({"loss": 2.0, "grads": {"w": None, "v": None}}, one, one32)
+    assert r["equivalent"] is False and r["tensors"] == 0 and r["grad_max_rel_l2"] is None
+    assert r["n_mismatched"] == 2 and r["mismatched_why"] == {"missing in sharded": {"count": 2, "names": ["w", "v"]}}
+    assert "no LoRA gradient tensor compared: 2 mismatched" in r["why_not_compared"]
+    from workbench.ab.distributed.equiv_bf16 import summary_line
+    line = summary_line({**r, "name": "all", "precision": "autocast", "negative_control": None,
+                         "control_failed_as_it_must": None})
+    assert "NOT equivalent: no LoRA gradient tensor compared" in line
+    # the negative control: the same gradients present compare, pass, and print with every number
+    ok = equivalence.judge_sharded(one, one, one32)
+    assert ok["equivalent"] is True and "why_not_compared" not in ok and ok["tensors"] == 2
+    assert "grad max rel L2 0" in summary_line({**ok, "name": "all", "precision": "autocast",
+                                                "negative_control": None, "control_failed_as_it_must": None})
+    # a name only the sharded run has is a mismatch too
+    extra = {"loss": 2.0, "grads": {**one["grads"], "u": torch.ones(2)}}
+    assert equivalence.judge_sharded(extra, one, one32)["equivalent"] is False
+
+
+E, K, N = 4, 3, 5
+
+
+class _ExpertLayer(torch.nn.Module):
+    """A decoder layer's shape of the bug: a frozen 3-D expert weight plus a trainable 3-D delta (LoRA folded),
+    indexed once per expert as transformers' eager experts do."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(E, K, N), requires_grad=False)
+        self.delta = torch.nn.Parameter(torch.zeros(E, K, N))
+
+    def forward(self, x, scale=1.0):
+        folded = self.w + self.delta
+        return sum(x @ folded[e] for e in range(E))[:, :K] * scale
+
+
+def _fsdp_step(form):
+    """One step through two `_ExpertLayer`s under FSDP2 (one rank, gloo, in this process), each layer checkpointed
+    by the offload arm's Offloader called in transformers' `form` ("5.17": partial(layer.__call__), "5.23":
+    partial(forward, layer)); returns (the delta gradients, the backward's op counts)."""
+    import functools
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from workbench.ab.distributed.backward_ops import profile_step
+    from workbench.opts.offload import Offloader
+
+    torch.manual_seed(0)
+    layers = torch.nn.ModuleList([_ExpertLayer(), _ExpertLayer()])
+    mesh = init_device_mesh("cpu", (1,))
+    for layer in layers:
+        fully_shard(layer, mesh=mesh)
+    off = Offloader(layers, n_buffers=1, device="cpu")
+    x = torch.randn(2, K)
+
+    def checkpointed(layer):  # 5.23: the layer's own forward checkpoints itself, inside the module's hooks
+        return lambda h, **kw: off(functools.partial(type(layer).forward, layer, **kw), h)
+
+    def step():
+        h = x
+        for layer in layers:
+            if form == "5.17":
+                h = off(functools.partial(torch.nn.Module.__call__.__get__(layer), scale=2.0), h)
+            else:
+                layer.forward = checkpointed(layer)
+                h = layer(h, scale=2.0)
+                del layer.forward
+        h.sum().backward()
+    counts = profile_step(step)
+    grads = [None if l.delta.grad is None else l.delta.grad.full_tensor() for l in layers]
+    return grads, counts
+
+
+@pytest.fixture
+def one_rank_group():
+    import torch.distributed as dist
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_offload_under_fsdp2_computes_the_lora_gradients_in_either_transformers_form(one_rank_group, monkeypatch):
+    from workbench.ab.distributed.backward_ops import select_backward
+    from workbench.opts import offload
+
+    new, new_ops = _fsdp_step("5.23")
+    old, old_ops = _fsdp_step("5.17")
+    assert all(g is not None for g in new) and all(torch.equal(a, b) for a, b in zip(new, old))
+    # the whole-weight gradient of each per-expert index: E zero fills of (E, K, N) and E - 1 adds, per layer
+    assert select_backward(old_ops) == select_backward(new_ops) == {f"[{E}, {K}, {N}]": {"zero_": 2 * E,
+                                                                                          "add_": 2 * (E - 1)}}
+    # the negative control: the checkpoint as it was before the fix (FSDP2's hooks inside the Function) loses every
+    # LoRA gradient, and with it the whole-weight fill + add work: the 2-rank `all` step of the 4-GPU run
+    monkeypatch.setattr(offload, "_runs_module_hooks", lambda fn: False)
+    lost, lost_ops = _fsdp_step("5.17")
+    assert lost == [None, None] and select_backward(lost_ops) == {}
+
+
+def test_backward_ops_counts_the_eager_experts_whole_weight_gradient_exactly():
+    # tiny-qwen3-moe, the `all` baseline arm (rebuild+sync_reload+eager), one process: 2 layers x 8 experts, all hit
+    # by 256 tokens x top-2: per expert weight shape 16 zero fills of the whole (8, ., .) gradient and 14 adds
+    from workbench.ab.distributed import backward_ops
+    from workbench.ab.distributed.probe import setup
+
+    p = setup(backward_ops.build_parser(), ["--opt", "all", "--only", "all", "--device", "cpu", "--dtype", "bf16",
+                                            "--precision", "autocast"])
+    (r,) = [backward_ops.one(p, c) for c in p.comps]
+    assert r["model"] == "tiny-qwen3-moe" and r["arm"] == "rebuild+sync_reload+eager"
+    assert r["select_backward"] == {"[8, 64, 32]": {"zero_": 16, "add_": 14}, "[8, 64, 64]": {"zero_": 16, "add_": 14}}
+    assert r["lora_grads"] == r["lora_grads_present"] == 24

@@ -243,7 +243,11 @@ def judge_sharded(sharded: dict, one: dict, one_fp32: dict, batch_norms: dict | 
 
     `batch_norms`: {name: [||g_r|| for r in 0..N-1]}, the norms of the one-process per-batch gradients: the built-in
     negative control. Dropping batch r moves the mean G = sum_r g_r / N by g_r / N, a relative L2 distance of exactly
-    ||g_r|| / (N ||G||); the check is `decisive` when, for every r, some tensor would move beyond its tolerance."""
+    ||g_r|| / (N ||G||); the check is `decisive` when, for every r, some tensor would move beyond its tolerance.
+
+    A gradient that one side has and another lacks (or of another shape) is a mismatch: never equivalent.
+    `mismatched_why` says which side lacks which tensors; with no tensor compared the verdict is not equivalent and
+    `why_not_compared` says why in one line (issue 41: the sharded run had no LoRA gradient at all)."""
     floor = RTOL[torch.float32]
     per, ok, mismatched = {}, True, []
     worst, worst_ratio = None, 0.0
@@ -253,11 +257,13 @@ def judge_sharded(sharded: dict, one: dict, one_fp32: dict, batch_norms: dict | 
         if g1 is None or g is None or g32 is None:
             if not (g1 is None and g is None and g32 is None):
                 ok = False
-                mismatched.append(n)
+                mismatched.append((n, "missing in " + ", ".join(
+                    side for side, t in (("sharded", g), ("one process", g1), ("one process fp32", g32))
+                    if t is None)))
             continue
         if g.shape != g1.shape:
             ok = False
-            mismatched.append(n)
+            mismatched.append((n, f"shape {tuple(g.shape)} sharded vs {tuple(g1.shape)} one process"))
             continue
         e, noise = rel_l2(g.float(), g1.float()), rel_l2(g1.float(), g32.float())
         tol = SHARDED_FACTOR * noise + floor
@@ -276,6 +282,9 @@ def judge_sharded(sharded: dict, one: dict, one_fp32: dict, batch_norms: dict | 
             worst, worst_ratio = n, ratio
     l_e, l_noise = _rel(sharded["loss"], one["loss"]), _rel(one["loss"], one_fp32["loss"])
     loss_tol = SHARDED_FACTOR * l_noise + floor
+    extra = [n for n in sharded["grads"] if n not in one["grads"]]  # a name the one-process run does not have
+    mismatched += [(n, "missing in one process (a name of the sharded run only)") for n in extra]
+    ok = ok and not extra
     out = {"equivalent": bool(ok and l_e <= loss_tol and per),
            "criterion": f"per LoRA gradient tensor and for the loss: rel_l2(sharded, one process) <= {SHARDED_FACTOR} "
                         f"x rel_l2(one process, one process in fp32) + {floor}",
@@ -291,5 +300,23 @@ def judge_sharded(sharded: dict, one: dict, one_fp32: dict, batch_norms: dict | 
            "drop_batch_caught_by_tensors": caught,
            "decisive": None if caught is None else bool(min(caught) > 0)}
     if mismatched:
-        out["mismatched_grads"] = mismatched[:5]
+        out["mismatched_grads"] = [n for n, _ in mismatched[:5]]
+        out["n_mismatched"] = len(mismatched)
+        out["mismatched_why"] = _mismatch_summary(mismatched)
+    if not per:
+        out["why_not_compared"] = (f"no LoRA gradient tensor compared: {len(mismatched)} mismatched, "
+                                   + "; ".join(f"{k} ({v['count']}, e.g. {v['names'][0]})"
+                                               for k, v in out.get("mismatched_why", {}).items())
+                                   if mismatched else "no LoRA gradient tensor in the one-process run")
+    return out
+
+
+def _mismatch_summary(mismatched: list) -> dict:
+    """{reason: {"count", "names" (the first 10)}} of `judge_sharded`'s mismatched tensors: which side lacks which."""
+    out: dict = {}
+    for n, why in mismatched:
+        rec = out.setdefault(why, {"count": 0, "names": []})
+        rec["count"] += 1
+        if len(rec["names"]) < 10:
+            rec["names"].append(n)
     return out

@@ -19,7 +19,9 @@ Arms (baseline first):
 The offload arms plug a checkpoint function into transformers (`_set_gradient_checkpointing(
 gradient_checkpointing_func=...)`, via `workbench.step.harness.enable_checkpointing`). transformers 5.17 calls it as
 `fn(partial(super().__call__, **kwargs), hidden_states)`, 5.23 as `fn(partial(forward, self, **kwargs),
-hidden_states)`; the layer is found from the partial either way. Each layer is one custom autograd Function
+hidden_states)`; the layer is found from the partial either way, and with 5.17's form the layer's module hooks are
+moved outside the Function (`Offloader._hooks_outside`), as 5.23 has them: under FSDP2 the Function must see the
+unsharded parameters the forward reads, or no LoRA gradient is computed (issue 41). Each layer is one custom autograd Function
 (like reentrant checkpointing, but the saved input lives on the host): its backward reloads the input,
 recomputes the layer under `enable_grad` (CPU and device RNG states and autocast restored) and returns the
 gradients of the input and of the layer's trainable parameters (LoRA), so they accumulate as usual. The layer's
@@ -189,6 +191,12 @@ def _layer_of(fn) -> torch.nn.Module | None:
     return None
 
 
+def _runs_module_hooks(fn) -> bool:
+    """True for transformers < 5.23's checkpoint partial, `partial(nn.Module.__call__ bound to the layer, **kw)`: the
+    layer's module hooks (FSDP2's unshard / reshard among them) run inside the checkpointed call."""
+    return isinstance(fn, functools.partial) and getattr(fn.func, "__func__", None) is torch.nn.Module.__call__
+
+
 def _kw_grad_tensors(fn) -> list[tuple[str, int | None, torch.Tensor]]:
     """Tensors bound in the partial's keywords (top level or in a tuple/list) that require grad."""
     out = []
@@ -331,6 +339,8 @@ class Offloader:
             raise WorkbenchError("offload: cannot find the decoder layer in the checkpointed function "
                                  f"({fn!r}); expected transformers' partial(forward, self, ...) or "
                                  "partial(layer.__call__, ...)")
+        if _runs_module_hooks(fn):
+            return self._hooks_outside(fn, layer, hidden_states)
         i = self.index.get(id(layer))
         label = getattr(layer, "_wb_label", None) or (layer_label(i) if i is not None else "Lxx")
         kw_grad = _kw_grad_tensors(fn)
@@ -349,6 +359,31 @@ class Offloader:
             if hook is not None:
                 outs[0].register_hook(hook(label))
         return out
+
+    def _hooks_outside(self, fn, layer, hidden_states):
+        """transformers < 5.23 hands over `partial(layer.__call__)`: the layer's module hooks would run inside the
+        Function. Under FSDP2 that loses every LoRA gradient: the parameters read here are the sharded DTensors
+        (FSDP2's pre-forward hook has not unsharded them yet), the recompute differentiates the unsharded ones FSDP2
+        swaps in, and `autograd.grad` with respect to the sharded ones returns None (issue 41: the 2-rank `all` and
+        offload runs computed no LoRA gradient and no expert weight gradient). Run the hooks outside, as transformers
+        >= 5.23 does: the call goes through `nn.Module.__call__` (hooks) and its forward, replaced for this one call,
+        checkpoints `partial(forward, **kw)` (no hooks), with the parameters the forward reads."""
+        inner, own = layer.forward, vars(layer).get("forward")
+
+        def forward(x, *args, **kw):
+            if args:
+                raise WorkbenchError("offload: the checkpointed layer got more than one positional argument; "
+                                     "transformers passes only hidden_states positionally")
+            return self(functools.partial(inner, **kw), x)
+
+        layer.forward = forward
+        try:
+            return fn(hidden_states)
+        finally:
+            if own is not None:
+                layer.forward = own
+            else:
+                vars(layer).pop("forward", None)
 
     # -- forward: offload --------------------------------------------------------------------------------------
     def offload(self, call: _Call, x: torch.Tensor) -> _Entry:

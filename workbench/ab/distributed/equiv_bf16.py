@@ -148,6 +148,25 @@ def check(p, cmp) -> dict:
             "control_failed_as_it_must": None if control is None else not control["equivalent"]}
 
 
+def _g(x) -> str:
+    return "none" if x is None else f"{x:.3g}"
+
+
+def summary_line(r: dict) -> str:
+    """One comparison's verdict in one line (a missing number reads "none"; no tensor compared says why)."""
+    head = (f"[{r['name']}] FSDP2 vs one process at {r['precision']}: "
+            f"{'equivalent' if r['equivalent'] else 'NOT equivalent'}")
+    if r.get("why_not_compared"):
+        return f"{head}: {r['why_not_compared']}"
+    ctl = r["negative_control"]
+    return (f"{head} (grad max rel L2 {_g(r['grad_max_rel_l2'])}, bf16 vs fp32 "
+            f"{_g(r['grad_max_bf16_vs_fp32_rel_l2'])}, worst ratio to tolerance {_g(r['worst_ratio_to_tol'])}; "
+            f"decisive {r['decisive']}; negative control "
+            f"{'failed, as it must' if r['control_failed_as_it_must'] else ctl}"
+            + (f"; {r['n_mismatched']} tensors mismatched: {r['mismatched_why']}" if r.get("n_mismatched") else "")
+            + ")")
+
+
 def main(argv=None) -> int:
     from workbench.ab.distributed.probe import setup, write_json
     from workbench.measure.equivalence import SHARDED_FACTOR
@@ -168,13 +187,9 @@ def main(argv=None) -> int:
                "against": "one process with gradient accumulation over the ranks' batches (loss / N each), at the "
                           "step's precision; its distance to the same in fp32 sets the tolerance",
                "comparisons": results, "equivalent": ok}
+        write_json(p.own.json, out)  # the verdict on disk (and stdout) before anything is printed from it
         for r in results:
-            p.progress(f"[{r['name']}] FSDP2 vs one process at {r['precision']}: "
-                       f"{'equivalent' if r['equivalent'] else 'NOT equivalent'} (grad max rel L2 "
-                       f"{r['grad_max_rel_l2']:.3g}, bf16 vs fp32 {r['grad_max_bf16_vs_fp32_rel_l2']:.3g}, worst "
-                       f"ratio to tolerance {r['worst_ratio_to_tol']:.3g}; decisive {r['decisive']}; negative "
-                       f"control {'failed, as it must' if r['control_failed_as_it_must'] else r['negative_control']})")
-        write_json(p.own.json, out)
+            p.progress(summary_line(r))  # stderr
         return 0 if ok else 1
     finally:
         p.close()
