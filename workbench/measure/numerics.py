@@ -185,6 +185,7 @@ def accepted(e: dict) -> bool:
 
 def different_line(df: dict) -> str:
     """One line for the progress log, the tables and the failure message."""
-    return (f"{DIFFERENT}: {df['why']} Checks: change off {'equivalent to' if df['off_path_equivalent'] else 'DIFFERS from'}"
-            f" the baseline; " + ("loss and LoRA gradients finite and non-zero: passed" if df["passed"] else
-                                  "FAILED: " + "; ".join(df["problems"][:3])))
+    off = "equivalent to" if df["off_path_equivalent"] else "DIFFERS from"
+    checks = "loss and LoRA gradients finite and non-zero: passed" if df["passed"] else \
+        "FAILED: " + "; ".join(df["problems"][:3])
+    return f"{DIFFERENT}: {df['why']} Checks: change off {off} the baseline; {checks}"
