@@ -22,6 +22,9 @@
 #   python -m workbench.lever_path $CAMP/kernels_path/llama16k $CAMP/kernels_path/nemo \
 #       --out profiles/<date>_h100_kernels_path        # path.csv (mfu, mfu_nemo, held_back_by), path.png
 #   python -m workbench.report $CAMP/kernels_path/qwen_moe; python -m workbench.report $CAMP/kernels_path/gptoss_balance
+# The path combines the attention lever's flex with regional compile: on the GPU left to compile's recompile /
+# graph-break guards (a failure is one line, the path's earlier points stay timed); on the CPU check below it is refused
+# at the first step (workbench/opts/compile.py specialising_attention: flex's CPU backward loops over documents).
 # CPU check of the same commands (tiny presets, not a result; ~10 min on 2 cores, the compile arm dominates):
 #   CAMP=/tmp/camp KP_CPU=1 bash gpu/jobs/kernels_path.sh
 set -u
