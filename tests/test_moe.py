@@ -367,8 +367,8 @@ def test_balanced_routing_even_counts_and_revert():
     counts = torch.bincount(seen[0].flatten(), minlength=8)
     assert counts.max() - counts.min() <= 1 and counts.sum() == seen[0].numel()
     assert (seen[0].sort(dim=-1).values.diff(dim=-1) > 0).all()  # no token gets one expert twice
-    assert balanced != routed  # a numerics change, stated as one
-    assert moe_balance.NUMERICS_CHANGE
+    assert balanced != routed  # a different function, stated as one
+    assert moe_balance.DIFFERENT_FUNCTION["why"] and not hasattr(moe_balance, "NUMERICS_CHANGE")
     for x in hooks:
         x.remove()
     h.revert()

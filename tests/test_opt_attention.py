@@ -249,3 +249,32 @@ def test_flex_runs_under_the_sync_counter_and_counts_no_sync():
             out, _ = att._flex_kernel(q, q, q, None, 0.25, need_lse=False)
         assert torch.equal(out, ref)
         assert counter.total == 0
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--opt", "moe"], "comparison moe would run the model's own attention"),
+    (["--opt", "offload"], "comparison offload would run"),
+    (["--opt", "all"], "(in --opt all: --only packing,all)"),
+    (["--opt", "levers"], "only --opt packing installs"),
+    (["--opt", "attention"], "does not apply to --opt attention: its arms choose the attention kernel"),
+    (["--opt", "moe_balance", "--attn", "flex"], "--attn flex is a workbench attention backend"),
+])
+def test_a_packing_backend_outside_packing_is_refused_in_one_line(argv, msg):
+    """--attn varlen / flex (packing's backends) where no arm installs them would be the model's own attention (sdpa,
+    a dense T x T mask) under their name: refused at plan time. Controls: packing, and --opt all cut to the
+    comparisons that install it, plan; an HF implementation plans for any opt."""
+    from workbench.ab.cli import CPU_DEFAULTS, parse_args
+    from workbench.ab.planner import plan
+    from workbench.errors import WorkbenchError
+    cpu = torch.device("cpu")
+
+    def planned(*a):
+        return plan(parse_args([*a, "--device", "cpu"]).resolved(cpu, CPU_DEFAULTS["_run"]), cpu)
+
+    argv = argv if "--attn" in argv else [*argv, "--attn", "varlen"]
+    with pytest.raises(WorkbenchError) as e:
+        planned(*argv)
+    assert msg in str(e.value) and "\n" not in str(e.value)
+    assert [c.attn for c in planned("--opt", "packing", "--attn", "varlen")] == ["varlen"]
+    assert [c.name for c in planned("--opt", "all", "--attn", "varlen", "--only", "packing,all")] == ["packing", "all"]
+    assert planned(*[a for a in argv if a not in ("--attn", "varlen", "flex")], "--attn", "sdpa")

@@ -73,3 +73,54 @@ def test_unsupported_without_a_c_compiler(monkeypatch):
     monkeypatch.setattr(comp.shutil, "which", lambda name: None)
     assert "C compiler" in comp.unsupported("regional", m, "cpu")
     assert comp.unsupported("eager", m, "cpu") is None
+
+
+def _layer_model():
+    from workbench.instrument import instrument_layers
+    from workbench.step import harness
+    from workbench.step.models import build_model
+    torch._dynamo.reset()
+    m = build_model("tiny-llama", layers=1, device="cpu")
+    harness.enable_checkpointing(m)
+    instrument_layers(m)
+    return m
+
+
+def _steps(m, arm, n, compiled: bool):
+    """`n` steps over 3 batches of different lengths with the attention lever's `arm` (and the regional compile,
+    aot_eager: the same graphs and guards as inductor, no code generation); (losses, compile handle's info)."""
+    from workbench import opts
+    from workbench.step import harness
+    from workbench.step.data import make_batches, to_device
+    batches = make_batches("uniform:16:64", 256, 3, 256, seed=0)
+    opt = harness.make_optimizer(m, lr=0.0)
+    hc = opts.apply(m, "compile", "regional", tokens=256, backend="aot_eager") if compiled else None
+    ha = opts.apply(m, "attention", arm)
+    try:
+        pad = hc.prepare_batch if hc else (lambda b: b)
+        data = to_device(batches, "cpu", prepare=lambda b: ha.prepare_batch(pad(b)))
+        losses = [harness.train_step(m, data[i % 3], opt, inputs_fn=ha.inputs_fn).loss for i in range(n)]
+        return losses, (dict(hc.info) if hc else None)
+    finally:
+        ha.revert()
+        if hc:
+            hc.revert()
+
+
+def test_compiled_layer_with_the_attention_levers_arms():
+    """Regional compile with the attention lever: `dense` compiles once and runs batches of other document counts
+    without a recompile (the same losses as eager); `varlen` and, on a CPU, `flex` would specialise on the document
+    lengths every batch: refused in one line at the first call, before anything compiles."""
+    m = _layer_model()
+    eager, _ = _steps(m, "dense", 3, compiled=False)
+    got, info = _steps(m, "dense", 4, compiled=True)
+    assert info["graphs"] == 1 and got[:3] == pytest.approx(eager, rel=1e-4)
+    for arm in ("varlen", "flex"):
+        torch._dynamo.reset()
+        with pytest.raises(WorkbenchError, match=f"cannot run with the wb_attention_{arm} attention") as e:
+            _steps(m, arm, 2, compiled=True)
+        assert "\n" not in str(e.value)
+    from workbench.opts import compile as comp
+    assert comp.specialising_attention("wb_attention_flex", "cuda") is None  # on a GPU: left to the guards
+    assert comp.specialising_attention("wb_packing_varlen", "cuda")
+    assert comp.specialising_attention("sdpa", "cpu") is None

@@ -12,8 +12,9 @@
 #   gpt-oss-20b at 24 layers (all of them; bound 57.3 GiB with eager attention's mask): routed vs balanced on
 #     transformers' grouped_mm ~ 1.5 min (cap 90 s). A run cut by its cap keeps its folder marked INCOMPLETE and the
 #     path's timed points stay readable (workbench.lever_path reads an interrupted path from results.csv).
-# gptoss_balance exits 1 by design today: the runner judges a NUMERICS_CHANGE arm against fp32 within 3x the
-# baseline's rounding, which a routing change cannot meet ("BEYOND TOLERANCE"); its timings are complete all the same.
+# gptoss_balance: `balanced` is a stated different function (moe_balance.DIFFERENT_FUNCTION), judged by
+# workbench/measure/numerics.py judge_different, fixed before this run: its hooks with the change off equivalent to
+# `routed` under the bf16 criterion, its loss and LoRA gradients finite and non-zero; the run exits 0 when both hold.
 # Reps are low (3, steps 1): CIs are wide; a lever whose own CI is entirely below 1 is left out of the path
 # (workbench/ab/levers.py left_out_reason, fixed before this run).
 # Writes $CAMP/kernels_path/{llama16k,nemo,qwen_moe,gptoss_balance}/ (ab run folders) and jobs.txt.
@@ -21,6 +22,9 @@
 #   python -m workbench.lever_path $CAMP/kernels_path/llama16k $CAMP/kernels_path/nemo \
 #       --out profiles/<date>_h100_kernels_path        # path.csv (mfu, mfu_nemo, held_back_by), path.png
 #   python -m workbench.report $CAMP/kernels_path/qwen_moe; python -m workbench.report $CAMP/kernels_path/gptoss_balance
+# The path combines the attention lever's flex with regional compile: on the GPU left to compile's recompile /
+# graph-break guards (a failure is one line, the path's earlier points stay timed); on the CPU check below it is refused
+# at the first step (workbench/opts/compile.py specialising_attention: flex's CPU backward loops over documents).
 # CPU check of the same commands (tiny presets, not a result; ~10 min on 2 cores, the compile arm dominates):
 #   CAMP=/tmp/camp KP_CPU=1 bash gpu/jobs/kernels_path.sh
 set -u

@@ -133,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokens", type=_positive(int), default=None, help="packed tokens per batch (per --opt and device: "
                    f"CPU {CPU_DEFAULTS['_run']['tokens']}, GPU as the list below)")
     p.add_argument("--attn", default=None, help="attention: HF's (sdpa, eager, flex_attention, flash_attention_2) or "
-                   "a workbench packing backend (varlen, sdpa, eager, flex); default: the family's")
+                   "a workbench packing backend (varlen, sdpa, eager, flex: only where --opt packing runs); "
+                   "default: the family's")
     p.add_argument("--experts", default=None, help="HF experts implementation of MoE models (eager, grouped_mm, "
                    "batched_mm); default: transformers'")
     p.add_argument("--lengths", type=_lengths, default=dd.lengths, help="document lengths (forms below; "

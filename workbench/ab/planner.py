@@ -144,7 +144,30 @@ def plan(args, device) -> list[Comparison]:
             raise WorkbenchError(f"--only {bad[0]!r} names no comparison of this run; its comparisons: "
                                  f"{', '.join(c.name for c in comps)}")
         comps = [c for c in comps if c.name in names]
+    _check_backend_installed(args, comps)
     return comps
+
+
+def _check_backend_installed(args, comps) -> None:
+    """--attn naming a workbench backend (not one of transformers' `HF_ATTN`) needs an optimization in every
+    comparison that installs it (a module whose BACKENDS names it: packing): without one the model would run its own
+    attention (sdpa's dense T x T mask) under that name. Refused in one line, naming the ones that install it."""
+    name = args.step.attn
+    if name is None or name in HF_ATTN:
+        return
+    installers = [o for o in registry.names() if name in hook(opts_registry.module(o), "BACKENDS")]
+    as_arm = [o for o in registry.names() if name in opts_registry.module(o).ARMS]  # attention's varlen / flex arms
+    for c in comps:
+        own = [o for o in as_arm if any(o in s.arms for s in c.arms)]
+        if own and not any(o in installers for s in c.arms for o in s.arms):
+            raise WorkbenchError(f"--attn {name} does not apply to --opt {own[0]}: its arms choose the attention "
+                                 f"kernel (time its {name} arm with --arms)")
+        if not any(o in installers for s in c.arms for o in s.arms):
+            raise WorkbenchError(
+                f"--attn {name} is a workbench attention backend that only --opt {' / '.join(installers)} installs "
+                f"(in --opt all: --only {','.join(installers)},all); comparison {c.name} would run the model's own "
+                f"attention under its name: use an HF implementation ({', '.join(HF_ATTN)})"
+                + "".join(f", or --opt {o} (its {name} arm)" for o in as_arm))
 
 
 def _check_lengths(args, tokens: int, vocab_size: int) -> None:
@@ -198,6 +221,7 @@ def _lever_plan(args, defaults, device) -> list[Comparison]:
             arms.append(ArmSpec(anchor, {opt: anchor}))
         comps.append(Comparison(opt=opt, model=model, layers=layers, tokens=tokens, attn=args.step.attn, arms=arms,
                                 baseline=base, optimized=mod.OPTIMIZED))
+    _check_backend_installed(args, comps)
     return comps
 
 

@@ -296,32 +296,62 @@ class Runner:
                                     if isinstance(v, dict) and "backend" in v), c.ran_attn)
         return c.ref32
 
-    def phase_equivalence(self, c: "_Comparison") -> None:
+    def _judge_same(self, c: "_Comparison", label: str, res: dict, ref: dict, changes: str | None) -> dict:
+        """The normal criterion of one arm's step `res` against the baseline's `ref`: within the numerics tolerance
+        against fp32 for an arm that changes the numerics on purpose (`changes`), else `equivalence.compare`, and in
+        low precision, where that fails, against an fp32 run of the baseline."""
         from workbench.measure import equivalence, numerics
 
-        cmp, dtype, ref = c.cmp, c.dtype, None
+        if changes:
+            e = numerics.judge(res, ref, self._fp32_reference(c, f"{label} changes the numerics"), changes)
+            self._progress(f"{c.tag} {label}: {numerics.line(e['numerics_change'])}")
+            return e
+        e = equivalence.compare(res, ref, c.dtype)
+        if not e["equivalent"] and c.dtype in equivalence.LOW_PRECISION:
+            ref32 = self._fp32_reference(c, f"{label} differs from {c.cmp.baseline} beyond the {c.dtype} criterion")
+            e.update(equivalence.judge_by_reference(res, ref, ref32, c.dtype))
+            e["ref_chunks"] = ref32["chunks"]
+            e["ref_attn"] = ref32["attn"]
+        return e
+
+    def _judge_different(self, c: "_Comparison", spec, res: dict, ref: dict, different: dict,
+                         changes: str | None) -> dict:
+        """An arm that computes a different function by design (`numerics.judge_different`): its own code path
+        with the change switched off (each module's DIFFERENT_FUNCTION `off` options) run once more on the same batch
+        and judged by the normal criterion, then the arm's own step checked for a finite loss and finite, non-zero
+        LoRA gradients."""
+        from workbench.measure import numerics
+
+        off_label = f"{spec.label} (change off)"
+        res_off = self._one_step(c, spec, c.cpu_batches[0], numerics.off_options(different, self.options(c.cmp)))
+        e_off = self._judge_same(c, off_label, res_off, ref, changes)
+        self._progress(f"{c.tag} equivalence {off_label}: {'ok' if e_off['equivalent'] else 'DIFFERS'} "
+                       f"(bitwise {e_off['bitwise']}, loss diff {e_off['loss_abs_diff']:.3g}, "
+                       f"grad max rel L2 {e_off['grad_max_rel_l2']:.3g})")
+        why = "; ".join(f"{opt}: {d['why']}" for opt, d in different.items())
+        e = numerics.judge_different(res, ref, e_off, why)
+        self._progress(f"{c.tag} {spec.label}: {numerics.different_line(e['different_function'])}")
+        return e
+
+    def phase_equivalence(self, c: "_Comparison") -> None:
+        from workbench.measure import numerics
+
+        cmp, ref = c.cmp, None
         for spec in c.runnable:
             try:
                 res = self._one_step(c, spec, c.cpu_batches[0])
                 changes = numerics.change_of(spec.arms)  # an arm that changes the numerics on purpose (bf16)
+                different = numerics.different_of(spec.arms)  # one that computes another function by design
                 if spec.label == cmp.baseline:
                     ref = res
                     e = {"equivalent": True, "bitwise": True, "loss_abs_diff": 0.0, "grad_max_abs_diff": 0.0,
                          "grad_max_rel_l2": 0.0}
                 elif ref is None:
                     e = None
-                elif changes:
-                    e = numerics.judge(res, ref, self._fp32_reference(c, f"{spec.label} changes the numerics"),
-                                       changes)
-                    self._progress(f"{c.tag} {spec.label}: {numerics.line(e['numerics_change'])}")
+                elif different:
+                    e = self._judge_different(c, spec, res, ref, different, changes)
                 else:
-                    e = equivalence.compare(res, ref, dtype)
-                    if not e["equivalent"] and dtype in equivalence.LOW_PRECISION:
-                        ref32 = self._fp32_reference(
-                            c, f"{spec.label} differs from {cmp.baseline} beyond the {dtype} criterion")
-                        e.update(equivalence.judge_by_reference(res, ref, ref32, dtype))
-                        e["ref_chunks"] = ref32["chunks"]
-                        e["ref_attn"] = ref32["attn"]
+                    e = self._judge_same(c, spec.label, res, ref, changes)
             except Exception as ex:  # noqa: BLE001 - one arm's failure must not stop the others
                 self._arm_failed(cmp, spec, ex, c.arm_status, c.out)
                 continue
@@ -332,6 +362,10 @@ class Runner:
             self.writer.add(cmp.name, spec.label, "equiv_loss_abs_diff", e["loss_abs_diff"], "nats", **c.env)
             self.writer.add(cmp.name, spec.label, "equiv_grad_max_rel_l2", e["grad_max_rel_l2"], "ratio", **c.env)
             self.writer.add(cmp.name, spec.label, "equivalent", int(e["equivalent"]), "bool", **c.env)
+            if "different_function" in e:
+                self.writer.add(cmp.name, spec.label, "different_function_passed",
+                                int(e["different_function"]["passed"]), "bool", **c.env)
+                continue
             via = (f"; against fp32 ({e['ref_chunks']} chunk(s) of the batch): grad rel L2 "
                    f"{e['ref_grad_max_rel_l2']:.3g} vs the baseline's {e['ref_grad_max_rel_l2_baseline']:.3g}, "
                    f"worst ratio {e['ref_worst_ratio']:.2f} ({e['ref_worst_grad']})") if "judged_by" in e else ""
@@ -479,6 +513,10 @@ class Runner:
         out["numerics_change"] = {lbl: e["numerics_change"] for lbl, e in equiv.items() if "numerics_change" in e}
         for lbl, nc in out["numerics_change"].items():
             arm_dicts[lbl]["numerics_change"] = nc
+        out["different_function"] = {lbl: e["different_function"] for lbl, e in equiv.items()
+                                     if "different_function" in e}
+        for lbl, df in out["different_function"].items():
+            arm_dicts[lbl]["different_function"] = df
         o = out["optimized"]
         if o is not None and o.get("vs_baseline"):
             r = o["vs_baseline"]
@@ -490,18 +528,23 @@ class Runner:
                 from workbench.measure import stats
                 out["savings_model"]["measured_ms"] = stats.paired_difference(b_ms, o_ms, reps)["mean"]
         ran_all = all(arm_status[s.label]["status"] in ("ok", "skipped") for s in cmp.arms)
-        out["equivalent"] = bool(ran_all and equiv and all(
-            equiv.get(s.label, {}).get("equivalent", False) for s in cmp.arms if arm_status[s.label]["status"] == "ok"))
+        judged = [equiv.get(s.label, {}) for s in cmp.arms if arm_status[s.label]["status"] == "ok"]
+        out["equivalent"] = bool(ran_all and equiv and all(e.get("equivalent", False) for e in judged))
+        accepted = bool(ran_all and equiv and all(numerics.accepted(e) for e in judged))
         for s in cmp.arms:
             e = equiv.get(s.label)
-            if e is not None and not e["equivalent"]:
+            if e is not None and "different_function" in e and not e["different_function"]["passed"]:
+                msg = f"{cmp.name} arm {s.label}: {numerics.different_line(e['different_function'])}"
+                self.failures.append(msg)
+                out["errors"].append(msg)
+            elif e is not None and not e["equivalent"] and "different_function" not in e:
                 msg = (f"{cmp.name} arm {s.label} is not equivalent to {cmp.baseline}: loss diff "
                        f"{e['loss_abs_diff']:.3g}, grad max rel L2 {e['grad_max_rel_l2']:.3g}"
                        + (f" (against fp32: worst ratio {e['ref_worst_ratio']:.2f})" if "judged_by" in e else "")
                        + (f"; {numerics.line(e['numerics_change'])}" if "numerics_change" in e else ""))
                 self.failures.append(msg)
                 out["errors"].append(msg)
-        if not ran_all or not out["equivalent"] or m is None:
+        if not ran_all or not accepted or m is None:
             out["status"] = "failed"
         sm = out["savings_model"]
         for k in ("predicted_ms", "measured_ms"):

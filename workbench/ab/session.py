@@ -109,9 +109,15 @@ def closing_line(summary: dict, planned: int) -> str:
     where the folder is (`complete: 4/4 comparisons, all arms equivalent -> runs/...`)."""
     cmps = summary.get("comparisons") or []
     ran = sum(c.get("status") == "ok" for c in cmps)
-    bad = [c.get("name") for c in cmps if c.get("status") == "ok" and not c.get("equivalent")]
+    stated = [f"{c.get('name')}: {arm}" for c in cmps if c.get("status") == "ok"
+              for arm, df in (c.get("different_function") or {}).items() if df.get("passed")]
+    from workbench.measure.numerics import accepted
+    bad = [c.get("name") for c in cmps if c.get("status") == "ok" and not c.get("equivalent")
+           and not (c.get("different_function") and all(map(accepted, (c.get("equivalence") or {}).values())))]
     equiv = "all arms equivalent" if ran and not bad else (f"NOT equivalent: {', '.join(bad)}" if bad else
                                                            "no arm compared")
+    if stated and not bad:
+        equiv = f"every other arm equivalent; different function (stated): {', '.join(stated)}"
     return f"{summary.get('status')}: {ran}/{planned} comparisons, {equiv} -> {summary.get('out')}"
 
 

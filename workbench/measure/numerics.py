@@ -19,6 +19,20 @@ that computes in fp32 (a CPU run) deviates 0 from the reference, and a few bf16 
 of an arm that changes precision stay under 1e-2; without a floor no precision change could pass there.
 An arm beyond it is reported as not equivalent (the comparison's `equivalent` is False and the run fails), with its
 deviations next to the baseline's.
+
+Arms that compute a DIFFERENT FUNCTION by design (forced-balanced routing: tokens go to other experts) can meet no
+tolerance against the baseline or fp32. Their optimization says so before any run with a module-level
+`DIFFERENT_FUNCTION = {"why": sentence, "off": {option: value}}` (`workbench.opts.protocol`): `apply(model, arm,
+**off)` runs the arm's own code path with the change switched off. Such an arm is judged by `judge_different`, a
+criterion that can still fail, fixed here before any run:
+
+    (a) plumbing: the arm with the change off is equivalent to the baseline under the normal criterion
+        (`workbench.measure.equivalence`, or the numerics criterion above where the arm also changes precision);
+    (b) sanity: the arm's loss is finite; it fills the same LoRA gradient tensors as the baseline, every one finite,
+        and each one the baseline's step fills non-zero is non-zero (no gradient path cut).
+
+It is reported as "different function (stated): <why>", never as equivalent (`equivalent` stays False) and never as
+failed while (a) and (b) hold (`accepted`); the run completes.
 """
 from __future__ import annotations
 
@@ -86,3 +100,92 @@ def line(nc: dict) -> str:
             f"{nc['loss_rel_dev_baseline']:.3g}, grad max rel dev {nc['grad_max_rel_dev']:.3g} vs "
             f"{nc['grad_max_rel_dev_baseline']:.3g} (k={nc['k']:g}, floor {nc['floor']:g}): "
             + ("within tolerance" if nc["within_tolerance"] else "BEYOND TOLERANCE"))
+
+
+DIFFERENT = "different function (stated)"
+"""How the tables name an arm that computes a different function by design and passed `judge_different`."""
+
+
+def different_of(arms: dict) -> dict:
+    """{opt: its DIFFERENT_FUNCTION} of the optimizations `arms` ({opt: arm}) applies other than at their BASELINE;
+    empty when every arm is meant to compute the baseline's function."""
+    from workbench import opts
+    from workbench.opts.protocol import hook
+
+    out = {}
+    for opt, arm in arms.items():
+        mod = opts.module(opt)
+        d = hook(mod, "DIFFERENT_FUNCTION")
+        if d and arm != mod.BASELINE:
+            out[opt] = d
+    return out
+
+
+def off_options(different: dict, options: dict) -> dict:
+    """`options` ({opt: apply kwargs}) with each different-function optimization's `off` switch added."""
+    o = dict(options)
+    for opt, d in different.items():
+        o[opt] = {**o.get(opt, {}), **d["off"]}
+    return o
+
+
+def sanity(out: dict, base: dict) -> list[str]:
+    """Check (b) of one arm's {"loss", "grads"} against the baseline's: what fails (empty: it holds)."""
+    import math
+
+    import torch
+
+    bad = []
+    if not math.isfinite(out["loss"]):
+        bad.append(f"loss {out['loss']}")
+    for n, gb in base["grads"].items():
+        g = out["grads"].get(n)
+        if (g is None) != (gb is None) or (g is not None and g.shape != gb.shape):
+            bad.append(f"gradient {n} missing or of another shape")
+        elif g is None:
+            continue
+        elif not bool(torch.isfinite(g).all()):
+            bad.append(f"gradient {n} not finite")
+        elif bool(gb.any()) and not bool(g.any()):
+            bad.append(f"gradient {n} zero (the baseline's is not)")
+    if base["grads"] and not any(g is not None and bool(g.any()) for g in out["grads"].values()):
+        bad.append("every LoRA gradient zero")
+    return bad
+
+
+def judge_different(out: dict, base: dict, off: dict, why: str) -> dict:
+    """A different-function arm: `out` its {"loss", "grads"}, `base` the baseline's, `off` the normal judgement (the
+    equivalence dict) of the arm with the change switched off. Returns the keys of `equivalence.compare` (arm vs
+    baseline, for the tables: the difference the change makes) with `equivalent` False and `different_function`:
+    {why, off_path_equivalent, off_path (its judgement's figures), problems, passed}."""
+    import math
+
+    import torch
+
+    from workbench.measure.equivalence import compare
+
+    direct = compare(out, base, torch.float32)
+    problems = sanity(out, base)
+    if not off["equivalent"]:
+        problems.insert(0, f"with the change off it differs from the baseline (loss diff {off['loss_abs_diff']:.3g}, "
+                           f"grad max rel L2 {off['grad_max_rel_l2']:.3g})")
+    keep = ("bitwise", "loss_abs_diff", "grad_max_rel_l2", "worst_grad", "judged_by", "ref_worst_ratio")
+    df = {"why": why, "criterion": "(a) the arm with the change off is equivalent to the baseline under the normal "
+                                   "criterion; (b) the arm's loss is finite, its LoRA gradients finite, and non-zero "
+                                   "wherever the baseline's are",
+          "off_path_equivalent": bool(off["equivalent"]), "off_path": {k: off[k] for k in keep if k in off},
+          "loss_finite": math.isfinite(out["loss"]), "problems": problems, "passed": not problems}
+    return {**direct, "equivalent": False, "different_function": df}
+
+
+def accepted(e: dict) -> bool:
+    """An arm's judgement passes: equivalent to the baseline, or a stated different function whose checks hold."""
+    return bool(e.get("equivalent") or (e.get("different_function") or {}).get("passed"))
+
+
+def different_line(df: dict) -> str:
+    """One line for the progress log, the tables and the failure message."""
+    off = "equivalent to" if df["off_path_equivalent"] else "DIFFERS from"
+    checks = "loss and LoRA gradients finite and non-zero: passed" if df["passed"] else \
+        "FAILED: " + "; ".join(df["problems"][:3])
+    return f"{DIFFERENT}: {df['why']} Checks: change off {off} the baseline; {checks}"

@@ -19,7 +19,13 @@ Static shapes across batches, or the arm fails:
 - the layer's other inputs (the packed mask transformers builds outside the layers, rotary cos / sin, position ids)
   then have the same shapes in every batch. An attention whose per-batch metadata reaches the layer as Python values
   that change from batch to batch (document lengths, a cu_seqlens of the document count, a max length) makes dynamo
-  specialise on them and compile again: that is caught below, not hidden.
+  specialise on them and compile again: that is caught below, not hidden. Where that is certain it is refused before
+  anything compiles (`specialising_attention`, checked at the layer's first call, one line): the attention lever's
+  and packing's `varlen` (cu_seqlens with one entry per document, a Python-int max length), and on a CPU the attention
+  lever's `flex` (flex has no CPU backward: its training path loops over the document lengths). The attention
+  lever's `dense` (a T x T mask from the document ids, fixed shapes once padded) compiles once and runs every batch
+  (tests/test_opt_compile.py); its `flex` on a GPU (BlockMask tables of fixed shape once padded) is left to the
+  guards below.
 
 Failures, each one line (`WorkbenchError`):
 - a graph break (fullgraph=True: dynamo raises instead of splitting the layer and running the rest eagerly);
@@ -154,6 +160,26 @@ class _Guard:
                 self.info["compile_s"] = round(max(0.0, first - second), 3)
 
 
+def specialising_attention(impl: str | None, device_type: str) -> str | None:
+    """Why attention implementation `impl` would recompile a fullgraph, static-shape layer on every batch (its
+    per-batch metadata reaches the layer as Python values or tensors whose shape follows the document count); None
+    where nothing is known against it."""
+    from workbench.opts import attention, packing
+
+    if impl in (attention.impl_name("varlen"), packing.impl_name("varlen")):
+        return ("varlen attention takes cu_seqlens (one entry per document) and a Python-int max length, both "
+                "changing from batch to batch")
+    if impl == attention.impl_name("flex") and device_type == "cpu":
+        return ("flex has no CPU backward: its CPU training path runs one attention per document, a Python loop over "
+                "the batch's document lengths")
+    return None
+
+
+def _attention_impl(layer) -> str | None:
+    cfg = getattr(getattr(layer, "self_attn", None), "config", None)
+    return getattr(cfg, "_attn_implementation", None)
+
+
 def _one_line(e: BaseException) -> str:
     return " ".join(str(e).strip().splitlines()[:1])[:300]
 
@@ -172,6 +198,10 @@ def _compiled_forward(layer, guard: _Guard, first: bool):
     eager = types.MethodType(base.forward, layer)
 
     def body(*args, **kwargs):
+        impl = _attention_impl(layer)
+        why = specialising_attention(impl, next(layer.parameters()).device.type)
+        if why is not None:  # a recompile on every batch: refused before anything compiles
+            raise WorkbenchError(f"compile: regional compile cannot run with the {impl} attention: {why}")
         if _get_current_dispatch_mode() is not None:  # the sync counter's pass: dynamo traces nothing under a mode
             return eager(*args, **kwargs)
         try:

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 @runtime_checkable
 class Optimization(Protocol):
-    """An optimization module. Every arm computes the baseline's function (the runner checks it on every run)."""
+    """An optimization module. Every arm computes the baseline's function (the runner checks it on every run), unless
+    the module states DIFFERENT_FUNCTION (`HOOKS`)."""
 
     ARMS: tuple[str, ...]
     """Every arm, baseline first."""
@@ -82,6 +83,13 @@ HOOKS = {h.name: h for h in (
     Hook("NUMERICS_CHANGE", None, "str | None",
          "a sentence saying how its arms other than BASELINE change the numerics (precision: bf16 adapters): such "
          "arms are judged against an fp32 reference, not bitwise. Read by `workbench.measure.numerics`."),
+    Hook("DIFFERENT_FUNCTION", None, "dict | None",
+         "{'why': a sentence, 'off': {option: value}}: its arms other than BASELINE compute a different function BY "
+         "DESIGN (moe_balance: another routing), stated before any run; `apply(model, arm, **off)` runs the same code "
+         "path with the change switched off, which must compute BASELINE's function. Such an arm is judged by "
+         "`workbench.measure.numerics.judge_different` (the off path equivalent to BASELINE under the normal "
+         "criterion; the arm's loss and LoRA gradients finite and non-zero), never by equivalence. Read by "
+         "`workbench.ab.runner`."),
     Hook("DOSE", None, "dict | None",
          "{'arm': an arm of ARMS whose apply takes `dose=u` (u units of the fix, 0 = BASELINE's function and syncs, "
          "dose_units = the arm's), 'unit': what one unit is}: a dose-response. Read by `workbench.ab.dose`."),
@@ -188,4 +196,11 @@ def problems(mod) -> list[str]:
     nc = hook(mod, "NUMERICS_CHANGE")
     if nc is not None and not (isinstance(nc, str) and nc):
         out.append(f"NUMERICS_CHANGE is not a sentence: {nc!r}")
+    df = hook(mod, "DIFFERENT_FUNCTION")
+    if df is not None and not (isinstance(df, dict) and set(df) == {"why", "off"} and isinstance(df["why"], str)
+                               and df["why"] and isinstance(df["off"], dict) and df["off"]
+                               and all(isinstance(k, str) for k in df["off"])):
+        out.append(f"DIFFERENT_FUNCTION is not {{'why': a sentence, 'off': {{option: value, ...}}}}: {df!r}")
+    if df is not None and nc is not None:
+        out.append("states both NUMERICS_CHANGE and DIFFERENT_FUNCTION: an arm is judged by one of them")
     return out

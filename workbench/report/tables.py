@@ -83,8 +83,9 @@ def comparison_table(comparison: dict) -> str:
             elif title == "p20-p80":
                 row.append(f"{_fmt(a.get('step_ms_p20'), '{:.2f}')}-{_fmt(a.get('step_ms_p80'), '{:.2f}')}")
             elif title == "equiv":
-                e = a.get("equivalent")
+                e, df = a.get("equivalent"), a.get("different_function")
                 row.append("ref" if a.get("arm") == (c.get("baseline") or {}).get("arm") else
+                           ("different fn (stated)" if df["passed"] else "NO (different fn)") if df else
                            ("-" if e is None else ("bitwise" if a.get("bitwise") else ("yes" if e else "NO"))))
             else:
                 row.append(_fmt(a.get(key), f))
@@ -105,7 +106,15 @@ def comparison_table(comparison: dict) -> str:
     if sm.get("predicted_ms") is None and sm.get("reason"):
         tail += f" ({sm['reason']})"
     lines.append(tail)
-    lines.append("equivalent: " + ("yes" if c.get("equivalent") else "NO"))
+    dfs = c.get("different_function") or {}
+    if dfs:  # arms that compute another function by design: judged by their own checks, never called equivalent
+        from workbench.measure.numerics import different_line
+        same = [a["arm"] for a in arms_frame(c).to_dict("records") if a["arm"] not in dfs]
+        ok = all((c.get("equivalence") or {}).get(a, {}).get("equivalent", True) for a in same)
+        lines.append(f"equivalent: {'yes' if ok else 'NO'} ({', '.join(same)})")
+        lines += [f"{arm}: {different_line(df)}" for arm, df in dfs.items()]
+    else:
+        lines.append("equivalent: " + ("yes" if c.get("equivalent") else "NO"))
     return "\n".join(lines)
 
 
