@@ -93,13 +93,8 @@ stats --report nvtx_sum,cuda_gpu_kern_sum X.nsys-rep` for tables) and its `.sqli
 [HolisticTraceAnalysis](https://github.com/facebookresearch/HolisticTraceAnalysis) gives temporal / idle
 breakdowns and `TraceDiff` between arms: `TraceAnalysis(trace_dir="profiles/RUN/traces/packing")`.
 
-**Why the step breakdown is not HTA's.** HTA's temporal breakdown (compute / non-compute / idle) and idle breakdown
-(host wait / kernel wait / other, per stream) are the nearest match, and the workbench uses neither: they read
-Kineto JSON only (the breakdown must also read Nsight Systems exports), they cover a rank's whole trace rather than
-the `wb/step` windows of the workbench's own NVTX domain, and their idle classes do not separate what the savings
-models need (a sync drain, where a blocking call returns inside the gap; a copy with no kernel beside it; a launch
-gap). `workbench.traces.decompose` computes one exact partition of each step window (busy by kernel class, idle by
-cause; tested to sum to the step on synthetic traces with known answers and on the committed Nsight fixture).
+**Why the step breakdown is not HTA's** (it reads Nsight exports too, only our NVTX domain's step windows, and
+separates sync drains, exposed copies and launch gaps): [docs/GUIDE.md](docs/GUIDE.md#why-the-step-breakdown-is-not-htas).
 """
 
 
