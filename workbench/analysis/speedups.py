@@ -17,7 +17,8 @@ COMP_COLUMNS = ["folder", "job", "name", "opt", "model", "layers", "tokens", "at
                 "baseline", "arm", "baseline_ms", "arm_ms", "baseline_mean_ms", "arm_mean_ms", "speedup", "ci95_lo",
                 "ci95_hi", "ci_contains_1", "verdict", "n_pairs", "n_units", "outlier_pairs", "summary_speedup",
                 "summary_ci95_lo", "summary_ci95_hi", "summary_verdict", "summary_n_pairs", "equivalent",
-                "different_function_passed", "syncs_baseline", "syncs_arm", "instrument_cost_pct", "run_status", "file", "command",
+                "different_function_passed", "syncs_baseline", "syncs_arm", "instrument_cost_pct", "run_status", "file",
+                "command",
                 "git_sha", "batches", "steps", "trace", "arm_set", "rep_log_ratios", "process_of"]
 
 
