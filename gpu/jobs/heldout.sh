@@ -14,7 +14,8 @@
 #   python gpu/analyze_heldout.py $CAMP/heldout        # prints the verdicts, writes $CAMP/heldout/analysis.json
 # CPU check of the same commands (tiny presets, not a result): CAMP=/tmp/camp PACKING_M=2 SMALL_M=2 AA_K=3 GATE_M=1 bash gpu/jobs/heldout.sh
 set -u
-OUT=$CAMP/heldout
+OUT=${HELDOUT_OUT:-$CAMP/heldout}  # prospective2.sh: $CAMP/prospective2
+SEED=${HELDOUT_SEED:-200}  # the held-out parts' first seed (prospective2.sh: 400, never used before)
 mkdir -p $OUT
 nvidia-smi --query-gpu=name,uuid --format=csv > $OUT/gpu.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpu.csv
 COMMON="--headline --batches 1 --steps 2 --warmup 2 --warmup-max 6"
@@ -27,10 +28,10 @@ part() {  # name, then the python -m workbench.ab arguments
 for p in ${HELDOUT_PARTS:-packing_aa packing gate moe offload}; do
   case $p in
     packing_aa) part packing_aa --opt packing --aa $COMMON --reps 4 --processes ${AA_K:-3} --seed 300 ;;
-    packing) part packing --opt packing $COMMON --reps 4 --processes ${PACKING_M:-6} --seed 200 ;;
+    packing) part packing --opt packing $COMMON --reps 4 --processes ${PACKING_M:-6} --seed $SEED ;;
     gate) part gate --opt packing $COMMON --reps 4 --processes ${GATE_M:-4} --seed 206 ;;
-    moe) part moe --opt moe $COMMON --reps 3 --processes ${SMALL_M:-4} --seed 200 ;;
-    offload) part offload --opt offload $COMMON --reps 3 --processes ${SMALL_M:-4} --seed 200 ;;
+    moe) part moe --opt moe $COMMON --reps 3 --processes ${SMALL_M:-4} --seed $SEED ;;
+    offload) part offload --opt offload $COMMON --reps 3 --processes ${SMALL_M:-4} --seed $SEED ;;
     *) echo "unknown part $p" >> $OUT/jobs.txt ;;
   esac
 done
