@@ -18,7 +18,7 @@ COMP_COLUMNS = ["folder", "job", "name", "opt", "model", "layers", "tokens", "at
                 "ci95_hi", "ci_contains_1", "verdict", "n_pairs", "n_units", "outlier_pairs", "summary_speedup",
                 "summary_ci95_lo", "summary_ci95_hi", "summary_verdict", "summary_n_pairs", "equivalent",
                 "syncs_baseline", "syncs_arm", "instrument_cost_pct", "run_status", "file", "command",
-                "git_sha", "batches", "steps", "trace", "arm_set", "rep_log_ratios", "process_of"]
+                "git_sha", "batches", "steps", "trace", "arm_set", "rep_log_ratios", "process_of", "void_reason"]
 
 
 def comparisons(profiles: str | None = None, include_incomplete_comparisons=False, **discover_kw) -> pd.DataFrame:
@@ -31,7 +31,8 @@ def comparisons(profiles: str | None = None, include_incomplete_comparisons=Fals
     baseline against itself) / nvtx (NVTX ranges off -> on); `file` the summary.json it comes from; `process_of`
     the `--processes` campaign folder a process's run folder belongs to (None for a single run).
     `include_incomplete_comparisons`: True, or job names (e.g. `KEEP_FROM_INCOMPLETE`), to take the comparisons
-    whose own status is ok out of incomplete runs; `discover_kw`: include_cpu, include_incomplete."""
+    whose own status is ok out of incomplete runs; `discover_kw`: include_cpu, include_incomplete, include_void (the
+    comparisons a VOID.json declares void, left out otherwise; `void_reason` says why, None on every other row)."""
     rows = []
     for r, comps in _included(profiles, include_incomplete_comparisons=include_incomplete_comparisons,
                               **discover_kw):
@@ -63,7 +64,7 @@ def comparisons(profiles: str | None = None, include_incomplete_comparisons=Fals
                              "file": os.path.join(r["folder"], "summary.json"), "command": r["command"],
                              **_clean_repeat_facts(r, c), "rep_log_ratios": _rep_log_ratios(r["path"], _name(c),
                                                                                              b.get("arm"), a["arm"]),
-                             "process_of": r.get("process_of")})
+                             "process_of": r.get("process_of"), "void_reason": c.get("void_reason")})
     return _frame(rows, COMP_COLUMNS, ("baseline_ms", "arm_ms", "baseline_mean_ms", "arm_mean_ms", "speedup",
                                        "ci95_lo", "ci95_hi", "syncs_baseline", "syncs_arm", "instrument_cost_pct",
                                        "summary_speedup", "summary_ci95_lo", "summary_ci95_hi"))
