@@ -131,7 +131,8 @@ def test_straggler_refuses_a_void_comparison(tmp_path, capsys):
     (r,) = straggler.compare(one, two)
     assert r["verdict"] == "void" and r["projection"] == [] and r["reason"] == f"void: {REASON} ({two}/VOID.json)"
     assert straggler.table([r]).splitlines()[1] == f"c | void: {REASON} ({two}/VOID.json)"
-    for call in (lambda: straggler.measured_at_ranks([two], "c", "b", "o"), lambda: straggler._saving(two, "c", "b", "o")):
+    for call in (lambda: straggler.measured_at_ranks([two], "c", "b", "o"),
+                 lambda: straggler._saving(two, "c", "b", "o")):
         with pytest.raises(WorkbenchError, match="gives no saving: void: FSDP2"):
             call()
     _void(one, {"c": REASON})  # void on the one-GPU side too
