@@ -97,6 +97,30 @@ def test_the_reps_check_skips_an_nsys_capture_child_and_a_process_unit_run():
     preflight.check_run(_cfg(reps=2), GPU, rep_verdict=False)
 
 
+def test_a_processes_child_carries_process_unit_which_lifts_the_reps_floor(tmp_path, monkeypatch):
+    """`--processes K` (workbench.ab.processes): each child gets `--_process_unit` (the process, not the rep, is its
+    claim's unit), so `--reps 3` on a (mocked) CUDA device passes in the child; the same command without the flag is
+    refused (the negative control), and a flag given to no child would leave every held-out process refused."""
+    import sys
+
+    from workbench.ab import processes
+    from workbench.ab.cli import parse_args
+    _one_line(preflight.check_run, parse_args(["--opt", "packing", "--reps", "3"]), GPU, match="--reps 3 on a GPU")
+    preflight.check_run(parse_args(["--opt", "packing", "--reps", "3", "--_process_unit"]), GPU)
+    assert parse_args(["--opt", "packing"])._process_unit is False
+
+    seen = []
+    monkeypatch.setattr(processes, "run_child", lambda cmd, log: (seen.append(cmd), (0, 0.0))[1])
+    monkeypatch.setattr(processes, "emit_json", lambda *a, **k: None)
+    assert processes.main(["--opt", "packing", "--reps", "3", "--processes", "2", "--out", str(tmp_path / "c")]) == 0
+    assert len(seen) == 2 and all(c.count("--_process_unit") == 1 for c in seen)
+    for cmd in seen:  # what the child parses and checks, as `python -m workbench.ab` would
+        assert cmd[:3] == [sys.executable, "-m", "workbench.ab"]
+        child = parse_args(cmd[3:])
+        assert child._process_unit is True and child.reps == 3
+        preflight.check_run(child, GPU)
+
+
 @pytest.mark.parametrize("kw, match", [
     (dict(reps=3, max_reps=1, target_ci_pct=5.0), "--max-reps 1 is below --reps 3"),
     (dict(warmup=5, warmup_max=2), "--warmup-max 2 is below --warmup 5"),

@@ -13,7 +13,7 @@ from synthetic_traces import packing_trace
 from workbench.errors import WorkbenchError
 from workbench.measure import replication, stats
 from workbench.opts import packing_savings
-from workbench.savings import calibration, common as savings, process_verdicts, verdicts
+from workbench.savings import calibration, common as savings, process_verdicts, verdicts, verdicts_cli
 from workbench.traces.events import save_events
 
 
@@ -245,7 +245,7 @@ def test_a_processes_folder_is_judged_with_the_process_as_the_unit(tmp_path, cap
     cal = tmp_path / "cal.json"
     cal.write_text(json.dumps({"packing": {"theta": 1.0, "ci95": [0.97, 1.03], "source": "dose-response X",
                                            "commit": "abc"}}))
-    assert verdicts.main([str(top), "--calibration", str(cal)]) == 0
+    assert verdicts_cli.main([str(top), "--calibration", str(cal)]) == 0
     out = capsys.readouterr().out
     assert "3 processes" in out and "calibrated x1.00" in out
     doc = json.loads((top / process_verdicts.OUT_FILE).read_text())
@@ -266,7 +266,7 @@ def test_a_processes_folder_is_judged_with_the_process_as_the_unit(tmp_path, cap
 def test_the_cli_refuses_a_bad_calibration_file_in_one_line(tmp_path, capsys):
     bad = tmp_path / "cal.json"
     bad.write_text("{not json")
-    assert verdicts.main([str(tmp_path), "--calibration", str(bad)]) == 2
+    assert verdicts_cli.main([str(tmp_path), "--calibration", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --calibration") and err.count("\n") == 1
 

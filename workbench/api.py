@@ -49,6 +49,8 @@ class Optimizations(_opts.Combined):
     def __init__(self, handles: list):
         super().__init__(handles)
         self.by_opt = {h.opt: h for h in handles}
+        self.different_function: dict = {}
+        """{opt: why} of the applied arms that compute a different function by design (`allow_different_function`)."""
 
     @property
     def info(self) -> dict:
@@ -79,11 +81,17 @@ def apply_optimizations(model, **arms_and_options) -> Optimizations:
     that takes them (e.g. `backend="sdpa"` for packing, `min_free_mib=` for offload, `gemm="triton"` for moe);
     `<opt>_options={...}` passes them to one optimization explicitly.
 
+    An arm whose optimization states DIFFERENT_FUNCTION (`workbench.opts.protocol`; moe_balance="balanced": another
+    routing) computes a different function by design, not the model's: no speed lever for training. It is refused
+    unless `allow_different_function=True` says the caller knows; the handle's `different_function` ({opt: why})
+    says it again.
+
     Raises WorkbenchError for an unknown arm or option, or an arm this model / device cannot run; nothing stays
     applied when it raises. Returns an `Optimizations` handle whose `revert()` undoes everything.
     """
     order = _order()
     options = dict(arms_and_options)
+    allow_different = bool(options.pop("allow_different_function", False))
     chosen = {o: options.pop(o, None) for o in order}
     per_opt = {o: dict(options.pop(f"{o}_options", None) or {}) for o in order}
     mods = {o: _opts.module(o) for o in order if chosen[o] is not None}
@@ -106,18 +114,28 @@ def apply_optimizations(model, **arms_and_options) -> Optimizations:
     for o, arm in arms.items():  # every arm named before any is applied
         if arm not in mods[o].ARMS:
             raise WorkbenchError(f"unknown arm {arm!r} for {o}; arms: {', '.join(mods[o].ARMS)}")
+    from workbench.measure.numerics import different_of
+    different = {o: d["why"] for o, d in different_of(arms).items()}
+    if different and not allow_different:
+        o = next(iter(different))
+        raise WorkbenchError(f"apply_optimizations: {o}={arms[o]!r} computes a different function by design, not the "
+                             f"model's ({different[o]}); pass allow_different_function=True to apply it anyway")
     why = _opts.unsupported_reason(model, arms, device, per_opt)
     if why:
         raise _opts_unsupported(why)
     handles = _opts.apply_all(model, arms, per_opt).handles  # the one loop that applies arms (ab uses it too)
-    return Optimizations(handles)
+    out = Optimizations(handles)
+    out.different_function = different
+    return out
 
 
 def _signature() -> inspect.Signature:
-    """apply_optimizations(model, <opt>=None for each optimization, **options): what help() and IDEs show."""
+    """apply_optimizations(model, <opt>=None for each optimization, allow_different_function=False, **options):
+    what help() and IDEs show."""
     P = inspect.Parameter
     return inspect.Signature([P("model", P.POSITIONAL_OR_KEYWORD)]
                              + [P(o, P.KEYWORD_ONLY, default=None, annotation="str | None") for o in _order()]
+                             + [P("allow_different_function", P.KEYWORD_ONLY, default=False, annotation="bool")]
                              + [P("options", P.VAR_KEYWORD)], return_annotation="Optimizations")
 
 

@@ -19,7 +19,8 @@ Per point, one row of path.csv:
   (`flops.nemo_flops`: full-training FLOPs with causal d^2 / 2 attention per document, x (2 + r) / 3 for LoRA), the
   figure to hold against NeMo's published MFU; an older run's are recounted from its rebuilt batches (dense
   T x T until a lever whose module states `ATTENTION_FLOPS` for its optimized arm switches it), `flops_note` says so;
-- `tokens_per_s`, `peak_mem_mib`, `equivalent`;
+- `tokens_per_s`, `peak_mem_mib`, `equivalent`, `different_function_passed` (a point whose arm computes a different
+  function by design, as the run judged it: `workbench.measure.numerics.equiv_cell`; None for any other);
 - the breakdown: `ms_<component>` per `workbench.traces.decompose` component, from the point's trace (a run with
   `--trace torch`); and for the last point `held_back_by`: the largest lever `workbench.traces.levers.levers` names in it.
 
@@ -194,6 +195,8 @@ def rows_of(run_dir: str) -> list[dict]:
                "hfu": None, "mfu_nemo": None, "attention_flops": modes[i] if modes else None,
                "tokens_per_s": a.get("tokens_per_s"), "peak_mem_mib": a.get("peak_mem_mib"),
                "equivalent": (c.get("equivalence") or {}).get(arm, {}).get("equivalent"),
+               "different_function_passed": ((c.get("equivalence") or {}).get(arm, {}).get("different_function")
+                                             or {}).get("passed"),
                "status": a.get("status") or c.get("status"), "flops_note": flops_note}
         if per_point is not None:
             row.update(_throughput(per_point[arm], [s for s in samples if s["arm"] == arm], peak))
@@ -262,6 +265,7 @@ def main(argv=None) -> int:
     p.add_argument("runs", nargs="+", help="--opt levers run folders")
     p.add_argument("--out", required=True, help="folder for path.csv and path.png")
     a = p.parse_args(argv)
+    from workbench.measure.numerics import equiv_cell
     rows = []
     for d in a.runs:
         if not os.path.isdir(d):
@@ -278,7 +282,9 @@ def main(argv=None) -> int:
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "-"
         mfu += f" (NeMo's convention {100 * r['mfu_nemo']:.1f}%)" if r.get("mfu_nemo") is not None else ""
         print(f"{r['run']}  {r['point']} {r['arm']:28s} {r['step_ms'] or float('nan'):10.2f} ms  {sp}{ci}  MFU {mfu}"
-              + (f"  held back by {r['held_back_by']}" if r.get("held_back_by") else ""))
+              + (f"  held back by {r['held_back_by']}" if r.get("held_back_by") else "")
+              + (f"  {equiv_cell(False, r['different_function_passed'])}"
+                 if r.get("different_function_passed") is not None else ""))
     print(os.path.join(a.out, "path.csv"))
     return 0
 

@@ -16,7 +16,9 @@ speedup and a verdict, then the path from the baseline to the best step.
    on a GPU), through the ordinary runner: paired speedup with CI, equivalence, or for an arm whose optimization
    states NUMERICS_CHANGE its deviation from fp32 next to the baseline's (`workbench.measure.numerics`).
 3. The path (comparison `path`, more than one lever): arms that apply the chosen levers cumulatively in order of
-   predicted saving (baseline, +first, +first+second, ...), timed together on the same batches;
+   predicted saving (baseline, +first, +first+second, ...), timed together on the same batches, without a lever
+   whose optimized arm computes a different function by design (DIFFERENT_FUNCTION: "left out: different function
+   (stated)", `path_levers`) or whose own comparison failed or was slower (`prune_path`);
    `python -m workbench.lever_path RUN_DIR` reads it (step time, speedup over the previous point, MFU, breakdown).
    `--only NAME,...` keeps part of the plan, after the selection (e.g. `--only path`: a long run split in two).
 4. `annotate`: per lever comparison, `lever` = {component, component_ms (its ms per step in the traced baseline,
@@ -55,7 +57,8 @@ class Selection:
     """The traced baseline: {components, levers, steps, trace}; None without a trace."""
     trace_note: str | None = None
     left_out: dict = dataclasses.field(default_factory=dict)
-    """{opt: why the path leaves it out} (`prune_path`: its own comparison was slower, or failed)."""
+    """{opt: why the path leaves it out}: a different function by design (`path_levers`, when planned), or its own
+    comparison was slower, or failed (`prune_path`)."""
 
     def describe(self) -> dict:
         return {"predictions": self.predictions, "skipped": self.skipped, "breakdown": self.breakdown,
@@ -186,8 +189,11 @@ def select(runner, comps: list) -> Selection:
             f"predicted saving {p['predicted_ms']:.2f} ms/step = {p['component_ms']:.2f} ms x {p['saved_fraction']:g}"
             if p["predicted_ms"] is not None else "no prediction (no trace)"))
     out = list(chosen)
-    if len(chosen) > 1:
-        out.append(path_comparison(chosen))
+    on_path, stated = path_levers(chosen)
+    for o, why in stated.items():
+        progress(f"[levers] the path leaves {o} out: {why}")
+    if len(on_path) > 1:
+        out.append(path_comparison(on_path))
     if runner.args.only:  # a part of the plan (a long run split in two: --only path, or the levers alone)
         from workbench.errors import WorkbenchError
         names = [n.strip() for n in runner.args.only.split(",") if n.strip()]
@@ -196,7 +202,19 @@ def select(runner, comps: list) -> Selection:
             raise WorkbenchError(f"--only {bad[0]!r} names no comparison of this levers run; its comparisons: "
                                  f"{', '.join(c.name for c in out)}")
         out = [c for c in out if c.name in names]
-    return Selection(out, preds, skipped, bd, note)
+    return Selection(out, preds, skipped, bd, note, left_out=stated)
+
+
+def path_levers(chosen: list) -> tuple[list, dict]:
+    """(the lever comparisons the path may switch on, {opt: DIFFERENT_FN} for those whose optimized arm computes a
+    different function by design: their module states DIFFERENT_FUNCTION before any run
+    (`workbench.measure.numerics.different_of`), so the path never adds one as a speed lever; its own comparison
+    still runs and is judged as one)."""
+    from workbench import opts
+    from workbench.measure.numerics import different_of
+
+    stated = {c.opt: DIFFERENT_FN for c in chosen if different_of({c.opt: opts.module(c.opt).OPTIMIZED})}
+    return [c for c in chosen if c.opt not in stated], stated
 
 
 def choose(applicable: list[str], preds: dict) -> tuple[list[str], dict]:
@@ -235,19 +253,25 @@ def _apply_rank(opt: str) -> tuple:
     return (spec.get("apply_order", spec["order"]), spec["order"], opt)
 
 
+DIFFERENT_FN = "different function (stated): not a speed lever"
+"""Why the path leaves out a lever whose optimized arm computes a different function by design (DIFFERENT_FUNCTION)."""
 SLOWER = "slower"
 """The verdict (`workbench.measure.stats`: the speedup's 95% CI entirely below 1) that keeps a lever out of the path."""
 
 
 def left_out_reason(result: dict) -> str | None:
     """Why the path leaves a lever out, from its own comparison's result (None: it stays). The rule, fixed before the
-    runs it judges: the lever's comparison failed, or its optimized arm made the step slower (verdict `slower`: the
-    95% CI of its speedup entirely below 1). A CPU timing has no verdict, so on a CPU only a failure leaves one out."""
+    runs it judges: the lever's comparison failed, or its optimized arm computes a different function by design (the
+    run's `different_function` for that arm: no speed lever, whatever its speedup), or made the step slower (verdict
+    `slower`: the 95% CI of its speedup entirely below 1). A CPU timing has no verdict, so on a CPU only a failure or
+    a different function leaves one out."""
     if result.get("status") == "failed" or not result.get("optimized"):
         return "failed"
     opt = result["optimized"]
     if (opt.get("status") or "ok") != "ok":
         return "failed"
+    if (result.get("different_function") or {}).get(opt.get("arm")) or opt.get("different_function"):
+        return DIFFERENT_FN
     vs = opt.get("vs_baseline") or {}
     if vs.get("verdict") == SLOWER:
         ci = vs.get("ci95") or [None, None]
@@ -260,7 +284,7 @@ def prune_path(sel: Selection, results: list[dict], path_cmp):
     """The path comparison without the levers whose own comparison (already run: `results`) says `left_out_reason`;
     None when no lever is left. Records each one left out in `sel.left_out`."""
     by_opt = {r.get("opt"): r for r in results if r.get("name") != PATH}
-    chosen = [c for c in sel.comparisons if c.name != PATH]
+    chosen = [c for c in sel.comparisons if c.name != PATH and c.opt not in sel.left_out]  # left out when planned
     kept = []
     for c in chosen:
         why = left_out_reason(by_opt[c.opt]) if c.opt in by_opt else None
@@ -340,6 +364,10 @@ def table(summary: dict) -> str:
         pred = f"{lv['predicted_ms']:.2f}" if lv.get("predicted_ms") is not None else "-"
         eq = "numerics" if c.get("numerics_change") else ""
         eq = f"{c.get('equivalent')}" + (f" ({eq})" if eq else "")
+        dfs = c.get("different_function") or {}
+        if dfs:  # as the run judged it: neither equivalent nor an ordinary failure (`numerics.equiv_cell`)
+            from workbench.measure.numerics import equiv_cell
+            eq = equiv_cell(False, all(d.get("passed") for d in dfs.values()))
         lines.append(f"{c['name']:16s} {str(lv['component'])[:30]:31s} {pred:>12s}  {sp:24s}  {eq:10s}  "
                      f"{sm.get('verdict') or sm.get('reason') or '-'}" + (f"  path: {path}" if path else ""))
     return "\n".join(lines)

@@ -17,7 +17,8 @@ COMP_COLUMNS = ["folder", "job", "name", "opt", "model", "layers", "tokens", "at
                 "baseline", "arm", "baseline_ms", "arm_ms", "baseline_mean_ms", "arm_mean_ms", "speedup", "ci95_lo",
                 "ci95_hi", "ci_contains_1", "verdict", "n_pairs", "n_units", "outlier_pairs", "summary_speedup",
                 "summary_ci95_lo", "summary_ci95_hi", "summary_verdict", "summary_n_pairs", "equivalent",
-                "syncs_baseline", "syncs_arm", "instrument_cost_pct", "run_status", "file", "command",
+                "different_function_passed", "syncs_baseline", "syncs_arm", "instrument_cost_pct", "run_status", "file",
+                "command",
                 "git_sha", "batches", "steps", "trace", "arm_set", "rep_log_ratios", "process_of", "void_reason"]
 
 
@@ -29,7 +30,9 @@ def comparisons(profiles: str | None = None, include_incomplete_comparisons=Fals
     of), `baseline_ms` / `arm_ms` their medians; `summary_*` the figures the run's summary.json holds (for runs
     before the rep-level statistics: the pair bootstrap, outliers dropped); `role` optimized / other / aa (A/A: the
     baseline against itself) / nvtx (NVTX ranges off -> on); `file` the summary.json it comes from; `process_of`
-    the `--processes` campaign folder a process's run folder belongs to (None for a single run).
+    the `--processes` campaign folder a process's run folder belongs to (None for a single run);
+    `different_function_passed` (summary.json's arm `different_function.passed`) for an arm that computes a different
+    function by design (its `equivalent` is False by construction, `numerics.equiv_cell`), None for any other.
     `include_incomplete_comparisons`: True, or job names (e.g. `KEEP_FROM_INCOMPLETE`), to take the comparisons
     whose own status is ok out of incomplete runs; `discover_kw`: include_cpu, include_incomplete, include_void (the
     comparisons a VOID.json declares void, left out otherwise; `void_reason` says why, None on every other row)."""
@@ -59,6 +62,7 @@ def comparisons(profiles: str | None = None, include_incomplete_comparisons=Fals
                              "summary_speedup": v.get("speedup"), "summary_ci95_lo": olo, "summary_ci95_hi": ohi,
                              "summary_verdict": v.get("verdict"), "summary_n_pairs": v.get("n_pairs"),
                              "equivalent": a.get("equivalent"),
+                             "different_function_passed": (a.get("different_function") or {}).get("passed"),
                              "syncs_baseline": b.get("syncs_per_step"), "syncs_arm": a.get("syncs_per_step"),
                              "instrument_cost_pct": a.get("instrument_cost_pct"), "run_status": r["status"],
                              "file": os.path.join(r["folder"], "summary.json"), "command": r["command"],

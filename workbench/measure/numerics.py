@@ -104,6 +104,23 @@ def line(nc: dict) -> str:
 
 DIFFERENT = "different function (stated)"
 """How the tables name an arm that computes a different function by design and passed `judge_different`."""
+DIFFERENT_CELL = "different fn (stated)"
+"""DIFFERENT in a table cell."""
+DIFFERENT_FAILED_CELL = "NO (different fn)"
+"""A table cell for a stated different-function arm whose `judge_different` checks failed."""
+
+
+def equiv_cell(equivalent, different_passed=None, bitwise=None) -> str:
+    """An arm's equivalence in a table cell, from what its run wrote (summary.json's `equivalent` and
+    `different_function.passed`, results.csv's `different_function_passed`), never re-derived: a stated
+    different-function arm reads DIFFERENT_CELL when its checks passed and DIFFERENT_FAILED_CELL when they failed
+    (neither equivalent nor an ordinary "NO"); any other arm "bitwise" / "yes" / "NO", "-" where it was not judged
+    (None or NaN)."""
+    if different_passed is not None and different_passed == different_passed:
+        return DIFFERENT_CELL if bool(different_passed) else DIFFERENT_FAILED_CELL
+    if equivalent is None or equivalent != equivalent:
+        return "-"
+    return "bitwise" if bitwise and bitwise == bitwise else ("yes" if bool(equivalent) else "NO")
 
 
 def different_of(arms: dict) -> dict:

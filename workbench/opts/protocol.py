@@ -89,7 +89,8 @@ HOOKS = {h.name: h for h in (
          "path with the change switched off, which must compute BASELINE's function. Such an arm is judged by "
          "`workbench.measure.numerics.judge_different` (the off path equivalent to BASELINE under the normal "
          "criterion; the arm's loss and LoRA gradients finite and non-zero), never by equivalence. Read by "
-         "`workbench.ab.runner`."),
+         "`workbench.ab.runner`, `workbench.ab.levers` (the path leaves such a lever out) and `workbench.api` "
+         "(refused unless allow_different_function=True)."),
     Hook("DOSE", None, "dict | None",
          "{'arm': an arm of ARMS whose apply takes `dose=u` (u units of the fix, 0 = BASELINE's function and syncs, "
          "dose_units = the arm's), 'unit': what one unit is}: a dose-response. Read by `workbench.ab.dose`."),

@@ -39,8 +39,10 @@ def _ms_ci(v, lo, hi, spec="{:.1f}") -> str:
     return f"{_f(v, spec)}{ci} ms"
 
 
-def _eq(v) -> str:
-    return "-" if v is None or v != v else ("yes" if bool(v) else "NO")
+def _eq(v, different_passed=None) -> str:
+    """`numerics.equiv_cell`: "different fn (stated)" for a stated different-function arm that passed its checks."""
+    from workbench.measure.numerics import equiv_cell
+    return equiv_cell(v, different_passed)
 
 
 def _shape(r) -> list:

@@ -49,7 +49,8 @@ def results_page(ctx: _Ctx) -> str:
         main = main.assign(_o=main["_k"].map(first)).sort_values(["_o", "folder"], kind="stable")
         rows = [[_label(r), *_shape(r), f"{r['baseline']} -> {r['arm']}", _f(r["baseline_mean_ms"]),
                  _f(r["arm_mean_ms"]), _ci(r), r["verdict"], _n(r),
-                 f"{_f(r['syncs_baseline'], '{:g}')} -> {_f(r['syncs_arm'], '{:g}')}", _eq(r["equivalent"]),
+                 f"{_f(r['syncs_baseline'], '{:g}')} -> {_f(r['syncs_arm'], '{:g}')}",
+                 _eq(r["equivalent"], r["different_function_passed"]),
                  _runs_cell(r), ctx.link(r["file"])] for r in main.to_dict("records")]
         lines += _table(["comparison", "model", "layers", "tokens", "attn", "baseline -> arm", "baseline mean step ms",
                          "arm mean step ms", "speedup [95% CI]", "verdict", "pairs (reps)", "syncs/step",

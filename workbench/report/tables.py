@@ -83,10 +83,11 @@ def comparison_table(comparison: dict) -> str:
             elif title == "p20-p80":
                 row.append(f"{_fmt(a.get('step_ms_p20'), '{:.2f}')}-{_fmt(a.get('step_ms_p80'), '{:.2f}')}")
             elif title == "equiv":
-                e, df = a.get("equivalent"), a.get("different_function")
+                from workbench.measure.numerics import equiv_cell
+                df = a.get("different_function")  # NaN in the frame for an arm without one
                 row.append("ref" if a.get("arm") == (c.get("baseline") or {}).get("arm") else
-                           ("different fn (stated)" if df["passed"] else "NO (different fn)") if df else
-                           ("-" if e is None else ("bitwise" if a.get("bitwise") else ("yes" if e else "NO"))))
+                           equiv_cell(a.get("equivalent"), df.get("passed") if isinstance(df, dict) else None,
+                                      a.get("bitwise")))
             else:
                 row.append(_fmt(a.get(key), f))
         rows.append(row)
@@ -154,13 +155,17 @@ def layer_ranges_figure(layer_df: pd.DataFrame, visualize: bool = False):
 
 
 def savings_frame(summary: dict) -> pd.DataFrame:
-    """Predicted vs measured saving per comparison."""
+    """Predicted vs measured saving per comparison. `different_function_passed`: for a comparison with arms that
+    compute a different function by design (summary.json `different_function`), whether every one passed its own
+    checks (its `equivalent` is False by construction, no failure); None for any other comparison."""
     rows = []
     for c in summary.get("comparisons", []):
         sm = c.get("savings_model") or {}
+        dfs = c.get("different_function") or {}
         rows.append({"opt": c.get("opt"), "formula": sm.get("formula"), "predicted_ms": sm.get("predicted_ms"),
                      "measured_ms": sm.get("measured_ms"), "speedup": c.get("speedup"),
-                     "equivalent": c.get("equivalent")})
+                     "equivalent": c.get("equivalent"),
+                     "different_function_passed": all(d.get("passed") for d in dfs.values()) if dfs else None})
     return pd.DataFrame(rows)
 
 

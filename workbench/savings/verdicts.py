@@ -2,9 +2,7 @@
 the engine's paired measured saving (the rep as the unit), with the step-time decomposition that says which term a
 refuted model lacks.
 
-    python -m workbench.verdicts RUN_DIR [RUN_DIR ...]     # fills each traced comparison of summary.json
-    python -m workbench.verdicts RUN_DIR --calibration CAL.json --tau-from none
-    python -m workbench.verdicts PROCESSES_DIR               # a --processes K run: DIR/verdicts.json, the process as unit
+    python -m workbench.verdicts RUN_DIR [RUN_DIR ...]     # the command: `workbench.savings.verdicts_cli`
 
 Per comparison of a run folder whose baseline and optimized arms were traced (`--trace torch|nsys`):
 
@@ -60,10 +58,8 @@ consistent" / "exploratory: refuted" / "exploratory: inconclusive"), until a new
 """
 from __future__ import annotations
 
-import argparse
 import math
 import os
-import sys
 
 import pandas as pd
 
@@ -476,45 +472,3 @@ def table(all_rows: list[dict]) -> str:
     cols = ["comparison", "model", "input", "predicted", "measured", "unit", "ratio", "ratio 90% CI", "verdict",
             "published", "revision"]
     return t[cols].to_string(index=False, float_format=lambda x: f"{x:.2f}")
-
-
-def main(argv=None) -> int:
-    from workbench.errors import WorkbenchError
-    from workbench.savings import process_verdicts
-    p = argparse.ArgumentParser(prog="python -m workbench.verdicts", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders written by python -m workbench.ab (a "
-                   "--processes K folder: the process-level verdict, DIR/verdicts.json)")
-    p.add_argument("--calibration", metavar="FILE", default=None, help="θ per model ({model: {theta, ci95, source, "
-                   "commit}}, from a dose-response analysis): the prediction is multiplied by θ, its CI a shift "
-                   "with its own interval; a model without an entry is used as traced")
-    p.add_argument("--tau-from", metavar="FILE", default=calibration.TAU_SOURCE, help="a replication campaign's "
-                   "analysis.json: the process component tau a single run's measured saving gets (default "
-                   "%(default)s; 'none': within this run only)")
-    a = p.parse_args(argv)
-    try:
-        inputs = Inputs(a.calibration, a.tau_from)
-    except WorkbenchError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    all_rows, failed = [], []
-    for d in a.runs:
-        is_proc = os.path.isfile(os.path.join(d, "processes.json"))
-        if not is_proc and not os.path.isfile(os.path.join(d, "summary.json")):
-            print(f"error: {d}: no summary.json (not a run folder of python -m workbench.ab)", file=sys.stderr)
-            return 2
-        rs = process_verdicts.annotate(d, inputs) if is_proc else annotate(d, inputs)
-        all_rows += rs
-        failed += [f"{d}: {r['comparison']}: {r['reason']}" for r in rs if r["verdict"] == "input check failed"]
-    if all_rows:
-        print(table(all_rows))
-    for r in all_rows:
-        if r["verdict"] == calibration.NO_VERDICT_INSTRUMENT:
-            print(f"{r['verdict']}: {r['folder']}: {r['comparison']}: {r['reason']}")
-    for f in failed:
-        print(f"INPUT CHECK FAILED: {f}", file=sys.stderr)
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

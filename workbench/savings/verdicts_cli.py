@@ -1,0 +1,55 @@
+"""`python -m workbench.verdicts`: judge the savings models of run folders (`workbench.savings.verdicts` for a single
+run, `workbench.savings.process_verdicts` for a `--processes K` folder) and print one table.
+
+    python -m workbench.verdicts RUN_DIR [RUN_DIR ...]     # fills each traced comparison of summary.json
+    python -m workbench.verdicts RUN_DIR --calibration CAL.json --tau-from none
+    python -m workbench.verdicts PROCESSES_DIR               # a --processes K run: DIR/verdicts.json, the process as unit
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from workbench.savings import calibration, process_verdicts, verdicts
+
+
+def main(argv=None) -> int:
+    from workbench.errors import WorkbenchError
+    p = argparse.ArgumentParser(prog="python -m workbench.verdicts", description=verdicts.__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders written by python -m workbench.ab (a "
+                   "--processes K folder: the process-level verdict, DIR/verdicts.json)")
+    p.add_argument("--calibration", metavar="FILE", default=None, help="θ per model ({model: {theta, ci95, source, "
+                   "commit}}, from a dose-response analysis): the prediction is multiplied by θ, its CI a shift "
+                   "with its own interval; a model without an entry is used as traced")
+    p.add_argument("--tau-from", metavar="FILE", default=calibration.TAU_SOURCE, help="a replication campaign's "
+                   "analysis.json: the process component tau a single run's measured saving gets (default "
+                   "%(default)s; 'none': within this run only)")
+    a = p.parse_args(argv)
+    try:
+        inputs = verdicts.Inputs(a.calibration, a.tau_from)
+    except WorkbenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    all_rows, failed = [], []
+    for d in a.runs:
+        is_proc = os.path.isfile(os.path.join(d, "processes.json"))
+        if not is_proc and not os.path.isfile(os.path.join(d, "summary.json")):
+            print(f"error: {d}: no summary.json (not a run folder of python -m workbench.ab)", file=sys.stderr)
+            return 2
+        rs = process_verdicts.annotate(d, inputs) if is_proc else verdicts.annotate(d, inputs)
+        all_rows += rs
+        failed += [f"{d}: {r['comparison']}: {r['reason']}" for r in rs if r["verdict"] == "input check failed"]
+    if all_rows:
+        print(verdicts.table(all_rows))
+    for r in all_rows:
+        if r["verdict"] == calibration.NO_VERDICT_INSTRUMENT:
+            print(f"{r['verdict']}: {r['folder']}: {r['comparison']}: {r['reason']}")
+    for f in failed:
+        print(f"INPUT CHECK FAILED: {f}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
