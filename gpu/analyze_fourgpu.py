@@ -12,7 +12,8 @@ Writes DIR/fourgpu_verdicts.json and prints one block per question:
 3. the "all three" anomaly: DIR/anomaly_one.json (1 rank) against DIR/anomaly_two.json (rank 0 of 2), class by class
    (`class_totals.explain` with `straggler.SAME_WORK_TOL`);
 4. the per-rank pinned bandwidth B(1), B(2), B(4).
-A part whose files are missing (the job's deadline cut it) says so; the rest stand.
+A part whose files are missing (the job's deadline cut it) says so; the rest stand. A comparison a run folder's
+VOID.json declares void reads "void" with the reason (the committed fourgpu_verdicts.json predates the VOID.json files).
 """
 from __future__ import annotations
 
@@ -95,6 +96,10 @@ def projections(d: str, pro: dict) -> list[dict]:
             out.append({"comparison": p["comparison"], "verdict": "not run",
                         "reason": "the comparison is not in the 4-rank runs"})
             continue
+        void = next(filter(None, (straggler.void_reason(r, p["comparison"]) for r in runs)), None)
+        if void:  # declared void after the run (VOID.json): no measured saving is read from it
+            out.append({"comparison": p["comparison"], "verdict": "void", "reason": void})
+            continue
         m = straggler.measured_at_ranks(runs, p["comparison"], p["baseline"], p["optimized"])
         shape, want = [c.get(k) for k in ("model", "layers", "tokens")], [p[k] for k in ("model", "layers", "tokens")]
         rec = {"comparison": p["comparison"], "projected_ms": p["saving_ms"], "projected_ci95": p["ci95"],
@@ -123,6 +128,9 @@ def contention(d: str, pro: dict) -> dict:
     inp = one["savings_model"]["inputs"]
     c, g, h = inp["c_ms"]["value"], inp["g_ms"]["value"], inp["h_ms"]["value"]
     terms = {n: contention_term(c, g, h, b[1], b[n]) for n in (2, RANKS)}
+    void = straggler.void_reason(os.path.join(TWO_GPU, "d2_rest"), "offload")
+    if void:  # the 2-rank saving it scales is void (VOID.json): no projection from it
+        return {"verdict": "void", "reason": void}
     s1 = straggler._saving(os.path.join(TWO_GPU, "g1_rest"), "offload", "sync_reload", "double_buffer")
     s2 = straggler._saving(os.path.join(TWO_GPU, "d2_rest"), "offload", "sync_reload", "double_buffer")
     (p,) = straggler.projection(s1, s2, (RANKS,), term={n: t["term_ms"] for n, t in terms.items()})
@@ -243,10 +251,10 @@ def main(argv=None) -> int:
     for p in res["projections"]:
         print(f"projection {p.get('comparison')}: {p.get('projected_ms', float('nan')):.1f} {p.get('projected_ci95')} "
               f"vs measured {p.get('measured_ms', float('nan')):.1f} {p.get('measured_ci95')} ({p.get('unit')}): "
-              f"{p['verdict']}")
+              f"{p['verdict']}" + (f" ({p['reason']})" if p["verdict"] == "void" else ""))
     oc = res["offload_with_contention"]
     print(f"offload with contention: {oc.get('projected_ms', float('nan')):.1f} {oc.get('projected_ci95')}: "
-          f"{oc['verdict']}  B(n) {oc.get('b_gb_per_s')}")
+          f"{oc['verdict']}  B(n) {oc.get('b_gb_per_s')}" + (f" ({oc['reason']})" if oc["verdict"] == "void" else ""))
     for f, r in res["equivalence_bf16"].items():
         print(f"equivalence {f}: {r}")
     an = res["anomaly"]

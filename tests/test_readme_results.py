@@ -18,7 +18,7 @@ from test_analysis import _sweep, arm, comparison, packing, vs, with_verdict, wr
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROFILES = os.path.join(ROOT, "profiles")
-SECTIONS = ["## Speedups", "## Repeat runs", "## Savings models", "## L sweeps", "## A/A", "## What the sync counter costs",
+SECTIONS = ["## Speedups", "## Void", "## Repeat runs", "## Savings models", "## L sweeps", "## A/A", "## What the sync counter costs",
             "## What NVTX ranges cost", "## Model FLOPs and MFU", "## Left out", "## Commands"]
 
 

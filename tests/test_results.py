@@ -149,7 +149,7 @@ def test_check_out_dir_refuses_an_unwritable_parent(tmp_path):
 
 
 def test_clear_run_files_leaves_foreign_files(tmp_path):
-    for name in ("results.csv", "summary.json", "meta.json", "errors.log", "notes.txt", "results.csv.bak"):
+    for name in ("results.csv", "summary.json", "meta.json", "errors.log", "VOID.json", "notes.txt", "results.csv.bak"):
         (tmp_path / name).write_text(name)
     (tmp_path / "traces" / "packing").mkdir(parents=True)
     (tmp_path / "traces" / "packing" / "rebuild.pt.trace.json.gz").write_text("t")
@@ -159,7 +159,7 @@ def test_clear_run_files_leaves_foreign_files(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["mine", "notes.txt", "results.csv.bak"]
     assert (tmp_path / "mine" / "results.csv").read_text() == "keep"
     assert set(RUN_FILES) == {"results.csv", "summary.json", "meta.json", "errors.log", "traces", "RUNNING", "INCOMPLETE",
-                              "FAILED"}
+                              "FAILED", "VOID.json"}  # --force: an old run's VOID.json does not void the new run
     clear_run_files(str(tmp_path))  # nothing to remove: no error
 
 

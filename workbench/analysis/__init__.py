@@ -3,6 +3,7 @@
 
     from workbench import analysis as an
     runs = an.discover("profiles")           # complete GPU runs; an.left_out("profiles") says what was not taken, why
+    void = an.voided("profiles")             # comparisons a folder's VOID.json declares void (left out of every frame)
     comps = an.comparisons("profiles")       # one row per comparison and arm: speedup, 95% CI, verdict, n pairs
     points, fit = an.sweep(comps)            # saving per layer count, linear fit (slope ms/layer with its CI)
     an.show(an.speedup_figure(comps))
@@ -10,7 +11,9 @@
 A run folder holds `summary.json` (+ `meta.json`, `results.csv`; `traces/<comparison>/<arm>.events.parquet` with
 `--trace`). A profiles root is a folder of such folders at any depth, or one run folder; a campaign folder's
 `COMMAND.txt` (`job: command` lines) or `commands.json` names each sub-folder's command. Runs are kept when complete
-(meta.json status "complete") and on a GPU; the others are listed by `left_out` with the reason.
+(meta.json status "complete") and on a GPU; the others are listed by `left_out` with the reason. A comparison that its
+folder's `VOID.json` declares void (`workbench.measure.results.void_comparisons`) is left out of every frame;
+`voided` lists them with the reason.
 Every statistic comes from `workbench.measure.stats`; every frame has its units in its column names; figures take a frame
 and return a plotly figure (`visualize=True` shows it). Notebooks only load, call and plot.
 
@@ -22,8 +25,8 @@ the data they share (folders, the articles' claims, the cut-off runs still repor
 from __future__ import annotations
 
 from workbench.analysis.loader import (
-    LEFT_OUT_COLUMNS, RUN_COLUMNS, _json, campaign_commands, default_lengths, discover, left_out, no_data, preview,
-    profiles_root, recomputed, shown_path, step_samples)
+    LEFT_OUT_COLUMNS, RUN_COLUMNS, VOID_COLUMNS, _json, campaign_commands, default_lengths, discover, left_out, no_data,
+    preview, profiles_root, recomputed, shown_path, step_samples, voided)
 from workbench.analysis.speedups import (
     COMP_COLUMNS, CONFIG_KEY, REPEAT_COLUMNS, REPEAT_GROUP_COLUMNS, REPEAT_KEY, STEP_COLUMNS, comparisons, headline_runs, lever_comparisons,
     one_gpu, repeats, runs_of, steps, warmups)
@@ -49,7 +52,7 @@ from workbench.report.tables import (  # the figures live in report.py; re-expor
     sweep_figure, sweep_fit_figure, timeline_figure)
 
 __all__ = [
-    "LEFT_OUT_COLUMNS", "RUN_COLUMNS", "_json", "campaign_commands", "discover", "left_out", "no_data", "preview",
+    "LEFT_OUT_COLUMNS", "RUN_COLUMNS", "VOID_COLUMNS", "voided", "_json", "campaign_commands", "discover", "left_out", "no_data", "preview",
     "profiles_root", "default_lengths", "recomputed", "shown_path", "step_samples", "COMP_COLUMNS", "CONFIG_KEY", "REPEAT_COLUMNS", "REPEAT_GROUP_COLUMNS",
     "REPEAT_KEY", "STEP_COLUMNS", "comparisons", "headline_runs", "lever_comparisons", "one_gpu", "repeats", "runs_of", "steps",
     "warmups", "SWEEP_FIT_COLUMNS", "SWEEP_POINT_COLUMNS", "equivalence", "sweep", "sweep_fits", "sweep_points",

@@ -18,6 +18,7 @@ import os
 import pandas as pd
 
 from workbench import analysis
+from workbench.measure.results import void_comparisons
 
 COLUMNS = ["lengths", "opt", "comparison", "model", "layers", "tokens", "attn", "gpu_name", "baseline", "arm",
            "docs_per_batch_mean", "docs_per_batch_min", "docs_per_batch_max", "n_batches", "speedup", "ci95_lo",
@@ -45,9 +46,10 @@ def _rows(folder: str) -> list[dict]:
     lengths = (m.get("args") or {}).get("lengths")
     dev = m.get("device") if isinstance(m.get("device"), dict) else {}
     rows = []
+    void = void_comparisons(folder)  # a void comparison is in no table
     for c in s.get("comparisons", []):
         base, opt = (c.get("baseline") or {}).get("arm"), (c.get("optimized") or {}).get("arm")
-        if not base or not opt:
+        if not base or not opt or c.get("name") in void:
             continue
         docs = [b["documents"] for b in c.get("batches") or [] if isinstance(b, dict) and "documents" in b]
         new = analysis.recomputed(folder, c.get("name"), base, opt) or {}

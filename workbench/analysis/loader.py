@@ -9,14 +9,18 @@ import re
 
 import pandas as pd
 
-from workbench.measure import markers
+from workbench.measure import markers, results
 from workbench.analysis.constants import DEFAULT_LENGTHS, DEFAULT_PROFILES, NOT_A_MEASUREMENT, PREVIEW_ROWS, REPO
 
 
 RUN_COLUMNS = ["path", "folder", "job", "command", "device", "gpu_name", "status", "complete", "comparisons",
-               "run_id", "git_sha", "torch", "transformers", "process_of"]
+               "run_id", "git_sha", "torch", "transformers", "process_of", "void_comparisons"]
 LEFT_OUT_COLUMNS = ["path", "folder", "job", "status", "device", "command", "complete_comparisons",
                     "missing_comparisons", "reason"]
+VOID_COLUMNS = ["folder", "comparison", "opt", "model", "layers", "tokens", "ranks", "baseline", "arm", "void_reason",
+                "void_found_by", "void_commit", "file"]
+NOT_VOID = {"void_reason": None, "void_found_by": None, "void_commit": None}
+"""The void fields of a comparison that no VOID.json voids (`results.void_comparisons`)."""
 
 
 def _json(path):
@@ -121,11 +125,12 @@ def _stamps(paths) -> tuple:
 
 def _scan(profiles: str | None) -> list[dict]:
     """Every run folder below the root: its record and the reasons it could be left out. Read once per root and
-    kept while the files it reads (summary.json, meta.json, the campaign's COMMAND.txt / commands.json) are
-    unchanged; callers read the records, never change them."""
+    kept while the files it reads (summary.json, meta.json, VOID.json, the campaign's COMMAND.txt / commands.json)
+    are unchanged; callers read the records, never change them. A malformed VOID.json raises WorkbenchError."""
     root = profiles_root(profiles)
     dirs = _run_dirs(root) if os.path.isdir(root) else []
-    stamps = _stamps([os.path.join(d, f) for d in dirs for f in ("summary.json", "meta.json", *markers.MARKERS)]
+    stamps = _stamps([os.path.join(d, f) for d in dirs
+                      for f in ("summary.json", "meta.json", results.VOID_FILE, *markers.MARKERS)]
                      + [os.path.join(c, f) for c in sorted({os.path.dirname(d) for d in dirs})
                         for f in ("commands.json", "COMMAND.txt")])
     cached = _RUNS.get(root)
@@ -155,7 +160,10 @@ def _read_runs(root: str, dirs: list[str]) -> list[dict]:
             m = {**m, "reason": why_state}
         else:
             said = repr(status)
-        comps = s.get("comparisons", [])
+        void = results.void_comparisons(d, [_name(c) for c in s.get("comparisons", [])]
+                                        + [n for n in m.get("comparisons", []) if isinstance(n, str)])
+        comps = [{**c, **void.get(_name(c), NOT_VOID)} for c in s.get("comparisons", [])]
+        s = {**s, "comparisons": comps} if s else s
         v = m.get("versions") or {}
         parent = os.path.dirname(d)
         rec = {"path": d, "folder": os.path.relpath(d, base), "job": job,
@@ -165,7 +173,8 @@ def _read_runs(root: str, dirs: list[str]) -> list[dict]:
                "gpu_name": dev.get("gpu_name") or (dev.get("name") if device == "cuda" else None), "status": status,
                "complete": bool(s.get("complete")) and status == "complete", "comparisons": len(comps),
                "run_id": s.get("run_id") or m.get("run_id"), "git_sha": m.get("git_sha"), "torch": v.get("torch"),
-               "transformers": v.get("transformers"), "summary": s, "cpu": device != "cuda"}
+               "transformers": v.get("transformers"), "summary": s, "cpu": device != "cuda",
+               "void_comparisons": list(void)}
         ok = [_name(c) for c in comps if c.get("status") == "ok"]
         rec["complete_comparisons"] = ", ".join(ok)
         rec["missing_comparisons"] = ", ".join(n for n in m.get("comparisons", []) if n not in ok)
@@ -212,17 +221,34 @@ def left_out(profiles: str | None = None, include_cpu: bool = False, include_inc
     return pd.DataFrame(rows, columns=LEFT_OUT_COLUMNS)
 
 
-def _included(profiles, include_cpu=False, include_incomplete=False, include_incomplete_comparisons=False):
+def _included(profiles, include_cpu=False, include_incomplete=False, include_incomplete_comparisons=False,
+              include_void=False):
     """[(run record, [comparison dicts])]: every comparison of a kept run; with `include_incomplete_comparisons`
-    (True, or job names / folders) also the comparisons whose own status is "ok" out of incomplete runs."""
+    (True, or job names / folders) also the comparisons whose own status is "ok" out of incomplete runs. A comparison
+    its folder's VOID.json declares void (`void_reason` set) is left out unless `include_void`: every table, frame
+    and figure built on this honours it; `voided` lists them."""
     out, want = [], include_incomplete_comparisons
     for r in _scan(profiles):
-        comps = r["summary"].get("comparisons", [])
+        comps = [c for c in r["summary"].get("comparisons", []) if include_void or c.get("void_reason") is None]
         if _kept(r, include_cpu, include_incomplete):
             out.append((r, comps))
         elif want and (include_cpu or not r["cpu"]) and (want is True or r["job"] in want or r["folder"] in want):
             out.append((r, [c for c in comps if c.get("status") == "ok"]))
     return out
+
+
+def voided(profiles: str | None = None, **kw) -> pd.DataFrame:
+    """The comparisons the other frames leave out because their run folder's VOID.json declares them void
+    (`VOID_COLUMNS`: the comparison, its arms, `void_reason`, who found it, the fixing commit), among the runs
+    `_included(profiles, **kw)` selects."""
+    rows = []
+    for r, comps in _included(profiles, include_void=True, **kw):
+        for c in comps:
+            if c.get("void_reason") is not None:
+                rows.append({**{k: v for k, v in _ctx(r, c).items() if k in VOID_COLUMNS},
+                             "ranks": int((c.get("distributed") or {}).get("world_size") or 1),
+                             **{k: c[k] for k in NOT_VOID}, "file": os.path.join(r["folder"], results.VOID_FILE)})
+    return _frame(rows, VOID_COLUMNS)
 
 
 def _role(name: str, arm: str, is_optimized: bool) -> str:

@@ -41,14 +41,16 @@ def _pct(v):
 
 def process_claims(root: str, comps: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per comparison with a process-level claim below `root` (`PROCESS_COLUMNS`); `comps`
-    (`analysis.comparisons(root)`, passed to save a reload) gives each claim its shape."""
-    from workbench.analysis.loader import profiles_root
+    (`analysis.comparisons(root)`, passed to save a reload) gives each claim its shape. A claim one of whose process
+    folders declares the comparison void (VOID.json) is left out, as every frame leaves a void comparison out."""
+    from workbench.analysis.loader import _scan, profiles_root
     from workbench.analysis.speedups import comparisons
     root = profiles_root(root)
     if not os.path.isdir(root):
         return pd.DataFrame(columns=PROCESS_COLUMNS)
     comps = comparisons(root) if comps is None else comps
     base = os.path.dirname(root)
+    void = {(r["process_of"], n) for r in _scan(root) if r["process_of"] for n in r["void_comparisons"]}
     rows, covered = [], set()
     designs, plain = [], []
     for d, dirs, files in os.walk(root):
@@ -72,6 +74,8 @@ def process_claims(root: str, comps: pd.DataFrame | None = None) -> pd.DataFrame
             p = c["prediction"]
             jobs = sorted({os.path.join(d, f.split("/")[0]) for fs in c["folders"].values() for f in fs})
             covered.update(os.path.abspath(j) for j in jobs)
+            if any((os.path.relpath(j, base), name) in void for j in jobs):
+                continue
             rows.append({"name": name, "baseline": c["baseline"], "arm": c["arm"], **shape(jobs, name, c["arm"]),
                          "speedup": p["speedup"], "ci95_lo": p["ci95"][0], "ci95_hi": p["ci95"][1],
                          "ci_scope": THESE, "pi95_lo": p["pi95"][0], "pi95_hi": p["pi95"][1],
@@ -87,7 +91,7 @@ def process_claims(root: str, comps: pd.DataFrame | None = None) -> pd.DataFrame
         rec = _read(os.path.join(d, "processes.json"))
         minutes = sum(float(p.get("wall_s") or 0) for p in rec.get("processes", [])) / 60
         for e in rec.get("estimates") or []:
-            if "speedup" not in e or not e.get("pi95"):
+            if "speedup" not in e or not e.get("pi95") or (os.path.relpath(d, base), e["comparison"]) in void:
                 continue
             rows.append({"name": e["comparison"], "baseline": e["baseline"], "arm": e["arm"],
                          **shape([d], e["comparison"], e["arm"]), "speedup": e["speedup"],

@@ -19,7 +19,7 @@ COMP_COLUMNS = ["folder", "job", "name", "opt", "model", "layers", "tokens", "at
                 "summary_ci95_lo", "summary_ci95_hi", "summary_verdict", "summary_n_pairs", "equivalent",
                 "different_function_passed", "syncs_baseline", "syncs_arm", "instrument_cost_pct", "run_status", "file",
                 "command",
-                "git_sha", "batches", "steps", "trace", "arm_set", "rep_log_ratios", "process_of"]
+                "git_sha", "batches", "steps", "trace", "arm_set", "rep_log_ratios", "process_of", "void_reason"]
 
 
 def comparisons(profiles: str | None = None, include_incomplete_comparisons=False, **discover_kw) -> pd.DataFrame:
@@ -34,7 +34,8 @@ def comparisons(profiles: str | None = None, include_incomplete_comparisons=Fals
     `different_function_passed` (summary.json's arm `different_function.passed`) for an arm that computes a different
     function by design (its `equivalent` is False by construction, `numerics.equiv_cell`), None for any other.
     `include_incomplete_comparisons`: True, or job names (e.g. `KEEP_FROM_INCOMPLETE`), to take the comparisons
-    whose own status is ok out of incomplete runs; `discover_kw`: include_cpu, include_incomplete."""
+    whose own status is ok out of incomplete runs; `discover_kw`: include_cpu, include_incomplete, include_void (the
+    comparisons a VOID.json declares void, left out otherwise; `void_reason` says why, None on every other row)."""
     rows = []
     for r, comps in _included(profiles, include_incomplete_comparisons=include_incomplete_comparisons,
                               **discover_kw):
@@ -67,7 +68,7 @@ def comparisons(profiles: str | None = None, include_incomplete_comparisons=Fals
                              "file": os.path.join(r["folder"], "summary.json"), "command": r["command"],
                              **_clean_repeat_facts(r, c), "rep_log_ratios": _rep_log_ratios(r["path"], _name(c),
                                                                                              b.get("arm"), a["arm"]),
-                             "process_of": r.get("process_of")})
+                             "process_of": r.get("process_of"), "void_reason": c.get("void_reason")})
     return _frame(rows, COMP_COLUMNS, ("baseline_ms", "arm_ms", "baseline_mean_ms", "arm_mean_ms", "speedup",
                                        "ci95_lo", "ci95_hi", "syncs_baseline", "syncs_arm", "instrument_cost_pct",
                                        "summary_speedup", "summary_ci95_lo", "summary_ci95_hi"))

@@ -7,6 +7,7 @@ import re
 import pandas as pd
 
 from workbench.measure import stats
+from workbench.measure.results import safe_name
 from workbench.analysis.loader import _empty, discover
 from workbench.analysis.speedups import headline_runs
 
@@ -25,11 +26,15 @@ def load_trace(path: str) -> pd.DataFrame:
 
 def arm_events(profiles: str | None = None, **discover_kw) -> dict:
     """{(folder, comparison, arm): events frame} of the runs `discover` keeps:
-    `traces/<comparison>/<arm>.events.parquet` (or .events.csv.gz, else the raw .pt.trace.json.gz / .sqlite, parsed)."""
+    `traces/<comparison>/<arm>.events.parquet` (or .events.csv.gz, else the raw .pt.trace.json.gz / .sqlite, parsed);
+    not those of a comparison its folder's VOID.json declares void."""
     out: dict = {}
     for r in discover(profiles, **discover_kw).to_dict("records"):
         tdir = os.path.join(r["path"], "traces")
+        void = {safe_name(n) for n in r["void_comparisons"] or []}
         for comp in sorted(os.listdir(tdir)) if os.path.isdir(tdir) else []:
+            if comp in void:
+                continue
             for fn in sorted(os.listdir(os.path.join(tdir, comp))):
                 m = re.match(r"^(.+?)\.(events\.parquet|events\.csv\.gz|pt\.trace\.json(\.gz)?|sqlite)$", fn)
                 if m and (r["folder"], comp, m.group(1)) not in out:

@@ -10,6 +10,8 @@ The one schema every result of the project uses (A/B comparisons, sweeps, instru
   each comparison's `batches` ({tokens, documents, doc_lens}) and, per arm, the attention it ran
   (`attention_impl`, `attention_flops`) and its FLOPs per batch (`flops_per_batch`: {model, total},
   `workbench.step.flops.arm_batch_flops`). Runs before these fields: `older_run_note`.
+- `VOID.json` (optional, written by hand after the run): the comparisons whose results are void, with the reason
+  (`VOID_FILE`, read by `void_comparisons` only).
 - `meta.json`: command, the project's git sha, package versions, device, driver, NVML clocks and power per arm,
   `args` (the run's config, flat; older names: `run_args`), the protocol and the equivalence criterion (fixed
   before the run), status
@@ -135,8 +137,16 @@ def device_info(device) -> dict:
     return info
 
 
-RUN_FILES = ("results.csv", "summary.json", "meta.json", "errors.log", "traces", "RUNNING", "INCOMPLETE", "FAILED")
-"""What a run writes into its folder: `--force` removes exactly these before a new run."""
+VOID_FILE = "VOID.json"
+"""A run folder's declaration, written by hand after the run, that some of its comparisons' results are void (a bug
+found later): `{"comparisons": {NAME: reason, ...}, "found_by": ..., "commit": ...}`, NAME "*" for every comparison.
+Read by `void_comparisons` only; every reader of run folders leaves a void comparison out and says why."""
+VOID_KEYS = ("comparisons", "found_by", "commit")
+
+RUN_FILES = ("results.csv", "summary.json", "meta.json", "errors.log", "traces", "RUNNING", "INCOMPLETE", "FAILED",
+             VOID_FILE)
+"""What a run writes into its folder (and VOID.json, which a new run's results are not): `--force` removes exactly
+these before a new run."""
 
 
 def safe_name(label: str) -> str:
@@ -293,6 +303,59 @@ def load_run(run_dir: str) -> tuple[pd.DataFrame, dict, dict]:
     if meta and state != meta.get("status"):  # a dead writer's "running" (or a marker the JSON lacks) is what shows
         meta = {**meta, "status": state, **({"reason": why} if why and not meta.get("reason") else {})}
     return df, j("summary.json"), meta
+
+
+def void_comparisons(run_dir: str, names=None) -> dict:
+    """{comparison: {"void_reason", "void_found_by", "void_commit"}} of the comparisons the run folder's `VOID_FILE`
+    declares void ({} without the file): a name, or every one of `names` (the run's comparisons; None: those its
+    summary.json and meta.json name) for "*". Raises WorkbenchError, one line naming the file, when it is not JSON,
+    lacks or adds a key of `VOID_KEYS`, has an empty or non-string reason, or names a comparison the run does not
+    hold."""
+    from workbench.errors import WorkbenchError
+
+    path = os.path.join(run_dir, VOID_FILE)
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        raise WorkbenchError(f"{path}: not readable JSON ({e})") from None
+    if not isinstance(doc, dict) or set(doc) != set(VOID_KEYS):
+        got = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
+        raise WorkbenchError(f"{path}: needs exactly the keys {list(VOID_KEYS)}, has {got}")
+    comps = doc["comparisons"]
+    if not isinstance(comps, dict) or not comps:
+        raise WorkbenchError(f"{path}: 'comparisons' must map comparison names (or \"*\") to reasons")
+    for k in ("found_by", "commit"):
+        if not isinstance(doc[k], str) or not doc[k].strip():
+            raise WorkbenchError(f"{path}: '{k}' must be a non-empty string")
+    for name, why in comps.items():
+        if not isinstance(why, str) or not why.strip():
+            raise WorkbenchError(f"{path}: the reason of {name!r} must be a non-empty string")
+    if names is None:
+        summary, meta = (_json_or_empty(os.path.join(run_dir, f)) for f in ("summary.json", "meta.json"))
+        names = [c.get("name") or c.get("opt") for c in summary.get("comparisons", [])]
+        names += list(meta.get("comparisons", []))
+    names = [n for n in dict.fromkeys(names) if isinstance(n, str)]
+    unknown = [n for n in comps if n != "*" and n not in names]
+    if unknown:
+        raise WorkbenchError(f"{path}: names {', '.join(map(repr, unknown))}, which the run does not hold "
+                             f"(it holds: {', '.join(names) or 'none'})")
+    def info(why: str) -> dict:
+        return {"void_reason": why.strip(), "void_found_by": doc["found_by"], "void_commit": doc["commit"]}
+    out = {n: info(comps["*"]) for n in names if "*" in comps}
+    out.update({n: info(why) for n, why in comps.items() if n != "*"})
+    return out
+
+
+def _json_or_empty(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 _NOTED: set = set()

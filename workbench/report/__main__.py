@@ -10,7 +10,7 @@ from workbench.errors import WorkbenchError
 
 def main(argv=None) -> int:
     from workbench.measure import markers
-    from workbench.measure.results import load_run
+    from workbench.measure.results import load_run, void_comparisons
     from workbench.report import tables
     p = parser("workbench.report", tables.__doc__ + "\nPrints a run folder's state and one table per comparison.")
     p.add_argument("run_dir", help="a run folder (results.csv, summary.json, meta.json)")
@@ -18,10 +18,15 @@ def main(argv=None) -> int:
     if not os.path.isfile(os.path.join(a.run_dir, "results.csv")):
         raise WorkbenchError(f"{a.run_dir} is not a run folder (no results.csv)")
     results, summary, meta = load_run(a.run_dir)
+    void = void_comparisons(a.run_dir)
     state, why = markers.state(a.run_dir, meta)
     print(f"{a.run_dir}: {state}" + (f" ({why})" if why else "") + f"; {meta.get('command') or ''}")
     for c in summary.get("comparisons", []):
-        if c.get("baseline") is not None:
+        v = void.get(c.get("name") or c.get("opt"))
+        if v:  # no numbers: a void comparison's table is not a result
+            print(f"\n{c.get('name')}: void: {v['void_reason']} (found by {v['void_found_by']}; fixed in "
+                  f"{v['void_commit']}; {os.path.join(a.run_dir, 'VOID.json')})")
+        elif c.get("baseline") is not None:
             print()
             print(tables.comparison_table(c))
         else:

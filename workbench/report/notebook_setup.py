@@ -19,6 +19,7 @@ from workbench.report import nbview, tables
 RUN_COLUMNS = ["folder", "command", "gpu_name", "status", "comparisons", "torch", "transformers"]
 """The columns of the result-folder table each notebook opens with."""
 LEFT_OUT_COLUMNS = ["folder", "status", "reason"]
+VOID_COLUMNS = ["folder", "comparison", "baseline", "arm", "void_reason", "void_commit"]
 PANDAS_OPTIONS = {"display.width": 200, "display.max_columns": 40, "display.max_colwidth": 80,
                   "display.max_rows": 400}
 """Every arm and source line shown, not a truncated view; long text cut at 80 characters."""
@@ -48,6 +49,10 @@ def setup(profiles: str, include_cpu: bool = False, include_incomplete: bool = F
         display(nbview.table(out[LEFT_OUT_COLUMNS], f"run folders left out (the complete comparisons of {kept} are "
                              "still read, as in the README)", open_rows=0,
                              where="every one in an.left_out(PROFILES)"))
+    void = an.voided(profiles, **selection(include_cpu, include_incomplete))
+    if len(void):
+        display(nbview.table(void[VOID_COLUMNS], "comparisons declared void by their folder's VOID.json (left out of "
+                             "every frame below)", open_rows=0, where="every one in an.voided(PROFILES)"))
     return selection(include_cpu, include_incomplete)
 
 

@@ -218,9 +218,9 @@ def main(argv=None) -> int:
         bd_rows, bd_path = _breakdown_rows(root, opts), breakdown_figure_path(figure)
         if not bd_rows.empty and figures.png_digest(bd_path) != figures.breakdown_digest(bd_rows):
             problems.append(f"{bd_path}: drawn from other numbers than profiles/ holds (or missing)")
-        # the prose may quote any timed comparison profiles/ holds, a failed run's too (the prose says it failed):
+        # the prose may quote any timed comparison profiles/ holds, a failed or void run's too (the prose says so):
         # its speedup is recomputed from the timed steps of its results.csv like any other
-        comps = an.comparisons(root, include_cpu=True, include_incomplete=True)
+        comps = an.comparisons(root, include_cpu=True, include_incomplete=True, include_void=True)
         comps = pd.concat([comps, arm_pairs(root)], ignore_index=True)
         problems += prose_problems(text, comps, os.path.relpath(readme, repo))
         for other in (os.path.join(root, "README.md"), os.path.join(repo, "docs", "GUIDE.md")):
@@ -258,4 +258,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from workbench.cli import run_main
+    sys.exit(run_main(main))  # a malformed VOID.json (any WorkbenchError): one `error: ...` line, exit 2

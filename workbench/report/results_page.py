@@ -58,6 +58,7 @@ def results_page(ctx: _Ctx) -> str:
     else:
         lines += [f"No complete GPU comparison in `{root_rel}/` yet.", ""]
 
+    lines += _void_section(ctx)
     lines += _repeats_section(ctx)
     lines += rerun_section(ctx)
     lines += _verdict_section(ctx)
@@ -144,6 +145,23 @@ def results_page(ctx: _Ctx) -> str:
         cmd = re.sub(r"(--out)[ =]\S+", r"\1 DIR", r["command"] or "command not recorded")
         lines.append(f"- {ctx.link(r['folder'])}: `{cmd}` ({r['status']})")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _void_section(ctx: _Ctx) -> list[str]:
+    """The comparisons a run folder's VOID.json declares void: named with the reason, no number (every table of this
+    page and the README leaves them out)."""
+    v = an.voided(ctx.root, **ctx.kw)
+    if v.empty:
+        return []
+    lines = ["## Void", "",
+             "Comparisons whose results a bug found after the run makes void, declared in the run folder's `VOID.json` "
+             "(`workbench.measure.results.void_comparisons`): left out of every table, statistic, verdict and figure "
+             "here and in the README, and refused by `python -m workbench.straggler`.", ""]
+    rows = [[_label({**r, "name": r["comparison"]}), r["model"], _f(r["layers"], "{:.0f}"), _f(r["tokens"], "{:.0f}"),
+             f"{r['baseline']} -> {r['arm']}", f"void: {r['void_reason']}", r["void_found_by"], r["void_commit"],
+             ctx.link(r["file"])] for r in v.to_dict("records")]
+    return lines + _table(["comparison", "model", "layers", "tokens", "baseline -> arm", "void", "found by",
+                           "fixed in", "file"], rows)
 
 
 def _repeats_section(ctx: _Ctx) -> list[str]:

@@ -34,7 +34,9 @@ contention for host bandwidth) enters as a known T(N) (`projection(..., term=)`)
 `judge_projection` (`PROJECTION_RULE`) on the saving `measured_at_ranks` gives.
 
 Inputs are written once per 2-GPU folder to `straggler_inputs.csv` (`--reduce`, from its traces), so the verdict
-reproduces from committed folders without the traces.
+reproduces from committed folders without the traces. A comparison that either folder's VOID.json declares void gets
+no verdict (`compare`: one row, verdict "void", the reason) and no saving (`_saving` refuses it in one line, so no
+projection or `measured_at_ranks` reads one).
 """
 from __future__ import annotations
 
@@ -95,10 +97,21 @@ def _json(path: str) -> dict:
         return json.load(f)
 
 
+def void_reason(run_dir: str, cmp_name: str) -> str | None:
+    """"void: <reason> (<folder>/VOID.json)" when the run folder declares the comparison void, else None."""
+    from workbench.measure.results import VOID_FILE, void_comparisons
+    v = void_comparisons(run_dir).get(cmp_name)
+    return f"void: {v['void_reason']} ({os.path.join(run_dir, VOID_FILE)})" if v else None
+
+
 def _saving(run_dir: str, cmp_name: str, baseline: str, arm: str) -> dict:
     import pandas as pd
 
+    from workbench.errors import WorkbenchError
     from workbench.savings.verdicts import measured_saving
+    why = void_reason(run_dir, cmp_name)
+    if why:
+        raise WorkbenchError(f"{cmp_name} of {run_dir} gives no saving: {why}")
     return measured_saving(pd.read_csv(os.path.join(run_dir, "results.csv")), cmp_name, baseline, arm)
 
 
@@ -198,6 +211,11 @@ def compare(one_dir: str, two_dir: str) -> list[dict]:
         c1 = one.get(c["name"])
         if not c1 or c1["baseline"]["arm"] != b or c1["optimized"]["arm"] != o:
             continue
+        why = void_reason(one_dir, c["name"]) or void_reason(two_dir, c["name"])
+        if why:
+            out.append({"comparison": c["name"], "model": c.get("model"), "baseline": b, "optimized": o,
+                        "projection": [], "verdict": "void", "reason": why})
+            continue
         s1, s2 = _saving(one_dir, c["name"], b, o), _saving(two_dir, c["name"], b, o)
         base1, base2 = c1["baseline"].get("step_ms"), c["baseline"].get("step_ms")
         if base1 and base2 and base2 < base1 * (1 - SAME_WORK_TOL):
@@ -249,6 +267,9 @@ def table(results: list[dict]) -> str:
     lines = ["comparison | 1-GPU saving ms | 2-GPU saving ms | wait removed ms | predicted ms | measured/predicted "
              "(90% CI) | verdict | projected saving 4 / 8 ranks ms"]
     for r in results:
+        if r.get("verdict") == "void":
+            lines.append(f"{r['comparison']} | {r['reason']}")
+            continue
         w = r.get("wait_removed_ms") or {}
         proj = " / ".join(_fmt(p["saving_ms"], p["ci95"]) for p in r["projection"]) or "-"
         lines.append(" | ".join([r["comparison"], _fmt(r["one_gpu"]["saving_ms"], r["one_gpu"]["ci95"]),
@@ -284,4 +305,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from workbench.cli import run_main
+    raise SystemExit(run_main(main))
