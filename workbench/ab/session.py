@@ -14,7 +14,7 @@ import torch
 
 from workbench.savings import verdicts
 from workbench.ab.cli import CPU_DEFAULTS, GPU_DEFAULTS, parse_args
-from workbench.ab.arm import _fresh
+from workbench.ab.arm import _fresh, freeze_long_lived
 from workbench.ab.planner import ArmSpec, Comparison
 from workbench.ab.planner import plan
 from workbench.ab.runner import DTYPES, Runner, _free, apply_arms, unsupported_reason
@@ -192,6 +192,7 @@ def _main(argv, a, dctx, run: _Run | None = None) -> int:
         return capture_child(r.a, device)
     _plan(r)
     _open(r)
+    freeze_long_lived()
     t0 = time.perf_counter()
     old_term = _install_sigterm()
     try:
