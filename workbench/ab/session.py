@@ -191,8 +191,8 @@ def _main(argv, a, dctx, run: _Run | None = None) -> int:
             raise WorkbenchError("--_capture needs --model and --tokens")
         return capture_child(r.a, device)
     _plan(r)
+    freeze_long_lived()  # before the folder exists: a Ctrl-C during it still exits at once, leaving nothing
     _open(r)
-    freeze_long_lived()
     t0 = time.perf_counter()
     old_term = _install_sigterm()
     try:
