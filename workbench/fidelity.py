@@ -430,6 +430,8 @@ def run(a) -> dict:
     prec = StepConfig().resolved(device).precision  # auto: what Trainer(bf16=True) runs on CUDA
 
     progress(f"building {model_name}" + (f" ({layers} layers)" if layers else "") + f" on {device}, precision {prec}")
+    from workbench.ab.arm import freeze_long_lived
+    freeze_long_lived()  # each Trainer run's gc.collect walks what the runs made, not every import
     model = build_model(model_name, layers=layers, attn=a.attn, device=device, seed=a.seed, lora_rank=a.lora_rank,
                         experts_implementation=a.experts, precision=prec)
     if precision.model_dtype(prec, device) != next(model.parameters()).dtype:

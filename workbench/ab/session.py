@@ -14,7 +14,7 @@ import torch
 
 from workbench.savings import verdicts
 from workbench.ab.cli import CPU_DEFAULTS, GPU_DEFAULTS, parse_args
-from workbench.ab.arm import _fresh
+from workbench.ab.arm import _fresh, freeze_long_lived
 from workbench.ab.planner import ArmSpec, Comparison
 from workbench.ab.planner import plan
 from workbench.ab.runner import DTYPES, Runner, _free, apply_arms, unsupported_reason
@@ -197,6 +197,7 @@ def _main(argv, a, dctx, run: _Run | None = None) -> int:
             raise WorkbenchError("--_capture needs --model and --tokens")
         return capture_child(r.a, device)
     _plan(r)
+    freeze_long_lived()  # before the folder exists: a Ctrl-C during it still exits at once, leaving nothing
     _open(r)
     t0 = time.perf_counter()
     old_term = _install_sigterm()
