@@ -3,6 +3,7 @@ import gc
 import io
 import os
 import runpy
+import signal
 import subprocess
 import sys
 import warnings
@@ -149,11 +150,24 @@ def pytest_collection_finish(session):
         _EARLY[mod.__name__] = mod.early_start(session.config._tmp_path_factory, items)
 
 
+def default_signals() -> None:
+    """SIGINT and SIGTERM back to their defaults in a child: a shell that starts the tests in the background (`cmd &`
+    in a script, nohup) hands SIGINT down ignored, and Python then installs no KeyboardInterrupt handler, so the
+    Ctrl-C tests' signal would be lost and their runs go on to the end (found running .ci/run under nohup)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def lower_priority(nice: int = 10):
     """A preexec_fn for the processes started at collection: `nice` added, so that they take the CPU the test
     process leaves (the second core, or both while it waits on one of them) instead of slowing it down; the sooner
-    a test reads a process's result, the smaller its `nice` should be (the processes it starts inherit it)."""
-    return lambda: os.nice(nice) if nice else None
+    a test reads a process's result, the smaller its `nice` should be (the processes it starts inherit it). The
+    child's SIGINT / SIGTERM are the defaults (`default_signals`)."""
+    def setup():
+        default_signals()
+        if nice:
+            os.nice(nice)
+    return setup
 
 
 class Started:
@@ -236,7 +250,7 @@ class Direct:
     """`Driven`'s interface without a thread: what a test uses when nothing was started at collection."""
 
     def popen(self, argv, **kw) -> subprocess.Popen:
-        return subprocess.Popen(argv, **kw)
+        return subprocess.Popen(argv, preexec_fn=default_signals, **kw)
 
 
 def early(module_name: str):
