@@ -104,7 +104,7 @@ def trace_diffs(events: dict, comps: pd.DataFrame, top: int = 15) -> pd.DataFram
 
 def step_windows(events: pd.DataFrame) -> pd.DataFrame:
     """The training steps of a trace: `wb/step` host ranges (else ProfilerStep#N), in order: step, start_ns, end_ns."""
-    r = events[(events["kind"] == "range") & events["stream"].isna()]
+    r = events.loc[(events["kind"] == "range") & events["stream"].isna(), ["name", "start_ns", "end_ns"]]
     s = r[r["name"] == "wb/step"]
     if s.empty:
         s = r[r["name"].astype(str).str.startswith("ProfilerStep#")]
@@ -118,7 +118,8 @@ STREAM_COLUMNS = ["stream", "role", "lane", "kernels", "kernel_ms", "memcpy", "m
 def stream_roles(events: pd.DataFrame) -> pd.DataFrame:
     """Per GPU stream: kernels and copies (count, ms, bytes) and its role: "copy" when copies take more of its time
     than kernels (the offload reload stream), else "compute"."""
-    g = events[events["stream"].notna() & events["kind"].isin(["kernel", "memcpy"])].copy()
+    cols = [c for c in ("stream", "kind", "start_ns", "end_ns", "bytes") if c in events]  # only these rows' copies
+    g = events.loc[events["stream"].notna() & events["kind"].isin(["kernel", "memcpy"]), cols].copy()
     if g.empty:
         return _empty(STREAM_COLUMNS)
     g["dur_ms"] = (g["end_ns"] - g["start_ns"]) / 1e6
@@ -185,7 +186,8 @@ def layer_timeline(events: pd.DataFrame, step: int = 0, layers=None, max_rows: i
     `layers` (e.g. ["L00"]) keeps those layers; kernels merged per `merge_gap_ms` (None keeps each)."""
     if events is None or events.empty:
         return _empty(TIMELINE_COLUMNS)
-    win, ev = step_windows(events), events
+    win = step_windows(events)
+    ev = events[[c for c in ("kind", "name", "start_ns", "end_ns", "stream", "layer", "pass", "part") if c in events]]
     if len(win):
         w = win.iloc[min(step, len(win) - 1)]
         t0 = int(w["start_ns"])
