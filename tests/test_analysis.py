@@ -435,6 +435,26 @@ def test_arm_events_and_trace_diffs(folder):
     assert set(zip(diffs["baseline"], diffs["arm"])) == {("rebuild", "cached")} and "delta_ms" in diffs
 
 
+def test_arm_events_reads_a_saved_file_when_first_looked_up(folder, monkeypatch):
+    from workbench.analysis import timelines
+    from workbench.traces import save_events
+    d = os.path.join(folder, "camp", "gpu", "traces", "packing")
+    os.makedirs(d)
+    save_events(_events(), os.path.join(d, "rebuild"))
+    save_events(_events().iloc[:3], os.path.join(d, "cached"))
+    with open(os.path.join(d, "broken.events.parquet"), "w") as f:
+        f.write("not parquet")
+    read = []
+    real = timelines.load_trace
+    monkeypatch.setattr(timelines, "load_trace", lambda p: read.append(os.path.basename(p)) or real(p))
+    ev = an.arm_events(folder)
+    gpu = os.path.join("profiles", "camp", "gpu")
+    assert sorted(ev) == [(gpu, "packing", "cached"), (gpu, "packing", "rebuild")] and len(ev) == 2  # broken: out
+    assert (gpu, "packing", "rebuild") in ev and (gpu, "packing", "broken") not in ev and read == []
+    assert len(ev[(gpu, "packing", "cached")]) == 3 and len(ev[(gpu, "packing", "cached")]) == 3
+    assert read == ["cached.events.parquet"]
+
+
 def test_witness_ops_reads_the_campaign_json(tmp_path):
     (tmp_path / "witness_ops").mkdir()
     (tmp_path / "witness_ops" / "witness.json").write_text(json.dumps(

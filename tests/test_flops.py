@@ -169,6 +169,20 @@ def test_components_passes_and_totals():
     assert "block_diagonal" in f["note"] and f["tokens"] == 32
 
 
+def test_peft_is_asked_for_its_fold_count_only_where_an_expert_lora_fold_is_counted(monkeypatch):
+    """`peft_fold_evals` imports peft (~1 s): a dense model's count never asks it, an adapted MoE's does."""
+    asked = []
+    monkeypatch.setattr(flops, "peft_fold_evals", lambda: asked.append(1) or 2)
+    dense = flops.step_flops(load_config("tiny-llama"), DOCS, lora_rank=4)
+    assert asked == [] and "fold x" not in dense["note"]
+    moe = flops.step_flops(load_config("tiny-qwen3-moe"), DOCS, lora_rank=4)
+    assert asked == [1] and "fold x2 per forward" in moe["note"]
+    three = flops.step_flops(load_config("tiny-qwen3-moe"), DOCS, lora_rank=4, fold_evals=3)
+    assert asked == [1] and three["lora_experts"]["forward"] > moe["lora_experts"]["forward"]
+    assert flops.step_flops(load_config("tiny-gpt-oss"), DOCS, lora_rank=4)["lora_experts"]["forward"] > 0
+    assert asked == [1, 1]
+
+
 # --- against FlopCounterMode on the tiny presets ------------------------------------------------------------------
 
 @pytest.mark.parametrize("preset, attn, experts, ckpt", [

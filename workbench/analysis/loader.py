@@ -363,8 +363,9 @@ def _rows(profiles, metrics, **kw) -> pd.DataFrame:
         if comps and os.path.exists(p):
             df = pd.read_csv(p)
             df = df[df["metric"].isin(metrics) & df["comparison"].isin([_name(c) for c in comps])]
-            frames.append(df.assign(folder=r["folder"]).astype({"rep": "Int64", "batch": "Int64", "step": "Int64"}))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+            frames.append(df.assign(folder=r["folder"]))
+    return pd.concat(frames, ignore_index=True).astype({"rep": "Int64", "batch": "Int64", "step": "Int64"}) \
+        if frames else pd.DataFrame()  # one astype over the whole (one per run folder cost ~5 ms each)
 
 
 def _lohi(ci) -> tuple:

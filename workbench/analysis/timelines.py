@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 
 import pandas as pd
 
@@ -12,23 +13,64 @@ from workbench.analysis.loader import _empty, discover
 from workbench.analysis.speedups import headline_runs
 
 
-def load_trace(path: str) -> pd.DataFrame:
-    """The events frame of a trace file; a saved `.events.parquet` / `.events.csv.gz` beside a raw trace wins."""
-    from workbench.traces import load_events
-
+def _saved_events(path: str) -> str:
+    """The file `load_trace` reads for `path`: a saved `.events.parquet` / `.events.csv.gz` beside a raw trace wins."""
     for suf in (".pt.trace.json.gz", ".pt.trace.json", ".sqlite"):
         if path.endswith(suf):
             for ev in (".events.parquet", ".events.csv.gz"):
                 if os.path.exists(path[: -len(suf)] + ev):
-                    return load_events(path[: -len(suf)] + ev)
-    return load_events(path)
+                    return path[: -len(suf)] + ev
+    return path
 
 
-def arm_events(profiles: str | None = None, **discover_kw) -> dict:
-    """{(folder, comparison, arm): events frame} of the runs `discover` keeps:
-    `traces/<comparison>/<arm>.events.parquet` (or .events.csv.gz, else the raw .pt.trace.json.gz / .sqlite, parsed);
-    not those of a comparison its folder's VOID.json declares void."""
-    out: dict = {}
+def load_trace(path: str) -> pd.DataFrame:
+    """The events frame of a trace file; a saved `.events.parquet` / `.events.csv.gz` beside a raw trace wins."""
+    from workbench.traces import load_events
+
+    return load_events(_saved_events(path))
+
+
+class ArmEvents(Mapping):
+    """`arm_events`' answer, {(folder, comparison, arm): events frame}: a saved events file is read (`load_trace`)
+    the first time its key is looked up, then kept (a notebook draws a few of the arms it lists); a raw trace is
+    parsed at once. A file that cannot be read (a parquet file whose footer does not parse, a raw trace that does not
+    parse) is not listed."""
+
+    def __init__(self):
+        self._paths: dict = {}
+        self._frames: dict = {}
+
+    def _add(self, key: tuple, path: str) -> None:
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            pq = None
+        if pq is not None and path.endswith(".events.parquet"):
+            pq.read_schema(path)  # raises on a file that is not parquet
+        else:
+            self._frames[key] = load_trace(path)
+        self._paths[key] = path
+
+    def __getitem__(self, key):
+        if key not in self._frames:
+            self._frames[key] = load_trace(self._paths[key])
+        return self._frames[key]
+
+    def __contains__(self, key) -> bool:  # without reading the file (Mapping's would)
+        return key in self._paths
+
+    def __iter__(self):
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+
+def arm_events(profiles: str | None = None, **discover_kw) -> ArmEvents:
+    """{(folder, comparison, arm): events frame} of the runs `discover` keeps (an `ArmEvents`: each read when first
+    looked up): `traces/<comparison>/<arm>.events.parquet` (or .events.csv.gz, else the raw .pt.trace.json.gz /
+    .sqlite, parsed); not those of a comparison its folder's VOID.json declares void."""
+    out = ArmEvents()
     for r in discover(profiles, **discover_kw).to_dict("records"):
         tdir = os.path.join(r["path"], "traces")
         void = {safe_name(n) for n in r["void_comparisons"] or []}
@@ -39,7 +81,7 @@ def arm_events(profiles: str | None = None, **discover_kw) -> dict:
                 m = re.match(r"^(.+?)\.(events\.parquet|events\.csv\.gz|pt\.trace\.json(\.gz)?|sqlite)$", fn)
                 if m and (r["folder"], comp, m.group(1)) not in out:
                     try:
-                        out[(r["folder"], comp, m.group(1))] = load_trace(os.path.join(tdir, comp, fn))
+                        out._add((r["folder"], comp, m.group(1)), _saved_events(os.path.join(tdir, comp, fn)))
                     except Exception:  # noqa: BLE001 - an unreadable trace is skipped
                         continue
     return out
@@ -62,7 +104,7 @@ def trace_diffs(events: dict, comps: pd.DataFrame, top: int = 15) -> pd.DataFram
 
 def step_windows(events: pd.DataFrame) -> pd.DataFrame:
     """The training steps of a trace: `wb/step` host ranges (else ProfilerStep#N), in order: step, start_ns, end_ns."""
-    r = events[(events["kind"] == "range") & events["stream"].isna()]
+    r = events.loc[(events["kind"] == "range") & events["stream"].isna(), ["name", "start_ns", "end_ns"]]
     s = r[r["name"] == "wb/step"]
     if s.empty:
         s = r[r["name"].astype(str).str.startswith("ProfilerStep#")]
@@ -76,7 +118,8 @@ STREAM_COLUMNS = ["stream", "role", "lane", "kernels", "kernel_ms", "memcpy", "m
 def stream_roles(events: pd.DataFrame) -> pd.DataFrame:
     """Per GPU stream: kernels and copies (count, ms, bytes) and its role: "copy" when copies take more of its time
     than kernels (the offload reload stream), else "compute"."""
-    g = events[events["stream"].notna() & events["kind"].isin(["kernel", "memcpy"])].copy()
+    cols = [c for c in ("stream", "kind", "start_ns", "end_ns", "bytes") if c in events]  # only these rows' copies
+    g = events.loc[events["stream"].notna() & events["kind"].isin(["kernel", "memcpy"]), cols].copy()
     if g.empty:
         return _empty(STREAM_COLUMNS)
     g["dur_ms"] = (g["end_ns"] - g["start_ns"]) / 1e6
@@ -143,7 +186,8 @@ def layer_timeline(events: pd.DataFrame, step: int = 0, layers=None, max_rows: i
     `layers` (e.g. ["L00"]) keeps those layers; kernels merged per `merge_gap_ms` (None keeps each)."""
     if events is None or events.empty:
         return _empty(TIMELINE_COLUMNS)
-    win, ev = step_windows(events), events
+    win = step_windows(events)
+    ev = events[[c for c in ("kind", "name", "start_ns", "end_ns", "stream", "layer", "pass", "part") if c in events]]
     if len(win):
         w = win.iloc[min(step, len(win) - 1)]
         t0 = int(w["start_ns"])

@@ -40,7 +40,6 @@ import dataclasses
 import time
 from typing import Callable, ContextManager, Protocol as _Protocol
 
-import torch
 
 from workbench.measure import stats
 from workbench.errors import WorkbenchError
@@ -52,6 +51,7 @@ class InstrumentActive(WorkbenchError):
 
 def active_instruments() -> list[str]:
     """The instruments switched on right now (empty in a clean timing pass)."""
+    import torch  # here, not at module level: the analysis side (paired_comparison) runs without torch
     from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
     on = []
@@ -84,6 +84,7 @@ INSTRUMENTS = ("none", "torch", "nsys")
 def profiler_activities(device) -> tuple[list, dict]:
     """torch.profiler's activities and keyword arguments as the traced passes use them (`traces.capture`): CPU, plus
     CUDA with its sync events on a GPU."""
+    import torch
     from torch.profiler import ProfilerActivity
 
     acts, kwargs = [ProfilerActivity.CPU], {}
@@ -99,6 +100,8 @@ def _run_instrument(instrument: str):
     if instrument != "nsys":
         yield
         return
+    import torch
+
     torch.cuda.synchronize()
     torch.cuda.profiler.start()
     try:
@@ -112,6 +115,7 @@ def _block_instrument(instrument: str):
     """The context an arm block runs in: torch.profiler for `torch` (events kept in memory, dropped), else none."""
     if instrument != "torch":
         return contextlib.nullcontext()
+    import torch
     from torch.profiler import profile
 
     acts, kwargs = profiler_activities("cuda" if torch.cuda.is_available() else "cpu")

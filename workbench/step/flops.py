@@ -238,13 +238,13 @@ def step_flops(config, doc_lens: list[int], *, lora_rank: int, lora_targets=None
         raise ValueError(f"attention must be one of {ATTENTION_MODES} or 'auto', got {attention!r}")
     if attn_bwd_matmuls is None:
         attn_bwd_matmuls = attention_bwd_matmuls(impl)
-    if fold_evals is None:
-        fold_evals = peft_fold_evals()
     targets = set(default_lora_targets() if lora_targets is None else lora_targets)
     expert_targets = {t.rsplit(".", 1)[-1] for t in targets if "experts." in t}
     r = lora_rank
 
     fam = _family(config)
+    if fold_evals is None and expert_lora == "peft_fold" and expert_targets and fam not in ("llama", "qwen3"):
+        fold_evals = peft_fold_evals()  # imports peft (~1 s): only where an expert LoRA fold is counted
     T = sum(doc_lens)
     Hd = config.hidden_size
     hq = config.num_attention_heads
@@ -326,7 +326,7 @@ def step_flops(config, doc_lens: list[int], *, lora_rank: int, lora_targets=None
                    f"{len(doc_lens)} documents, {T} tokens; attention scores {attention} "
                    f"({'causal pairs per document' if attention == 'block_diagonal' else 'T^2 per layer'}, backward "
                    f"{attn_bwd_matmuls} matmuls); frozen base: input gradients only; expert LoRA {expert_lora}"
-                   f"{f' (fold x{fold_evals} per forward)' if expert_lora == 'peft_fold' else ''}; "
+                   f"{f' (fold x{fold_evals} per forward)' if expert_lora == 'peft_fold' and fold_evals else ''}; "
                    "elementwise ops (norms, activations, rotary, softmax, loss) not counted")
     return out
 

@@ -91,7 +91,7 @@ def copy_compute_overlap(events: pd.DataFrame, copy_kinds=("HtoD", "DtoH")) -> p
     during those copies, and the hidden fraction `overlap_frac = overlap_ms / copy_ms` (1 = fully hidden)."""
     cols = ["layer", "copy_ms", "copy_bytes", "overlap_ms", "overlap_frac"]
     mc = events[(events["kind"] == "memcpy") & events["name"].isin(copy_kinds)]
-    kernels = events[events["kind"] == "kernel"]
+    kernels = events.loc[events["kind"] == "kernel", ["stream", "start_ns", "end_ns"]]  # not every column's copy
     if mc.empty:
         return pd.DataFrame(columns=cols)
     rows = []
