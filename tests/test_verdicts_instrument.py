@@ -279,3 +279,25 @@ def test_tau_source_missing(tmp_path, monkeypatch):
     assert calibration.read_tau(calibration.TAU_SOURCE) == {}
     with pytest.raises(WorkbenchError, match="--tau-from"):
         calibration.read_tau(str(tmp_path / "nope.json"))
+
+
+def test_a_void_comparison_is_not_judged_and_says_why(tmp_path, capsys):
+    """A comparison the folder's VOID.json declares void gets the verdict "void" with its reason, and no model verdict;
+    the same folder without the file is judged (the negative control); a malformed file is one error line, exit 2."""
+    rng = np.random.default_rng(5)
+    run = tmp_path / "run"
+    _run(str(run), rng, saving_ms=3 * S_MS)
+    assert verdicts_cli.main([str(run), "--tau-from", "none"]) == 0
+    assert "void" not in capsys.readouterr().out  # judged: the control
+    (run / "VOID.json").write_text(json.dumps({"comparisons": {"packing": "the step measured was not the training "
+                                                               "step"}, "found_by": "a test", "commit": "abc"}))
+    assert verdicts_cli.main([str(run), "--tau-from", "none"]) == 0
+    out = capsys.readouterr().out
+    assert "void" in out
+    [c] = json.loads((run / "summary.json").read_text())["comparisons"]
+    assert c["savings_model"]["verdict"] == "void" and "not the training step" in c["savings_model"]["reason"]
+    assert "ratio" not in c["savings_model"] and "predicted_ms" not in c["savings_model"]
+    (run / "VOID.json").write_text("{not json")
+    assert verdicts_cli.main([str(run), "--tau-from", "none"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "VOID.json" in err[0]

@@ -379,16 +379,21 @@ def family_of(cmp_name: str) -> str:
 
 
 def annotate(run_dir: str, inputs: Inputs | None = None) -> list[dict]:
-    """Fill every comparison of `run_dir`/summary.json (decomposition, breakdown, savings_model with a verdict);
+    """Fill every comparison of `run_dir`/summary.json (decomposition, breakdown, savings_model with a verdict; a
+    comparison the folder's VOID.json declares void gets the verdict "void" and its reason, nothing judged);
     rewrite summary.json; return the verdict rows (`rows`). `inputs`: calibration and tau (default: no calibration,
     tau from `calibration.TAU_SOURCE`)."""
-    from workbench.measure.results import atomic_write_json, git_sha, load_run
+    from workbench.measure.results import atomic_write_json, git_sha, load_run, void_comparisons
     inputs = inputs or Inputs()
     results, summary, meta = load_run(run_dir)
     if not summary:
         raise FileNotFoundError(f"{run_dir}: no summary.json")
+    void = void_comparisons(run_dir, [c.get("name") for c in summary.get("comparisons", [])])
     for c in summary.get("comparisons", []):
-        if c.get("baseline") is not None:
+        if c.get("name") in void:  # the folder's VOID.json: not judged, said so on its row
+            c["savings_model"] = {**{k: v for k, v in (c.get("savings_model") or {}).items() if k == "formula"},
+                                  "verdict": "void", "reason": void[c["name"]]["void_reason"]}
+        elif c.get("baseline") is not None:
             comparison_verdict(run_dir, c, results, meta, inputs=inputs)
     fams: dict = {}
     for c in summary.get("comparisons", []):

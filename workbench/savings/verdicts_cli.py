@@ -38,7 +38,11 @@ def main(argv=None) -> int:
         if not is_proc and not os.path.isfile(os.path.join(d, "summary.json")):
             print(f"error: {d}: no summary.json (not a run folder of python -m workbench.ab)", file=sys.stderr)
             return 2
-        rs = process_verdicts.annotate(d, inputs) if is_proc else verdicts.annotate(d, inputs)
+        try:
+            rs = process_verdicts.annotate(d, inputs) if is_proc else verdicts.annotate(d, inputs)
+        except WorkbenchError as e:  # e.g. a malformed VOID.json: one line, nothing more written
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         all_rows += rs
         failed += [f"{d}: {r['comparison']}: {r['reason']}" for r in rs if r["verdict"] == "input check failed"]
     if all_rows:
