@@ -31,22 +31,12 @@ sys.path.insert(0, os.getcwd())
 from workbench.ab.processes import per_rep_log_ratios  # noqa: E402
 from workbench.analysis.loader import step_samples  # noqa: E402
 from workbench.compare import gate_stats  # noqa: E402
+from workbench.measure.results import process_dirs as procs  # noqa: E402
 from workbench.measure import power, replication  # noqa: E402
 
 COMMITTED = os.path.join("profiles", "2026-11-26_h100_replication")
 DESIGN = os.path.join(COMMITTED, "prospective.json")
 GATE_MAX_FAILS, GATE_MIN_RUNS, REGRESSION_PCT = 3, 20, 2.0
-
-
-def procs(folder):
-    """The run folders pNN/ of a --processes folder that finished (rc 0 in processes.json, a summary.json)."""
-    p = os.path.join(folder, "processes.json")
-    if not os.path.isfile(p):
-        return []
-    with open(p, encoding="utf-8") as f:
-        rec = json.load(f)
-    return [os.path.join(folder, x["folder"]) for x in rec["processes"]
-            if x["rc"] == 0 and os.path.isfile(os.path.join(folder, x["folder"], "summary.json"))]
 
 
 def rep_means(run, name, arm, skip):

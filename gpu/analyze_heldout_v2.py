@@ -25,20 +25,10 @@ sys.path.insert(0, os.getcwd())
 from workbench.ab.processes import per_rep_log_ratios  # noqa: E402
 from workbench.cli import run_main  # noqa: E402
 from workbench.errors import WorkbenchError  # noqa: E402
+from workbench.measure.results import process_dirs as procs  # noqa: E402
 from workbench.measure import replication  # noqa: E402
 
 DESIGN = os.path.join("profiles", "2026-11-26_h100_replication", "prospective_v2.json")
-
-
-def procs(folder):
-    """The run folders pNN/ of a --processes folder that finished (rc 0 in processes.json, a summary.json)."""
-    p = os.path.join(folder, "processes.json")
-    if not os.path.isfile(p):
-        return []
-    with open(p, encoding="utf-8") as f:
-        rec = json.load(f)
-    return [os.path.join(folder, x["folder"]) for x in rec["processes"]
-            if x["rc"] == 0 and os.path.isfile(os.path.join(folder, x["folder"], "summary.json"))]
 
 
 def machine_uuid(camp: str, known: dict) -> str:

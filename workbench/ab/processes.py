@@ -28,6 +28,7 @@ import time
 
 from workbench.cli import emit_json, progress
 from workbench.errors import WorkbenchError
+from workbench.measure import results
 
 SKIP_REPS = 0
 """Timed reps at the start of each process left out here: none, the engine discards its own warm-up rep. Runs of
@@ -144,7 +145,7 @@ def _line(r: dict) -> str:
 
 
 def _write(out: str, record: dict) -> None:
-    with open(os.path.join(out, "processes.json"), "w", encoding="utf-8") as f:
+    with open(os.path.join(out, results.PROCESSES_FILE), "w", encoding="utf-8") as f:
         json.dump(record, f, indent=1, default=float)
 
 

@@ -305,6 +305,22 @@ def load_run(run_dir: str) -> tuple[pd.DataFrame, dict, dict]:
     return df, j("summary.json"), meta
 
 
+PROCESSES_FILE = "processes.json"
+"""A `--processes K` folder's record of its processes (`workbench.ab.processes` writes it)."""
+
+
+def process_dirs(folder: str) -> list[str]:
+    """The process folders of a `--processes K` folder that ran to the end (`PROCESSES_FILE`: rc 0, and a
+    summary.json), in the record's order; [] when the folder has no record."""
+    path = os.path.join(folder, PROCESSES_FILE)
+    if not os.path.isfile(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        procs = json.load(f).get("processes") or []
+    dirs = [os.path.join(folder, p.get("folder") or "") for p in procs if p.get("rc", 0) == 0]
+    return [d for d in dirs if os.path.isfile(os.path.join(d, "summary.json"))]
+
+
 def void_comparisons(run_dir: str, names=None) -> dict:
     """{comparison: {"void_reason", "void_found_by", "void_commit"}} of the comparisons the run folder's `VOID_FILE`
     declares void ({} without the file): a name, or every one of `names` (the run's comparisons; None: those its

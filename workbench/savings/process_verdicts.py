@@ -19,7 +19,6 @@ only process's own verdicts are returned (a single run: "single run + tau").
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 
@@ -30,18 +29,6 @@ from workbench.savings import calibration, common as savings, verdicts
 
 OUT_FILE = "verdicts.json"
 DECIDED = ("confirmed", "refuted", "inconclusive")
-
-
-def process_dirs(run_dir: str) -> list[str]:
-    """The process folders of a `--processes K` folder that ran to the end (processes.json: rc 0, summary.json)."""
-    with open(os.path.join(run_dir, "processes.json")) as f:
-        procs = json.load(f).get("processes") or []
-    out = []
-    for p in procs:
-        d = os.path.join(run_dir, p.get("folder") or "")
-        if p.get("rc", 0) == 0 and os.path.isfile(os.path.join(d, "summary.json")):
-            out.append(d)
-    return out
 
 
 def _mean_over(values: list[float]) -> dict:
@@ -97,7 +84,7 @@ def comparison(name: str, per: list[tuple[str, dict, dict]], inputs: verdicts.In
 
 def annotate(run_dir: str, inputs: verdicts.Inputs | None = None) -> list[dict]:
     """Verdicts of every process folder, then the process-level ones (DIR/verdicts.json); returns their rows."""
-    from workbench.measure.results import atomic_write_json, git_sha, load_run
+    from workbench.measure.results import atomic_write_json, git_sha, load_run, process_dirs
 
     inputs = inputs or verdicts.Inputs()
     dirs = process_dirs(run_dir)
