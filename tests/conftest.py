@@ -150,6 +150,25 @@ def pytest_collection_finish(session):
         _EARLY[mod.__name__] = mod.early_start(session.config._tmp_path_factory, items)
 
 
+def start_torchrun(module_args: list, logs: str, extra_env=None, preexec_fn=None) -> subprocess.Popen:
+    """`python -m torch.distributed.run --standalone --nproc-per-node 2 *module_args` from the checkout on gloo over
+    loopback, one thread per rank, the workbench's rank timeout at 120 s, no torchrun variables (nor the injected
+    failure / dropped batch) inherited from this process; stdout and stderr go to files in `logs` (launches run side
+    by side, and a full pipe nobody reads yet would stall one)."""
+    from workbench.ab import distributed
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", distributed.FAIL_ENV,
+                        distributed.DROP_ENV)}
+    env.update(OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", PYTHONWARNINGS="ignore",
+               **{distributed.TIMEOUT_ENV: "120"}, **(extra_env or {}))
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback: no dependence on how the host name resolves
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *module_args]
+    os.makedirs(logs, exist_ok=True)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(logs, "stdout"), "w") as o, open(os.path.join(logs, "stderr"), "w") as e:
+        return subprocess.Popen(cmd, cwd=root, env=env, stdout=o, stderr=e, text=True, preexec_fn=preexec_fn)
+
+
 def default_signals() -> None:
     """SIGINT and SIGTERM back to their defaults in a child: a shell that starts the tests in the background (`cmd &`
     in a script, nohup) hands SIGINT down ignored, and Python then installs no KeyboardInterrupt handler, so the

@@ -8,8 +8,6 @@ rank (one `failed: rank 1: ...` line on rank 0, meta.json failed)."""
 import csv
 import json
 import os
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
@@ -17,25 +15,14 @@ import pytest
 from workbench.traces import dist_waits
 from workbench.ab import distributed
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--opt", "packing", "--model", "tiny-llama", "--tokens", "64", "--steps", "1", "--reps", "1", "--warmup",
         "0", "--warmup-max", "0", "--batches", "1", "--device", "cpu"]
 
 
 def _start(out, extra_env=None, args=TINY, preexec_fn=None):
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", distributed.FAIL_ENV,
-                        distributed.DROP_ENV)}
-    env.update(OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", PYTHONWARNINGS="ignore",
-               **{distributed.TIMEOUT_ENV: "120"}, **(extra_env or {}))
-    env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback: no dependence on how the host name resolves
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
-           "workbench.ab", *args, "--out", str(out)]
-    logs = os.path.dirname(str(out))
-    os.makedirs(logs, exist_ok=True)
-    # files, not pipes: launches run side by side, and a full pipe nobody reads yet would stall one
-    with open(os.path.join(logs, "stdout"), "w") as o, open(os.path.join(logs, "stderr"), "w") as e:
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=o, stderr=e, text=True, preexec_fn=preexec_fn)
+    from conftest import start_torchrun
+    return start_torchrun(["-m", "workbench.ab", *args, "--out", str(out)], os.path.dirname(str(out)), extra_env,
+                          preexec_fn)
 
 
 def _wait(p, out, timeout=300):

@@ -5,8 +5,6 @@ contention term (exact arithmetic), the projection rule of `workbench.savings.st
 traced step and the rule that reads two of them (`workbench.traces.class_totals`), and the analysis script."""
 import json
 import os
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
@@ -23,18 +21,9 @@ TINY = ["--opt", "packing", "--model", "tiny-llama", "--tokens", "64", "--batche
 # --- FSDP2 vs one process at bf16: one torchrun launch ----------------------------------------------------------------
 
 def _launch(out_json, preexec_fn=None):
-    from workbench.ab import distributed
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", distributed.FAIL_ENV,
-                        distributed.DROP_ENV)}
-    env.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", **{distributed.TIMEOUT_ENV: "120"})
-    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
-           "workbench.ab.distributed.equiv_bf16", *TINY, "--json", str(out_json)]
-    logs = os.path.dirname(str(out_json))
-    os.makedirs(logs, exist_ok=True)
-    with open(os.path.join(logs, "stdout"), "w") as o, open(os.path.join(logs, "stderr"), "w") as e:
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=o, stderr=e, text=True, preexec_fn=preexec_fn)
+    from conftest import start_torchrun
+    return start_torchrun(["-m", "workbench.ab.distributed.equiv_bf16", *TINY, "--json", str(out_json)],
+                          os.path.dirname(str(out_json)), preexec_fn=preexec_fn)
 
 
 class _Launch:
