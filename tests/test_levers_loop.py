@@ -245,6 +245,8 @@ def test_left_out_reason_rule():
 
 def test_the_path_leaves_a_slower_lever_out(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("WORKBENCH_OPTS", "fixtures.lever_attention,fixtures.lever_slow")
+    from fixtures import lever_attention, lever_slow
+    monkeypatch.setattr(lever_attention, "BASELINE_SLEEP_S", lever_slow.SLEEP_S)  # faster by the arms, not by noise
     from workbench.opts import registry as opt_registry
     real = opt_registry.levers
     monkeypatch.setattr(opt_registry, "levers", lambda: tuple(o for o in real() if o.startswith("lever_")))
