@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU minutes: at most 12 on one H100 (hard caps: 300 + 180 + 120 + 90 s = 11.5 min of runs; reps 3, steps 1)
+# GPU minutes: at most 12 on one H100 (hard caps: 300 + 180 + 120 + 90 s = 11.5 min of runs; reps 4, steps 1: a GPU run below 4 reps is refused)
 # Issue 40 items 2-3 and 5: the levers' path (precision, attention, regional compile, and the kernel levers registered
 # beside them) on llama-3.1-8b at full depth (32 layers) and 16k tokens, then at NeMo's shape (2 documents of 4096
 # tokens per step), each point's MFU in our convention and NeMo's (mfu_nemo); then the MoE base-kernel arms.
@@ -39,7 +39,7 @@ else
   QWEN="--model qwen3-30b-a3b --layers 48 --tokens 8192"; GPTOSS="--model gpt-oss-20b --layers 24 --tokens 8192"
   DEV=""; TRACE="--trace torch"; LIGER=",liger_experts"
 fi
-FEW="--reps 3 --steps 1 --batches 2 --warmup-max 4"
+FEW="--reps 4 --steps 1 --batches 2 --warmup-max 4"
 run() {  # name cap_s args...
   local name=$1 cap=$2; shift 2
   echo "$(date +%s) start $name (cap ${cap}s): python -m workbench.ab $*" >> $OUT/jobs.txt
