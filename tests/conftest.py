@@ -185,8 +185,8 @@ class TorchrunSeries:
     """Runs of `python -m MODULE *argv` on 2 ranks, one after another in ONE `start_torchrun` launch
     (tests/fixtures/torchrun_series.py): the launcher and its ranks start and import torch and the workbench once
     instead of once per run (tests/test_distributed.py's good / drop / fail runs and tests/test_fourgpu.py's bf16
-    check: ~75 CPU s in four launches, ~25 in one). `add` returns the run's name for `result`; a run in which a
-    rank may end its process (`last=True`: an injected failure) goes after every other."""
+    check: ~74 CPU s in four launches, ~22 in one, on 2 cores). `add` returns the run's name for `result`; a run in
+    which a rank may end its process (`last=True`: an injected failure) goes after every other."""
 
     def __init__(self, root):
         self.root, self.runs, self.proc = root, {}, None
