@@ -148,6 +148,8 @@ def pytest_collection_finish(session):
             selected.setdefault(mod, []).append(item)
     for mod, items in selected.items():
         _EARLY[mod.__name__] = mod.early_start(session.config._tmp_path_factory, items)
+    if _SERIES:  # the torchrun runs those modules asked for, in one launch
+        _SERIES["series"].start(lower_priority(10))
 
 
 def start_torchrun(module_args: list, logs: str, extra_env=None, preexec_fn=None) -> subprocess.Popen:
@@ -167,6 +169,73 @@ def start_torchrun(module_args: list, logs: str, extra_env=None, preexec_fn=None
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(os.path.join(logs, "stdout"), "w") as o, open(os.path.join(logs, "stderr"), "w") as e:
         return subprocess.Popen(cmd, cwd=root, env=env, stdout=o, stderr=e, text=True, preexec_fn=preexec_fn)
+
+
+_SERIES: dict = {}
+
+
+def torchrun_series(tmp_path_factory) -> "TorchrunSeries":
+    """The session's one torchrun launch: modules' `early_start` add their runs; pytest_collection_finish starts it."""
+    if "series" not in _SERIES:
+        _SERIES["series"] = TorchrunSeries(tmp_path_factory.mktemp("torchrun_series"))
+    return _SERIES["series"]
+
+
+class TorchrunSeries:
+    """Runs of `python -m MODULE *argv` on 2 ranks, one after another in ONE `start_torchrun` launch
+    (tests/fixtures/torchrun_series.py): the launcher and its ranks start and import torch and the workbench once
+    instead of once per run (tests/test_distributed.py's good / drop / fail runs and tests/test_fourgpu.py's bf16
+    check: ~74 CPU s in four launches, ~22 in one, on 2 cores). `add` returns the run's name for `result`; a run in
+    which a rank may end its process (`last=True`: an injected failure) goes after every other."""
+
+    def __init__(self, root):
+        self.root, self.runs, self.proc = root, {}, None
+
+    def add(self, name: str, module: str, argv: list, env=None, last: bool = False) -> str:
+        assert self.proc is None and name not in self.runs, name
+        assert not (last and any(r["last"] for r in self.runs.values())), "one last run"
+        from workbench.ab import distributed
+        env = {distributed.FAIL_ENV: None, distributed.DROP_ENV: None, **(env or {})}
+        self.runs[name] = {"module": module, "argv": [str(a) for a in argv], "env": env,
+                           "logs": str(self.root / name), "last": last}
+        return name
+
+    def start(self, preexec_fn=None) -> None:
+        if self.proc is not None:
+            return
+        import json
+        runs = sorted(self.runs.values(), key=lambda r: r["last"])
+        (self.root / "runs.json").write_text(json.dumps(runs))
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "torchrun_series.py")
+        self.proc = start_torchrun([script, str(self.root / "runs.json")], str(self.root / "launch"),
+                                   preexec_fn=preexec_fn)
+
+    def result(self, name: str, timeout: float = 600) -> dict:
+        """Once the run is done: {"rcs": each rank's exit status (None: its process ended inside the run),
+        "launch_rc": the launch's exit status (None while later runs go on), "stdout", "stderr": rank 0's then rank
+        1's, "logs": the launch's own stdout and stderr}."""
+        import time
+        self.start()
+        logs, t_end = self.root / name, time.monotonic() + timeout
+        done = [logs / f"rank{r}.rc" for r in (0, 1)]
+        last = self.runs[name]["last"]  # its status is the launch's: wait for the launch's end
+        while (last or not all(p.exists() for p in done)) and self.proc.poll() is None:
+            if time.monotonic() > t_end:
+                self.stop()
+                raise TimeoutError(f"torchrun series: {name} still running after {timeout} s")
+            time.sleep(0.2)
+        launch = "".join((self.root / "launch" / f).read_text() for f in ("stdout", "stderr"))
+
+        def read(p):
+            return p.read_text() if p.exists() else ""
+        return {"rcs": [int(read(p)) if p.exists() else None for p in done], "launch_rc": self.proc.poll(),
+                "stdout": "".join(read(logs / f"rank{r}.stdout") for r in (0, 1)),
+                "stderr": "".join(read(logs / f"rank{r}.stderr") for r in (0, 1)), "logs": launch}
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def default_signals() -> None:
@@ -282,6 +351,8 @@ def pytest_sessionfinish(session):
         if started is not None:
             started.stop()
     _EARLY.clear()
+    if _SERIES:
+        _SERIES.pop("series").stop()
 
 
 def pytest_unconfigure(config):

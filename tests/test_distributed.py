@@ -1,8 +1,9 @@
 """The A/B under torchrun + FSDP2 (workbench/ab/distributed/) on the CPU with gloo, and the collective wait estimator
 (workbench/traces/dist_waits.py) on synthetic per-rank events.
 
-The end-to-end tests launch `python -m torch.distributed.run --standalone --nproc-per-node 2 -m workbench.ab` on a
-tiny preset (a few seconds of work per run on 2 cores): per-rank rows, one folder written by rank 0, the FSDP2 run
+The end-to-end tests run `python -m workbench.ab` under `python -m torch.distributed.run --standalone
+--nproc-per-node 2` on a tiny preset (a few seconds of work per run on 2 cores; the three runs one after another in
+the session's one launch, conftest.TorchrunSeries): per-rank rows, one folder written by rank 0, the FSDP2 run
 against one process over the global batch (and the negative control: a rank that drops its batch), and a failing
 rank (one `failed: rank 1: ...` line on rank 0, meta.json failed)."""
 import csv
@@ -19,24 +20,6 @@ TINY = ["--opt", "packing", "--model", "tiny-llama", "--tokens", "64", "--steps"
         "0", "--warmup-max", "0", "--batches", "1", "--device", "cpu"]
 
 
-def _start(out, extra_env=None, args=TINY, preexec_fn=None):
-    from conftest import start_torchrun
-    return start_torchrun(["-m", "workbench.ab", *args, "--out", str(out)], os.path.dirname(str(out)), extra_env,
-                          preexec_fn)
-
-
-def _wait(p, out, timeout=300):
-    try:
-        p.wait(timeout=timeout)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    logs = os.path.dirname(str(out))
-    with open(os.path.join(logs, "stdout")) as o, open(os.path.join(logs, "stderr")) as e:
-        return p.returncode, o.read(), e.read()
-
-
 def _rows(path):
     with open(path) as f:
         return list(csv.DictReader(f))
@@ -49,40 +32,32 @@ def _json(path):
 
 # --- end to end: torchrun, 2 ranks, gloo --------------------------------------------------------------------------
 
-class _Launches(dict):
-    """The three torchrun launches below, started together (each spends most of its time importing torch and
-    waiting on its ranks): name -> (out folder, Popen)."""
-
-    def __init__(self, root, preexec_fn=None):
-        envs = {"good": None, "drop": {distributed.DROP_ENV: "1"}, "fail": {distributed.FAIL_ENV: "1:3"}}
-        super().__init__({name: (root / name / "run", _start(root / name / "run", env, preexec_fn=preexec_fn))
-                          for name, env in envs.items()})
-
-    def stop(self):
-        for _, p in self.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+_RUNS = {"good": ({}, False), "drop": ({distributed.DROP_ENV: "1"}, False),
+         "fail": ({distributed.FAIL_ENV: "1:3"}, True)}
+"""name -> (environment, last): the three runs, one after another in the session's one torchrun launch (conftest's
+TorchrunSeries; the failing one last: its rank 0 may end its process)."""
 
 
 def early_start(tmp_path_factory, items):
-    """Started at collection (conftest's pytest_collection_finish): they run beside the tests before this file."""
+    """At collection (conftest's pytest_collection_finish): the runs join the session's torchrun launch, which runs
+    beside the tests before this file."""
     if any("launches" in item.fixturenames for item in items):
-        from conftest import lower_priority
-        return _Launches(tmp_path_factory.mktemp("dist"), preexec_fn=lower_priority(10))
+        from conftest import torchrun_series
+        series = torchrun_series(tmp_path_factory)
+        for name, (env, last) in _RUNS.items():
+            series.add(name, "workbench.ab", [*TINY, "--out", series.root / name / "run"], env, last)
+        return series
 
 
 @pytest.fixture(scope="module")
 def launches(tmp_path_factory):
     from conftest import early
-    started = early(__name__) or early_start(tmp_path_factory)
-    yield started
-    started.stop()
+    return early(__name__) or early_start(tmp_path_factory, [type("I", (), {"fixturenames": ["launches"]})])
 
 
 def _result(launches, name):
-    out, p = launches[name]
-    return (out, *_wait(p, out))
+    r = launches.result(name)
+    return launches.root / name / "run", r
 
 
 @pytest.fixture(scope="module")
@@ -91,11 +66,11 @@ def good_run(launches):
 
 
 def test_torchrun_runs_and_rank0_writes_one_folder(good_run):
-    out, rc, stdout, stderr = good_run
-    assert rc == 0, stderr[-3000:]
+    out, r = good_run
+    assert r["rcs"] == [0, 0], r["stderr"][-3000:] + r["logs"][-2000:]
     # one JSON summary line on stdout (rank 0 alone prints it)
-    js = [ln for ln in stdout.splitlines() if ln.startswith("{")]
-    assert len(js) == 1, stdout[-2000:]
+    js = [ln for ln in r["stdout"].splitlines() if ln.startswith("{")]
+    assert len(js) == 1, r["stdout"][-2000:]
     last = json.loads(js[0])
     assert last["complete"] and last["status"] == "complete"
     # the folder: the run files, written once; no temp files, no per-rank copies of them
@@ -114,8 +89,8 @@ def test_torchrun_runs_and_rank0_writes_one_folder(good_run):
 
 
 def test_rows_per_rank(good_run):
-    out, rc, _, stderr = good_run
-    assert rc == 0, stderr[-3000:]
+    out, r = good_run
+    assert r["rcs"] == [0, 0], r["stderr"][-3000:]
     rows = _rows(out / "results.csv")
     arms = ("rebuild", "cached")
     for rank in ("0", "1"):
@@ -144,8 +119,8 @@ def test_rows_per_rank(good_run):
 
 
 def test_fsdp2_matches_one_process_over_the_global_batch(good_run):
-    out, rc, _, stderr = good_run
-    assert rc == 0, stderr[-3000:]
+    out, r = good_run
+    assert r["rcs"] == [0, 0], r["stderr"][-3000:]
     c = _json(out / "summary.json")["comparisons"][0]
     e = c["distributed"]["equivalence_single_process"]
     assert e["equivalent"] is True, e
@@ -154,8 +129,8 @@ def test_fsdp2_matches_one_process_over_the_global_batch(good_run):
 
 
 def test_negative_control_a_rank_that_drops_its_batch_fails(launches):
-    run, rc, stdout, stderr = _result(launches, "drop")
-    assert rc == 1, stderr[-3000:]
+    run, r = _result(launches, "drop")
+    assert r["rcs"][0] == 1, r["stderr"][-3000:] + r["logs"][-2000:]  # rank 0's status is the run's
     s = _json(run / "summary.json")
     e = s["comparisons"][0]["distributed"]["equivalence_single_process"]
     assert e["equivalent"] is False and e["dropped_batch_ranks"] == [1]
@@ -166,11 +141,13 @@ def test_negative_control_a_rank_that_drops_its_batch_fails(launches):
 
 def test_failing_rank_one_line_on_rank0_and_folder_marked(launches):
     # rank 1 raises at its 3rd step: inside the arms' equivalence steps, with rank 0 in FSDP2's collectives
-    run, rc, stdout, stderr = _result(launches, "fail")
-    assert rc != 0
-    lines = [ln for ln in stderr.splitlines() if ln.startswith("failed: rank")]
-    assert len(lines) == 1, stderr[-3000:]
-    assert lines[0].startswith("failed: rank 1: RuntimeError: injected failure")
+    run, r = _result(launches, "fail")
+    assert r["launch_rc"] not in (0, None) and r["rcs"][0] != 0, r  # rank 0 ended by its watcher: rcs[0] None
+    # the one line, on rank 0 (rank 0's stderr comes first; rank 1 says nothing)
+    lines = [ln for ln in r["stderr"].splitlines() if ln.startswith("failed: rank")]
+    assert len(lines) == 1, r["stderr"][-3000:] + r["logs"][-2000:]
+    rank0 = (launches.root / "fail" / "rank0.stderr").read_text()
+    assert lines[0].startswith("failed: rank 1: RuntimeError: injected failure") and lines[0] in rank0
     meta = _json(run / "meta.json")
     assert meta["status"] == "failed" and "rank 1" in meta["reason"]
     assert _json(run / "summary.json")["complete"] is False

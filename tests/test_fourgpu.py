@@ -1,8 +1,9 @@
 """Issue 41's instruments (the 4-GPU job `gpu/jobs/fourgpu.sh`) on the CPU: FSDP2 against one process at bf16
-(`workbench.ab.distributed.equiv_bf16`: one torchrun launch, 2 ranks, gloo, tiny preset; `equivalence.judge_sharded`
-on constructed gradients, a perturbed one failing), the bandwidth of ranks copying at once and the offload model's
-contention term (exact arithmetic), the projection rule of `workbench.savings.straggler`, the per-class totals of a
-traced step and the rule that reads two of them (`workbench.traces.class_totals`), and the analysis script."""
+(`workbench.ab.distributed.equiv_bf16`: a run of the tests' one torchrun launch, 2 ranks, gloo, tiny preset;
+`equivalence.judge_sharded` on constructed gradients, a perturbed one failing), the bandwidth of ranks copying at
+once and the offload model's contention term (exact arithmetic), the projection rule of
+`workbench.savings.straggler`, the per-class totals of a traced step and the rule that reads two of them
+(`workbench.traces.class_totals`), and the analysis script."""
 import json
 import os
 
@@ -18,48 +19,30 @@ TINY = ["--opt", "packing", "--model", "tiny-llama", "--tokens", "64", "--batche
         "--dtype", "bf16", "--precision", "autocast"]
 
 
-# --- FSDP2 vs one process at bf16: one torchrun launch ----------------------------------------------------------------
-
-def _launch(out_json, preexec_fn=None):
-    from conftest import start_torchrun
-    return start_torchrun(["-m", "workbench.ab.distributed.equiv_bf16", *TINY, "--json", str(out_json)],
-                          os.path.dirname(str(out_json)), preexec_fn=preexec_fn)
-
-
-class _Launch:
-    def __init__(self, root, preexec_fn=None):
-        self.out = root / "equiv.json"
-        self.proc = _launch(self.out, preexec_fn)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
+# --- FSDP2 vs one process at bf16: a run of the session's torchrun launch ------------------------------------------
 
 def early_start(tmp_path_factory, items):
-    """Started at collection (conftest's pytest_collection_finish)."""
+    """At collection (conftest's pytest_collection_finish): the run joins the session's one torchrun launch
+    (conftest.TorchrunSeries, beside tests/test_distributed.py's runs)."""
     if any("equiv_run" in item.fixturenames for item in items):
-        from conftest import lower_priority
-        return _Launch(tmp_path_factory.mktemp("fourgpu"), preexec_fn=lower_priority(10))
+        from conftest import torchrun_series
+        series = torchrun_series(tmp_path_factory)
+        series.add("equiv_bf16", "workbench.ab.distributed.equiv_bf16",
+                   [*TINY, "--json", series.root / "equiv_bf16" / "equiv.json"])
+        return series
 
 
 @pytest.fixture(scope="module")
 def equiv_run(tmp_path_factory):
     from conftest import early
-    started = early(__name__) or early_start(tmp_path_factory, [type("I", (), {"fixturenames": ["equiv_run"]})])
-    try:
-        started.proc.wait(timeout=300)
-    finally:
-        started.stop()
-    logs = os.path.dirname(str(started.out))
-    with open(os.path.join(logs, "stdout")) as o, open(os.path.join(logs, "stderr")) as e:
-        return started.proc.returncode, started.out, o.read(), e.read()
+    series = early(__name__) or early_start(tmp_path_factory, [type("I", (), {"fixturenames": ["equiv_run"]})])
+    r = series.result("equiv_bf16", timeout=300)
+    return r["rcs"], series.root / "equiv_bf16" / "equiv.json", r["stdout"], r["stderr"] + r["logs"][-2000:]
 
 
 def test_fsdp2_matches_one_process_at_bf16_and_its_negative_control_fails(equiv_run):
-    rc, out, stdout, stderr = equiv_run
-    assert rc == 0, stderr[-3000:]
+    rcs, out, stdout, stderr = equiv_run
+    assert rcs == [0, 0], stderr[-3000:]
     with open(out) as f:
         res = json.load(f)
     assert json.loads(stdout.strip().splitlines()[-1]) == res  # the same JSON as the last stdout line

@@ -80,7 +80,10 @@ def _fresh_env(fresh: str) -> dict:
 class _Background:
     """Every notebook execution below, in one background process started at collection (conftest's
     pytest_collection_finish), one after another (tests/fixtures/execute_notebooks.py): on the committed profiles,
-    then on conftest's shared packing trace run once it is ready. The tests read what it wrote."""
+    each in a kernel of its own, then on conftest's shared packing trace run once it is ready, all four in ONE kernel
+    (each from an empty namespace): what a notebook would take from the ones before it there (a module's state) the
+    committed-profile runs, in fresh kernels and checked output for output, would show. The tests read what it
+    wrote."""
 
     def __init__(self, tmp_path_factory, wanted):
         from conftest import lower_priority, packing_trace_paths
@@ -94,7 +97,7 @@ class _Background:
                     continue
                 self.outs[kind, name] = str(d / f"{kind}_{name}")
                 jobs.append({"path": os.path.join(ROOT, "notebooks", name), "out": self.outs[kind, name],
-                             "env": env, "wait_for": wait})
+                             "env": env, "wait_for": wait, "kernel": "fresh" if kind == "fresh" else None})
         (d / "jobs.json").write_text(json.dumps(jobs))
         env = {**os.environ, **_kernel_vars(_kernel_dir(tmp_path_factory))}
         self.log = d / "log"
