@@ -508,6 +508,11 @@ def welch_satterthwaite_df(parts) -> float:
     return tot * tot / den if den > 0 else math.inf
 
 
+_TTEST_IND_1D = getattr(_sps.ttest_ind, "__wrapped__", _sps.ttest_ind)
+"""scipy's `ttest_ind` itself, under the decorator that handles `axis`, `nan_policy` and masked arrays (the public
+function where a scipy has no such decorator): what `welch` calls on finite 1-D samples."""
+
+
 def welch(a, b, confidence: float = CONFIDENCE) -> dict:
     """mean(b) - mean(a) with its Welch t interval and two-sided p (scipy's `ttest_ind`, equal_var=False).
 
@@ -521,9 +526,12 @@ def welch(a, b, confidence: float = CONFIDENCE) -> dict:
         return out
     if np.ptp(a) == 0 and np.ptp(b) == 0:
         return {**out, "ci95": [d, d], "p": 0.0 if d != 0 else 1.0}
+    # finite 1-D samples skip scipy's axis / NaN-policy wrapper (`_TTEST_IND_1D`): half of the call's time in the
+    # gate's and power's simulations, the same numbers (bit for bit on 20,000 random pairs, scipy 1.17)
+    ttest = _TTEST_IND_1D if np.isfinite(a).all() and np.isfinite(b).all() else _sps.ttest_ind
     with warnings.catch_warnings():  # near-identical samples: scipy warns of precision loss, the answer stands
         warnings.simplefilter("ignore", RuntimeWarning)
-        t = _sps.ttest_ind(b, a, equal_var=False)
+        t = ttest(b, a, equal_var=False)
     ci = t.confidence_interval(confidence)
     return {**out, "ci95": [float(ci.low), float(ci.high)], "p": float(t.pvalue)}
 
