@@ -7,7 +7,7 @@ import os
 
 import pandas as pd
 
-from workbench.analysis.loader import _arms, _frame, _included, _json, _name, profiles_root, recomputed
+from workbench.analysis.loader import _arms, _frame, _included, _json, _meta, _name, profiles_root, recomputed
 
 
 COST_COLUMNS = ["instrument", "folder", "comparison", "arm", "role", "off_ms", "on_ms", "cost_pct", "speedup",
@@ -109,7 +109,7 @@ def _replayed_flops(r: dict, c: dict) -> tuple[list | None, str]:
     from workbench.measure.results import older_run_note, run_args
 
     opts.load_all()  # the packing backends' attention counts (`flops.declare_attention`)
-    args = run_args(_json(os.path.join(r["path"], "meta.json")) or {})
+    args = run_args(_meta(r["path"]))  # (a copy of the shared, cached meta.json's args)
     doc_lens = [b["doc_lens"] for b in c.get("batches") or [] if isinstance(b, dict) and b.get("doc_lens")] or None
     try:
         per_batch = _counted(

@@ -77,8 +77,8 @@ def comparisons(profiles: str | None = None, include_incomplete_comparisons=Fals
 def _clean_repeat_facts(r: dict, c: dict) -> dict:
     """What a clean repeat must share beyond the comparison: the commit, the batches, steps and trace mode it ran,
     and its set of arms (meta.json's args; None where not recorded)."""
-    from workbench.analysis.loader import _json
-    args = (_json(os.path.join(r["path"], "meta.json")) or {}).get("args") or {}
+    from workbench.analysis.loader import _meta
+    args = _meta(r["path"]).get("args") or {}  # read once per file version, not once per row
     return {"git_sha": r.get("git_sha"), "batches": args.get("batches"), "steps": args.get("steps"),
             "trace": args.get("trace"), "arm_set": ",".join(sorted(a["arm"] for a, _ in _arms(c) if a.get("arm")))}
 

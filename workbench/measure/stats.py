@@ -41,6 +41,7 @@ Rules (all other modules call these functions rather than re-deriving them):
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Iterable, Sequence
@@ -479,7 +480,15 @@ def delta_method(f, samples, *, confidence: float = CONFIDENCE, rel_step: float 
 # --- tests of differences and ratios (moved here from savings/verdicts, compare/rundiff, analysis) -------------
 
 def t_quantile(p: float, df) -> float:
-    """The p-quantile of Student's t with `df` degrees of freedom; the normal's when df is None or infinite."""
+    """The p-quantile of Student's t with `df` degrees of freedom; the normal's when df is None or infinite.
+    Cached for plain numbers (`_t_ppf`): the tables ask for the same few quantiles once per row."""
+    if isinstance(p, float) and (df is None or isinstance(df, (int, float))):
+        return _t_ppf(p, df)
+    return float(_sps.t.ppf(p, df)) if df is not None and math.isfinite(df) else float(_sps.norm.ppf(p))
+
+
+@functools.lru_cache(maxsize=4096)
+def _t_ppf(p: float, df) -> float:
     return float(_sps.t.ppf(p, df)) if df is not None and math.isfinite(df) else float(_sps.norm.ppf(p))
 
 
