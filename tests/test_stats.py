@@ -295,3 +295,19 @@ def test_no_weights_from_a_2_rep_point_that_agreed_by_chance():
     assert lo < 0 < hi and hi - lo > 2
     # with enough df per point the weights stand
     assert stats.linear_fit(x, y, se=[0.5, 1.0, 1.1, 0.9], df=[7] * 4)["weighted"]
+
+
+def test_welch_is_scipys_public_ttest_ind_bit_for_bit():
+    """`welch` skips scipy's axis / NaN-policy decorator on finite samples (`_TTEST_IND_1D`, for speed): its CI and p
+    equal the public `ttest_ind`'s exactly, on random pairs of mixed sizes and scales; a NaN sample takes the public
+    path and gives NaN."""
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        a = rng.standard_normal(rng.integers(2, 10)) * rng.choice([1e-6, 1.0, 50.0])
+        b = rng.standard_normal(rng.integers(2, 10)) + rng.normal()
+        w = stats.welch(a, b)
+        t = sps.ttest_ind(b, a, equal_var=False)
+        ci = t.confidence_interval(0.95)
+        assert (w["ci95"], w["p"]) == ([float(ci.low), float(ci.high)], float(t.pvalue))
+    w = stats.welch([1.0, float("nan"), 2.0], [3.0, 4.0])
+    assert math.isnan(w["p"]) and all(math.isnan(x) for x in w["ci95"])

@@ -2,11 +2,12 @@
 and MFU, the op-by-op sync witness."""
 from __future__ import annotations
 
+import json
 import os
 
 import pandas as pd
 
-from workbench.analysis.loader import _arms, _frame, _included, _json, _name, profiles_root, recomputed
+from workbench.analysis.loader import _arms, _frame, _included, _json, _meta, _name, profiles_root, recomputed
 
 
 COST_COLUMNS = ["instrument", "folder", "comparison", "arm", "role", "off_ms", "on_ms", "cost_pct", "speedup",
@@ -79,19 +80,39 @@ MFU_COLUMNS = ["folder", "name", "model", "layers", "tokens", "attn", "attention
                "arm", "step_mean_ms", "achieved_tflops", "mfu", "peak_tflops", "note", "file"]
 
 
+_COUNTED: dict = {}
+FILE_LENGTHS = ("data", "json", "jsonl")
+"""--lengths kinds read from files: a replay over them is not cached (the files may change between two readings)."""
+
+
+def _counted(model, layers, tokens, attn, *, lengths, batches, seed, lora_rank, checkpointing, experts, doc_lens):
+    """`flops.for_comparison`, once per arguments in this process where they fix the answer (written document
+    lengths, or a synthetic --lengths replayed from its seed; `FILE_LENGTHS` are counted every time): every results
+    page, headline and MFU table replays the same older runs. Copies are handed out."""
+    from workbench.step import flops
+
+    kw = dict(lengths=lengths, batches=batches, seed=seed, lora_rank=lora_rank, checkpointing=checkpointing,
+              experts=experts, doc_lens=doc_lens)
+    if doc_lens is None and str(lengths).split(":")[0] in FILE_LENGTHS:
+        return flops.for_comparison(model, layers, tokens, attn, **kw)
+    key = json.dumps([model, layers, tokens, attn, kw], sort_keys=True, default=str)
+    if key not in _COUNTED:
+        _COUNTED[key] = flops.for_comparison(model, layers, tokens, attn, **kw)
+    return [dict(f) for f in _COUNTED[key]]
+
+
 def _replayed_flops(r: dict, c: dict) -> tuple[list | None, str]:
     """An older run's FLOPs per batch (no `flops_per_batch` in its summary.json): counted from the document lengths
     summary.json wrote, else from its batches rebuilt from meta.json's --lengths and seed (which needs the length
     source's files on this machine); ([], why) where neither works. The note says which, once per folder."""
     from workbench import opts
     from workbench.measure.results import older_run_note, run_args
-    from workbench.step import flops
 
     opts.load_all()  # the packing backends' attention counts (`flops.declare_attention`)
-    args = run_args(_json(os.path.join(r["path"], "meta.json")) or {})
+    args = run_args(_meta(r["path"]))  # (a copy of the shared, cached meta.json's args)
     doc_lens = [b["doc_lens"] for b in c.get("batches") or [] if isinstance(b, dict) and b.get("doc_lens")] or None
     try:
-        per_batch = flops.for_comparison(
+        per_batch = _counted(
             c["model"], c.get("layers"), c["tokens"], c.get("attn"), lengths=args.get("lengths"),
             batches=args.get("batches") or len(c.get("batches") or []) or 1, seed=args.get("seed", 0),
             lora_rank=args.get("lora_rank", 16), checkpointing=bool(args["checkpointing"]),

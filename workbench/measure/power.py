@@ -87,14 +87,18 @@ def simulate_times(rng: np.random.Generator, noise: Noise, design: Protocol, rep
     block = rng.standard_normal((reps, A)) * noise.rep_sd_pct / 100
     process = rng.standard_normal() * noise.process_sd_pct / 100 if noise.process_sd_pct else 0.0
     out = np.empty((2, reps, S))
+    # loop invariants hoisted (the same values, the same draws in the same order): the gate's and power's
+    # simulations call this tens of thousands of times
+    step_batch, arms, order_of = batch[np.arange(S) % nb], list(range(A)), ORDERS[order]
+    drift, carryover = noise.drift_pct / 100, noise.carryover_pct / 100
     for r in range(reps):
-        seq = ORDERS[order](list(range(A)), r)
+        seq = order_of(arms, r)
         for pos, a in enumerate(seq):
             if a > 1:
                 continue
             t_reps = r + (pos + 0.5) / A
-            carry = noise.carryover_pct / 100 if pos > 0 and seq[pos - 1] == A - 1 else 0.0
-            y = (mu[a] + batch[np.arange(S) % nb] + block[r, a] + noise.drift_pct / 100 * t_reps + carry
+            carry = carryover if pos > 0 and seq[pos - 1] == A - 1 else 0.0
+            y = (mu[a] + step_batch + block[r, a] + drift * t_reps + carry
                  + (process if a == 1 else 0.0) + rng.standard_normal(S) * noise.step_sd_pct / 100)
             out[a, r] = np.exp(y)
     return out[0], out[1]

@@ -161,8 +161,23 @@ def reml_components(groups: Sequence[Sequence[float]], *, ci: bool = True) -> di
     (profile likelihood of lam = tau^2/sigma^2), "lr" and "lr_p" (the likelihood-ratio test of tau = 0, p from the
     boundary mixture 0.5·chi2_0 + 0.5·chi2_1), "sigma_df" (N - K), "K", "R" (sizes), "N", "mu" (the GLS mean)}.
     With K < 2 or N - K < 1 tau (or sigma) is not estimable: None. `ci` False skips the two profile CIs (a
-    simulation's speed)."""
+    simulation's speed). With `ci` the result is cached on the exact data (`_reml_with_ci`): the results pages ask
+    for the same repeat groups' components once per table and per page, and the profile CIs are most of the cost."""
     gs = _groups(groups)
+    if ci:
+        out = _reml_with_ci(tuple(tuple(g.tolist()) for g in gs))
+        return {k: list(v) if isinstance(v, list) else v for k, v in out.items()}  # the caller's own lists
+    return _reml(gs, ci=False)
+
+
+@functools.lru_cache(maxsize=512)
+def _reml_with_ci(groups: tuple) -> dict:
+    """`_reml` with the CIs, once per data (a tuple of per-process tuples of floats, as `_groups` left them).
+    Read-only: `reml_components` hands out copies."""
+    return _reml([np.asarray(g, dtype=float) for g in groups], ci=True)
+
+
+def _reml(gs: list[np.ndarray], *, ci: bool) -> dict:
     out = {"sigma": None, "tau": None, "tau_over_sigma": None, "tau_ci95": None, "tau_over_sigma_ci95": None,
            "lr": None, "lr_p": None, "sigma_df": None, "K": len(gs), "R": [int(g.size) for g in gs],
            "N": int(sum(g.size for g in gs)), "mu": None}

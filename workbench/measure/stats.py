@@ -41,6 +41,7 @@ Rules (all other modules call these functions rather than re-deriving them):
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Iterable, Sequence
@@ -479,7 +480,15 @@ def delta_method(f, samples, *, confidence: float = CONFIDENCE, rel_step: float 
 # --- tests of differences and ratios (moved here from savings/verdicts, compare/rundiff, analysis) -------------
 
 def t_quantile(p: float, df) -> float:
-    """The p-quantile of Student's t with `df` degrees of freedom; the normal's when df is None or infinite."""
+    """The p-quantile of Student's t with `df` degrees of freedom; the normal's when df is None or infinite.
+    Cached for plain numbers (`_t_ppf`): the tables ask for the same few quantiles once per row."""
+    if isinstance(p, float) and (df is None or isinstance(df, (int, float))):
+        return _t_ppf(p, df)
+    return float(_sps.t.ppf(p, df)) if df is not None and math.isfinite(df) else float(_sps.norm.ppf(p))
+
+
+@functools.lru_cache(maxsize=4096)
+def _t_ppf(p: float, df) -> float:
     return float(_sps.t.ppf(p, df)) if df is not None and math.isfinite(df) else float(_sps.norm.ppf(p))
 
 
@@ -508,6 +517,11 @@ def welch_satterthwaite_df(parts) -> float:
     return tot * tot / den if den > 0 else math.inf
 
 
+_TTEST_IND_1D = getattr(_sps.ttest_ind, "__wrapped__", _sps.ttest_ind)
+"""scipy's `ttest_ind` itself, under the decorator that handles `axis`, `nan_policy` and masked arrays (the public
+function where a scipy has no such decorator): what `welch` calls on finite 1-D samples."""
+
+
 def welch(a, b, confidence: float = CONFIDENCE) -> dict:
     """mean(b) - mean(a) with its Welch t interval and two-sided p (scipy's `ttest_ind`, equal_var=False).
 
@@ -521,9 +535,12 @@ def welch(a, b, confidence: float = CONFIDENCE) -> dict:
         return out
     if np.ptp(a) == 0 and np.ptp(b) == 0:
         return {**out, "ci95": [d, d], "p": 0.0 if d != 0 else 1.0}
+    # finite 1-D samples skip scipy's axis / NaN-policy wrapper (`_TTEST_IND_1D`): half of the call's time in the
+    # gate's and power's simulations, the same numbers (bit for bit on 20,000 random pairs, scipy 1.17)
+    ttest = _TTEST_IND_1D if np.isfinite(a).all() and np.isfinite(b).all() else _sps.ttest_ind
     with warnings.catch_warnings():  # near-identical samples: scipy warns of precision loss, the answer stands
         warnings.simplefilter("ignore", RuntimeWarning)
-        t = _sps.ttest_ind(b, a, equal_var=False)
+        t = ttest(b, a, equal_var=False)
     ci = t.confidence_interval(confidence)
     return {**out, "ci95": [float(ci.low), float(ci.high)], "p": float(t.pvalue)}
 
