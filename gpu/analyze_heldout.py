@@ -83,7 +83,26 @@ def machine_gate(aa, skip_aa, baseline, new, skip, all_runs):
             "baseline": baseline, "decisions": dec, "new": [r for r, _ in new]}
 
 
-def gate(camp):
+def machine_name(folder):
+    """'E (GPU-224ce504)' from FOLDER/gpu.csv's UUID (its first 12 characters), or the folder's name."""
+    path = os.path.join(folder, "gpu.csv")
+    rows = open(path, encoding="utf-8").read().splitlines()[1:] if os.path.isfile(path) else []
+    uuids = [r.split(",")[-1].strip() for r in rows if "GPU-" in r]
+    return uuids[0][:12] if uuids else os.path.basename(os.path.normpath(folder))
+
+
+def nvtx_backends(runs):
+    """Each run's NVTX backend as its meta.json records it: the nvtx package's version, or 'torch.cuda.nvtx' where
+    the package was missing (workbench/instrument/ranges.py falls back to it)."""
+    out = []
+    for r in runs:
+        with open(os.path.join(r, "meta.json"), encoding="utf-8") as f:
+            v = json.load(f).get("versions", {}).get("nvtx")
+        out.append(f"nvtx {v}" if v else "torch.cuda.nvtx")
+    return out
+
+
+def gate(camp, extra=()):
     a, b = procs(os.path.join(COMMITTED, "packing_a")), procs(os.path.join(COMMITTED, "packing_b"))
     inj = procs(os.path.join(COMMITTED, "packing_inject2pct"))
     machines = {}
@@ -95,6 +114,15 @@ def gate(camp):
         new_c = held_c[1:] + extra_c
         machines["C"] = machine_gate(aa_c, 0, held_c[0], [(r, 0) for r in new_c], 0,
                                      [(r, 0) for r in aa_c + held_c + extra_c])
+    for folder in extra:  # a machine of its own: FOLDER/packing_aa (>= 3 A/A), FOLDER/gate (p00 the baseline)
+        aa_e, runs_e = procs(os.path.join(folder, "packing_aa")), procs(os.path.join(folder, "gate"))
+        if len(aa_e) >= gate_stats.MIN_AA_PROCESSES and len(runs_e) >= 2:
+            m = machine_gate(aa_e, 0, runs_e[0], [(r, 0) for r in runs_e[1:]], 0, [(r, 0) for r in aa_e + runs_e])
+            m["backends"] = dict(zip(aa_e + runs_e, nvtx_backends(aa_e + runs_e)))
+            machines[machine_name(folder)] = m
+    for m in machines.values():
+        m.setdefault("backends", dict(zip(m["new"] + [m["baseline"]], nvtx_backends(m["new"] + [m["baseline"]]))))
+        m["mixed_backend"] = sorted(r for r in m["new"] if m["backends"][r] != m["backends"][m["baseline"]])
     dec = [d for m in machines.values() for d in m["decisions"]]
     fails = dec.count("fail")
     gb = machines["B"]
@@ -107,7 +135,9 @@ def gate(camp):
     caught = inj_dec.count("fail")
     p = float(sps.binomtest(caught, len(inj_dec), gb["power_2pct_stated"]).pvalue) if inj_dec else math.nan
     cannot = gb["tolerance_pct"] >= REGRESSION_PCT or gb["power_2pct_stated"] < 0.8
+    clean = [d for m in machines.values() for d, r in zip(m["decisions"], m["new"]) if r not in m["mixed_backend"]]
     return {"machines": machines, "same_commit_runs": len(dec), "fails": fails,
+            "clean_runs": len(clean), "clean_fails": clean.count("fail"),
             "done": len(dec) >= GATE_MIN_RUNS and fails <= GATE_MAX_FAILS,
             "injected": {"machine": "B", "decisions": inj_dec, "caught": caught,
                          "slowdown_pct_measured": 100 * slow, "stated_power": gb["power_2pct_stated"],
@@ -120,10 +150,13 @@ def main(argv=None):
     ap.add_argument("campaign")
     ap.add_argument("--design", default=DESIGN)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--gate-machine", action="append", default=[], metavar="DIR",
+                    help="another machine's gate folder (DIR/packing_aa: its A/A processes, DIR/gate: p00 the "
+                         "baseline, the rest decisions), e.g. profiles/2026-11-26_h100_gate_e")
     a = ap.parse_args(argv)
     with open(a.design, encoding="utf-8") as f:
         design = json.load(f)
-    res = {"design": a.design, "heldout": heldout(a.campaign, design), "gate": gate(a.campaign)}
+    res = {"design": a.design, "heldout": heldout(a.campaign, design), "gate": gate(a.campaign, a.gate_machine)}
     gpu = os.path.join(a.campaign, "gpu.csv")
     res["machine"] = open(gpu).read().strip() if os.path.isfile(gpu) else None
     for name, h in res["heldout"].items():
@@ -138,8 +171,11 @@ def main(argv=None):
     for m, x in g["machines"].items():
         print(f"gate, machine {m}: run SD {x['run_sd']['run_sd_pct']:.2f}% (upper bound), rep SD "
               f"{x['rep_sd_pct']:.2f}%, tolerance {x['tolerance_pct']:.2f}%, stated power at 2% "
-              f"{x['power_2pct_stated']:.2f}: {x['decisions'].count('fail')} of {len(x['decisions'])} fail")
+              f"{x['power_2pct_stated']:.2f}: {x['decisions'].count('fail')} of {len(x['decisions'])} fail"
+              + (f" ({len(x['mixed_backend'])} of them with another NVTX backend than its baseline: "
+                 f"{', '.join(os.path.basename(r) for r in x['mixed_backend'])})" if x["mixed_backend"] else ""))
     i = g["injected"]
+    print(f"gate, runs with their baseline's NVTX backend only: {g['clean_fails']} of {g['clean_runs']} fail")
     print(f"gate: {g['fails']} of {g['same_commit_runs']} same-commit runs fail ({'done' if g['done'] else 'NOT done'}: "
           f">= {GATE_MIN_RUNS} runs, <= {GATE_MAX_FAILS} fails); injected (+{i['slowdown_pct_measured']:.2f}%, machine "
           f"B): caught {i['caught']} of {len(i['decisions'])} at stated power {i['stated_power']:.2f} (binomial p "
