@@ -5,7 +5,8 @@
     an.process_claims("profiles")     # estimate, CI, prediction interval, K, R, machines, GPU minutes per comparison
 
 One owner per number, read, never recomputed here:
-- a folder with a `prospective.json` (the held-out design fixed before its GPU run, e.g.
+- a held-out design fixed before its GPU run, `prospective.json` or a revision `prospective_vN.json` (the highest N
+  naming a comparison is its claim; e.g.
   `profiles/2026-11-26_h100_replication/prospective.py`): its `prediction` per comparison
   (`workbench.measure.replication.machine_prediction`: every process of every machine, CI over the processes of
   those machines, a prediction interval for one process on another machine), its sigma / tau and GPU minutes;
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pandas as pd
 
@@ -28,6 +30,9 @@ PROCESS_COLUMNS = ["name", "baseline", "arm", "model", "layers", "tokens", "attn
 THESE = "the processes of the machines that ran"
 ANOTHER = "one process on another machine"
 SAME = "one more process on this machine"
+DESIGN_FILE = re.compile(r"prospective(?:_v(\d+))?\.json")
+"""A held-out design fixed before its run: `prospective.json`, revised as `prospective_v2.json`, ... (a revision names
+the machines and processes it pools; per comparison the highest version is the claim)."""
 
 
 def _read(path: str) -> dict:
@@ -55,10 +60,15 @@ def process_claims(root: str, comps: pd.DataFrame | None = None) -> pd.DataFrame
     designs, plain = [], []
     for d, dirs, files in os.walk(root):
         dirs.sort()
-        if "prospective.json" in files:
-            designs.append(d)
-        elif "processes.json" in files:
+        designs += [os.path.join(d, f) for f in files if DESIGN_FILE.fullmatch(f)]
+        if "processes.json" in files:
             plain.append(d)
+    newest: dict[str, tuple[int, str]] = {}  # comparison -> (version, design file): a revision supersedes its parent
+    for path in designs:
+        v = int(DESIGN_FILE.fullmatch(os.path.basename(path)).group(1) or 1)
+        for name in _read(path)["comparisons"]:
+            if name not in newest or v > newest[name][0]:
+                newest[name] = (v, path)
 
     def shape(folders: list[str], name: str, arm: str) -> dict:
         rel = [os.path.relpath(f, base) for f in folders]
@@ -68,23 +78,25 @@ def process_claims(root: str, comps: pd.DataFrame | None = None) -> pd.DataFrame
         r = c.iloc[0]
         return {k: r[k] for k in ("model", "layers", "tokens", "attn", "precision", "lengths", "gpu_name")}
 
-    for d in designs:
-        rec = _read(os.path.join(d, "prospective.json"))
+    for path in designs:
+        d, rec = os.path.dirname(path), _read(path)
         for name, c in rec["comparisons"].items():
             p = c["prediction"]
-            jobs = sorted({os.path.join(d, f.split("/")[0]) for fs in c["folders"].values() for f in fs})
+            # v1 names process folders relative to its own folder, later versions relative to the repo root
+            jobs = sorted({os.path.dirname(os.path.join(base, f)) if f.startswith("profiles/") else
+                           os.path.join(d, f.split("/")[0]) for fs in c["folders"].values() for f in fs})
             covered.update(os.path.abspath(j) for j in jobs)
-            if any((os.path.relpath(j, base), name) in void for j in jobs):
+            if newest[name][1] != path or any((os.path.relpath(j, base), name) in void for j in jobs):
                 continue
             rows.append({"name": name, "baseline": c["baseline"], "arm": c["arm"], **shape(jobs, name, c["arm"]),
                          "speedup": p["speedup"], "ci95_lo": p["ci95"][0], "ci95_hi": p["ci95"][1],
                          "ci_scope": THESE, "pi95_lo": p["pi95"][0], "pi95_hi": p["pi95"][1],
                          "pi_scope": (f"{ANOTHER}; {p['J']} machines" if p["J"] > 1 else
                                       f"{ANOTHER}; 1 machine: no machine component measured"),
-                         "pi_df": p["pi_df"], "K": p["K"], "R": max(p["R"]), "machines": p["J"],
+                         "pi_df": p.get("pi_df"), "K": p["K"], "R": max(p["R"]), "machines": p["J"],
                          "sigma_pct": _pct(c.get("sigma")), "tau_pct": _pct(c.get("tau")),
-                         "omega_pct": _pct(p["omega"]), "gpu_minutes": c["gpu_minutes"], "method": p["method"],
-                         "source": os.path.relpath(os.path.join(d, "prospective.json"), base)})
+                         "omega_pct": _pct(p["omega"]), "gpu_minutes": c.get("gpu_minutes", c.get("estimate_gpu_minutes")), "method": p["method"],
+                         "source": os.path.relpath(path, base)})
     for d in plain:
         if os.path.abspath(d) in covered:
             continue

@@ -34,10 +34,11 @@ RECIPE = an.RECIPE
 RERUN_RULE = ("The estimate column is a claim within this run (the rep is the unit). A rerun: K independent processes "
               "of `python -m workbench.ab ... --processes K` (own seed, own model build, a discarded warm-up rep, R "
               "timed reps); the estimate exp(mean of the process means) with a 95% t-interval over the processes of "
-              "the machines that ran, and a 95% prediction interval for one process on another machine (a machine "
-              "component from the process means' ANOVA by machine, Satterthwaite df: with 2 machines it is wide; "
-              "`workbench/measure/replication.py`); GPU minutes from the processes' wall times; the numbers and the "
-              "held-out design fixed before its run: `prospective.json` of the campaign folder.")
+              "the machines that ran, and a 95% prediction interval for one process on another machine (each machine its "
+              "own process SD, log-normal across machines, on top of a machine shift; the level calibrated by "
+              "simulation: `workbench/measure/replication_spread.py`; with 2 machines it is wide); GPU minutes from "
+              "the processes' wall times of the estimate; the numbers and the held-out design fixed before its run: "
+              "the newest `prospective*.json` naming the comparison (`workbench/analysis/processes.py`).")
 
 
 def headline_speedups(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
