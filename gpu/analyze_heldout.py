@@ -8,7 +8,9 @@ root on a CPU, after `bash gpu/jobs/heldout.sh` ran on the GPU:
 1. Held-out processes (CAMPAIGN_DIR/packing, moe, offload: M processes each on this third machine): each process's
    mean per-rep log ratio, judged by `replication.heldout_new_machine_check` against the committed prediction and
    its committed null (recomputed with the same seed only when a different M ran): inside >= the null 5% quantile,
-   and the variance ratio inside its F interval. A part that did not run says so; nothing is dropped.
+   and the variance ratio inside its F interval. A part that did not run says so; nothing is dropped. A part whose
+   processes ran in different environments (`results.environment_diff`: a package, the NVTX backend, git sha, GPU or
+   precision) prints "mixed environment: ..." and carries it as `mixed_environment`: the verdict stands, flagged.
 2. The gate on packing's baseline arm (`rebuild`), per machine, as `profiles/2026-11-26_h100_replication/analyze.py`
    does it: the run SD from 3 same-commit A/A processes of that machine (`gate_stats.run_sd`, its upper bound), the
    rep SD pooled over that machine's processes, the tolerance for a <= 5% simulated false-fail rate and the stated
@@ -31,6 +33,7 @@ sys.path.insert(0, os.getcwd())
 from workbench.ab.processes import per_rep_log_ratios  # noqa: E402
 from workbench.analysis.loader import step_samples  # noqa: E402
 from workbench.compare import gate_stats  # noqa: E402
+from workbench.measure.results import environment_diff  # noqa: E402
 from workbench.measure.results import process_dirs as procs  # noqa: E402
 from workbench.measure import power, replication  # noqa: E402
 
@@ -54,15 +57,17 @@ def heldout(camp, design):
         pred, plan = c["prediction"], c["heldout_plan"]
         groups = [per_rep_log_ratios(r, name, c["baseline"], c["arm"], skip_reps=0) for r in runs]
         groups = [g for g in groups if g]
+        mixed = environment_diff(runs)["line"]  # the verdict stands; a mixed-environment one carries the flag
         if len(groups) < 2:
-            out[name] = {"ran": len(groups), "verdict": f"not judged: {len(groups)} held-out process(es) ran"}
+            out[name] = {"ran": len(groups), "verdict": f"not judged: {len(groups)} held-out process(es) ran",
+                         "mixed_environment": mixed}
             continue
         reps = sorted({len(g) for g in groups})
         chk = replication.heldout_new_machine_check(pred, [float(np.mean(g)) for g in groups], null=plan["null"])
         out[name] = {**chk, "ran": len(groups), "planned_M": plan["M"], "reps_per_process": reps,
                      "same_R_as_estimate": reps == pred["R"], "pi95": pred["pi95"],
                      "heldout_speedups": [math.exp(float(np.mean(g))) for g in groups],
-                     "verdict": "holds" if chk["ok"] else "FAILS"}
+                     "verdict": "holds" if chk["ok"] else "FAILS", "mixed_environment": mixed}
     return out
 
 
@@ -160,6 +165,8 @@ def main(argv=None):
     gpu = os.path.join(a.campaign, "gpu.csv")
     res["machine"] = open(gpu).read().strip() if os.path.isfile(gpu) else None
     for name, h in res["heldout"].items():
+        if h.get("mixed_environment"):
+            print(f"{name}: {h['mixed_environment']}")
         if "inside" not in h:
             print(f"{name}: {h['verdict']}")
             continue

@@ -11,7 +11,9 @@ root on a CPU, after `bash gpu/jobs/prospective2.sh` ran on the GPU:
 2. Per comparison (CAMPAIGN_DIR/packing, moe, offload: M processes each): each process's mean per-rep log ratio
    (every timed rep: the engine discards its own warm-up rep), judged by the design's model: "spread"
    (`replication.spread_check`: inside >= its null 5% quantile, and the one-sided spread check) or "pooled" (moe, one
-   machine: `replication.heldout_new_machine_check`, prospective.json's rule). A part that did not run says so.
+   machine: `replication.heldout_new_machine_check`, prospective.json's rule). A part that did not run says so. A
+   part whose processes ran in different environments (`results.environment_diff`) prints "mixed environment: ..."
+   and carries it as `mixed_environment`: the verdict stands, flagged.
 """
 import argparse
 import json
@@ -25,6 +27,7 @@ sys.path.insert(0, os.getcwd())
 from workbench.ab.processes import per_rep_log_ratios  # noqa: E402
 from workbench.cli import run_main  # noqa: E402
 from workbench.errors import WorkbenchError  # noqa: E402
+from workbench.measure.results import environment_diff  # noqa: E402
 from workbench.measure.results import process_dirs as procs  # noqa: E402
 from workbench.measure import replication  # noqa: E402
 
@@ -54,8 +57,10 @@ def judge(camp: str, design: dict) -> dict:
         runs = procs(os.path.join(camp, name))
         groups = [g for g in (per_rep_log_ratios(r, name, c["baseline"], c["arm"], skip_reps=0) for r in runs) if g]
         pred, plan = c["prediction"], c["heldout_plan"]
+        mixed = environment_diff(runs)["line"]  # the verdict stands; a mixed-environment one carries the flag
         if len(groups) < 2:
-            out[name] = {"ran": len(groups), "verdict": f"not judged: {len(groups)} held-out process(es) ran"}
+            out[name] = {"ran": len(groups), "verdict": f"not judged: {len(groups)} held-out process(es) ran",
+                         "mixed_environment": mixed}
             continue
         means = [float(np.mean(g)) for g in groups]
         if c["model"] == "spread":
@@ -65,7 +70,8 @@ def judge(camp: str, design: dict) -> dict:
         reps = sorted({len(g) for g in groups})
         out[name] = {**chk, "model": c["model"], "ran": len(groups), "planned_M": plan["M"],
                      "reps_per_process": reps, "same_R_as_estimate": reps == pred["R"], "pi95": pred["pi95"],
-                     "heldout_speedups": [math.exp(m) for m in means], "verdict": "holds" if chk["ok"] else "FAILS"}
+                     "heldout_speedups": [math.exp(m) for m in means], "verdict": "holds" if chk["ok"] else "FAILS",
+                     "mixed_environment": mixed}
     return out
 
 
@@ -80,6 +86,8 @@ def main(argv=None):
     uuid = machine_uuid(a.campaign, design["machines"])
     res = {"design": a.design, "machine": uuid, "heldout": judge(a.campaign, design)}
     for name, h in res["heldout"].items():
+        if h.get("mixed_environment"):
+            print(f"{name}: {h['mixed_environment']}")
         if "inside" not in h:
             print(f"{name}: {h['verdict']}")
             continue

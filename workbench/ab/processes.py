@@ -14,8 +14,10 @@ and every other arm):
 - sigma (rep within process) and tau (between processes) by REML.
 
 Each process's own rep-level CI stays in its folder, labelled "within this run". Written: `DIR/processes.json`
-(each process's command, seed, exit status and wall time, and the per-comparison estimates) and one line per
-comparison on stdout; the last stdout line is that JSON.
+(each process's command, seed, exit status and wall time, the per-comparison estimates, and `environment`:
+`results.environment_diff` over the processes that ran, which names any package version, NVTX backend, git sha, GPU
+or precision that differs between them) and one line per comparison on stdout, then "mixed environment: nvtx 0.2.17
+in p00-p01, none in p02-p05" where they differ; the last stdout line is that JSON.
 """
 from __future__ import annotations
 
@@ -178,9 +180,13 @@ def main(argv: list[str]) -> int:
         if rc == 2:  # bad input: every other process would say the same
             raise WorkbenchError(f"process {i + 1} refused its input (see {d}.log)")
     record["estimates"] = aggregate(dirs)
+    record["environment"] = results.environment_diff(
+        [d for d, p in zip(dirs, record["processes"]) if p["rc"] == 0 and os.path.isdir(d)])
     _write(out, record)
     for r in record["estimates"]:
         print(_line(r))
+    if record["environment"]["mixed"]:  # the estimate stands, but its processes are not one instrument
+        print(record["environment"]["line"])
     failed = [p for p in record["processes"] if p["rc"] != 0]
     print(f"{'complete' if not failed else 'INCOMPLETE'}: {k - len(failed)}/{k} processes ran cleanly -> {out}")
     emit_json({"out": out, **record})

@@ -19,7 +19,8 @@ COMP_COLUMNS = ["folder", "job", "name", "opt", "model", "layers", "tokens", "at
                 "summary_ci95_lo", "summary_ci95_hi", "summary_verdict", "summary_n_pairs", "equivalent",
                 "different_function_passed", "syncs_baseline", "syncs_arm", "instrument_cost_pct", "run_status", "file",
                 "command",
-                "git_sha", "batches", "steps", "trace", "arm_set", "rep_log_ratios", "process_of", "void_reason"]
+                "git_sha", "batches", "steps", "trace", "arm_set", "nvtx_backend", "rep_log_ratios", "process_of",
+                "void_reason"]
 
 
 def comparisons(profiles: str | None = None, include_incomplete_comparisons=False, **discover_kw) -> pd.DataFrame:
@@ -76,11 +77,15 @@ def comparisons(profiles: str | None = None, include_incomplete_comparisons=Fals
 
 def _clean_repeat_facts(r: dict, c: dict) -> dict:
     """What a clean repeat must share beyond the comparison: the commit, the batches, steps and trace mode it ran,
-    and its set of arms (meta.json's args; None where not recorded)."""
+    its set of arms (meta.json's args; None where not recorded) and the NVTX backend its timed steps' ranges went
+    through (`results.nvtx_backend_of`: the `nvtx` package or torch.cuda.nvtx, which differ in cost per range)."""
     from workbench.analysis.loader import _meta
-    args = _meta(r["path"]).get("args") or {}  # read once per file version, not once per row
+    from workbench.measure.results import nvtx_backend_of
+    meta = _meta(r["path"])  # read once per file version, not once per row
+    args = meta.get("args") or {}
     return {"git_sha": r.get("git_sha"), "batches": args.get("batches"), "steps": args.get("steps"),
-            "trace": args.get("trace"), "arm_set": ",".join(sorted(a["arm"] for a, _ in _arms(c) if a.get("arm")))}
+            "trace": args.get("trace"), "arm_set": ",".join(sorted(a["arm"] for a, _ in _arms(c) if a.get("arm"))),
+            "nvtx_backend": nvtx_backend_of(meta)}
 
 
 def _rep_log_ratios(path: str, comparison: str, baseline, arm) -> list | None:
@@ -169,8 +174,9 @@ def runs_of(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
 
 
 REPEAT_KEY = ["name", "baseline", "arm", "model", "layers", "tokens", "precision", "lengths", "gpu_name", "ranks",
-              "git_sha", "batches", "steps", "trace", "arm_set"]
-"""A clean repeat: the same comparison on the same GPU model, commit, batches, steps, trace mode and arm set."""
+              "git_sha", "batches", "steps", "trace", "arm_set", "nvtx_backend"]
+"""A clean repeat: the same comparison on the same GPU model, commit, batches, steps, trace mode, arm set and NVTX
+backend (the instrument the timed steps carry: a process without the `nvtx` package is not a repeat of one with it)."""
 MIN_REPEAT_REPS = 4
 """A run enters the repeat diagnostic with at least this many reps (fewer: its se rests on 1-2 df)."""
 REPEAT_COLUMNS = [*REPEAT_KEY, "statistic", "folder_1", "speedup_1", "ci95_lo_1", "ci95_hi_1", "se_log_1", "folder_2",
@@ -181,8 +187,8 @@ REPEAT_GROUP_COLUMNS = [*REPEAT_KEY, "folders", "K", "R", "sigma_pct", "tau_pct"
 
 def repeats(comps: pd.DataFrame, statistic: str = "rep") -> pd.DataFrame:
     """Do repeat runs agree? Clean repeats only (`REPEAT_KEY`: the comparison (a sweep point's name without its
-    `@key=value`), arms, model, shape, precision, lengths, GPU, ranks, git sha, batches, steps, trace mode and arm
-    set), each run with at least MIN_REPEAT_REPS reps. One row per pair of runs (`REPEAT_COLUMNS`):
+    `@key=value`), arms, model, shape, precision, lengths, GPU, ranks, git sha, batches, steps, trace mode, arm set
+    and NVTX backend), each run with at least MIN_REPEAT_REPS reps. One row per pair of runs (`REPEAT_COLUMNS`):
     `replication.runs_agree`, a test (z = (log s1 - log s2) / sqrt(se1² + se2²), se from each CI with reps - 1 df,
     two-sided p, `agree` p >= 0.05), not CI overlap. `statistic` "rep": the speedups `comparisons` recomputes;
     "summary": the figures each summary.json holds. `df.attrs`: "n" pairs, "n_disagree" (p < 0.05; about 5% of

@@ -66,17 +66,21 @@ class NvmlSampler:
         return False
 
     def device_info(self) -> dict:
-        """Name and driver of the device, or {} without NVML."""
+        """Name, driver and UUID of the device (`uuid` left out where NVML cannot read it), or {} without NVML."""
         if self._nvml is None and not self._open():
             return {}
         n = self._nvml
+        text = lambda v: v if isinstance(v, str) else v.decode()  # noqa: E731 - older NVML bindings return bytes
         try:
-            name = n.nvmlDeviceGetName(self._handle)
-            drv = n.nvmlSystemGetDriverVersion()
-            return {"gpu_name": name if isinstance(name, str) else name.decode(),
-                    "driver": drv if isinstance(drv, str) else drv.decode()}
+            out = {"gpu_name": text(n.nvmlDeviceGetName(self._handle)),
+                   "driver": text(n.nvmlSystemGetDriverVersion())}
         except Exception:
             return {}
+        try:  # which card ran it: processes of one --processes run on different cards are not one environment
+            out["uuid"] = text(n.nvmlDeviceGetUUID(self._handle))
+        except Exception:
+            pass
+        return out
 
     def summary(self) -> dict:
         """Median of each quantity over the samples ({} when none)."""

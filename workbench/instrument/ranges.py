@@ -1,8 +1,9 @@
 """Hierarchical ranges (`wb/step`, `wb/L07/fwd`, `wb/L07/attn`, `wb/L07/bwd`, `wb/L07/recompute`, ...).
 
 Each range is emitted as NVTX (the `nvtx` package, domain "workbench"; `torch.cuda.nvtx` where the package is
-missing) and, while a torch.profiler session is recording, as a `record_function`. With ranges off, `span`
-returns one shared no-op context: no allocation, no call into NVTX.
+missing: `nvtx_backend()`, recorded in meta.json as `instrument.nvtx_backend`) and, while a torch.profiler session
+is recording, as a `record_function`. With ranges off, `span` returns one shared no-op context: no allocation, no
+call into NVTX.
 
 Per-layer ranges come from `instrument_layers(model)`, which gives each decoder layer an instrumented subclass
 (the pattern transformers itself supports for FSDP's layer subclasses): its `forward` runs *inside* the
@@ -25,6 +26,18 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 _NULL = contextlib.nullcontext()
 
+NVTX_BACKENDS = ("nvtx", "torch.cuda.nvtx", "off")
+"""What NVTX ranges go through: the `nvtx` package (domain API), torch's own `torch.cuda.nvtx` (the package is
+missing, CUDA is there), or nothing (neither: a CPU build without the package)."""
+
+
+def nvtx_backend() -> str:
+    """The NVTX backend `Ranges(nvtx=True)` uses in this process (one of `NVTX_BACKENDS`): recorded in every run's
+    meta.json (`instrument.nvtx_backend`), so a reader need not infer it from `versions.nvtx`."""
+    if _nvtx_pkg is not None:
+        return "nvtx"
+    return "torch.cuda.nvtx" if torch.cuda.is_available() else "off"
+
 
 class Ranges:
     """Which range sinks are on. One is active at a time (`Ranges.activate`); the default is all off."""
@@ -36,9 +49,10 @@ class Ranges:
         self._attrs: dict[str, object] = {}
         self._torch_nvtx = None
         if self.nvtx:
-            if _nvtx_pkg is not None:
+            backend = nvtx_backend()
+            if backend == "nvtx":
                 self._domain = _nvtx_pkg.get_domain("workbench")
-            elif torch.cuda.is_available():  # on a CPU build every torch.cuda.nvtx call raises
+            elif backend == "torch.cuda.nvtx":  # on a CPU build every torch.cuda.nvtx call raises
                 self._torch_nvtx = torch.cuda.nvtx
             else:
                 self.nvtx = False

@@ -215,6 +215,8 @@ class RunWriter:
             "cwd": os.getcwd(), "git_sha": git_sha(), "versions": versions(), "host": platform.node(),
             "started": _dt.datetime.now().isoformat(timespec="seconds"), "ended": None,
         }
+        from workbench.instrument.ranges import nvtx_backend
+        self.meta["instrument"] = {"nvtx_backend": nvtx_backend()}  # what the timed steps' NVTX ranges went through
         self.meta.update(extra_meta or {})
         from workbench.step import inject
         if inject.spec() is not None:  # a deliberately slowed run (the gate's check): the analysis leaves it out
@@ -319,6 +321,87 @@ def process_dirs(folder: str) -> list[str]:
         procs = json.load(f).get("processes") or []
     dirs = [os.path.join(folder, p.get("folder") or "") for p in procs if p.get("rc", 0) == 0]
     return [d for d in dirs if os.path.isfile(os.path.join(d, "summary.json"))]
+
+
+def nvtx_backend_of(meta: dict) -> str | None:
+    """The NVTX backend a run's ranges went through: meta.json's `instrument.nvtx_backend`; for a run before that
+    field, inferred from `versions.nvtx` and the device ("nvtx" with the package, else "torch.cuda.nvtx" on CUDA,
+    else "off"); None where neither is recorded."""
+    rec = (meta.get("instrument") or {}).get("nvtx_backend")
+    if rec is not None:
+        return rec
+    ver = meta.get("versions") or {}
+    if "nvtx" not in ver:
+        return None
+    if ver["nvtx"]:
+        return "nvtx"
+    return "torch.cuda.nvtx" if (meta.get("device") or {}).get("type") == "cuda" else "off"
+
+
+def environment(meta: dict) -> dict:
+    """One run's environment, flat, from its meta.json: every package of `versions` (by its name: "nvtx", "torch",
+    "cuda", ...; None where not installed), `nvtx_backend` (`nvtx_backend_of`), `git_sha`, `gpu` (the device's name),
+    `gpu_uuid`, `precision`. A key the meta does not record is absent (not None: "not installed" is a value)."""
+    out = dict(meta.get("versions") or {})
+    dev = meta.get("device") or {}
+    for key, val in (("nvtx_backend", nvtx_backend_of(meta)), ("gpu", dev.get("gpu_name") or dev.get("name")),
+                     ("gpu_uuid", dev.get("uuid")), ("precision", (meta.get("args") or {}).get("precision"))):
+        if val is not None:
+            out[key] = val
+    if "git_sha" in meta:
+        out["git_sha"] = meta["git_sha"]
+    return out
+
+
+def _name_span(names: list[str]) -> str:
+    """Process names as runs: ["p00", "p01", "p03"] -> "p00-p01, p03" (same prefix, consecutive numbers)."""
+    import re
+
+    parts, run = [], []
+    for n in names:
+        m = re.fullmatch(r"(.*?)(\d+)", n)
+        prev = re.fullmatch(r"(.*?)(\d+)", run[-1]) if run else None
+        if m and prev and m.group(1) == prev.group(1) and int(m.group(2)) == int(prev.group(2)) + 1:
+            run.append(n)
+            continue
+        if run:
+            parts.append(run[0] if len(run) == 1 else f"{run[0]}-{run[-1]}")
+        run = [n]
+    if run:
+        parts.append(run[0] if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    return ", ".join(parts)
+
+
+def environment_diff(run_dirs: list[str], names: list[str] | None = None) -> dict:
+    """Did the processes of one record (a `--processes K` folder, a dose folder) run in one environment? Compares
+    each run folder's `environment` (meta.json: every package version, the NVTX backend, git sha, GPU name and UUID,
+    precision) over the keys every folder records. Returns {"mixed": bool, "processes": n, "differ": {key: [{"value",
+    "processes": [names]}, ...] in order of first appearance}, "unread": [names without a readable meta.json],
+    "line": "mixed environment: nvtx 0.2.17 in p00-p01, none in p02-p05; ..." or None}. `names`: how each folder is
+    called in the line (default its basename)."""
+    names = list(names) if names is not None else [os.path.basename(os.path.normpath(d)) for d in run_dirs]
+    envs, unread = {}, []
+    for d, n in zip(run_dirs, names):
+        meta = _json_or_empty(os.path.join(d, "meta.json"))
+        if meta:
+            envs[n] = environment(meta)
+        else:
+            unread.append(n)
+    keys = set.intersection(*(set(e) for e in envs.values())) if envs else set()
+    order = list(dict.fromkeys(k for e in envs.values() for k in e))
+    differ = {}
+    for k in (k for k in order if k in keys):
+        groups: dict = {}
+        for n, e in envs.items():
+            groups.setdefault(json.dumps(e[k], sort_keys=True, default=str), []).append(n)
+        if len(groups) > 1:
+            differ[k] = [{"value": json.loads(v), "processes": ns} for v, ns in groups.items()]
+    line = None
+    if differ:
+        line = "mixed environment: " + "; ".join(
+            f"{k} " + ", ".join(f"{'none' if g['value'] is None else g['value']} in {_name_span(g['processes'])}"
+                                for g in gs) for k, gs in differ.items())
+    return {"mixed": bool(differ), "processes": len(envs), "differ": differ, "unread": unread, "line": line}
 
 
 def void_comparisons(run_dir: str, names=None) -> dict:

@@ -187,7 +187,7 @@ def headline_markdown(ctx: _Ctx, page_path: str, figure_path: str) -> str:
     rep = an.repeats(ctx.comps)
     if len(rep):
         g = rep.attrs["groups"]
-        notes.append(f"Repeat runs (clean repeats: same commit, GPU, batches, steps, trace mode and arms, 4 or more "
+        notes.append(f"Repeat runs (clean repeats: same commit, GPU, batches, steps, trace mode, arms and NVTX backend, 4 or more "
                      f"reps each): {rep.attrs['n_disagree']} of {rep.attrs['n']} pairs disagree at p < 0.05 (about 5% "
                      f"would if a run's CI spoke for a rerun); the between-process SD tau (REML) exceeds its simulated "
                      f"null in {int(g['tau_beyond_null'].sum())} of {len(g)} repeat groups (results page).")

@@ -171,8 +171,8 @@ def _repeats_section(ctx: _Ctx) -> list[str]:
     old = an.repeats(ctx.comps, "summary")
     lines = ["## Repeat runs: do they agree?", "",
              "Clean repeats only (`workbench.analysis.repeats`: the same comparison, arms, model, shape, precision, "
-             "lengths, GPU, git sha, batches, steps, trace mode and arm set; 4 or more reps per run). Per pair of "
-             "runs a test, not CI overlap (`replication.runs_agree`): z = (log s1 - log s2) / sqrt(se1² + se2²), se = "
+             "lengths, GPU, git sha, batches, steps, trace mode, arm set and NVTX backend; 4 or more reps per run). "
+             "Per pair of runs a test, not CI overlap (`replication.runs_agree`): z = (log s1 - log s2) / sqrt(se1² + se2²), se = "
              "the log CI's half width / t with reps - 1 df, p two-sided. If a run's rep-level CI spoke for a rerun, "
              f"about 5% of pairs would disagree at p < 0.05; here **{rep.attrs['n_disagree']} of {rep.attrs['n']}** "
              "do: a rerun varies by a process component the reps of one run cannot see. Per repeat group with its "

@@ -23,6 +23,10 @@ range); and one traced pass per level in one process (`dose_run.json` `traced`).
   (`stats.welch`).
 - syncs per step per level (the counted pass): their slope per unit, which must be the model's syncs per unit.
 
+The processes' environments are compared (`results.environment_diff`: every package version, the NVTX backend, git
+sha, GPU, precision); where they differ the analysis says so ("mixed environment: nvtx 0.2.17 in none/p01, none in
+none/p00, ...", `environment` in the JSON), beside the decision, which stands.
+
 The decision (`decide`), fixed at this commit before any GPU run of it: see its docstring. Written: DIR/
 dose_analysis.json, and with --calibration FILE the entry {"theta", "ci95", "source", "commit", "decision"} under
 the optimization's name (other entries of FILE kept), the instrument factor the verdicts read.
@@ -205,9 +209,12 @@ def analyse(dose_dir: str) -> dict:
     else:
         out_why = None if c else "no traced pass (run with --trace torch)"
     points = {mode: [process_points(d) for d in dirs] for mode, dirs in folders.items()}
+    from workbench.measure.results import environment_diff
+    ran = [d for dirs in folders.values() for d in dirs]
+    env = environment_diff(ran, [os.path.relpath(d, dose_dir) for d in ran])
     out = {"opt": run["opt"], "unit": run["unit"], "units": run["units"], "command": run.get("command"),
            "commit": run.get("commit"), "band": list(BAND), "agree_rel": AGREE_REL, "c": c, "c_why": out_why,
-           **estimate(points, c)}
+           **estimate(points, c), "environment": env}
     for mode, dirs in folders.items():
         s0 = syncs_per_level(dirs[0])
         fit = stats.linear_fit(list(s0), list(s0.values())) if len(s0) >= 2 else {"slope": None}
@@ -242,6 +249,8 @@ def table(a: dict) -> str:
     c = a.get("c") or {}
     lines.append(f"  c = {c.get('value_ms', math.nan):.4g} ms/unit {c.get('ci95')} ({c.get('source')})")
     lines.append(f"  decision: {a['decision']['decision']} ({a['decision']['why']})")
+    if (a.get("environment") or {}).get("mixed"):  # the decision stands; its processes were not one instrument
+        lines.append(f"  {a['environment']['line']}")
     return "\n".join(lines)
 
 

@@ -13,8 +13,12 @@ comparison, over the K processes that ran (exit status 0, a summary.json):
 - θ from `--calibration` as for a single run; Holm over the folder's comparisons, models and published forms in one
   family (`verdicts.finalize`).
 
-Written: DIR/verdicts.json ({"by", "git_sha", "processes", "calibration", "tau_from", "comparisons": [{name, opt,
-model, layers, tokens, savings_model}]}); returned: `verdicts.rows` of it. With fewer than 2 processes the folder's
+- the processes' environments compared (`results.environment_diff`): where a package version, the NVTX backend, git
+  sha, GPU or precision differs, each savings_model carries `mixed_environment` ("mixed environment: nvtx 0.2.17 in
+  p00-p01, none in p02-p05"), a flag beside the verdict, which stands.
+
+Written: DIR/verdicts.json ({"by", "git_sha", "processes", "calibration", "tau_from", "environment", "comparisons":
+[{name, opt, model, layers, tokens, savings_model}]}); returned: `verdicts.rows` of it. With fewer than 2 processes the folder's
 only process's own verdicts are returned (a single run: "single run + tau").
 """
 from __future__ import annotations
@@ -84,7 +88,7 @@ def comparison(name: str, per: list[tuple[str, dict, dict]], inputs: verdicts.In
 
 def annotate(run_dir: str, inputs: verdicts.Inputs | None = None) -> list[dict]:
     """Verdicts of every process folder, then the process-level ones (DIR/verdicts.json); returns their rows."""
-    from workbench.measure.results import atomic_write_json, git_sha, load_run, process_dirs
+    from workbench.measure.results import atomic_write_json, environment_diff, git_sha, load_run, process_dirs
 
     inputs = inputs or verdicts.Inputs()
     dirs = process_dirs(run_dir)
@@ -94,6 +98,7 @@ def annotate(run_dir: str, inputs: verdicts.Inputs | None = None) -> list[dict]:
         verdicts.annotate(d, inputs)
     if len(dirs) < 2:
         return verdicts.rows(load_run(dirs[0])[1], dirs[0])
+    env = environment_diff(dirs)
     loaded = [(d, *load_run(d)[:2]) for d in dirs]
     comps = []
     for c0 in loaded[0][2].get("comparisons", []):
@@ -105,6 +110,7 @@ def annotate(run_dir: str, inputs: verdicts.Inputs | None = None) -> list[dict]:
                 per.append((d, c, res))
         sm = comparison(name, per, inputs) if len(per) == len(loaded) else None
         if sm is not None:
+            sm["mixed_environment"] = env["line"]  # the verdict stands; its processes were not one instrument
             comps.append({k: c0.get(k) for k in ("name", "opt", "model", "layers", "tokens")} | {"savings_model": sm})
     fams: dict = {}
     for c in comps:
@@ -113,6 +119,6 @@ def annotate(run_dir: str, inputs: verdicts.Inputs | None = None) -> list[dict]:
     for sms in fams.values():
         verdicts.finalize(sms, [sm.pop("_measured") for sm in sms])
     doc = {"by": "python -m workbench.verdicts", "git_sha": git_sha(), "processes": len(dirs),
-           "calibration": inputs.calibration_file, "tau_from": None, "comparisons": comps}
+           "calibration": inputs.calibration_file, "tau_from": None, "environment": env, "comparisons": comps}
     atomic_write_json(os.path.join(run_dir, OUT_FILE), doc)
     return verdicts.rows(doc, run_dir)

@@ -50,6 +50,9 @@ def main(argv=None) -> int:
     for r in all_rows:
         if r["verdict"] == calibration.NO_VERDICT_INSTRUMENT:
             print(f"{r['verdict']}: {r['folder']}: {r['comparison']}: {r['reason']}")
+    for line in dict.fromkeys(f"{r['folder']}: {r['mixed_environment']}" for r in all_rows
+                              if r.get("mixed_environment")):  # once per folder: the verdicts stand, flagged
+        print(line)
     for f in failed:
         print(f"INPUT CHECK FAILED: {f}", file=sys.stderr)
     return 1 if failed else 0
