@@ -13,7 +13,7 @@
   each arm (`models.lora_resetter`), AdamW's two moments. At qwen3-30b-a3b's 48 layers that is 4 x 2.39 GiB.
 - loss path: 12 bytes per logit (T x vocab) at the loss backward, in any model dtype: under autocast the bf16 logits
   (2), HF's fp32 upcast (4) and log_softmax's fp32 output (4) in the forward, then the output, the incoming gradient
-  and log_softmax's input gradient (3 x 4) in the backward (`tests/test_preflight.py` counts the live tensors).
+  and log_softmax's input gradient (3 x 4) in the backward (`tests/test_memory_estimate.py` counts the live tensors).
 - eager attention (`--attn eager`): one layer's H x T x T at its peak, 12 bytes an element with the fp32 softmax of
   the llama / qwen eager path (bf16 scores, fp32 probabilities and their gradients), 3 x the model dtype with
   gpt-oss's sinks (scores, sinks-concatenated and max-shifted logits), plus the additive T x T masks (gpt-oss: a full
@@ -23,7 +23,7 @@ The loss path and a layer's attention peak at different moments (the loss's tens
 layer's backward), so the bound takes the larger, with every other term live at both. Every term is what the step
 must hold at that moment, so a run whose bound exceeds the device cannot fit; the real peak is higher (the allocator's
 fragmentation, temporaries, a MoE layer's LoRA-merged expert weights, the equivalence phase's captured gradients,
-the fp32 reference's upcast weights). qwen3-30b-a3b at 24 layers and 8192 tokens: bound 48.4 GiB, measured peak
+the fp32 reference's upcast weights). qwen3-30b-a3b at 24 layers and 8192 tokens: bound 48.5 GiB, measured peak
 48.65 GiB on the H100 (gpu_out kp3/qwen_moe24). `workbench.ab.preflight` refuses a run whose bound exceeds the device."""
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ LORA_STATE_COPIES = 4
 
 LOSS_BYTES_PER_LOGIT = 12
 """Bytes per logit (T x vocab) live at the loss backward of HF's ForCausalLMLoss, in bf16 under autocast and in fp32
-alike (the module docstring; `tests/test_preflight.py` counts them)."""
+alike (the module docstring; `tests/test_memory_estimate.py` counts them)."""
 
 EAGER_BYTES_PER_SCORE = 12
 """Bytes per H x T x T element at the peak of the llama / qwen eager attention path (fp32 softmax), in bf16 under
