@@ -133,3 +133,25 @@ def test_eager_moe_layer_syncs_1_plus_c_times_experts_hit(preset, per_expert):
     with SyncCounter(device_type="cpu") as c2, state.phase(state.FORWARD):
         model2(**model_inputs(model2, batch))
     assert not any(k.startswith("L") for k in c2.by("layer"))
+
+
+def test_transformers_flex_attention_runs_outside_the_counters_dispatch_mode(monkeypatch):
+    """Issue 40: the fused_ce counted pass (llama-3.1-8b, --attn flex_attention, 16381 tokens) failed on every arm
+    asking for 31.99 GiB = 32 heads x 16381^2 x 4 bytes: under the counter's dispatch mode transformers' flex_attention
+    was not compiled and fell back to flex's dense fp32 math. Under the counter the HF entry now runs with no dispatch
+    mode active (before the fix the spy saw the counter's mode), and the entry is restored on exit."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface
+
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(len(_get_current_dispatch_mode_stack()))
+        return "out"
+
+    monkeypatch.setitem(AttentionInterface._global_mapping, "flex_attention", spy)
+    with SyncCounter(device_type="cpu"):
+        assert len(_get_current_dispatch_mode_stack()) == 1  # the counter's mode is on around the call
+        assert ALL_ATTENTION_FUNCTIONS.get_interface("flex_attention", None)(None) == "out"
+    assert seen == [0]
+    assert ALL_ATTENTION_FUNCTIONS["flex_attention"] is spy and "flex_attention" not in ALL_ATTENTION_FUNCTIONS._local_mapping

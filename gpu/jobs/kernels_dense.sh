@@ -6,6 +6,10 @@
 # attention opts install: any other --opt would silently run sdpa's dense T x T mask, ~2x the step at 16k):
 #   liger     eager | liger (Liger RMSNorm + RoPE + SwiGLU) | torch_rmsnorm (torch's fused rms_norm only)
 #   fused_ce  eager | liger_flce (Liger fused linear CE, chunk_mem_const 1: 32 chunks) | cce (filter_eps=None)
+# Memory (issue 40): memory_estimate's bound at this shape is 43.1 GiB (the liger run's eager arm peaked at 43.38);
+# the fused_ce run of 2026-11-26 failed on every arm in its counted pass, asking for 31.99 GiB = 32 heads x 16381^2
+# x 4 bytes: flex's dense fp32 fallback, as the sync counter's dispatch mode kept torch.compile off transformers'
+# flex_attention (fixed: workbench/instrument/syncs.py runs it outside the mode). The loss was not the cause.
 # Peak memory per arm is in each run (peak_mem_mib, reset every step). Equivalence: the bf16 criterion of
 # workbench/measure/equivalence.py (fixed before this run). Arithmetic: baseline step ~2.3-2.6 s (1155 ms at 8k with
 # flex, x2 for 16k); per arm and rep 2-4 warmup + 2 timed steps on 1 batch; 15 arm-reps per comparison ~3.3 min,

@@ -114,11 +114,15 @@ def check_model(args, device, config, comparisons) -> None:
     limit, where = me.device_bytes(device)
     if not limit:
         return
+    from workbench.step import precision
+
     b = me.DTYPE_BYTES.get(args.step.dtype) or (2 if device.type == "cuda" else 4)
+    adapter_b = b if precision.resolve(device.type, args.step.precision) == precision.BF16 else 4  # fp32 adapters otherwise
     shards = int(os.environ.get("WORLD_SIZE", "1") or 1)  # under torchrun, FSDP2 shards the weights over the ranks
     for c in comparisons:
         est = me.estimate(config, c.tokens, layers=c.layers, dtype_bytes=b, checkpointing=args.step.checkpointing,
-                          eager_attention=(c.attn == "eager"), weight_shards=shards)
+                          eager_attention=(c.attn == "eager"), weight_shards=shards, lora_rank=args.step.lora_rank,
+                          adapter_bytes=adapter_b)
         if est.total_bytes > limit:
             raise WorkbenchError(
                 f"{c.name}: {c.model} at {c.tokens} tokens needs at least {est.total_bytes / me.GIB:.1f} GiB "

@@ -161,6 +161,37 @@ def _patched_one_hot():
     return orig, one_hot
 
 
+def _patched_hf_flex():
+    """transformers' own flex_attention (`--attn flex_attention`, `ALL_ATTENTION_FUNCTIONS["flex_attention"]`) run
+    outside the counter's dispatch mode while it is active (`packing.outside_dispatch_modes`, which the workbench's own
+    flex kernels use): under the mode torch.compile does not compile it and the flex higher-order op falls back to its
+    dense math path, B x H x T x T fp32 scores. The fused_ce counted pass on the H100 (llama-3.1-8b, 16381 tokens, 32
+    heads) asked for exactly those 31.99 GiB and failed on every arm. Returns the function that restores the entry."""
+    try:
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    except ImportError:
+        return lambda: None
+    key = "flex_attention"
+    if key not in ALL_ATTENTION_FUNCTIONS:
+        return lambda: None
+    from workbench.opts.packing import outside_dispatch_modes
+
+    had_local, orig = key in ALL_ATTENTION_FUNCTIONS._local_mapping, ALL_ATTENTION_FUNCTIONS[key]
+
+    def flex_attention(*args, **kwargs):
+        with outside_dispatch_modes():
+            return orig(*args, **kwargs)
+
+    ALL_ATTENTION_FUNCTIONS[key] = flex_attention  # the instance's own mapping: the global one stays as it was
+
+    def restore():
+        if had_local:
+            ALL_ATTENTION_FUNCTIONS[key] = orig
+        else:
+            del ALL_ATTENTION_FUNCTIONS[key]
+    return restore
+
+
 _declared: list[str] = []
 _host_only: list[str] = []
 
@@ -226,6 +257,7 @@ class SyncCounter:
         # TorchFunctionMode is not active on the thread that runs backward (and so misses the recompute)
         self._orig_tolist, torch.Tensor.tolist = _patched_tolist(self)
         self._orig_one_hot, torch.nn.functional.one_hot = _patched_one_hot()
+        self._restore_flex = _patched_hf_flex()
         self._modes = [_DispatchWatch(self)]
         for m in self._modes:
             m.__enter__()
@@ -237,6 +269,7 @@ class SyncCounter:
         self._modes = []
         torch.Tensor.tolist = self._orig_tolist
         torch.nn.functional.one_hot = self._orig_one_hot
+        self._restore_flex()
         if self.cross_check:
             torch.cuda.set_sync_debug_mode(self._prev_debug_mode)
             for w in self._warn_log:

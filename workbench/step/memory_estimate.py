@@ -1,18 +1,30 @@
 """A lower bound on one training step's memory, from the model config and the batch shape alone (no model built).
 
-    bytes >= weights + activations + logits + eager attention scores
+    bytes >= weights + activations + LoRA state + max(loss path, one layer's eager attention)
 
 - weights: the base model's parameters (embeddings, the LM head unless tied, attention projections, the MLP or
-  every expert), in the model dtype, divided over the ranks under FSDP2; norms, biases, LoRA and the optimizer's
-  state are left out (small).
+  every expert), in the model dtype, divided over the ranks under FSDP2; norms and biases are left out (small).
 - activations: under activation checkpointing, each layer's input (T x hidden) kept for the recompute; without it,
   per layer the norm outputs, q/k/v and the attention output, and the MLP's gate, up and product (T x top_k x the
   expert width for a MoE layer).
-- logits: T x vocab in the model dtype, plus their fp32 copy for the loss when the model dtype is narrower.
-- eager attention (`--attn eager`): one layer's T x T scores per query head, plus the T x T additive mask.
+- LoRA state: the adapters (rank r on q/k/v/o and the MLP linears, and on every expert's fused gate_up / down
+  parameters through peft's target_parameters: E x r x (in + out) each) in their dtype (fp32 unless --precision
+  bf16), four copies live through every step from the second on: the parameters, the runner's snapshot that resets
+  each arm (`models.lora_resetter`), AdamW's two moments. At qwen3-30b-a3b's 48 layers that is 4 x 2.39 GiB.
+- loss path: 12 bytes per logit (T x vocab) at the loss backward, in any model dtype: under autocast the bf16 logits
+  (2), HF's fp32 upcast (4) and log_softmax's fp32 output (4) in the forward, then the output, the incoming gradient
+  and log_softmax's input gradient (3 x 4) in the backward (`tests/test_memory_estimate.py` counts the live tensors).
+- eager attention (`--attn eager`): one layer's H x T x T at its peak, 12 bytes an element with the fp32 softmax of
+  the llama / qwen eager path (bf16 scores, fp32 probabilities and their gradients), 3 x the model dtype with
+  gpt-oss's sinks (scores, sinks-concatenated and max-shifted logits), plus the additive T x T masks (gpt-oss: a full
+  and a sliding one).
 
-Every term is what the step must hold at its peak, so a run whose bound exceeds the device cannot fit; the real
-peak is higher (the allocator, temporaries, a layer's recompute). `workbench.ab.preflight` refuses such a run."""
+The loss path and a layer's attention peak at different moments (the loss's tensors are freed before the first
+layer's backward), so the bound takes the larger, with every other term live at both. Every term is what the step
+must hold at that moment, so a run whose bound exceeds the device cannot fit; the real peak is higher (the allocator's
+fragmentation, temporaries, a MoE layer's LoRA-merged expert weights, the equivalence phase's captured gradients,
+the fp32 reference's upcast weights). qwen3-30b-a3b at 24 layers and 8192 tokens: bound 48.5 GiB, measured peak
+48.65 GiB on the H100 (gpu_out kp3/qwen_moe24). `workbench.ab.preflight` refuses a run whose bound exceeds the device."""
 from __future__ import annotations
 
 import dataclasses
@@ -30,15 +42,26 @@ class Estimate:
     activations_bytes: int
     logits_bytes: int
     eager_scores_bytes: int
+    lora_state_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
-        return self.weights_bytes + self.activations_bytes + self.logits_bytes + self.eager_scores_bytes
+        """Weights, activations and the LoRA state, plus the larger of the loss path and eager attention (they peak
+        at different moments of the step)."""
+        return (self.weights_bytes + self.activations_bytes + self.lora_state_bytes
+                + max(self.logits_bytes, self.eager_scores_bytes))
 
     def describe(self) -> str:
         parts = [("weights", self.weights_bytes), ("activations", self.activations_bytes),
-                 ("logits", self.logits_bytes), ("eager T x T scores", self.eager_scores_bytes)]
-        return ", ".join(f"{name} {b / GIB:.1f}" for name, b in parts if b) + " GiB"
+                 ("LoRA state", self.lora_state_bytes)]
+        text = ", ".join(f"{name} {b / GIB:.1f}" for name, b in parts if b)
+        peak = [(name, b) for name, b in (("loss path", self.logits_bytes),
+                                          ("eager attention", self.eager_scores_bytes)) if b]
+        if len(peak) == 2:
+            text += f", the larger of {peak[0][0]} {peak[0][1] / GIB:.1f} and {peak[1][0]} {peak[1][1] / GIB:.1f}"
+        elif peak:
+            text += f", {peak[0][0]} {peak[0][1] / GIB:.1f}"
+        return text + " GiB"
 
 
 def _get(config, *names, default=None):
@@ -61,7 +84,9 @@ def shape(config) -> dict:
             "expert_width": _get(config, "moe_intermediate_size", "intermediate_size") if experts else 0,
             "top_k": _get(config, "num_experts_per_tok", default=1) if experts else 0,
             "dense_layers": len(_get(config, "mlp_only_layers", default=()) or ()) if experts else 0,
-            "tied": bool(_get(config, "tie_word_embeddings", default=False))}
+            "tied": bool(_get(config, "tie_word_embeddings", default=False)),
+            "sinks": getattr(config, "model_type", None) == "gpt_oss",  # eager attention with sinks (its own path)
+            "masks": len(set(_get(config, "layer_types", default=None) or ["full_attention"]))}
 
 
 def weight_params(config, layers: int | None = None) -> int:
@@ -81,10 +106,43 @@ def weight_params(config, layers: int | None = None) -> int:
     return embed * (1 if s["tied"] else 2) + L * attn + mlp
 
 
+LORA_STATE_COPIES = 4
+"""Copies of the LoRA adapters live through a step from the second on: the parameters, the runner's reset snapshot
+(`workbench.step.models.lora_resetter`), AdamW's exp_avg and exp_avg_sq."""
+
+LOSS_BYTES_PER_LOGIT = 12
+"""Bytes per logit (T x vocab) live at the loss backward of HF's ForCausalLMLoss, in bf16 under autocast and in fp32
+alike (the module docstring; `tests/test_memory_estimate.py` counts them)."""
+
+EAGER_BYTES_PER_SCORE = 12
+"""Bytes per H x T x T element at the peak of the llama / qwen eager attention path (fp32 softmax), in bf16 under
+autocast and in fp32 alike; gpt-oss's path (sinks, softmax in the model dtype) peaks at 3 x the model dtype."""
+
+
+def lora_params(config, rank: int = 16, layers: int | None = None) -> int:
+    """Parameters of the workbench's LoRA adapters (`workbench.step.models.lora_config`): r x (in + out) on each of
+    q/k/v/o and gate/up/down, and E x r x (in + out) on each of a MoE layer's fused gate_up and down experts."""
+    s = shape(config)
+    L = layers if layers is not None else s["layers"]
+    h, q, kv = s["hidden"], s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"]
+    attn = (h + q) + 2 * (h + kv) + (q + h)
+    dense_mlp = 3 * (h + s["intermediate"])
+    if s["experts"]:
+        w = s["expert_width"]
+        moe = s["experts"] * ((h + 2 * w) + (w + h))
+        dense = min(s["dense_layers"], L)
+        mlp = dense * dense_mlp + (L - dense) * moe
+    else:
+        mlp = L * dense_mlp
+    return rank * (L * attn + mlp)
+
+
 def estimate(config, tokens: int, *, layers: int | None = None, dtype_bytes: int = 4, checkpointing: bool = True,
-             eager_attention: bool = False, weight_shards: int = 1) -> Estimate:
+             eager_attention: bool = False, weight_shards: int = 1, lora_rank: int = 16,
+             adapter_bytes: int = 4) -> Estimate:
     """The lower bound for one step of `tokens` packed tokens on one device (see the module docstring);
-    `weight_shards`: the ranks the weights are sharded over (FSDP), each holding its share."""
+    `weight_shards`: the ranks the weights are sharded over (FSDP), each holding its share; `adapter_bytes`: the
+    LoRA adapters' element size (4 unless --precision bf16 puts them in the base dtype)."""
     s = shape(config)
     L = layers if layers is not None else s["layers"]
     T, h, b = tokens, s["hidden"], dtype_bytes
@@ -94,9 +152,11 @@ def estimate(config, tokens: int, *, layers: int | None = None, dtype_bytes: int
     else:
         width = s["top_k"] * s["expert_width"] if s["experts"] else s["intermediate"]
         act = L * T * (2 * h + 2 * q + 2 * kv + 3 * width) * b
-    logits = T * s["vocab"] * (b + (4 if b < 4 else 0))
-    eager = (s["heads"] + 1) * T * T * b if eager_attention else 0
-    return Estimate(weight_params(config, L) * b // max(weight_shards, 1), act, logits, eager)
+    logits = T * s["vocab"] * LOSS_BYTES_PER_LOGIT
+    scores = s["heads"] * T * T * (3 * b if s["sinks"] else EAGER_BYTES_PER_SCORE)
+    eager = scores + s["masks"] * T * T * b if eager_attention else 0
+    lora = LORA_STATE_COPIES * lora_params(config, lora_rank, L) * adapter_bytes // max(weight_shards, 1)
+    return Estimate(weight_params(config, L) * b // max(weight_shards, 1), act, logits, eager, lora)
 
 
 def host_ram_bytes() -> int | None:
