@@ -100,3 +100,17 @@ def test_the_rerun_cell_sits_beside_its_own_comparison_only(claims):
     assert headline.rerun_cell(claims, {**row, "layers": 8}) == "- (single runs only)"  # another shape
     assert headline.rerun_cell(claims, {**row, "arm": "precomputed"}) == "- (single runs only)"
     assert "(fp32-adapters)" not in cell and "(autocast)" in headline.rerun_cell(claims, {**row, "precision": "x"})
+
+
+def test_a_dose_process_is_a_process_of_its_dose_run(tmp_path):
+    """A dose-response's levels are not the optimization's arms: its run folders (DIR/<mode>/pNN) belong to the dose
+    run as a --processes folder's belong to it, so notebook 01 leaves them out of its figures."""
+    from workbench.analysis.loader import _process_of
+    dose, procs, plain = tmp_path / "dose", tmp_path / "camp", tmp_path / "runs"
+    for d in (dose / "none" / "p00", procs / "p00", plain / "r"):
+        d.mkdir(parents=True)
+    (dose / "dose_run.json").write_text("{}")
+    (procs / "processes.json").write_text("{}")
+    assert _process_of(str(dose / "none"), str(tmp_path)) == "dose"
+    assert _process_of(str(procs), str(tmp_path)) == "camp"
+    assert _process_of(str(plain), str(tmp_path)) is None  # the negative control: a plain run folder

@@ -167,8 +167,7 @@ def _read_runs(root: str, dirs: list[str]) -> list[dict]:
         v = m.get("versions") or {}
         parent = os.path.dirname(d)
         rec = {"path": d, "folder": os.path.relpath(d, base), "job": job,
-               "process_of": (os.path.relpath(parent, base)
-                              if os.path.isfile(os.path.join(parent, "processes.json")) else None),
+               "process_of": _process_of(parent, base),
                "command": camp.get("command") or m.get("command"), "device": device,
                "gpu_name": dev.get("gpu_name") or (dev.get("name") if device == "cuda" else None), "status": status,
                "complete": bool(s.get("complete")) and status == "complete", "comparisons": len(comps),
@@ -308,6 +307,15 @@ def recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict 
     if key not in _RECOMPUTED_CACHE:
         _RECOMPUTED_CACHE[key] = _recomputed(run_path, comparison, baseline, arm)
     return copy.deepcopy(_RECOMPUTED_CACHE[key])
+
+
+def _process_of(parent: str, base: str) -> str | None:
+    """The campaign a run folder is one process of: its parent's `processes.json` (`--processes K`), or a dose-response
+    (`python -m workbench.ab.dose`: DIR/<mode>/pNN/, DIR/dose_run.json), whose levels are not the optimization's arms."""
+    if os.path.isfile(os.path.join(parent, "processes.json")):
+        return os.path.relpath(parent, base)
+    dose = os.path.dirname(parent)
+    return os.path.relpath(dose, base) if os.path.isfile(os.path.join(dose, "dose_run.json")) else None
 
 
 def _device_type(summary: dict, meta: dict) -> str | None:
