@@ -236,7 +236,7 @@ def test_flex_on_cuda_trains_like_the_models_own_attention(preset):
 def test_flex_runs_under_the_sync_counter_and_counts_no_sync():
     """The counted pass runs the step under the sync counter's TorchDispatchMode; flex_attention (a higher-order op
     that compiles itself) must run there too and give the same output (the H100 run of 2026-11-25 failed here:
-    without `packing.outside_dispatch_modes` this test fails the same way; calling flex_attention bare under the
+    without `syncs.outside_dispatch_modes` this test fails the same way; calling flex_attention bare under the
     counter to show it would leave dynamo's nested-compile flag set for the rest of the process)."""
     from workbench.instrument.syncs import SyncCounter
     from workbench.opts import attention as att

@@ -161,9 +161,18 @@ def _patched_one_hot():
     return orig, one_hot
 
 
+def outside_dispatch_modes():
+    """A context that steps out of the active TorchDispatchModes, if any. flex_attention runs through torch.compile,
+    which refuses to trace under a non-infra dispatch mode such as the sync counter's:
+    the counted pass of the H100 levers run (2026-11-25) failed so. flex's kernels make no device-to-host sync (its
+    BlockMask is built outside, once per batch), so the count loses nothing."""
+    from torch.utils._python_dispatch import _disable_current_modes, _get_current_dispatch_mode_stack
+    return _disable_current_modes() if _get_current_dispatch_mode_stack() else contextlib.nullcontext()
+
+
 def _patched_hf_flex():
     """transformers' own flex_attention (`--attn flex_attention`, `ALL_ATTENTION_FUNCTIONS["flex_attention"]`) run
-    outside the counter's dispatch mode while it is active (`packing.outside_dispatch_modes`, which the workbench's own
+    outside the counter's dispatch mode while it is active (`outside_dispatch_modes`, which the workbench's own
     flex kernels use): under the mode torch.compile does not compile it and the flex higher-order op falls back to its
     dense math path, B x H x T x T fp32 scores. The fused_ce counted pass on the H100 (llama-3.1-8b, 16381 tokens, 32
     heads) asked for exactly those 31.99 GiB and failed on every arm. Returns the function that restores the entry."""
@@ -174,7 +183,6 @@ def _patched_hf_flex():
     key = "flex_attention"
     if key not in ALL_ATTENTION_FUNCTIONS:
         return lambda: None
-    from workbench.opts.packing import outside_dispatch_modes
 
     had_local, orig = key in ALL_ATTENTION_FUNCTIONS._local_mapping, ALL_ATTENTION_FUNCTIONS[key]
 

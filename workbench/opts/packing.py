@@ -42,7 +42,6 @@ c * (L*p - u); u = 0 runs as `rebuild`, u = L*p - 1 as `cached`.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import inspect
 import sys
@@ -52,7 +51,7 @@ import torch
 
 from workbench.errors import UnsupportedArm, WorkbenchError
 from workbench.instrument import span, state
-from workbench.instrument.syncs import host_only
+from workbench.instrument.syncs import host_only, outside_dispatch_modes
 from workbench.opts.packing_savings import DOSE, dose_order, dose_units
 from workbench.step import flops
 from workbench.step.models import FAMILY_DEFAULT_ATTN, base_model_of, family_of
@@ -437,15 +436,6 @@ def eager_attention(module, query, key, value, attention_mask, dropout=0.0, scal
 
 
 _FLEX_COMPILED = None
-
-
-def outside_dispatch_modes():
-    """A context that steps out of the active TorchDispatchModes, if any. flex_attention runs through torch.compile,
-    which refuses to trace under a non-infra dispatch mode such as the sync counter's (`workbench.instrument.syncs`):
-    the counted pass of the H100 levers run (2026-11-25) failed so. flex's kernels make no device-to-host sync (its
-    BlockMask is built outside, once per batch), so the count loses nothing."""
-    from torch.utils._python_dispatch import _disable_current_modes, _get_current_dispatch_mode_stack
-    return _disable_current_modes() if _get_current_dispatch_mode_stack() else contextlib.nullcontext()
 
 
 def _flex_fn(device_type: str):
