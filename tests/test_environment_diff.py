@@ -149,3 +149,20 @@ def test_a_dose_folder_whose_processes_differ_says_so(tmp_path):
     assert "mixed environment: nvtx" in dose.table(a)
     same = dose.analyse(_dose_folder(str(tmp_path / "s")))  # the negative control
     assert not same["environment"]["mixed"] and "mixed environment" not in dose.table(same)
+
+
+def test_the_torch_backend_can_be_forced_for_the_ab(monkeypatch):
+    """$WORKBENCH_NVTX_BACKEND=torch.cuda.nvtx takes torch's ranges although the package is installed (the A/B of
+    gpu/jobs/nvtx_ab.sh); unset, the package's; another value is one line."""
+    import pytest
+    from workbench.errors import WorkbenchError
+    from workbench.instrument import ranges
+    monkeypatch.setattr(ranges, "_nvtx_pkg", object())
+    monkeypatch.delenv(ranges.FORCE_TORCH_NVTX_ENV, raising=False)
+    assert ranges.nvtx_backend() == "nvtx"  # the negative control: nothing forced
+    monkeypatch.setenv(ranges.FORCE_TORCH_NVTX_ENV, "torch.cuda.nvtx")
+    monkeypatch.setattr(ranges.torch.cuda, "is_available", lambda: True)
+    assert ranges.nvtx_backend() == "torch.cuda.nvtx"
+    monkeypatch.setenv(ranges.FORCE_TORCH_NVTX_ENV, "nsight")
+    with pytest.raises(WorkbenchError, match="WORKBENCH_NVTX_BACKEND"):
+        ranges.nvtx_backend()

@@ -14,9 +14,11 @@ used: under non-reentrant checkpointing the recompute stops early and a post-hoo
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
 
+from workbench.errors import WorkbenchError
 from workbench.instrument import state
 
 try:  # the nvtx package works without a GPU (~0.7 us per no-op range)
@@ -31,10 +33,18 @@ NVTX_BACKENDS = ("nvtx", "torch.cuda.nvtx", "off")
 missing, CUDA is there), or nothing (neither: a CPU build without the package)."""
 
 
+FORCE_TORCH_NVTX_ENV = "WORKBENCH_NVTX_BACKEND"
+"""Set to `torch.cuda.nvtx` to take torch's ranges although the package is there: the A/B of the two backends
+(`gpu/jobs/nvtx_ab.sh`, issue 37: the staging bug ran some processes of one campaign on each)."""
+
+
 def nvtx_backend() -> str:
     """The NVTX backend `Ranges(nvtx=True)` uses in this process (one of `NVTX_BACKENDS`): recorded in every run's
     meta.json (`instrument.nvtx_backend`), so a reader need not infer it from `versions.nvtx`."""
-    if _nvtx_pkg is not None:
+    forced = os.environ.get(FORCE_TORCH_NVTX_ENV)
+    if forced not in (None, "", "nvtx", "torch.cuda.nvtx"):
+        raise WorkbenchError(f"${FORCE_TORCH_NVTX_ENV}={forced!r}: use nvtx or torch.cuda.nvtx")
+    if _nvtx_pkg is not None and forced != "torch.cuda.nvtx":
         return "nvtx"
     return "torch.cuda.nvtx" if torch.cuda.is_available() else "off"
 
