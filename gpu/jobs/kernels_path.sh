@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# GPU minutes: at most 12 on one H100 (hard caps: 300 + 180 + 120 + 90 s = 11.5 min of runs; reps 4, steps 1: a GPU run below 4 reps is refused)
+# GPU minutes: at most 47 on one H100 (hard caps: 1500 + 900 + 240 + 180 s; reps 4, steps 1, batches 1: a GPU run below 4 reps is refused)
 # Issue 40 items 2-3 and 5: the levers' path (precision, attention, regional compile, and the kernel levers registered
 # beside them) on llama-3.1-8b at full depth (32 layers) and 16k tokens, then at NeMo's shape (2 documents of 4096
 # tokens per step), each point's MFU in our convention and NeMo's (mfu_nemo); then the MoE base-kernel arms.
 # Arithmetic (from the issue's 32-layer runs: 1.0-1.8 s per step at 8192 tokens, ~2x at 16k; model build ~20 s):
-#   llama 16k: traced baseline + ~5 lever comparisons x (2 arms x (2 warm-up + 3 reps x 1 step) + equivalence)
-#     + the path (~6 points x 5 steps) ~ 90 steps x ~2.5 s + builds + one regional compile (~1-2 min) ~ 5 min (cap 300 s);
-#   NeMo shape (8192 tokens): the same at half the step ~ 3 min (cap 180 s);
-#   qwen3-30b-a3b at 42 of its 48 layers, 8192 tokens: moe arms hf_grouped_mm (the anchor) and grouped, ~ 2 min (cap 120 s).
+#   llama 16k, MEASURED (profiles/2026-11-26_h100_kernels_path/llama16k, reps 3, batches 2): the build, the traced
+#     baseline and ONE comparison (attention: dense 4.3 s, flex 2.4 s a step; its fp32-judged equivalence) took the
+#     whole 300 s cap. So per comparison ~3-4 min (2 arms x (1 discarded + 4 reps) x (<= 4 warm-up + 1 step), plus
+#     equivalence): ~5 comparisons + the path (~6 points x 5 steps) + one regional compile ~ 25 min (cap 1500 s);
+#   NeMo shape (8192 tokens): the same at about half the step ~ 13 min (cap 900 s);
+#   qwen3-30b-a3b at 42 of its 48 layers, 8192 tokens: moe arms hf_grouped_mm (the anchor) and grouped, ~ 3 min (cap 240 s).
 #     memory_estimate's bound (issue 40: it now counts the LoRA state, 4 fp32 copies of 13.4M adapter parameters a
 #     layer, and the loss path at 12 bytes a logit; it was 65.3 GiB at 48 layers) is 81.9 GiB at 48 layers, which the
 #     preflight refuses (the H100 run of 2026-11-26 ran out of memory on every arm at 77.4 GiB needed), 79.1 at 46,
@@ -17,7 +19,7 @@
 #     layers), so its equivalence needs the fp32 reference, whose upcast weights (2 x 49.9 GiB at 42 layers) cannot
 #     fit; its arm was measured at 24 layers (gpu_out kp3/qwen_moe24: all three arms, 48.65 GiB peak).
 #   gpt-oss-20b at 24 layers (all of them), 4096 tokens, eager attention (its default: sinks): routed vs balanced on
-#     transformers' grouped_mm ~ 1.5 min (cap 90 s). At 8192 tokens the bound is 67.0 GiB (was 57.3: now with the
+#     transformers' grouped_mm ~ 2 min (cap 180 s). At 8192 tokens the bound is 67.0 GiB (was 57.3: now with the
 #     LoRA state and eager attention's peak, 3 x 64 heads x T^2 bf16 = 24 GiB in one layer) but the H100 run ran out of
 #     memory in its first backward (66.2 GiB allocated + 8 GiB asked, 7.3 GiB reserved but unallocated): one more
 #     T x T tensor than the CPU count, and the fragmentation, are past what the bound says. At 4096 tokens the bound is
@@ -50,14 +52,14 @@ else
   QWEN="--model qwen3-30b-a3b --layers 42 --tokens 8192"; GPTOSS="--model gpt-oss-20b --layers 24 --tokens 4096"
   DEV=""; TRACE="--trace torch"; LIGER=""  # liger_experts: at 24 layers only (see above)
 fi
-FEW="--reps 4 --steps 1 --batches 2 --warmup-max 4"
+FEW="--reps 4 --steps 1 --batches 1 --warmup-max 4"
 run() {  # name cap_s args...
   local name=$1 cap=$2; shift 2
   echo "$(date +%s) start $name (cap ${cap}s): python -m workbench.ab $*" >> $OUT/jobs.txt
   timeout --signal=TERM $cap python -m workbench.ab "$@" --out $OUT/$name > $OUT/$name.out 2> $OUT/$name.err
   echo "$(date +%s) end $name rc=$?" >> $OUT/jobs.txt
 }
-run llama16k 300 --opt levers $DENSE $T16 $FEW $TRACE $DEV
-run nemo 180 --opt levers $DENSE $NEMO_T $FEW $DEV
-run qwen_moe 120 --opt moe --arms hf_grouped_mm,grouped$LIGER $QWEN $FEW $DEV
-run gptoss_balance 90 --opt moe_balance --experts grouped_mm $GPTOSS $FEW $DEV
+run llama16k 1500 --opt levers $DENSE $T16 $FEW $TRACE $DEV
+run nemo 900 --opt levers $DENSE $NEMO_T $FEW $DEV
+run qwen_moe 240 --opt moe --arms hf_grouped_mm,grouped$LIGER $QWEN $FEW $DEV
+run gptoss_balance 180 --opt moe_balance --experts grouped_mm $GPTOSS $FEW $DEV
