@@ -33,7 +33,7 @@ sys.path.insert(0, os.getcwd())
 from workbench.ab.processes import per_rep_log_ratios  # noqa: E402
 from workbench.analysis.loader import step_samples  # noqa: E402
 from workbench.compare import gate_stats  # noqa: E402
-from workbench.measure.results import environment_diff  # noqa: E402
+from workbench.measure.results import environment_diff, nvtx_backend_of  # noqa: E402
 from workbench.measure.results import process_dirs as procs  # noqa: E402
 from workbench.measure import power, replication  # noqa: E402
 
@@ -97,13 +97,11 @@ def machine_name(folder):
 
 
 def nvtx_backends(runs):
-    """Each run's NVTX backend as its meta.json records it: the nvtx package's version, or 'torch.cuda.nvtx' where
-    the package was missing (workbench/instrument/ranges.py falls back to it)."""
+    """Each run's NVTX backend, as `results.nvtx_backend_of` reads it from its meta.json."""
     out = []
     for r in runs:
         with open(os.path.join(r, "meta.json"), encoding="utf-8") as f:
-            v = json.load(f).get("versions", {}).get("nvtx")
-        out.append(f"nvtx {v}" if v else "torch.cuda.nvtx")
+            out.append(nvtx_backend_of(json.load(f)))
     return out
 
 
