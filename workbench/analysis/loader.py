@@ -312,10 +312,11 @@ def recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict 
 def _process_of(parent: str, base: str) -> str | None:
     """The campaign a run folder is one process of: its parent's `processes.json` (`--processes K`), or a dose-response
     (`python -m workbench.ab.dose`: DIR/<mode>/pNN/, DIR/dose_run.json), whose levels are not the optimization's arms."""
-    if os.path.isfile(os.path.join(parent, "processes.json")):
+    from workbench.savings.dose import RUN_FILE
+    if os.path.isfile(os.path.join(parent, results.PROCESSES_FILE)):
         return os.path.relpath(parent, base)
     dose = os.path.dirname(parent)
-    return os.path.relpath(dose, base) if os.path.isfile(os.path.join(dose, "dose_run.json")) else None
+    return os.path.relpath(dose, base) if os.path.isfile(os.path.join(dose, RUN_FILE)) else None
 
 
 def _device_type(summary: dict, meta: dict) -> str | None:
