@@ -8,7 +8,8 @@ root on a CPU, after `bash gpu/jobs/prospective2.sh` ran on the GPU:
 1. The machine: CAMPAIGN_DIR/gpu.csv's UUID must start with none of the design's `machines` (A, B, C: already in the
    estimate); a folder without a readable UUID, or from one of them, is refused (`error: ...`, exit 2, nothing
    written).
-2. Per comparison (CAMPAIGN_DIR/packing, moe, offload: M processes each): each process's mean per-rep log ratio
+2. Per comparison (CAMPAIGN_DIR/packing, moe, offload: M processes each; where that folder is missing,
+   CAMPAIGN_DIR/all, an `--opt all --headline --processes M` folder whose processes ran every comparison): each process's mean per-rep log ratio
    (every timed rep: the engine discards its own warm-up rep), judged by the design's model: "spread"
    (`replication.spread_check`: inside >= its null 5% quantile, and the one-sided spread check) or "pooled" (moe, one
    machine: `replication.heldout_new_machine_check`, prospective.json's rule). A part that did not run says so. A
@@ -54,7 +55,8 @@ def machine_uuid(camp: str, known: dict) -> str:
 def judge(camp: str, design: dict) -> dict:
     out = {}
     for name, c in design["comparisons"].items():
-        runs = procs(os.path.join(camp, name))
+        folder = os.path.join(camp, name)  # a part of its own, else the `--opt all` processes (every comparison)
+        runs = procs(folder if os.path.isdir(folder) else os.path.join(camp, "all"))
         groups = [g for g in (per_rep_log_ratios(r, name, c["baseline"], c["arm"], skip_reps=0) for r in runs) if g]
         pred, plan = c["prediction"], c["heldout_plan"]
         mixed = environment_diff(runs)["line"]  # the verdict stands; a mixed-environment one carries the flag

@@ -10,7 +10,8 @@ One owner per number, read, never recomputed here:
   `profiles/2026-11-26_h100_replication/prospective.py`): its `prediction` per comparison
   (`workbench.measure.replication.machine_prediction`: every process of every machine, CI over the processes of
   those machines, a prediction interval for one process on another machine), its sigma / tau and GPU minutes;
-- otherwise each `processes.json` with `estimates` (`workbench.ab.processes`): the optimized arm's
+- otherwise (per comparison: a folder a design pools for packing still gives its `all` row here) each
+  `processes.json` with `estimates` (`workbench.ab.processes`): the optimized arm's
   `process_estimate` (one machine: the interval is for one more process there), GPU minutes from its wall times.
 The shape (model, layers, tokens, attention, precision, lengths) comes from the campaign's run folders
 (`analysis.comparisons`), so a claim lines up with the headline's single-run row of the same comparison.
@@ -85,7 +86,7 @@ def process_claims(root: str, comps: pd.DataFrame | None = None) -> pd.DataFrame
             # v1 names process folders relative to its own folder, later versions relative to the repo root
             jobs = sorted({os.path.dirname(os.path.join(base, f)) if f.startswith("profiles/") else
                            os.path.join(d, f.split("/")[0]) for fs in c["folders"].values() for f in fs})
-            covered.update(os.path.abspath(j) for j in jobs)
+            covered.update((os.path.abspath(j), name) for j in jobs)
             if newest[name][1] != path or any((os.path.relpath(j, base), name) in void for j in jobs):
                 continue
             rows.append({"name": name, "baseline": c["baseline"], "arm": c["arm"], **shape(jobs, name, c["arm"]),
@@ -98,12 +99,11 @@ def process_claims(root: str, comps: pd.DataFrame | None = None) -> pd.DataFrame
                          "omega_pct": _pct(p["omega"]), "gpu_minutes": c.get("gpu_minutes", c.get("estimate_gpu_minutes")), "method": p["method"],
                          "source": os.path.relpath(path, base)})
     for d in plain:
-        if os.path.abspath(d) in covered:
-            continue
         rec = _read(os.path.join(d, "processes.json"))
         minutes = sum(float(p.get("wall_s") or 0) for p in rec.get("processes", [])) / 60
         for e in rec.get("estimates") or []:
-            if "speedup" not in e or not e.get("pi95") or (os.path.relpath(d, base), e["comparison"]) in void:
+            if ("speedup" not in e or not e.get("pi95") or (os.path.relpath(d, base), e["comparison"]) in void
+                    or (os.path.abspath(d), e["comparison"]) in covered):  # a design's comparison: its claim there
                 continue
             rows.append({"name": e["comparison"], "baseline": e["baseline"], "arm": e["arm"],
                          **shape([d], e["comparison"], e["arm"]), "speedup": e["speedup"],

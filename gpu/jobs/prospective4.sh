@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# GPU minutes: about 23 on one H100 (4 processes of `--opt all --headline`, every comparison of the headline in each:
+# 329 s and 372 s a process on machine G, profiles/2026-11-26_h100_all_processes_g/processes.json)
+# Issue 37: the held-out check of profiles/2026-11-26_h100_all_processes_g/prospective_v4.json (packing from machines
+# A-E and G) on a machine none of its `machines`, with seeds never used (700..). Its `all` processes are also the
+# second machine of the `all` row's estimate (a v5 from G and this machine, judged on a third).
+# Writes $CAMP/prospective4/gpu.csv and $CAMP/prospective4/all/ (a --processes folder), jobs.txt.
+# Analysis, on a CPU afterwards (from the repo root):
+#   python gpu/analyze_heldout_v2.py $CAMP/prospective4 --design profiles/2026-11-26_h100_all_processes_g/prospective_v4.json
+#   python -m workbench.report $CAMP/prospective4/all/p00          # one process's tables
+# CPU check of the same commands (tiny presets, not a result): CAMP=/tmp/camp ALL_M=2 bash gpu/jobs/prospective4.sh
+set -u
+OUT=$CAMP/prospective4
+mkdir -p $OUT
+nvidia-smi --query-gpu=name,uuid --format=csv > $OUT/gpu.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpu.csv
+echo "$(date +%s) start all" >> $OUT/jobs.txt
+python -m workbench.ab --opt all --headline --batches 1 --steps 2 --warmup 2 --warmup-max 6 --reps 3 \
+  --processes ${ALL_M:-4} --seed 700 --out $OUT/all > $OUT/all.out 2> $OUT/all.err
+echo "$(date +%s) end all rc=$?" >> $OUT/jobs.txt
