@@ -111,6 +111,8 @@ def test_the_rerun_cell_sits_beside_its_own_comparison_only(claims):
     assert headline.rerun_cell(claims, {**row, "layers": 8}) == "- (single runs only)"  # another shape
     assert headline.rerun_cell(claims, {**row, "arm": "precomputed"}) == "- (single runs only)"
     assert "(fp32-adapters)" not in cell and "(autocast)" in headline.rerun_cell(claims, {**row, "precision": "x"})
+    assert " on NVIDIA H100" not in cell and " on NVIDIA H100" in headline.rerun_cell(
+        claims, {**row, "gpu_name": "NVIDIA H200"})  # a claim from another GPU model names its GPU
 
 
 def test_a_dose_process_is_a_process_of_its_dose_run(tmp_path):

@@ -122,12 +122,16 @@ def claim_for(claims: pd.DataFrame, r) -> dict | None:
 
 def rerun_cell(claims: pd.DataFrame, r) -> str:
     """The headline's "a rerun" cell: K x R, the estimate with its CI over processes, the prediction interval for
-    one process on another machine, the GPU minutes; "-" where no `--processes` campaign measured the comparison."""
+    one process on another machine, the GPU minutes; "-" where no `--processes` campaign measured the comparison.
+    A claim measured on another GPU model than the row's run (the `all` row: an H200 run, H100 processes) names its
+    GPU."""
     c = claim_for(claims, r)
     if c is None:
         return "- (single runs only)"
     prec = "" if str(c["precision"]) == str(r.get("precision")) else f" ({c['precision']})"
-    return (f"{int(c['K'])} x {int(c['R'])}{prec}, {c['speedup']:.3f}x [{c['ci95_lo']:.3f}, {c['ci95_hi']:.3f}]; "
+    gpu = c.get("gpu_name")
+    on = f" on {gpu}" if gpu and r.get("gpu_name") and str(gpu) != str(r.get("gpu_name")) else ""  # not the row's GPU
+    return (f"{int(c['K'])} x {int(c['R'])}{prec}{on}, {c['speedup']:.3f}x [{c['ci95_lo']:.3f}, {c['ci95_hi']:.3f}]; "
             f"PI [{c['pi95_lo']:.3f}, {c['pi95_hi']:.3f}] ({c['pi_scope']}); {c['gpu_minutes']:.1f} min")
 
 

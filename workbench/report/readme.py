@@ -219,9 +219,11 @@ def main(argv=None) -> int:
         if not bd_rows.empty and figures.png_digest(bd_path) != figures.breakdown_digest(bd_rows):
             problems.append(f"{bd_path}: drawn from other numbers than profiles/ holds (or missing)")
         # the prose may quote any timed comparison profiles/ holds, a failed or void run's too (the prose says so):
-        # its speedup is recomputed from the timed steps of its results.csv like any other
+        # its speedup is recomputed from the timed steps of its results.csv like any other; and any process-level
+        # claim (`analysis.process_claims`: a design's prediction or a --processes folder's estimate)
         comps = an.comparisons(root, include_cpu=True, include_incomplete=True, include_void=True)
-        comps = pd.concat([comps, arm_pairs(root)], ignore_index=True)
+        claims = an.process_claims(root)[["speedup", "ci95_lo", "ci95_hi"]]  # a process-level claim, over processes
+        comps = pd.concat([comps, arm_pairs(root), claims.assign(n_pairs=None)], ignore_index=True)
         problems += prose_problems(text, comps, os.path.relpath(readme, repo))
         for other in (os.path.join(root, "README.md"), os.path.join(repo, "docs", "GUIDE.md")):
             if os.path.exists(other):
