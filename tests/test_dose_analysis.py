@@ -116,3 +116,20 @@ def test_fine_needs_theta_inside_the_band_not_a_wide_ci_that_reaches_it():
     assert dose.decide((0.9, 1.1), (-0.01, 0.01), 1.0)[0] == dose.FINE
     assert dose.decide((0.03, 4.3), (-0.7, 1.4), 1.1)[0] == dose.INCONCLUSIVE  # the first H100 run's packing theta
     assert dose.decide((0.7, 1.1), None, 1.0)[0] == dose.INCONCLUSIVE
+
+
+def test_c_over_the_traced_processes_shows_their_spread_beside_the_rule():
+    """Beside the rule's c (one process, its interval over its own steps): the traced processes' c, their mean and
+    t-interval over processes, and theta from it. Three processes that disagree (MoE's 61, 75, 40 ms per layer) give
+    an interval far wider than one process's sharp one; one process gives nothing to pool."""
+    slope = dose.replication.dose_slope(_points(0.6))
+    one = {"value_ms": 60.95, "se_ms": 1.0, "df": 9}
+    assert dose.c_over_processes({"none/p00": one}, slope) is None
+    per = {"none/p00": one, "none/p01": {"value_ms": 75.25}, "torch/p00": {"value_ms": 39.70}}
+    cp = dose.c_over_processes(per, slope)
+    t = stats.t_interval([60.95, 75.25, 39.70])
+    assert cp["K"] == 3 and cp["value_ms"] == pytest.approx(t["mean"]) and cp["ci95"] == pytest.approx(t["ci"])
+    assert cp["ci95"][1] - cp["ci95"][0] > 40 * 2 * 1.0  # the processes' spread, not one process's steps
+    want = stats.fieller_ratio(slope["slope_ms"], slope["slope_se"], slope["df"], t["mean"], t["se"], t["df"])
+    assert cp["theta"]["ratio"] == pytest.approx(want["ratio"]) and cp["theta"]["ci95"] == pytest.approx(want["ci95"])
+    assert "not the rule" in cp["reading"]

@@ -17,6 +17,8 @@ range); and one traced pass per level in one process (`dose_run.json` `traced`).
   (`packing_savings.packing_builds`), per traced step pooled over the levels that build, t-interval over steps;
   moe: the moe model's predicted saving between u = 0 and u_max (`moe_savings.moe_model`, delta method over traced
   steps) / u_max.
+- beside the decision, not part of it: c from every process that traced every level, its mean and t-interval over
+  those processes, and theta from it (`c_over_processes`): the traced input's between-process spread.
 - theta = slope(none) / c with Fieller's 95% interval (`stats.fieller_ratio`: slope and c independent, t at the
   smaller df): the instrument's factor on the model's input.
 - the profiler x dose interaction per instrumented mode: slope(mode) - slope(none), Welch over processes
@@ -173,6 +175,25 @@ def traced_c(run_dir: str) -> dict:
     raise WorkbenchError(f"no traced input per unit for --opt {opt}")
 
 
+def c_over_processes(per_process: dict, slope: dict | None) -> dict | None:
+    """Beside the rule's c (one traced process, `traced_c`): c from EVERY process of the folder that traced every
+    level (`per_process`: {folder: traced_c(...)}), its mean and t-interval over those processes (K_c - 1 df), and
+    theta = untimed slope / that mean (Fieller, t at the smaller df). None with fewer than 2 such processes. Not the
+    rule's reading (`decide` reads `c`): reported because the traced input varies between processes, which one
+    process's interval over its own steps cannot show (MoE on gpt-oss-20b: 39.7-75.3 ms per layer over three)."""
+    vals = {k: v["value_ms"] for k, v in per_process.items() if v and v.get("value_ms") == v.get("value_ms")}
+    if len(vals) < 2:
+        return None
+    t = stats.t_interval(list(vals.values()))
+    out = {"per_process_ms": vals, "value_ms": t["mean"], "se_ms": t["se"], "df": t["df"], "ci95": t["ci"],
+           "K": t["n"], "method": "mean of each traced process's c, t-interval over processes", "theta": None,
+           "reading": "not the rule's (decide reads c from the one traced process named in dose_run.json)"}
+    if slope and slope.get("slope_se") is not None:
+        out["theta"] = stats.fieller_ratio(slope["slope_ms"], slope["slope_se"], slope["df"], t["mean"], t["se"],
+                                           t["df"])
+    return out
+
+
 def estimate(points: dict, c: dict | None) -> dict:
     """The statistics and the decision from {timing mode: [per process: [(units, step_ms)]]} and the traced c
     ({"value_ms", "se_ms", "df", "tracer"} or None): {"modes": {mode: `replication.dose_slope` + "theta" (Fieller) +
@@ -215,6 +236,14 @@ def analyse(dose_dir: str) -> dict:
     out = {"opt": run["opt"], "unit": run["unit"], "units": run["units"], "command": run.get("command"),
            "commit": run.get("commit"), "band": list(BAND), "agree_rel": AGREE_REL, "c": c, "c_why": out_why,
            **estimate(points, c), "environment": env}
+    per_c = {}
+    for d in ran:
+        if os.path.isdir(os.path.join(d, "traces")):
+            try:
+                per_c[os.path.relpath(d, dose_dir)] = traced_c(d)
+            except Exception:  # noqa: BLE001 - a process without GPU events in its traces gives no c
+                continue
+    out["c_over_processes"] = c_over_processes(per_c, out["modes"].get("none"))
     for mode, dirs in folders.items():
         s0 = syncs_per_level(dirs[0])
         fit = stats.linear_fit(list(s0), list(s0.values())) if len(s0) >= 2 else {"slope": None}
@@ -249,6 +278,14 @@ def table(a: dict) -> str:
     c = a.get("c") or {}
     lines.append(f"  c = {c.get('value_ms', math.nan):.4g} ms/unit {c.get('ci95')} ({c.get('source')})")
     lines.append(f"  decision: {a['decision']['decision']} ({a['decision']['why']})")
+    cp = a.get("c_over_processes")
+    if cp:  # beside the decision, not part of it
+        th = cp.get("theta") or {}
+        tci = th.get("ci95") or [math.nan, math.nan]
+        lines.append(f"  beside it (not the rule's reading): c over the {cp['K']} traced processes "
+                     f"{cp['value_ms']:.4g} ms/unit [{cp['ci95'][0]:.4g}, {cp['ci95'][1]:.4g}] (each: "
+                     + ", ".join(f"{v:.4g}" for v in cp["per_process_ms"].values())
+                     + f"); theta from it {th.get('ratio', math.nan):.3g} [{tci[0]:.3g}, {tci[1]:.3g}]")
     if (a.get("environment") or {}).get("mixed"):  # the decision stands; its processes were not one instrument
         lines.append(f"  {a['environment']['line']}")
     return "\n".join(lines)
