@@ -9,7 +9,7 @@
 # Analysis (CPU): python -m workbench.report $CAMP/all_processes/<uuid>   (its processes.json holds the estimate)
 # CPU check (tiny presets, not a result): CAMP=/tmp/camp ALL_K=2 bash gpu/jobs/all_processes.sh
 set -u
-U=$(nvidia-smi --query-gpu=uuid --format=csv,noheader 2>/dev/null | head -1 | cut -c1-12)
+U=$(nvidia-smi -i ${CUDA_VISIBLE_DEVICES:-0} --query-gpu=uuid --format=csv,noheader 2>/dev/null | head -1 | cut -c1-12)
 OUT=$CAMP/all_processes/${U:-cpu}
 mkdir -p $OUT
 echo "$(date +%s) start all on ${U:-cpu}" >> $CAMP/all_processes/jobs.txt

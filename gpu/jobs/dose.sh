@@ -29,7 +29,7 @@
 set -u
 OUT=$CAMP/dose
 mkdir -p $OUT
-nvidia-smi --query-gpu=name,uuid --format=csv > $OUT/gpu.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpu.csv
+nvidia-smi -i ${CUDA_VISIBLE_DEVICES:-0} --query-gpu=name,uuid --format=csv > $OUT/gpu.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpu.csv
 if [ -z "${NSYS:-}" ] && ! command -v nsys >/dev/null; then  # Nsight Compute carries nsys (shared/gpu/README.md)
   NSYS=$(ls -d /usr/local/cuda*/bin/nsys /opt/nvidia/*/target-linux-x64/nsys /opt/nvidia/*/*/target-linux-x64/nsys \
          /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys /opt/nvidia/nsight-systems/*/bin/nsys \

@@ -14,7 +14,7 @@
 set -u
 OUT=$CAMP/dose_traced
 mkdir -p $OUT
-nvidia-smi --query-gpu=name,uuid --format=csv > $OUT/gpu.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpu.csv
+nvidia-smi -i ${CUDA_VISIBLE_DEVICES:-0} --query-gpu=name,uuid --format=csv > $OUT/gpu.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpu.csv
 PACKING=${PACKING:---opt packing --model qwen3-14b --layers 8 --tokens 16384}
 MOE=${MOE:---opt moe --model gpt-oss-20b --layers 4 --tokens 8192}
 one() {  # name seed limit_s flags

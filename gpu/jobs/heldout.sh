@@ -17,7 +17,7 @@ set -u
 OUT=${HELDOUT_OUT:-$CAMP/heldout}  # prospective2.sh: $CAMP/prospective2
 SEED=${HELDOUT_SEED:-200}  # the held-out parts' first seed (prospective2.sh: 400, never used before)
 mkdir -p $OUT
-nvidia-smi --query-gpu=name,uuid --format=csv > $OUT/gpu.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpu.csv
+nvidia-smi -i ${CUDA_VISIBLE_DEVICES:-0} --query-gpu=name,uuid --format=csv > $OUT/gpu.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpu.csv
 COMMON="--headline --batches 1 --steps 2 --warmup 2 --warmup-max 6"
 part() {  # name, then the python -m workbench.ab arguments
   local name=$1; shift

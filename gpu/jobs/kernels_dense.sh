@@ -33,10 +33,10 @@ $PY -c "import liger_kernel, cut_cross_entropy" 2>/dev/null || \
     liger-kernel==0.8.5 cut-cross-entropy==25.1.1 > $OUT/pip.log 2>&1
 $PY -c "import importlib.metadata as m; print(*(f'{p} {m.version(p)}' for p in ('torch','triton','transformers','liger-kernel','cut-cross-entropy')), sep='\n')" \
   > $OUT/versions.txt 2>&1
-nvidia-smi --query-gpu=name,uuid --format=csv >> $OUT/versions.txt 2>/dev/null || echo "no nvidia-smi" >> $OUT/versions.txt
+nvidia-smi -i ${CUDA_VISIBLE_DEVICES:-0} --query-gpu=name,uuid --format=csv >> $OUT/versions.txt 2>/dev/null || echo "no nvidia-smi" >> $OUT/versions.txt
 SHAPE="--model ${MODEL:-llama-3.1-8b} --layers ${LAYERS:-32} --tokens ${TOKENS:-16384} --attn ${ATTN:-flex_attention}"
 PROTO="--reps 4 --batches 1 --warmup-max 4"
-for opt in liger fused_ce; do
+for opt in ${KD_PARTS:-liger fused_ce}; do  # KD_PARTS=fused_ce: the loss levers alone (liger ran on two machines)
   cmd="$PY -m workbench.ab --opt $opt $SHAPE $PROTO --out $OUT/$opt --force"
   echo "$(date +%s) start $opt: $cmd" >> $OUT/jobs.txt
   $cmd > $OUT/$opt.out 2> $OUT/$opt.err

@@ -43,7 +43,7 @@
 set -u
 OUT=$CAMP/kernels_path
 mkdir -p $OUT
-nvidia-smi --query-gpu=name,uuid --format=csv > $OUT/gpu.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpu.csv
+nvidia-smi -i ${CUDA_VISIBLE_DEVICES:-0} --query-gpu=name,uuid --format=csv > $OUT/gpu.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpu.csv
 if [ -n "${KP_CPU:-}" ]; then
   DENSE="--model tiny-llama --layers 2"; NEMO_T="--lengths fixed:64 --tokens 128"; T16="--tokens 256"
   QWEN="--model tiny-qwen3-moe"; GPTOSS="--model tiny-gpt-oss"; DEV="--device cpu"; TRACE=""; LIGER=""

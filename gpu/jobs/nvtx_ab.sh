@@ -15,7 +15,7 @@
 set -u
 OUT=$CAMP/nvtx_ab
 mkdir -p $OUT
-nvidia-smi --query-gpu=name,uuid --format=csv > $OUT/gpu.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpu.csv
+nvidia-smi -i ${CUDA_VISIBLE_DEVICES:-0} --query-gpu=name,uuid --format=csv > $OUT/gpu.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpu.csv
 COMMON="--headline --batches 1 --steps 2 --warmup 2 --warmup-max 6"
 one() {  # opt, backend (nvtx | torch), seed, reps
   local opt=$1 b=$2 seed=$3 reps=$4 env=""

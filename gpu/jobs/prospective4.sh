@@ -12,7 +12,7 @@
 set -u
 OUT=$CAMP/prospective4
 mkdir -p $OUT
-nvidia-smi --query-gpu=name,uuid --format=csv > $OUT/gpu.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpu.csv
+nvidia-smi -i ${CUDA_VISIBLE_DEVICES:-0} --query-gpu=name,uuid --format=csv > $OUT/gpu.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpu.csv
 echo "$(date +%s) start all" >> $OUT/jobs.txt
 python -m workbench.ab --opt all --headline --batches 1 --steps 2 --warmup 2 --warmup-max 6 --reps 3 \
   --processes ${ALL_M:-4} --seed 700 --out $OUT/all > $OUT/all.out 2> $OUT/all.err

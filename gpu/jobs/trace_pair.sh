@@ -14,7 +14,7 @@
 set -u
 OUT=$CAMP/trace_pair
 mkdir -p $OUT
-nvidia-smi --query-gpu=name,uuid --format=csv > $OUT/gpu.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpu.csv
+nvidia-smi -i ${CUDA_VISIBLE_DEVICES:-0} --query-gpu=name,uuid --format=csv > $OUT/gpu.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpu.csv
 SHAPE="--opt moe --arms eager,sort_bincount --model ${MODEL:-gpt-oss-20b} ${LAYERS_TOKENS:---layers 2 --tokens 4096}"
 for tool in ${TOOLS:-torch nsys}; do
   echo "$(date +%s) start $tool: python -m workbench.ab $SHAPE --reps 1 --batches 1 --steps 1 --warmup 2 --trace $tool" >> $OUT/jobs.txt

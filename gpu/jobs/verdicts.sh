@@ -22,7 +22,7 @@
 set -u
 OUT=$CAMP/verdicts
 mkdir -p $OUT
-nvidia-smi --query-gpu=name,uuid --format=csv > $OUT/gpu.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpu.csv
+nvidia-smi -i ${CUDA_VISIBLE_DEVICES:-0} --query-gpu=name,uuid --format=csv > $OUT/gpu.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpu.csv
 PY=${PY:-python}
 COMMON="--headline --batches 1 --trace torch --seed 300"
 if [ -n "${CPU:-}" ]; then  # the same commands on tiny presets
