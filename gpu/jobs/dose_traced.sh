@@ -6,9 +6,10 @@
 # invocation below is one process whose levels are timed untimed (`--timing none`) and then traced (`--trace torch`:
 # the traced pass runs in the first untimed process only, hence one invocation per seed); MoE with --steps 3 so each
 # traced level has 3 steps (c gets its own interval over steps). Seeds 20-22 never used.
-# Writes $CAMP/dose_traced/{packing,moe}_sNN/ (dose folders) and jobs.txt. Afterwards (CPU): merge each sNN's
-# none/p00 into profiles/<date>_h100_dose/<opt>/none/p2N (dose_run.json `processes`, `merged_note`), then
-#   python -m workbench.savings.dose profiles/<date>_h100_dose/<opt> --calibration profiles/<date>_h100_dose/calibration.json
+# Writes $CAMP/dose_traced/{packing,moe}_sNN/ (dose folders) and jobs.txt. Afterwards (CPU, from the repo root):
+#   python -m workbench.ab.dose_merge profiles/2026-11-26_h100_dose/packing $CAMP/dose_traced/packing_s2?
+#   python -m workbench.ab.dose_merge profiles/2026-11-26_h100_dose/moe $CAMP/dose_traced/moe_s2?
+#   python -m workbench.savings.dose profiles/2026-11-26_h100_dose/<opt> --calibration profiles/2026-11-26_h100_dose/calibration.json
 # CPU check (tiny presets, no GPU events so no c, not a result; ~4 min):
 #   CAMP=/tmp/camp PACKING="--opt packing --layers 2" MOE="--opt moe --layers 2" bash gpu/jobs/dose_traced.sh
 set -u
