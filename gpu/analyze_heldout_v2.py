@@ -7,7 +7,7 @@ root on a CPU, after `bash gpu/jobs/prospective2.sh` ran on the GPU:
 
 1. The machine: CAMPAIGN_DIR/gpu.csv's UUID must start with none of the design's `machines` (A, B, C: already in the
    estimate); a folder without a readable UUID, or from one of them, is refused (`error: ...`, exit 2, nothing
-   written).
+   written). So is a machine of another GPU model than the estimate's processes ran on (their meta.json).
 2. Per comparison (CAMPAIGN_DIR/packing, moe, offload: M processes each; where that folder is missing,
    CAMPAIGN_DIR/all, an `--opt all --headline --processes M` folder whose processes ran every comparison): each process's mean per-rep log ratio
    (every timed rep: the engine discards its own warm-up rep), judged by the design's model: "spread"
@@ -33,6 +33,7 @@ from workbench.measure.results import process_dirs as procs  # noqa: E402
 from workbench.measure import replication  # noqa: E402
 
 DESIGN = os.path.join("profiles", "2026-11-26_h100_replication", "prospective_v2.json")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def machine_uuid(camp: str, known: dict) -> str:
@@ -50,6 +51,26 @@ def machine_uuid(camp: str, known: dict) -> str:
             raise WorkbenchError(f"{camp} ran on machine {name} ({u}), already in the estimate: a held-out check "
                                  "needs a machine none of the estimate's processes ran on")
     return u
+
+
+def same_gpu_model(camp: str, design: dict) -> str:
+    """The held-out machine's GPU model (CAMPAIGN_DIR/gpu.csv's name), refused when it is not the model every
+    estimate process ran on (their meta.json `device.gpu_name`): a prediction for another H100 says nothing about an
+    H200 (a 2-GPU lease may come as H200s)."""
+    rows = open(os.path.join(camp, "gpu.csv"), encoding="utf-8").read().splitlines()[1:]
+    name = rows[0].split(",")[0].strip() if rows else ""
+    seen = set()
+    for c in design["comparisons"].values():
+        for folders in c["folders"].values():
+            meta = os.path.join(ROOT, folders[0], "meta.json")  # v2+ name process folders from the repo root
+            if os.path.isfile(meta):
+                with open(meta, encoding="utf-8") as f:
+                    seen.add((json.load(f).get("device") or {}).get("gpu_name"))
+    seen.discard(None)
+    if seen and name not in seen:
+        raise WorkbenchError(f"{camp} ran on {name or 'an unnamed GPU'}, the estimate on {', '.join(sorted(seen))}: "
+                             "a held-out check needs the same GPU model")
+    return name
 
 
 def judge(camp: str, design: dict) -> dict:
@@ -86,6 +107,7 @@ def main(argv=None):
     with open(a.design, encoding="utf-8") as f:
         design = json.load(f)
     uuid = machine_uuid(a.campaign, design["machines"])
+    same_gpu_model(a.campaign, design)
     res = {"design": a.design, "machine": uuid, "heldout": judge(a.campaign, design)}
     for name, h in res["heldout"].items():
         if h.get("mixed_environment"):
