@@ -14,8 +14,8 @@
 # ~4 steps a block x 2 arms x 5 reps (1 discarded) = ~70 s + ~35 s build + ~40 s counted and traced passes = ~150 s.
 #
 # Analysis (CPU, from the repo root; profiles/calibration.json is what gpu/jobs/dose.sh's analysis writes):
-#   python -m workbench.verdicts $CAMP/verdicts/* --calibration profiles/calibration.json
-#   python -m workbench.verdicts $CAMP/verdicts/*          # the same, inputs as traced (the uncalibrated verdict)
+#   python -m workbench.verdicts $CAMP/verdicts/*/ --calibration profiles/calibration.json
+#   python -m workbench.verdicts $CAMP/verdicts/*/          # the same, inputs as traced (the uncalibrated verdict)
 # (then copy the folders into profiles/<date>_h100_verdicts_prospective/; each summary.json holds its rows)
 # CPU check of the same commands (tiny presets, no GPU events: "no trace" verdicts, not a result; ~3 min):
 #   CAMP=/tmp/camp CPU=1 bash gpu/jobs/verdicts.sh
@@ -25,6 +25,10 @@ mkdir -p $OUT
 nvidia-smi -i ${CUDA_VISIBLE_DEVICES:-0} --query-gpu=name,uuid --format=csv > $OUT/gpu.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpu.csv
 PY=${PY:-python}
 COMMON="--headline --batches 1 --trace torch --seed 300"
+# VERDICT_K=3: each shape as 3 processes (`--processes 3`, each traced), so the measured saving is over processes
+# (issue 39: one process per shape left the calibrated packing verdicts inconclusive); about 3x the minutes above
+# (~28 on one H100: packing ~8, MoE ~15, offload ~4.5).
+[ "${VERDICT_K:-1}" -gt 1 ] && COMMON="$COMMON --processes $VERDICT_K"
 if [ -n "${CPU:-}" ]; then  # the same commands on tiny presets
   PACK=("packing_q8 --model tiny-qwen3 --layers 2 --tokens 512" "packing_q14l4 --model tiny-qwen3 --layers 1 --tokens 512")
   MOES=("moe_l4 --model tiny-gpt-oss --layers 2 --tokens 256" "moe_l8_4k --model tiny-gpt-oss --layers 1 --tokens 256")
