@@ -649,6 +649,21 @@ def test_runs_of_marks_the_run_that_disagrees(tmp_path):
     assert not r.loc[os.path.join("p", "a"), "agrees"]
 
 
+def test_a_run_on_another_gpu_model_is_not_tested_against_the_chosen_one(tmp_path):
+    """The same two runs as above, the first on an H200: another step, not a rerun, so it is marked `same_gpu`
+    False and not counted as disagreeing (above, on the same GPU, it disagrees: the negative control)."""
+    write_run(str(tmp_path / "p" / "a"), [packing()])
+    write_run(str(tmp_path / "p" / "b"), [packing(base_ms=110.0, cached_ms=109.5)])
+    meta = tmp_path / "p" / "a" / "meta.json"
+    m = json.loads(meta.read_text())
+    m["device"]["gpu_name"] = "NVIDIA H200"
+    meta.write_text(json.dumps(m))
+    c = an.comparisons(str(tmp_path / "p"))
+    r = an.runs_of(c[c["arm"] == "cached"]).set_index("folder")
+    a = r.loc[os.path.join("p", "a")]
+    assert not a["same_gpu"] and a["agrees"] and r.loc[os.path.join("p", "b"), "same_gpu"]
+
+
 def test_repeats_z_and_mean_z2(tmp_path):
     """Two runs of the same comparison (one of them as a sweep point at the same shape): z of the log difference
     over the two log CIs' se (half width / t with reps - 1 df), and the mean z² over comparisons."""

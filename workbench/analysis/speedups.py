@@ -147,9 +147,11 @@ def runs_of(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
     """`comps` (`comparisons(...)`) with, per row, how many runs hold the same comparison (`CONFIG_KEY`: comparison,
     model, layers, tokens, baseline -> arm): `runs`, `chosen` (the run a headline reports: one of `prefer`, a set of
     (folder, comparison) such as the runs a savings-model verdict comes from, else the most pairs, then the later
-    folder) and `agrees` (`_agrees`: a test of the two runs' speedups, not CI overlap; True for the chosen)."""
+    folder), `same_gpu` (the run ran on the chosen run's GPU model) and `agrees` (`_agrees`: a test of the two
+    runs' speedups, not CI overlap; True for the chosen, and for a run on another GPU model, which is another step,
+    not a rerun: it is not tested)."""
     d = comps.copy()
-    d["runs"], d["chosen"], d["agrees"] = 0, False, True
+    d["runs"], d["chosen"], d["agrees"], d["same_gpu"] = 0, False, True, True
     if d.empty:
         return d
     want = set(prefer or ())
@@ -158,7 +160,7 @@ def runs_of(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
     # the last): a row-by-row `.loc` cost ~2 ms a row, paid by every page and headline
     recs = d.to_dict("records")
     n_pairs = pd.to_numeric(d["n_pairs"], errors="coerce").fillna(0).tolist()
-    runs, chosen, agrees = [0] * len(d), [False] * len(d), [True] * len(d)
+    runs, chosen, agrees, same = [0] * len(d), [False] * len(d), [True] * len(d), [True] * len(d)
     groups: dict = {}
     for pos, k in enumerate(key.tolist()):
         groups.setdefault(k, []).append(pos)
@@ -167,9 +169,10 @@ def runs_of(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
                                            recs[i]["folder"], i))
         for i in members:
             runs[i] = len(members)
-            agrees[i] = True if i == best else bool(_agrees(recs[i], recs[best]))
+            same[i] = str(recs[i].get("gpu_name")) == str(recs[best].get("gpu_name"))
+            agrees[i] = True if i == best or not same[i] else bool(_agrees(recs[i], recs[best]))
         chosen[best] = True
-    d["runs"], d["chosen"], d["agrees"] = runs, chosen, agrees
+    d["runs"], d["chosen"], d["agrees"], d["same_gpu"] = runs, chosen, agrees, same
     return d
 
 

@@ -45,18 +45,22 @@ def headline_speedups(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
     """Per optimization (packing, offload, moe, all): the optimized arm at the shape most runs measured (then: from
     the run with the most comparisons, then most pairs), from the run `analysis.runs_of(prefer=...)` chooses (the run
     of the headline's savings-model row where it is one of them: one run per optimization in the headline); with
-    `runs` and `disagree` (how many runs of it disagree with that one)."""
+    `runs` (on the chosen run's GPU model), `disagree` (how many of them disagree with that one) and `other_gpu`
+    (runs of it on another GPU model: another step, not compared)."""
     d = an.default_lengths(an.one_gpu(comps[(comps["role"] == "optimized")
                                             & ~comps["name"].astype(str).str.contains("@")]))
     if d.empty:  # (the 2-GPU runs have their own section)
-        return d.assign(runs=pd.Series(dtype=int), disagree=pd.Series(dtype=int))
+        return d.assign(runs=pd.Series(dtype=int), disagree=pd.Series(dtype=int), other_gpu=pd.Series(dtype=int))
     d = an.runs_of(d, prefer)
     per_run = comps.groupby("folder")["name"].nunique()
     d = d.assign(_in_run=d["folder"].map(per_run).fillna(0),
                  _n=pd.to_numeric(d["n_pairs"], errors="coerce").fillna(0))
-    d["disagree"] = 0
+    d["disagree"], d["other_gpu"] = 0, 0
     for _, idx in d.groupby(d[an.CONFIG_KEY].astype(str).agg("|".join, axis=1), sort=False).groups.items():
+        same = d.loc[idx, "same_gpu"].astype(bool)
         d.loc[idx, "disagree"] = int((~d.loc[idx, "agrees"].astype(bool)).sum())
+        d.loc[idx, "other_gpu"] = int((~same).sum())  # runs on another GPU model: another step, not compared
+        d.loc[idx, "runs"] = int(same.sum())
     chosen = d[d["chosen"]].assign(_recipe=lambda x: x["precision"].astype(str) == RECIPE)
     out = []
     for opt in headline_opts():
@@ -153,6 +157,8 @@ def headline_markdown(ctx: _Ctx, page_path: str, figure_path: str) -> str:
     for r in sp.to_dict("records"):
         runs = "" if r["runs"] <= 1 else (f"; {r['runs']} runs, none disagrees (z test)" if not r["disagree"] else
                                            f"; {r['disagree']} of {r['runs']} runs DISAGREE (see the results page)")
+        if r.get("other_gpu"):
+            runs += f"; {int(r['other_gpu'])} on another GPU model (not compared)"
         rows.append([f"{r['opt']}: `{r['arm']}` vs `{r['baseline']}`", _shape_text(r), f"speedup {_ci(r)}",
                      _n(r), f"**{r['verdict']}**{runs}", rerun_cell(claims, r), ctx.short(r["file"])])
     for v in vd.to_dict("records"):

@@ -20,6 +20,8 @@ def _runs_cell(r) -> str:
         return "1"
     if r["chosen"]:
         return f"{r['runs']}: the reported one"
+    if not r.get("same_gpu", True):
+        return f"{r['runs']}: on another GPU model than the reported one (another step: not compared)"
     return f"{r['runs']}: agrees with the reported one" if r["agrees"] else \
         f"{r['runs']}: DISAGREES with the reported one (p < 0.05 that the two runs' speedups are equal)"
 
