@@ -134,7 +134,8 @@ def test_an_interrupted_runs_path_comes_from_its_levers_plan():
 
 def test_on_a_gpu_the_levers_start_from_autocast_and_time_the_anchor():
     """The plan a GPU run gets (planned here, nothing runs): the precision lever starts from autocast (`--precision
-    auto` on CUDA), and the expert lever times transformers' grouped_mm beside eager and split (LEVER_ANCHOR)."""
+    auto` on CUDA), the expert lever times transformers' grouped_mm beside eager and split, and the attention lever
+    the varlen kernel beside dense and flex (LEVER_ANCHOR)."""
     from workbench.ab.cli import GPU_DEFAULTS, parse_args
     from workbench.ab.planner import plan
     cuda = torch.device("cuda")
@@ -142,4 +143,8 @@ def test_on_a_gpu_the_levers_start_from_autocast_and_time_the_anchor():
     comps = {c.opt: c for c in plan(a, cuda)}
     assert comps["precision"].baseline == "autocast"
     assert [a.label for a in comps["expert_lora"].arms] == ["eager", "split", "grouped_mm"]
-    assert [a.label for a in comps["attention"].arms] == ["dense", "flex"]  # no anchor: two arms
+    # the varlen kernel a user would pick instead of flex, timed beside it (attention's LEVER_ANCHOR; GPU only)
+    assert [a.label for a in comps["attention"].arms] == ["dense", "flex", "varlen"]
+    cpu = torch.device("cpu")
+    a = parse_args(["--opt", "levers", "--model", "tiny-qwen3-moe", "--device", "cpu"]).resolved(cpu, GPU_DEFAULTS["_run"])
+    assert [s.label for s in {c.opt: c for c in plan(a, cpu)}["attention"].arms] == ["dense", "flex"]

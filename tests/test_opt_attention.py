@@ -278,3 +278,4 @@ def test_a_packing_backend_outside_packing_is_refused_in_one_line(argv, msg):
     assert [c.attn for c in planned("--opt", "packing", "--attn", "varlen")] == ["varlen"]
     assert [c.name for c in planned("--opt", "all", "--attn", "varlen", "--only", "packing,all")] == ["packing", "all"]
     assert planned(*[a for a in argv if a not in ("--attn", "varlen", "flex")], "--attn", "sdpa")
+

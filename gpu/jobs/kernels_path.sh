@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU minutes: at most 47 on one H100 (hard caps: 1500 + 900 + 240 + 180 s; reps 4, steps 1, batches 1: a GPU run below 4 reps is refused)
+# GPU minutes: at most 49 on one H100 (hard caps: 1600 + 960 + 240 + 180 s; reps 4, steps 1, batches 1: a GPU run below 4 reps is refused)
 # Issue 40 items 2-3 and 5: the levers' path (precision, attention, regional compile, and the kernel levers registered
 # beside them) on llama-3.1-8b at full depth (32 layers) and 16k tokens, then at NeMo's shape (2 documents of 4096
 # tokens per step), each point's MFU in our convention and NeMo's (mfu_nemo); then the MoE base-kernel arms.
@@ -8,7 +8,9 @@
 #     baseline and ONE comparison (attention: dense 4.3 s, flex 2.4 s a step; its fp32-judged equivalence) took the
 #     whole 300 s cap. So per comparison ~3-4 min (2 arms x (1 discarded + 4 reps) x (<= 4 warm-up + 1 step), plus
 #     equivalence): ~5 comparisons + the path (~6 points x 5 steps) + one regional compile ~ 25 min (cap 1500 s);
-#   NeMo shape (8192 tokens): the same at about half the step ~ 13 min (cap 900 s);
+#   + the attention comparison's third arm, the varlen kernel (attention's LEVER_ANCHOR: flash-attn / torch varlen,
+#     what a user would pick instead of flex), ~1.5 min at 16k: cap 1600 s;
+#   NeMo shape (8192 tokens): the same at about half the step ~ 13 min (cap 960 s);
 #   qwen3-30b-a3b at 42 of its 48 layers, 8192 tokens: moe arms hf_grouped_mm (the anchor) and grouped, ~ 3 min (cap 240 s).
 #     memory_estimate's bound (issue 40: it now counts the LoRA state, 4 fp32 copies of 13.4M adapter parameters a
 #     layer, and the loss path at 12 bytes a logit; it was 65.3 GiB at 48 layers) is 81.9 GiB at 48 layers, which the
@@ -59,7 +61,7 @@ run() {  # name cap_s args...
   timeout --signal=TERM $cap python -m workbench.ab "$@" --out $OUT/$name > $OUT/$name.out 2> $OUT/$name.err
   echo "$(date +%s) end $name rc=$?" >> $OUT/jobs.txt
 }
-run llama16k 1500 --opt levers $DENSE $T16 $FEW $TRACE $DEV
-run nemo 900 --opt levers $DENSE $NEMO_T $FEW $DEV
+run llama16k 1600 --opt levers $DENSE $T16 $FEW $TRACE $DEV
+run nemo 960 --opt levers $DENSE $NEMO_T $FEW $DEV
 run qwen_moe 240 --opt moe --arms hf_grouped_mm,grouped$LIGER $QWEN $FEW $DEV
 run gptoss_balance 180 --opt moe_balance --experts grouped_mm $GPTOSS $FEW $DEV

@@ -52,6 +52,10 @@ SPEC = {"order": 11,
 ARMS = ("dense", "flex", "varlen")
 BASELINE = "dense"
 OPTIMIZED = "flex"
+LEVER_ANCHOR = "varlen"
+"""In `--opt levers` on a GPU, the arm a user would pick instead of flex for packed documents (flash-attn / torch's
+varlen kernel), timed beside it in the attention comparison (issue 40: attention is 48% of llama-3.1-8b's flex step at
+16k, and flex was never compared with a varlen kernel there); skipped where it cannot run (GPT-OSS's sinks)."""
 FLEX_BLOCK = packing.FLEX_BLOCK
 ATTENTION_FLOPS = {"dense": "dense", "flex": "block_diagonal", "varlen": "block_diagonal"}
 """Each arm's attention count for `workbench.step.flops.step_flops(attention=...)`: dense computes T^2 scores (declared
