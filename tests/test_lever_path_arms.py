@@ -148,3 +148,45 @@ def test_on_a_gpu_the_levers_start_from_autocast_and_time_the_anchor():
     cpu = torch.device("cpu")
     a = parse_args(["--opt", "levers", "--model", "tiny-qwen3-moe", "--device", "cpu"]).resolved(cpu, GPU_DEFAULTS["_run"])
     assert [s.label for s in {c.opt: c for c in plan(a, cpu)}["attention"].arms] == ["dense", "flex"]
+
+
+def _lever_result(opt, opt_arm, opt_ci, anchor, anchor_ci, **anchor_kw):
+    return {"name": opt, "opt": opt, "status": "ok",
+            "optimized": {"arm": opt_arm, "status": "ok", "vs_baseline": {"speedup": sum(opt_ci) / 2, "ci95": opt_ci}},
+            "others": [{"arm": anchor, "status": "ok", "equivalent": True,
+                        "vs_baseline": {"speedup": sum(anchor_ci) / 2, "ci95": anchor_ci}, **anchor_kw}]}
+
+
+def test_the_path_takes_a_lever_at_its_anchor_only_when_the_anchor_clearly_wins():
+    """`faster_anchor`: the anchor's speedup CI entirely above the optimized arm's puts the anchor on the path
+    (`prune_path` rebuilds the path with it and records why); overlapping intervals, a non-equivalent anchor or one
+    that failed keep the OPTIMIZED arm (the negative controls)."""
+    from workbench.ab import levers
+    from workbench.ab.cli import CPU_DEFAULTS, parse_args
+    from workbench.ab.planner import plan
+
+    win = _lever_result("attention", "flex", [1.80, 1.85], "varlen", [1.90, 2.00])
+    arm, why = levers.faster_anchor(win)
+    assert arm == "varlen" and "above flex's" in why
+    assert levers.faster_anchor(_lever_result("attention", "flex", [1.80, 1.92], "varlen", [1.90, 2.00])) is None
+    assert levers.faster_anchor(_lever_result("attention", "flex", [1.80, 1.85], "varlen", [1.90, 2.00],
+                                              equivalent=False)) is None
+    assert levers.faster_anchor(_lever_result("attention", "flex", [1.80, 1.85], "varlen", [1.90, 2.00],
+                                              status="failed")) is None
+    assert levers.faster_anchor(_lever_result("precision", "bf16", [1.0, 1.1], "x", [2.0, 2.1])) is None  # no anchor
+
+    cpu = torch.device("cpu")
+    a = parse_args(["--opt", "levers", "--model", "tiny-llama", "--layers", "2", "--tokens", "256"]).resolved(
+        cpu, CPU_DEFAULTS["_run"])
+    comps = [c for c in plan(a, cpu) if c.opt in ("attention", "precision")]
+    sel = levers.Selection(comparisons=comps, predictions={}, skipped={})
+    path = levers.path_comparison(comps)
+    assert {s.label: s.arms.get("attention") for s in path.arms}["+attention"] == "flex"
+    prec = {"name": "precision", "opt": "precision", "status": "ok",
+            "optimized": {"arm": "bf16", "status": "ok", "vs_baseline": {"speedup": 1.1, "ci95": [1.05, 1.15]}}}
+    new = levers.prune_path(sel, [win, prec], path)
+    assert new is not path and {s.label: s.arms.get("attention") for s in new.arms}["+attention"] == "varlen"
+    assert sel.path_arms["attention"]["arm"] == "varlen" and sel.describe()["path_arms"] == sel.path_arms
+    sel2 = levers.Selection(comparisons=comps, predictions={}, skipped={})
+    lose = _lever_result("attention", "flex", [1.80, 1.92], "varlen", [1.90, 2.00])
+    assert levers.prune_path(sel2, [lose, prec], path) is path and sel2.path_arms == {}

@@ -8,6 +8,8 @@ predicted saving (baseline, +first, +first+second, ...). A run that chose one le
 path is that lever's comparison (baseline, optimized).
 
 Per point, one row of path.csv:
+- `lever_arm`: the arm a point's lever was switched to where the path took its anchor instead of its OPTIMIZED arm
+  (`workbench.ab.levers.faster_anchor`, the run's `levers.path_arms`; e.g. attention at `varlen`), else empty;
 - `step_ms` (mean timed step) with `step_ms_ci95` (t-interval over the reps' mean steps: the rep is the unit);
 - `speedup_vs_prev` [ci95]: the point against the previous one, paired by (rep, step) as the engine pairs
   (`engine.paired_comparison`), and `speedup_vs_baseline` [ci95];
@@ -178,6 +180,7 @@ def rows_of(run_dir: str) -> list[dict]:
     dev = meta.get("device") or {}
     peak = flops.peak_tflops(dev.get("name")) if dev.get("type") == "cuda" else None
     per_point, modes, flops_note = _point_flops(run_dir, c, meta, arms, order)
+    taken = {o: v.get("arm") for o, v in ((summary.get("levers") or {}).get("path_arms") or {}).items()}
     out = []
     for i, arm in enumerate(order):
         a = arms.get(arm, {})
@@ -187,7 +190,9 @@ def rows_of(run_dir: str) -> list[dict]:
                 per_rep.setdefault(s["rep"], []).append(s["step_ms"])
         t = stats.t_interval([sum(v) / len(v) for v in per_rep.values()])
         row = {"run": os.path.basename(os.path.normpath(run_dir)), "model": c.get("model"), "layers": c.get("layers"),
-               "tokens": c.get("tokens"), "point": i, "arm": arm, "step_ms": t["mean"] if t["n"] else None,
+               "tokens": c.get("tokens"), "point": i, "arm": arm,
+               "lever_arm": taken.get(arm[1:]) if i > 0 and arm.startswith("+") else None,  # an anchor it took
+               "step_ms": t["mean"] if t["n"] else None,
                "step_ms_ci95_lo": (t["ci"] or [None, None])[0], "step_ms_ci95_hi": (t["ci"] or [None, None])[1],
                "speedup_vs_prev": None, "speedup_vs_prev_ci95_lo": None, "speedup_vs_prev_ci95_hi": None,
                "speedup_vs_baseline": None, "speedup_vs_baseline_ci95_lo": None,
@@ -281,7 +286,8 @@ def main(argv=None) -> int:
               if r["speedup_vs_prev_ci95_lo"] is not None else "")
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "-"
         mfu += f" (NeMo's convention {100 * r['mfu_nemo']:.1f}%)" if r.get("mfu_nemo") is not None else ""
-        print(f"{r['run']}  {r['point']} {r['arm']:28s} {r['step_ms'] or float('nan'):10.2f} ms  {sp}{ci}  MFU {mfu}"
+        arm = r["arm"] + (f" ({r['lever_arm']})" if r.get("lever_arm") else "")  # a lever taken at its anchor
+        print(f"{r['run']}  {r['point']} {arm:28s} {r['step_ms'] or float('nan'):10.2f} ms  {sp}{ci}  MFU {mfu}"
               + (f"  held back by {r['held_back_by']}" if r.get("held_back_by") else "")
               + (f"  {equiv_cell(False, r['different_function_passed'])}"
                  if r.get("different_function_passed") is not None else ""))

@@ -18,7 +18,9 @@ speedup and a verdict, then the path from the baseline to the best step.
 3. The path (comparison `path`, more than one lever): arms that apply the chosen levers cumulatively in order of
    predicted saving (baseline, +first, +first+second, ...), timed together on the same batches, without a lever
    whose optimized arm computes a different function by design (DIFFERENT_FUNCTION: "left out: different function
-   (stated)", `path_levers`) or whose own comparison failed or was slower (`prune_path`);
+   (stated)", `path_levers`) or whose own comparison failed or was slower (`prune_path`); a lever whose anchor (the
+   arm a user would pick instead, timed beside) beat its optimized arm clearly goes on the path at the anchor
+   (`faster_anchor`, recorded under `levers.path_arms`);
    `python -m workbench.lever_path RUN_DIR` reads it (step time, speedup over the previous point, MFU, breakdown).
    `--only NAME,...` keeps part of the plan, after the selection (e.g. `--only path`: a long run split in two).
 4. `annotate`: per lever comparison, `lever` = {component, component_ms (its ms per step in the traced baseline,
@@ -60,10 +62,13 @@ class Selection:
     """{opt: why the path leaves it out}: a different function by design (`path_levers`, when planned), or its own
     comparison was slower, or failed (`prune_path`)."""
 
+    path_arms: dict = dataclasses.field(default_factory=dict)
+    """{opt: {"arm", "why"}}: a lever the path takes at its anchor arm instead of its OPTIMIZED one (`faster_anchor`)."""
+
     def describe(self) -> dict:
         return {"predictions": self.predictions, "skipped": self.skipped, "breakdown": self.breakdown,
                 "trace_note": self.trace_note, "run": [c.name for c in self.comparisons],
-                "left_out_of_path": self.left_out}
+                "left_out_of_path": self.left_out, "path_arms": self.path_arms}
 
 
 def saved_fraction(opt: str) -> float:
@@ -229,9 +234,10 @@ def choose(applicable: list[str], preds: dict) -> tuple[list[str], dict]:
     return sorted(run, key=lambda o: -(preds[o]["predicted_ms"] or 0.0)), why
 
 
-def path_comparison(chosen: list):
+def path_comparison(chosen: list, arms_for: dict | None = None):
     """The cumulative comparison: baseline (every lever at its comparison's baseline arm: the realistic recipe), then
-    each lever switched to its OPTIMIZED arm on top of the previous point, in the order given."""
+    each lever switched to its OPTIMIZED arm (or the arm `arms_for` names: `faster_anchor`) on top of the previous
+    point, in the order given."""
     import dataclasses as dc
 
     from workbench import opts
@@ -242,7 +248,7 @@ def path_comparison(chosen: list):
     cur = {o: next(c.baseline for c in chosen if c.opt == o) for o in order}
     arms = [ArmSpec("baseline", dict(cur))]
     for o in mods:
-        cur[o] = mods[o].OPTIMIZED
+        cur[o] = (arms_for or {}).get(o, mods[o].OPTIMIZED)
         arms.append(ArmSpec(f"+{o}", dict(cur)))
     return dc.replace(chosen[0], opt="levers", name=PATH, arms=arms, baseline="baseline", optimized=arms[-1].label,
                       excluded={}, explicit_arms=False)
@@ -280,9 +286,37 @@ def left_out_reason(result: dict) -> str | None:
     return None
 
 
+def faster_anchor(result: dict) -> tuple[str, str] | None:
+    """(arm, why) when the path should take the lever's anchor (LEVER_ANCHOR: the arm a user would pick instead,
+    timed beside the optimized one in the lever's own comparison) rather than its OPTIMIZED arm; else None. The rule,
+    fixed before the runs it judges: the anchor ran, is equivalent to the baseline, computes the same function, and the
+    95% CI of its speedup over the baseline lies entirely above the optimized arm's (the two intervals do not
+    overlap: conservative, no test of the two arms against each other needed)."""
+    from workbench import opts
+    from workbench.opts.protocol import hook
+
+    if result.get("opt") not in registry.names():
+        return None
+    anchor = hook(opts.module(result["opt"]), "LEVER_ANCHOR")
+    opt_ci = ((result.get("optimized") or {}).get("vs_baseline") or {}).get("ci95") or [None, None]
+    for a in result.get("others") or []:
+        if anchor is None or a.get("arm") != anchor:
+            continue
+        vs = a.get("vs_baseline") or {}
+        ci = vs.get("ci95") or [None, None]
+        if ((a.get("status") or "ok") != "ok" or a.get("equivalent") is False or a.get("different_function")
+                or (result.get("different_function") or {}).get(anchor) or ci[0] is None or opt_ci[1] is None):
+            return None
+        if ci[0] > opt_ci[1]:
+            return anchor, (f"{anchor} {vs.get('speedup', float('nan')):.3f}x [{ci[0]:.3f}, {ci[1]:.3f}] over the "
+                            f"baseline, above {result['optimized'].get('arm')}'s [{opt_ci[0]:.3f}, {opt_ci[1]:.3f}]")
+    return None
+
+
 def prune_path(sel: Selection, results: list[dict], path_cmp):
-    """The path comparison without the levers whose own comparison (already run: `results`) says `left_out_reason`;
-    None when no lever is left. Records each one left out in `sel.left_out`."""
+    """The path comparison without the levers whose own comparison (already run: `results`) says `left_out_reason`,
+    each kept lever at its anchor arm where `faster_anchor` says so; None when no lever is left. Records each one left
+    out in `sel.left_out`, each anchor taken in `sel.path_arms`."""
     by_opt = {r.get("opt"): r for r in results if r.get("name") != PATH}
     chosen = [c for c in sel.comparisons if c.name != PATH and c.opt not in sel.left_out]  # left out when planned
     kept = []
@@ -293,9 +327,16 @@ def prune_path(sel: Selection, results: list[dict], path_cmp):
         else:
             sel.left_out[c.opt] = why
             progress(f"[levers] the path leaves {c.opt} out: {why}")
-    if len(kept) == len(chosen):
+    arms_for = {}
+    for c in kept:
+        fa = faster_anchor(by_opt[c.opt]) if c.opt in by_opt else None
+        if fa is not None:
+            arms_for[c.opt] = fa[0]
+            sel.path_arms[c.opt] = {"arm": fa[0], "why": fa[1]}
+            progress(f"[levers] the path takes {c.opt} at {fa[1]}")
+    if len(kept) == len(chosen) and not arms_for:
         return path_cmp
-    return path_comparison(kept) if kept else None
+    return path_comparison(kept, arms_for) if kept else None
 
 
 def annotate(writer, summary: dict, sel: Selection, device_type: str) -> list[dict]:
