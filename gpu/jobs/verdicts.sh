@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU minutes: about 9.5 on one H100 (packing 2 runs x ~80 s, MoE 2 runs x ~150 s, offload 1 x ~90 s; MOE=0 / OFFLOAD=0 leave a half out)
 # Issues 39 item 4 and 37 item 7: the savings models judged prospectively, on shapes the dose-response (gpu/jobs/
-# dose.sh: packing qwen3-14b 8 layers 16384 tokens, MoE gpt-oss-20b 8 layers 8192) did not use, under the verdict
+# dose.sh: packing qwen3-14b 8 layers 16384 tokens, MoE gpt-oss-20b 4 layers 8192 as it ran) did not use, under the verdict
 # rules committed before this run (workbench/savings/verdicts.py, calibration.py: band [0.8, 1.25] at 90%, the 15%
 # traced-vs-timed precondition, θ as a shift with its own interval, one Holm family per run folder; MODEL_REVISION
 # of each opts/<name>_savings.py). One traced process per shape: each verdict is "single run + tau from
@@ -27,7 +27,7 @@ PY=${PY:-python}
 COMMON="--headline --batches 1 --trace torch --seed 300"
 # VERDICT_K=3: each shape as 3 processes (`--processes 3`, each traced), so the measured saving is over processes
 # (issue 39: one process per shape left the calibrated packing verdicts inconclusive); about 3x the minutes above
-# (~28 on one H100: packing ~8, MoE ~15, offload ~4.5).
+# (~33 on one H100: packing ~8, MoE ~15, offload 2 shapes ~9; the shapes below change with it).
 [ "${VERDICT_K:-1}" -gt 1 ] && COMMON="$COMMON --processes $VERDICT_K"
 if [ -n "${CPU:-}" ]; then  # the same commands on tiny presets
   PACK=("packing_q8 --model tiny-qwen3 --layers 2 --tokens 512" "packing_q14l4 --model tiny-qwen3 --layers 1 --tokens 512")
@@ -38,6 +38,19 @@ else
   PACK=("packing_q8 --model qwen3-8b --layers 8 --tokens 16384" "packing_q14l4 --model qwen3-14b --layers 4 --tokens 16384")
   MOES=("moe_l4 --model gpt-oss-20b --layers 4 --tokens 8192" "moe_l8_4k --model gpt-oss-20b --layers 8 --tokens 4096")
   OFFS=("offload_q14 --model qwen3-14b --layers 8 --tokens 16384")
+fi
+if [ "${VERDICT_K:-1}" -gt 1 ]; then
+  # The process-level run judges each model on TWO shapes it was not revised on (issue 39's done-when): MoE's theta
+  # came from gpt-oss-20b 4 layers 8192 tokens (profiles/2026-11-26_h100_dose/moe), so moe_l4 is no longer unseen:
+  # qwen3-30b-a3b 4 layers takes its place (theta as a property of the tracer, carried to another MoE family); offload
+  # gets a second shape (seen: llama-3.1-8b 8 layers, qwen3-32b 4 layers).
+  if [ -n "${CPU:-}" ]; then
+    MOES=("moe_l8_4k --model tiny-gpt-oss --layers 1 --tokens 256" "moe_q30_l4 --model tiny-qwen3-moe --layers 2 --tokens 256")
+    OFFS=("offload_q14 --model tiny-qwen3 --layers 2 --tokens 512" "offload_q8 --model tiny-qwen3 --layers 1 --tokens 512")
+  else
+    MOES=("moe_l8_4k --model gpt-oss-20b --layers 8 --tokens 4096" "moe_q30_l4 --model qwen3-30b-a3b --layers 4 --tokens 8192")
+    OFFS=("offload_q14 --model qwen3-14b --layers 8 --tokens 16384" "offload_q8 --model qwen3-8b --layers 8 --tokens 16384")
+  fi
 fi
 run() {  # name, then the python -m workbench.ab arguments
   local name=$1; shift
