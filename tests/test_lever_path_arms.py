@@ -3,6 +3,7 @@ on the CPU: q / k / v reach flex in one dtype under every precision arm (the pat
 and the path's baseline (dense + fp32-adapters, checkpointed) is the dense arm alone: same loss and gradients, and
 its checkpoint recompute matches its forward (no CheckpointError)."""
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -190,3 +191,27 @@ def test_the_path_takes_a_lever_at_its_anchor_only_when_the_anchor_clearly_wins(
     sel2 = levers.Selection(comparisons=comps, predictions={}, skipped={})
     lose = _lever_result("attention", "flex", [1.80, 1.92], "varlen", [1.90, 2.00])
     assert levers.prune_path(sel2, [lose, prec], path) is path and sel2.path_arms == {}
+
+
+def test_winning_arms_hand_the_paths_last_point_to_apply_optimizations(tmp_path):
+    """A levers run's path, as a user's keywords: the levers kept, each at the arm the path ran (the anchor it took:
+    varlen), the slower one left out; applied to a model and reverted. A folder that is no levers run: one line."""
+    from workbench.api import apply_optimizations, winning_arms
+    from workbench.errors import WorkbenchError
+    from workbench.step.models import build_model
+
+    run = tmp_path / "levers"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"comparisons": [], "levers": {
+        "run": ["attention", "liger", "path"], "left_out_of_path": {"liger": "slower (0.950x [0.930, 0.970])"},
+        "path_arms": {"attention": {"arm": "varlen", "why": "..."}}}}))
+    arms = winning_arms(str(run))
+    assert arms == {"attention": "varlen"}
+    (run / "summary.json").write_text(json.dumps({"comparisons": [], "levers": {
+        "run": ["attention", "path"], "left_out_of_path": {}, "path_arms": {}}}))
+    assert winning_arms(str(run)) == {"attention": "flex"}  # no anchor taken: the OPTIMIZED arm
+    model = build_model("tiny-llama", lora_rank=4)
+    apply_optimizations(model, **arms).revert()
+    (run / "summary.json").write_text(json.dumps({"comparisons": []}))
+    with pytest.raises(WorkbenchError, match="not a `python -m workbench.ab --opt levers` run"):
+        winning_arms(str(run))

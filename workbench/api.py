@@ -129,6 +129,13 @@ def apply_optimizations(model, **arms_and_options) -> Optimizations:
     return out
 
 
+def winning_arms(run_dir: str) -> dict:
+    """{opt: arm} of the path's last point of a `python -m workbench.ab --opt levers` run folder, to pass on:
+    `apply_optimizations(model, **winning_arms("runs/levers_..."))` (`workbench.ab.lever_path.winning_arms`)."""
+    from workbench.ab.lever_path import winning_arms as _winning
+    return _winning(run_dir)
+
+
 def _signature() -> inspect.Signature:
     """apply_optimizations(model, <opt>=None for each optimization, allow_different_function=False, **options):
     what help() and IDEs show."""

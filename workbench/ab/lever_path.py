@@ -7,6 +7,9 @@ timed, on the same batches and interleaved, the baseline and the levers switched
 predicted saving (baseline, +first, +first+second, ...). A run that chose one lever has no `path` comparison: its
 path is that lever's comparison (baseline, optimized).
 
+`winning_arms(RUN_DIR)` (also `workbench.api.winning_arms`) gives the path's last point as keywords for
+`workbench.apply_optimizations`: a user's Trainer runs the step the path measured last.
+
 Per point, one row of path.csv:
 - `lever_arm`: the arm a point's lever was switched to where the path took its anchor instead of its OPTIMIZED arm
   (`workbench.ab.levers.faster_anchor`, the run's `levers.path_arms`; e.g. attention at `varlen`), else empty;
@@ -72,6 +75,33 @@ def _path_of(summary: dict) -> tuple[dict, list[str]]:
         c = levers[0]
         return c, [c["baseline"]["arm"], c["optimized"]["arm"]]
     raise WorkbenchError("no `path` comparison in the run (run `python -m workbench.ab --opt levers`)")
+
+
+def winning_arms(run_dir: str) -> dict:
+    """The path's last point of a `--opt levers` run as keywords for `workbench.apply_optimizations` ({opt: arm}):
+    each lever the run chose and the path kept (not in `levers.left_out_of_path`: slower, failed, or a different
+    function by design), at the arm the path ran it (its anchor where `levers.path_arms` says so, else its OPTIMIZED
+    arm). A user's Trainer gets the step the path measured last. Refused in one line for a folder that is no levers
+    run."""
+    import json
+
+    from workbench import opts
+
+    path = os.path.join(run_dir, "summary.json")
+    summary = {}
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            summary = json.load(f)
+    lev = summary.get("levers")
+    if not lev or not lev.get("run"):
+        raise WorkbenchError(f"{run_dir}: not a `python -m workbench.ab --opt levers` run (no levers in summary.json)")
+    left, taken = lev.get("left_out_of_path") or {}, lev.get("path_arms") or {}
+    out = {}
+    for name in lev["run"]:
+        if name == PATH or name in left:
+            continue
+        out[name] = (taken.get(name) or {}).get("arm") or opts.module(name).OPTIMIZED
+    return out
 
 
 def _breakdown(run_dir: str, cmp_name: str, arm: str) -> tuple[dict, str | None]:
