@@ -113,6 +113,8 @@ def test_the_rerun_cell_sits_beside_its_own_comparison_only(claims):
     assert "(fp32-adapters)" not in cell and "(autocast)" in headline.rerun_cell(claims, {**row, "precision": "x"})
     assert " on NVIDIA H100" not in cell and " on NVIDIA H100" in headline.rerun_cell(
         claims, {**row, "gpu_name": "NVIDIA H200"})  # a claim from another GPU model names its GPU
+    nan_gpu = claims.assign(gpu_name=float("nan"))  # a claim whose shape was not found: no GPU name, no " on nan"
+    assert " on nan" not in headline.rerun_cell(nan_gpu, {**row, "gpu_name": "NVIDIA H200"})
 
 
 def test_a_dose_process_is_a_process_of_its_dose_run(tmp_path):

@@ -134,7 +134,9 @@ def rerun_cell(claims: pd.DataFrame, r) -> str:
         return "- (single runs only)"
     prec = "" if str(c["precision"]) == str(r.get("precision")) else f" ({c['precision']})"
     gpu = c.get("gpu_name")
-    on = f" on {gpu}" if gpu and r.get("gpu_name") and str(gpu) != str(r.get("gpu_name")) else ""  # not the row's GPU
+    row_gpu = r.get("gpu_name")
+    on = (f" on {gpu}" if isinstance(gpu, str) and isinstance(row_gpu, str) and gpu != row_gpu
+          else "")  # not the row's GPU (a claim without a shape has no GPU name: NaN, said nothing)
     return (f"{int(c['K'])} x {int(c['R'])}{prec}{on}, {c['speedup']:.3f}x [{c['ci95_lo']:.3f}, {c['ci95_hi']:.3f}]; "
             f"PI [{c['pi95_lo']:.3f}, {c['pi95_hi']:.3f}] ({c['pi_scope']}); {c['gpu_minutes']:.1f} min")
 
