@@ -80,6 +80,7 @@ def test_cli_all_end_to_end(capsys, tmp_path):
     # the optimized arms remove syncs
     for opt in ("packing", "moe", "all"):
         assert cmps[opt]["optimized"]["syncs_per_step"] < cmps[opt]["baseline"]["syncs_per_step"], opt
+    assert all(c["wall_s"] > 0 for c in cmps.values())  # each comparison's own wall time: its GPU minutes
     assert cmps["packing"]["others"][0]["arm"] == "precomputed"
     assert cmps["packing"]["others"][0]["syncs_per_step"] < cmps["packing"]["optimized"]["syncs_per_step"]
     # without a trace no model is predicted: its inputs are in-situ trace measurements

@@ -100,6 +100,10 @@ def test_a_plain_processes_campaign_gives_a_same_machine_interval(tmp_path):
     assert len(c) == 1  # an estimate with no interval is no claim
     r = c.iloc[0]
     assert r["pi_scope"].startswith(pc.SAME) and r["machines"] == 1 and r["gpu_minutes"] == 1.5
+    (camp / "processes.json").write_text(json.dumps({"processes": [{"wall_s": 60.0}, {"wall_s": 30.0}],
+                                                     "estimates": [{**est, "wall_s": 12.0}]}))
+    c = pc.process_claims(str(tmp_path / "profiles"), pd.DataFrame(columns=["process_of", "name", "arm"]))
+    assert c.iloc[0]["gpu_minutes"] == 0.2  # the comparison's own 12 s, not the processes' 90
     assert math.isnan(r["omega_pct"]) if isinstance(r["omega_pct"], float) else r["omega_pct"] is None
 
 

@@ -58,6 +58,26 @@ def test_the_estimate_is_the_mean_over_processes_of_each_process_mean(tmp_path):
     assert flat["tau"] < row["tau"] / 3
 
 
+def test_the_estimate_carries_its_comparisons_own_wall_time(tmp_path):
+    """Each process's summary names every comparison's wall time (`wall_s`): the estimate sums its own comparison's
+    over the processes (a process that ran several comparisons, `--opt all`, does not charge them all to one); a
+    process without it (an older run) leaves the sum out."""
+    runs = _runs(tmp_path, [1.02, 1.06, 1.03])
+    for i, r in enumerate(runs):
+        p = os.path.join(r, "summary.json")
+        s = json.load(open(p))
+        for c in s["comparisons"]:
+            c["wall_s"] = 10.0 + i
+        s["comparisons"].append({"name": "other", "wall_s": 500.0})
+        json.dump(s, open(p, "w"))
+    (row,) = processes.aggregate(runs)
+    assert row["wall_s"] == 33.0
+    s = json.load(open(os.path.join(runs[0], "summary.json")))
+    del s["comparisons"][0]["wall_s"]
+    json.dump(s, open(os.path.join(runs[0], "summary.json"), "w"))
+    assert processes.aggregate(runs)[0]["wall_s"] is None
+
+
 def test_skip_reps_leaves_the_first_reps_out(tmp_path):
     (run,) = _runs(tmp_path, [1.05])
     assert processes.per_rep_log_ratios(run, COMPARISON, BASELINE_ARM, ARM) == pytest.approx(_by_hand(run))

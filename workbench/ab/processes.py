@@ -116,6 +116,7 @@ def aggregate(run_dirs: list[str], *, skip_reps: int = SKIP_REPS) -> list[dict]:
     from workbench.measure import replication
 
     pairs: dict = {}
+    walls: dict = {}  # comparison -> [its wall_s in each process] (None where a process's summary has none)
     for d in run_dirs:
         p = os.path.join(d, "summary.json")
         if not os.path.isfile(p):
@@ -124,11 +125,15 @@ def aggregate(run_dirs: list[str], *, skip_reps: int = SKIP_REPS) -> list[dict]:
             summary = json.load(f)
         for key in _arm_pairs(summary):
             pairs.setdefault(key, []).append(d)
+        for c in summary.get("comparisons") or []:
+            walls.setdefault(c.get("name"), []).append(c.get("wall_s"))
     out = []
     for (name, base, arm), dirs in pairs.items():
         groups = [g for g in (per_rep_log_ratios(d, name, base, arm, skip_reps=skip_reps) for d in dirs) if g]
+        w = walls.get(name) or []
         row = {"comparison": name, "baseline": base, "arm": arm, "processes": len(groups),
-               "folders": [os.path.basename(d) for d in dirs]}
+               "folders": [os.path.basename(d) for d in dirs],
+               "wall_s": round(sum(w), 1) if w and None not in w else None}  # the comparison's own, every process
         if len(groups) >= 2:
             row.update(replication.process_estimate(groups))
         else:

@@ -326,6 +326,7 @@ def _comparisons(r: _Run) -> None:
             writer.write_meta()
             if cmp is None:
                 continue
+        t0 = time.perf_counter()  # the comparison's own wall time (build to last timed step): its GPU minutes
         try:
             res = runner.run(cmp, i, len(comps))
         except torch.OutOfMemoryError as e:
@@ -341,6 +342,7 @@ def _comparisons(r: _Run) -> None:
             progress(f"error: {msg}")
             res = {"name": cmp.name, "opt": cmp.opt, "model": cmp.model, "status": "failed", "errors": [msg],
                    "equivalent": False}
+        res["wall_s"] = round(time.perf_counter() - t0, 1)
         summary["comparisons"].append(res)
         writer.write_summary({**summary, "complete": False, "status": "running"})
         if res.get("baseline") is not None and r.main_rank:

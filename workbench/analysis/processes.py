@@ -100,7 +100,7 @@ def process_claims(root: str, comps: pd.DataFrame | None = None) -> pd.DataFrame
                          "source": os.path.relpath(path, base)})
     for d in plain:
         rec = _read(os.path.join(d, "processes.json"))
-        minutes = sum(float(p.get("wall_s") or 0) for p in rec.get("processes", [])) / 60
+        minutes = sum(float(p.get("wall_s") or 0) for p in rec.get("processes", [])) / 60  # the whole processes
         for e in rec.get("estimates") or []:
             if ("speedup" not in e or not e.get("pi95") or (os.path.relpath(d, base), e["comparison"]) in void
                     or (os.path.abspath(d), e["comparison"]) in covered):  # a design's comparison: its claim there
@@ -110,7 +110,10 @@ def process_claims(root: str, comps: pd.DataFrame | None = None) -> pd.DataFrame
                          "ci95_lo": e["ci95"][0], "ci95_hi": e["ci95"][1], "ci_scope": THESE,
                          "pi95_lo": e["pi95"][0], "pi95_hi": e["pi95"][1], "pi_scope": f"{SAME}; 1 machine", "pi_df": e.get("df"),
                          "K": e["K"], "R": max(e["R"]), "machines": 1, "sigma_pct": _pct(e.get("sigma")),
-                         "tau_pct": _pct(e.get("tau")), "omega_pct": None, "gpu_minutes": round(minutes, 1),
+                         "tau_pct": _pct(e.get("tau")), "omega_pct": None,
+                         # the comparison's own wall time where the runs recorded it (a process that ran several
+                         # comparisons: `--opt all`), else the processes' whole wall time
+                         "gpu_minutes": round(e["wall_s"] / 60 if e.get("wall_s") else minutes, 1),
                          "method": e.get("method"), "source": os.path.relpath(os.path.join(d, "processes.json"),
                                                                              base)})
     return pd.DataFrame(rows, columns=PROCESS_COLUMNS)

@@ -37,7 +37,8 @@ RERUN_RULE = ("The estimate column is a claim within this run (the rep is the un
               "the machines that ran, and a 95% prediction interval for one process on another machine (each machine its "
               "own process SD, log-normal across machines, on top of a machine shift; the level calibrated by "
               "simulation: `workbench/measure/replication_spread.py`; with 2 machines it is wide); GPU minutes from "
-              "the processes' wall times of the estimate; the numbers and the held-out design fixed before its run: "
+              "the processes' wall times of the estimate (a comparison's own where the runs recorded it: an "
+              "`--opt all` process runs four); the numbers and the held-out design fixed before its run: "
               "the newest `prospective*.json` naming the comparison (`workbench/analysis/processes.py`).")
 
 
