@@ -36,29 +36,27 @@ DESIGN = os.path.join("profiles", "2026-11-26_h100_replication", "prospective_v2
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def machine_uuid(camp: str, known: dict) -> str:
-    """The held-out machine's GPU UUID from CAMPAIGN_DIR/gpu.csv (nvidia-smi's name, uuid), refused when missing
-    or when it is one of the estimate's machines (`known`: name -> UUID or its prefix)."""
+def machine_uuid(camp: str, known: dict) -> tuple[str, str]:
+    """The held-out machine's GPU (model name, UUID) from CAMPAIGN_DIR/gpu.csv (nvidia-smi's name, uuid), refused
+    when missing or when it is one of the estimate's machines (`known`: name -> UUID or its prefix)."""
     path = os.path.join(camp, "gpu.csv")
     rows = open(path, encoding="utf-8").read().splitlines()[1:] if os.path.isfile(path) else []
-    uuids = [r.split(",")[-1].strip() for r in rows if "GPU-" in r]
-    if len(uuids) != 1:
-        raise WorkbenchError(f"{path}: no single GPU UUID ({len(uuids)} found): cannot tell the held-out machine "
+    gpus = [(r.split(",")[0].strip(), r.split(",")[-1].strip()) for r in rows if "GPU-" in r]
+    if len(gpus) != 1:
+        raise WorkbenchError(f"{path}: no single GPU UUID ({len(gpus)} found): cannot tell the held-out machine "
                              "from the estimate's")
-    u = uuids[0]
+    gpu_name, u = gpus[0]
     for name, k in known.items():
         if u.lower().startswith(k.lower()) or k.lower().startswith(u.lower()):
             raise WorkbenchError(f"{camp} ran on machine {name} ({u}), already in the estimate: a held-out check "
                                  "needs a machine none of the estimate's processes ran on")
-    return u
+    return gpu_name, u
 
 
-def same_gpu_model(camp: str, design: dict) -> str:
-    """The held-out machine's GPU model (CAMPAIGN_DIR/gpu.csv's name), refused when it is not the model every
-    estimate process ran on (their meta.json `device.gpu_name`): a prediction for another H100 says nothing about an
-    H200 (a 2-GPU lease may come as H200s)."""
-    rows = open(os.path.join(camp, "gpu.csv"), encoding="utf-8").read().splitlines()[1:]
-    name = rows[0].split(",")[0].strip() if rows else ""
+def same_gpu_model(camp: str, name: str, design: dict) -> None:
+    """Refuse the held-out machine's GPU model `name` (from `machine_uuid`) when it is not the model every estimate
+    process ran on (their meta.json `device.gpu_name`): a prediction for another H100 says nothing about an H200 (a
+    2-GPU lease may come as H200s)."""
     seen = set()
     for c in design["comparisons"].values():
         for folders in c["folders"].values():
@@ -70,7 +68,6 @@ def same_gpu_model(camp: str, design: dict) -> str:
     if seen and name not in seen:
         raise WorkbenchError(f"{camp} ran on {name or 'an unnamed GPU'}, the estimate on {', '.join(sorted(seen))}: "
                              "a held-out check needs the same GPU model")
-    return name
 
 
 def judge(camp: str, design: dict) -> dict:
@@ -106,8 +103,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     with open(a.design, encoding="utf-8") as f:
         design = json.load(f)
-    uuid = machine_uuid(a.campaign, design["machines"])
-    same_gpu_model(a.campaign, design)
+    gpu_name, uuid = machine_uuid(a.campaign, design["machines"])
+    same_gpu_model(a.campaign, gpu_name, design)
     res = {"design": a.design, "machine": uuid, "heldout": judge(a.campaign, design)}
     for name, h in res["heldout"].items():
         if h.get("mixed_environment"):

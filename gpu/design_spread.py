@@ -28,6 +28,7 @@ from workbench.ab.processes import per_rep_log_ratios  # noqa: E402
 from workbench.cli import run_main  # noqa: E402
 from workbench.errors import WorkbenchError  # noqa: E402
 from workbench.measure import replication  # noqa: E402
+from workbench.measure.results import PROCESSES_FILE, process_dirs  # noqa: E402
 
 RULE = ("machine check first: the held-out folder's gpu.csv UUID must start with none of `machines`, and its GPU "
         "model must be the estimate's (else refused, no verdict). model 'spread' (v2's): pass when (1) the fraction of "
@@ -57,13 +58,9 @@ def _csv_uuid(folder: str) -> str | None:
 def machine_processes(folder: str, comparison: str) -> dict:
     """{"dirs", "wall_s", "uuid", "gpu_name", "baseline", "arm", "command"} of a --processes folder's clean processes
     that ran `comparison`."""
-    rec = _json(os.path.join(folder, "processes.json"))
-    dirs, wall = [], 0.0
-    for p in rec["processes"]:
-        d = os.path.join(folder, p["folder"])
-        if p.get("rc") == 0 and os.path.isfile(os.path.join(d, "summary.json")):
-            dirs.append(d)
-            wall += float(p.get("wall_s") or 0)
+    rec = _json(os.path.join(folder, PROCESSES_FILE))
+    dirs = process_dirs(folder)  # the clean processes, as every reader of a --processes folder takes them
+    wall = sum(float(p.get("wall_s") or 0) for p in rec["processes"] if os.path.join(folder, p["folder"]) in dirs)
     if not dirs:
         raise WorkbenchError(f"{folder}: no clean process (rc 0 with a summary.json)")
     comps = {c["name"]: c for c in _json(os.path.join(dirs[0], "summary.json"))["comparisons"]}

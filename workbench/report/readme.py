@@ -222,7 +222,7 @@ def main(argv=None) -> int:
         # its speedup is recomputed from the timed steps of its results.csv like any other; and any process-level
         # claim (`analysis.process_claims`: a design's prediction or a --processes folder's estimate)
         comps = an.comparisons(root, include_cpu=True, include_incomplete=True, include_void=True)
-        claims = an.process_claims(root)[["speedup", "ci95_lo", "ci95_hi"]]  # a process-level claim, over processes
+        claims = an.process_claims(root, comps)[["speedup", "ci95_lo", "ci95_hi"]]  # over processes; comps reused
         comps = pd.concat([comps, arm_pairs(root), claims.assign(n_pairs=None)], ignore_index=True)
         problems += prose_problems(text, comps, os.path.relpath(readme, repo))
         for other in (os.path.join(root, "README.md"), os.path.join(repo, "docs", "GUIDE.md")):

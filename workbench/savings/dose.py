@@ -236,11 +236,12 @@ def analyse(dose_dir: str) -> dict:
     out = {"opt": run["opt"], "unit": run["unit"], "units": run["units"], "command": run.get("command"),
            "commit": run.get("commit"), "band": list(BAND), "agree_rel": AGREE_REL, "c": c, "c_why": out_why,
            **estimate(points, c), "environment": env}
-    per_c = {}
+    per_c = {run["traced"]: c} if c and run.get("traced") else {}  # the decision's c, not read again
     for d in ran:
-        if os.path.isdir(os.path.join(d, "traces")):
+        rel = os.path.relpath(d, dose_dir)
+        if rel not in per_c and os.path.isdir(os.path.join(d, "traces")):
             try:
-                per_c[os.path.relpath(d, dose_dir)] = traced_c(d)
+                per_c[rel] = traced_c(d)
             except Exception:  # noqa: BLE001 - a process without GPU events in its traces gives no c
                 continue
     out["c_over_processes"] = c_over_processes(per_c, out["modes"].get("none"))
