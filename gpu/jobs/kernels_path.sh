@@ -61,7 +61,14 @@ run() {  # name cap_s args...
   timeout --signal=TERM $cap python -m workbench.ab "$@" --out $OUT/$name > $OUT/$name.out 2> $OUT/$name.err
   echo "$(date +%s) end $name rc=$?" >> $OUT/jobs.txt
 }
-run llama16k 1600 --opt levers $DENSE $T16 $FEW $TRACE $DEV
-run nemo 960 --opt levers $DENSE $NEMO_T $FEW $DEV
-run qwen_moe 240 --opt moe --arms hf_grouped_mm,grouped$LIGER $QWEN $FEW $DEV
-run gptoss_balance 180 --opt moe_balance --experts grouped_mm $GPTOSS $FEW $DEV
+# KP_PARTS picks the parts and their order (a lease splits them over GPUs); KP_CAP_<part> overrides a part's cap in s.
+for part in ${KP_PARTS:-llama16k nemo qwen_moe gptoss_balance}; do
+  cap_var=KP_CAP_$part
+  case $part in
+    llama16k) run llama16k ${!cap_var:-1600} --opt levers $DENSE $T16 $FEW $TRACE $DEV ;;
+    nemo) run nemo ${!cap_var:-960} --opt levers $DENSE $NEMO_T $FEW $DEV ;;
+    qwen_moe) run qwen_moe ${!cap_var:-240} --opt moe --arms hf_grouped_mm,grouped$LIGER $QWEN $FEW $DEV ;;
+    gptoss_balance) run gptoss_balance ${!cap_var:-180} --opt moe_balance --experts grouped_mm $GPTOSS $FEW $DEV ;;
+    *) echo "kernels_path.sh: unknown part $part (llama16k nemo qwen_moe gptoss_balance)" >&2; exit 2 ;;
+  esac
+done
