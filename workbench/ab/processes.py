@@ -13,6 +13,9 @@ and every other arm):
   process (`workbench.measure.replication.process_estimate`);
 - sigma (rep within process) and tau (between processes) by REML.
 
+An interrupted campaign (a deadline, a kill) keeps every process that ended in `processes.json` but no estimates;
+`python -m workbench.ab.processes DIR` summarises it afterwards from the processes that ran cleanly (`finish`).
+
 Each process's own rep-level CI stays in its folder, labelled "within this run". Written: `DIR/processes.json`
 (each process's command, seed, exit status and wall time, the per-comparison estimates, and `environment`:
 `results.environment_diff` over the processes that ran, which names any package version, NVTX backend, git sha, GPU
@@ -196,3 +199,47 @@ def main(argv: list[str]) -> int:
     print(f"{'complete' if not failed else 'INCOMPLETE'}: {k - len(failed)}/{k} processes ran cleanly -> {out}")
     emit_json({"out": out, **record})
     return 0 if not failed else 1
+
+
+def finish(out: str) -> dict:
+    """Summarise an interrupted `--processes` campaign `out` afterwards: the estimates and environment over the
+    processes its `processes.json` records with exit status 0. A process folder the record does not hold (the one
+    running when the campaign was stopped) is left out and named in the record's `note`."""
+    path = os.path.join(out, results.PROCESSES_FILE)
+    if not os.path.isfile(path):
+        raise WorkbenchError(f"{out}: no {results.PROCESSES_FILE}: not a --processes campaign folder")
+    with open(path, encoding="utf-8") as f:
+        record = json.load(f)
+    done = [p["folder"] for p in record.get("processes", []) if p.get("rc") == 0]
+    if not done:
+        raise WorkbenchError(f"{out}: no process ended cleanly: nothing to summarise")
+    dirs = [os.path.join(out, d) for d in done]
+    stray = sorted(d for d in os.listdir(out) if os.path.isdir(os.path.join(out, d)) and d.startswith("p")
+                   and d not in {p["folder"] for p in record.get("processes", [])})
+    k_planned, _ = split_argv(record.get("command", "").split()[3:])
+    record["estimates"] = aggregate(dirs)
+    record["environment"] = results.environment_diff(dirs)
+    record["note"] = (f"summarised afterwards (python -m workbench.ab.processes {out}): {len(done)} of "
+                      f"{k_planned or '?'} planned processes ran cleanly"
+                      + (f"; left out, stopped mid-run: {', '.join(stray)}" if stray else ""))
+    _write(out, record)
+    return record
+
+
+if __name__ == "__main__":  # python -m workbench.ab.processes DIR: summarise an interrupted campaign
+    import argparse
+
+    from workbench.cli import run_main
+
+    def _cli(argv: list[str]) -> int:
+        ap = argparse.ArgumentParser(prog="python -m workbench.ab.processes", description=(
+            "Summarise an interrupted `python -m workbench.ab ... --processes K` campaign folder: the process-level "
+            "estimates over the processes that ran cleanly, written into its processes.json."))
+        ap.add_argument("folder", help="the campaign's --out folder (holds processes.json and p00, p01, ...)")
+        record = finish(ap.parse_args(argv).folder)
+        for r in record["estimates"]:
+            print(_line(r))
+        print(record["note"])
+        return 0
+
+    sys.exit(run_main(_cli, sys.argv[1:]))
