@@ -125,3 +125,26 @@ def test_main_refuses_a_full_out_folder_before_any_process(tmp_path, monkeypatch
     assert run_main(processes.main, ["--opt", "moe", "--model", "tiny-qwen3", "--processes", "2", "--out",
                                      str(tmp_path / "m")]) == 2
     assert not (tmp_path / "m").exists()
+
+
+def test_finish_summarises_an_interrupted_campaign_from_its_clean_processes_only(tmp_path):
+    """A campaign cut by a deadline keeps processes.json without estimates; `finish` estimates over the processes
+    it records with rc 0 and names the folder that was running when it stopped. The control: the stray folder's
+    very different slowdown would move the estimate if it were pooled."""
+    runs = _runs(tmp_path, [1.03, 1.04, 1.05, 1.60])
+    rec = {"command": "python -m workbench.ab --opt packing --processes 4 --out X",
+           "processes": [{"folder": f"p0{i}", "seed": i, "rc": 0, "wall_s": 1.0} for i in range(3)]}
+    (tmp_path / "processes.json").write_text(json.dumps(rec))
+    out = processes.finish(str(tmp_path))
+    (est,) = out["estimates"]
+    assert est["K"] == 3 and est["folders"] == ["p00", "p01", "p02"]
+    (pooled,) = processes.aggregate(runs)
+    assert abs(math.log(est["speedup"] / pooled["speedup"])) > 0.05
+    assert est["speedup"] == processes.aggregate(runs[:3])[0]["speedup"]
+    assert out["note"].endswith("3 of 4 planned processes ran cleanly; left out, stopped mid-run: p03")
+    assert json.load(open(tmp_path / "processes.json"))["estimates"][0]["K"] == 3
+
+
+def test_finish_refuses_a_folder_that_is_not_a_campaign(tmp_path, capsys):
+    assert run_main(processes.finish, str(tmp_path)) == 2
+    assert "not a --processes campaign folder" in capsys.readouterr().err
