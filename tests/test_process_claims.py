@@ -46,12 +46,14 @@ def test_claims_are_the_committed_designs_numbers(claims):
 
 
 def test_a_folder_a_design_pools_keeps_its_other_comparisons(claims):
-    """v4 pools machine G's processes for packing only: the same folder's `all` (and moe, offload) estimates stay
-    one-machine claims, and its packing estimate is not listed again beside v4's."""
+    """v4 pools machine G's processes for packing and v5 for `all`: the same folder's moe and offload estimates stay
+    one-machine claims, and neither its packing nor its `all` estimate is listed again beside the design's."""
     src = os.path.relpath(os.path.join(G_FOLDER, "processes.json"), REPO_ROOT)
     g = claims[claims["source"] == src]
-    assert set(g["name"]) == {"all", "moe", "offload"}
+    assert set(g["name"]) == {"moe", "offload"}
     assert (g["machines"] == 1).all() and g["pi_scope"].str.startswith(pc.SAME).all() and (g["K"] == 2).all()
+    (everything,) = claims[claims["name"] == "all"].itertuples()
+    assert everything.source.endswith("prospective_v5.json") and everything.machines == 2 and everything.K == 5
 
 
 def test_a_revised_design_supersedes_its_parent(tmp_path):
