@@ -9,11 +9,21 @@
 #   python gpu/analyze_heldout_v2.py $CAMP/prospective4 --design profiles/2026-11-26_h100_all_processes_g/prospective_v4.json
 #   python -m workbench.report $CAMP/prospective4/all/p00          # one process's tables
 # CPU check of the same commands (tiny presets, not a result): CAMP=/tmp/camp ALL_M=2 bash gpu/jobs/prospective4.sh
+#
+# RAN 2026-11-26 (6) on machine H (GPU-4a49351c): 3 of 4 processes (profiles/2026-11-26_h100_prospective4/). The same
+# job is v5's held-out run (profiles/2026-11-26_h100_prospective4/prospective_v5.json: `all` from G and H) and packing's
+# fourth held-out process count for v4, on a machine none of A-H, with v5's seeds:
+#   P_NAME=prospective5 P_SEED=800 CAMP=/tmp/camp bash gpu/jobs/prospective4.sh          (~23.4 GPU minutes)
+# Analysis (CPU), each design's rule as committed (each refuses a machine it pooled):
+#   for v in profiles/2026-11-26_h100_prospective4/prospective_v5.json profiles/2026-11-26_h100_all_processes_g/prospective_v4.json \
+#            profiles/2026-11-26_h100_prospective2/prospective_v3.json profiles/2026-11-26_h100_replication/prospective_v2.json; do
+#     python gpu/analyze_heldout_v2.py $CAMP/prospective5 --design $v; done
+#   (v5: all; v4: packing; v3: moe; v2: offload; an interrupted run: python -m workbench.ab.processes $CAMP/prospective5/all first)
 set -u
-OUT=$CAMP/prospective4
+OUT=$CAMP/${P_NAME:-prospective4}
 mkdir -p $OUT
 nvidia-smi -i ${CUDA_VISIBLE_DEVICES:-0} --query-gpu=name,uuid --format=csv > $OUT/gpu.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpu.csv
 echo "$(date +%s) start all" >> $OUT/jobs.txt
 python -m workbench.ab --opt all --headline --batches 1 --steps 2 --warmup 2 --warmup-max 6 --reps 3 \
-  --processes ${ALL_M:-4} --seed 700 --out $OUT/all > $OUT/all.out 2> $OUT/all.err
+  --processes ${ALL_M:-4} --seed ${P_SEED:-700} --out $OUT/all > $OUT/all.out 2> $OUT/all.err
 echo "$(date +%s) end all rc=$?" >> $OUT/jobs.txt

@@ -59,10 +59,14 @@ run() {  # name, then the python -m workbench.ab arguments
   $PY -m workbench.ab "$@" $COMMON --out $OUT/$name > $OUT/$name.out 2> $OUT/$name.err
   echo "$(date +%s) end $name rc=$?" >> $OUT/jobs.txt
 }
+# PACKING_STEPS=6: 6 timed and 6 traced steps a process (2 by default). 2026-11-26 (6), VERDICT_K=3 on machine I
+# (profiles/2026-11-26_h100_verdicts_process): the savings were measured tightly, the predictions were not: each
+# process's s per build came from 2 traced steps (1.3-3.4 ms a step), so both shapes stayed inconclusive. The rule is
+# unchanged; only the prediction's precision is bought (about 1.5x the packing minutes).
 if [ "${PACKING:-1}" != 0 ]; then  # PACKING=0 / MOE=0 / OFFLOAD=0: leave that model out (a lease splits the job over GPUs)
   for spec in "${PACK[@]}"; do
     set -- $spec
-    run "$1" --opt packing "${@:2}" --steps 2 --reps 6
+    run "$1" --opt packing "${@:2}" --steps ${PACKING_STEPS:-2} --reps 6
   done
 fi
 if [ "${MOE:-1}" != 0 ]; then
