@@ -262,3 +262,16 @@ def test_figures_from_results(tmp_path):
     assert len(fig.data) == 2
     sf = report.savings_frame({"comparisons": [_summary()]})
     assert sf.loc[0, "measured_ms"] == 2.0
+
+
+def test_device_info_records_the_host_covariates_of_a_machine_effect():
+    """meta.json's device names the host CPU model and kernel (issue 37: machine effects had no covariate but the
+    UUID); the sync round trip is a CUDA measurement, None on a CPU, and environment_diff does not compare it (it
+    differs between every two processes)."""
+    from workbench.measure.results import device_info, environment, sync_roundtrip_us
+    info = device_info("cpu")
+    assert info["cpu_model"] and isinstance(info["cpu_model"], str) and info["kernel"]
+    assert "sync_roundtrip_us" not in info and sync_roundtrip_us("cpu") is None
+    a = environment({"device": {**info, "sync_roundtrip_us": 21.0}})
+    b = environment({"device": {**info, "sync_roundtrip_us": 35.0}})
+    assert a == b

@@ -124,16 +124,53 @@ def versions() -> dict:
     return out
 
 
-def device_info(device) -> dict:
-    """Device name (and capability, driver, memory on CUDA)."""
+def cpu_model() -> str | None:
+    """The host CPU's model name (/proc/cpuinfo), else platform.processor(): a covariate for machine effects."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def sync_roundtrip_us(device, n: int = 200) -> float | None:
+    """Median wall time of one device-to-host round trip (a one-element `.item()` after a tiny kernel), in us, over
+    `n` after 20 warm ones; None off CUDA. Measured once at process start, outside every timed step: the host-side
+    covariate of a sync-heavy comparison's machine effect (issue 37: packing's rebuild arm costs 635-771 ms a step
+    across H100s whose cached arm costs 598-636 ms)."""
+    import statistics
+    import time
+
     import torch
     d = torch.device(device)
-    info = {"type": d.type, "name": platform.processor() or platform.machine(), "cpu_count": os.cpu_count()}
+    if d.type != "cuda":
+        return None
+    x = torch.zeros(1, device=d)
+    out = []
+    for i in range(20 + n):
+        t = time.perf_counter()
+        (x + 1).item()
+        if i >= 20:
+            out.append((time.perf_counter() - t) * 1e6)
+    return round(statistics.median(out), 2)
+
+
+def device_info(device) -> dict:
+    """Device name (and capability, driver, memory on CUDA), the host's CPU model and kernel, and on CUDA one
+    device-to-host round trip's median time (`sync_roundtrip_us`)."""
+    import torch
+    d = torch.device(device)
+    info = {"type": d.type, "name": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
+            "cpu_model": cpu_model(), "kernel": platform.release()}
     if d.type == "cuda":
         p = torch.cuda.get_device_properties(d)
         info.update(name=p.name, capability=f"{p.major}.{p.minor}", total_mem_mib=p.total_memory / 2**20)
         from workbench.instrument import NvmlSampler
         info.update(NvmlSampler(device_index=d.index or 0).device_info())
+        info["sync_roundtrip_us"] = sync_roundtrip_us(d)
     return info
 
 
