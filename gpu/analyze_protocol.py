@@ -18,12 +18,12 @@ import os
 import sys
 
 import numpy as np
-from scipy import stats
 
 sys.path.insert(0, os.getcwd())
 from workbench.ab.processes import per_rep_log_ratios  # noqa: E402
 from workbench.cli import run_main  # noqa: E402
 from workbench.errors import WorkbenchError  # noqa: E402
+from workbench.measure import stats  # noqa: E402
 from workbench.measure.results import process_dirs  # noqa: E402
 
 COMPARISON, BASELINE, ARM = "packing", "rebuild", "cached"
@@ -49,11 +49,9 @@ def judge(standalone: list[float], inside: list[float]) -> dict:
     if len(standalone) < 2 or len(inside) < 2:
         return {"verdict": f"not judged: {len(standalone)} standalone and {len(inside)} inside processes (2 a side needed)"}
     a, b = np.asarray(standalone), np.asarray(inside)
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    d, se = float(a.mean() - b.mean()), math.sqrt(va + vb)
-    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if va + vb > 0 else float(len(a) + len(b) - 2)
-    t = float(stats.t.ppf(0.975, df))
-    lo, hi = d - t * se, d + t * se
+    w = stats.welch(b, a)  # mean(standalone) - mean(inside), scipy's Welch interval
+    d, (lo, hi) = w["delta_ms"], w["ci95"]
+    df = stats.welch_satterthwaite_df([(a.var(ddof=1) / len(a), len(a) - 1), (b.var(ddof=1) / len(b), len(b) - 1)])
     if lo > 0 or hi < 0:
         verdict = "protocol effect"
     else:

@@ -203,23 +203,23 @@ def main(argv: list[str]) -> int:
 
 def finish(out: str) -> dict:
     """Summarise an interrupted `--processes` campaign `out` afterwards: the estimates and environment over the
-    processes its `processes.json` records with exit status 0. A process folder the record does not hold (the one
+    processes that ran to the end (`results.process_dirs`: rc 0 in `processes.json`, and a summary.json). A process folder the record does not hold (the one
     running when the campaign was stopped) is left out and named in the record's `note`."""
     path = os.path.join(out, results.PROCESSES_FILE)
     if not os.path.isfile(path):
         raise WorkbenchError(f"{out}: no {results.PROCESSES_FILE}: not a --processes campaign folder")
     with open(path, encoding="utf-8") as f:
         record = json.load(f)
-    done = [p["folder"] for p in record.get("processes", []) if p.get("rc") == 0]
-    if not done:
+    dirs = results.process_dirs(out)  # the clean-process rule's one owner
+    if not dirs:
         raise WorkbenchError(f"{out}: no process ended cleanly: nothing to summarise")
-    dirs = [os.path.join(out, d) for d in done]
+    recorded = {p["folder"] for p in record.get("processes", [])}
     stray = sorted(d for d in os.listdir(out) if os.path.isdir(os.path.join(out, d)) and d.startswith("p")
-                   and d not in {p["folder"] for p in record.get("processes", [])})
+                   and d not in recorded)
     k_planned, _ = split_argv(record.get("command", "").split()[3:])
     record["estimates"] = aggregate(dirs)
     record["environment"] = results.environment_diff(dirs)
-    record["note"] = (f"summarised afterwards (python -m workbench.ab.processes {out}): {len(done)} of "
+    record["note"] = (f"summarised afterwards (python -m workbench.ab.processes {out}): {len(dirs)} of "
                       f"{k_planned or '?'} planned processes ran cleanly"
                       + (f"; left out, stopped mid-run: {', '.join(stray)}" if stray else ""))
     _write(out, record)
@@ -227,12 +227,10 @@ def finish(out: str) -> dict:
 
 
 if __name__ == "__main__":  # python -m workbench.ab.processes DIR: summarise an interrupted campaign
-    import argparse
-
-    from workbench.cli import run_main
+    from workbench.cli import parser, run_main
 
     def _cli(argv: list[str]) -> int:
-        ap = argparse.ArgumentParser(prog="python -m workbench.ab.processes", description=(
+        ap = parser("workbench.ab.processes", (
             "Summarise an interrupted `python -m workbench.ab ... --processes K` campaign folder: the process-level "
             "estimates over the processes that ran cleanly, written into its processes.json."))
         ap.add_argument("folder", help="the campaign's --out folder (holds processes.json and p00, p01, ...)")
