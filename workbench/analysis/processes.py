@@ -45,6 +45,26 @@ def _pct(v):
     return None if v is None else 100 * float(v)
 
 
+def _design_files(root: str) -> list[str]:
+    out = []
+    for d, dirs, files in os.walk(root):
+        dirs.sort()
+        out += [os.path.join(d, f) for f in sorted(files) if DESIGN_FILE.fullmatch(f)]
+    return out
+
+
+def claim_designs(root: str) -> dict[str, str]:
+    """Per comparison the design file that is its claim below `root`: the highest version naming it (a revision
+    supersedes its parent). The one owner of that choice (`process_claims`, `heldout_checks`)."""
+    newest: dict[str, tuple[int, str]] = {}
+    for path in _design_files(root):
+        v = int(DESIGN_FILE.fullmatch(os.path.basename(path)).group(1) or 1)
+        for name in _read(path)["comparisons"]:
+            if name not in newest or v > newest[name][0]:
+                newest[name] = (v, path)
+    return {name: path for name, (_, path) in newest.items()}
+
+
 def process_claims(root: str, comps: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per comparison with a process-level claim below `root` (`PROCESS_COLUMNS`); `comps`
     (`analysis.comparisons(root)`, passed to save a reload) gives each claim its shape. A claim one of whose process
@@ -58,18 +78,12 @@ def process_claims(root: str, comps: pd.DataFrame | None = None) -> pd.DataFrame
     base = os.path.dirname(root)
     void = {(r["process_of"], n) for r in _scan(root) if r["process_of"] for n in r["void_comparisons"]}
     rows, covered = [], set()
-    designs, plain = [], []
+    designs, plain = _design_files(root), []
     for d, dirs, files in os.walk(root):
         dirs.sort()
-        designs += [os.path.join(d, f) for f in files if DESIGN_FILE.fullmatch(f)]
         if "processes.json" in files:
             plain.append(d)
-    newest: dict[str, tuple[int, str]] = {}  # comparison -> (version, design file): a revision supersedes its parent
-    for path in designs:
-        v = int(DESIGN_FILE.fullmatch(os.path.basename(path)).group(1) or 1)
-        for name in _read(path)["comparisons"]:
-            if name not in newest or v > newest[name][0]:
-                newest[name] = (v, path)
+    newest = claim_designs(root)
 
     def shape(folders: list[str], name: str, arm: str) -> dict:
         rel = [os.path.relpath(f, base) for f in folders]
@@ -87,7 +101,7 @@ def process_claims(root: str, comps: pd.DataFrame | None = None) -> pd.DataFrame
             jobs = sorted({os.path.dirname(os.path.join(base, f)) if f.startswith("profiles/") else
                            os.path.join(d, f.split("/")[0]) for fs in c["folders"].values() for f in fs})
             covered.update((os.path.abspath(j), name) for j in jobs)
-            if newest[name][1] != path or any((os.path.relpath(j, base), name) in void for j in jobs):
+            if newest[name] != path or any((os.path.relpath(j, base), name) in void for j in jobs):
                 continue
             rows.append({"name": name, "baseline": c["baseline"], "arm": c["arm"], **shape(jobs, name, c["arm"]),
                          "speedup": p["speedup"], "ci95_lo": p["ci95"][0], "ci95_hi": p["ci95"][1],

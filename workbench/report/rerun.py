@@ -38,7 +38,27 @@ def rerun_section(ctx: _Ctx) -> list[str]:
                      "estimate [95% CI over the processes]", "95% prediction interval", "sigma / tau / omega",
                      "GPU minutes", "file"], rows)
     lines += _heldout(ctx, sorted({os.path.dirname(s) for s in claims["source"]}))
+    lines += _heldout_revised(ctx)
     return lines
+
+
+def _heldout_revised(ctx: _Ctx) -> list[str]:
+    """Every held-out check of a revised design (`analysis.heldout_checks`: the `analysis_vN.json` files)."""
+    checks = an.heldout_checks(ctx.root)
+    if checks.empty:
+        return []
+    rows = [[r["name"], ctx.link(r["design"]) + ("" if r["claim"] else " (superseded)"), f"`{r['machine']}`",
+             f"{int(r['M'])}" + ("" if r["planned_M"] in (None, r["M"]) else f" of {int(r['planned_M'])} planned"),
+             f"{r['speedup']:.4f}x ({r['shift_pct']:+.1f}%)", f"[{r['pi95_lo']:.4f}, {r['pi95_hi']:.4f}]",
+             f"{r['inside']:.2f} ({r['inside_null_q05']:.2f})", r["spread"],
+             "holds" if r["verdict"] == "holds" else "**fails**", ctx.link(r["source"])]
+            for r in checks.to_dict("records")]
+    return ["", "Held-out checks of the revised designs (`prospective_vN.json`, each committed before its run; "
+            "`python gpu/analyze_heldout_v2.py DIR --design FILE`): M new processes on a machine the design did not "
+            "pool, judged by its rule unchanged. A superseded design is judged too, for the record; the claim is "
+            "the newest design naming the comparison.", ""] + _table(
+        ["comparison", "design", "held-out machine", "M", "held-out estimate (shift from the estimate)",
+         "PI, one process on a new machine", "inside (null 5% quantile)", "spread", "check", "file"], rows)
 
 
 def _heldout(ctx: _Ctx, folders: list[str]) -> list[str]:
