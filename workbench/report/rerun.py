@@ -1,10 +1,12 @@
 """The results page's process-level section: what a rerun of each comparison would show (`analysis.process_claims`),
 and the held-out designs that test it (each campaign folder's `prospective.json`, fixed before its GPU run, and the
-held-out checks already run: `analysis.json`'s `heldout`)."""
+held-out checks already run: `analysis.json`'s `heldout`, and every revised design's check, `analysis_vN.json`)."""
 from __future__ import annotations
 
 import json
 import os
+
+import pandas as pd
 
 from workbench import analysis as an
 from workbench.report.markdown import _Ctx, _f, _table
@@ -48,7 +50,8 @@ def _heldout_revised(ctx: _Ctx) -> list[str]:
     if checks.empty:
         return []
     rows = [[r["name"], ctx.link(r["design"]) + ("" if r["claim"] else " (superseded)"), f"`{r['machine']}`",
-             f"{int(r['M'])}" + ("" if r["planned_M"] in (None, r["M"]) else f" of {int(r['planned_M'])} planned"),
+             f"{int(r['M'])}" + ("" if pd.isna(r["planned_M"]) or r["planned_M"] == r["M"]
+                                 else f" of {int(r['planned_M'])} planned"),
              f"{r['speedup']:.4f}x ({r['shift_pct']:+.1f}%)", f"[{r['pi95_lo']:.4f}, {r['pi95_hi']:.4f}]",
              f"{r['inside']:.2f} ({r['inside_null_q05']:.2f})", r["spread"],
              "holds" if r["verdict"] == "holds" else "**fails**", ctx.link(r["source"])]
