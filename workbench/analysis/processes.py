@@ -45,24 +45,31 @@ def _pct(v):
     return None if v is None else 100 * float(v)
 
 
-def _design_files(root: str) -> list[str]:
-    out = []
+def _walk(root: str) -> tuple[list[str], list[str]]:
+    """(the design files, the `--processes` folders holding processes.json) below `root`, in folder order: one walk."""
+    designs, plain = [], []
     for d, dirs, files in os.walk(root):
         dirs.sort()
-        out += [os.path.join(d, f) for f in sorted(files) if DESIGN_FILE.fullmatch(f)]
-    return out
+        designs += [os.path.join(d, f) for f in sorted(files) if DESIGN_FILE.fullmatch(f)]
+        if "processes.json" in files:
+            plain.append(d)
+    return designs, plain
 
 
-def claim_designs(root: str) -> dict[str, str]:
-    """Per comparison the design file that is its claim below `root`: the highest version naming it (a revision
-    supersedes its parent). The one owner of that choice (`process_claims`, `heldout_checks`)."""
+def _newest(designs: list[str]) -> dict[str, str]:
     newest: dict[str, tuple[int, str]] = {}
-    for path in _design_files(root):
+    for path in designs:
         v = int(DESIGN_FILE.fullmatch(os.path.basename(path)).group(1) or 1)
         for name in _read(path)["comparisons"]:
             if name not in newest or v > newest[name][0]:
                 newest[name] = (v, path)
     return {name: path for name, (_, path) in newest.items()}
+
+
+def claim_designs(root: str) -> dict[str, str]:
+    """Per comparison the design file that is its claim below `root`: the highest version naming it (a revision
+    supersedes its parent). The one owner of that choice (`process_claims`, `heldout_checks`)."""
+    return _newest(_walk(root)[0])
 
 
 def process_claims(root: str, comps: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -78,12 +85,8 @@ def process_claims(root: str, comps: pd.DataFrame | None = None) -> pd.DataFrame
     base = os.path.dirname(root)
     void = {(r["process_of"], n) for r in _scan(root) if r["process_of"] for n in r["void_comparisons"]}
     rows, covered = [], set()
-    designs, plain = _design_files(root), []
-    for d, dirs, files in os.walk(root):
-        dirs.sort()
-        if "processes.json" in files:
-            plain.append(d)
-    newest = claim_designs(root)
+    designs, plain = _walk(root)
+    newest = _newest(designs)
 
     def shape(folders: list[str], name: str, arm: str) -> dict:
         rel = [os.path.relpath(f, base) for f in folders]
