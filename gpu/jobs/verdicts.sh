@@ -25,7 +25,13 @@ OUT=$CAMP/verdicts
 mkdir -p $OUT
 nvidia-smi -i ${CUDA_VISIBLE_DEVICES:-0} --query-gpu=name,uuid --format=csv > $OUT/gpu.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpu.csv
 PY=${PY:-python}
-COMMON="--headline --batches 1 --trace torch --seed 300"
+COMMON="--headline --batches 1 --trace ${TRACE:-torch} --seed ${SEED:-300}"
+# TRACE=none SEED=400 (2026-11-27, written before its run): the untraced form's prospective judgement
+# (workbench/savings/untraced.py, MODEL_REVISION there, committed before the run): packing and MoE on the VERDICT_K=3
+# shapes, timed and counted only, fresh seeds 400-402; judged by
+#   python -m workbench.verdicts $CAMP/verdicts/*/ --dose profiles/2026-11-26_h100_dose/packing profiles/2026-11-27_h100_dose_moe_rule
+# under the verdict rules as committed (band [0.8, 1.25] at 90%, one Holm family per run folder). No trace: about
+# 2/3 of the traced minutes (~15 on one H100 for packing and MoE at K = 3).
 # VERDICT_K=3: each shape as 3 processes (`--processes 3`, each traced), so the measured saving is over processes
 # (issue 39: one process per shape left the calibrated packing verdicts inconclusive); about 3x the minutes above
 # (~33 on one H100: packing ~8, MoE ~15, offload 2 shapes ~9; the shapes below change with it).

@@ -51,6 +51,30 @@ def moe_saving(*, syncs_removed: float, drain_stall_per_sync_ms: float, launch_g
                        "launch_gap_removed_ms": launch_gap_removed_ms, "gemm_removed_ms": gemm_removed_ms}}
 
 
+UNTRACED_FORMULA = "syncs_removed * u  (u: untimed dose slope per layer switched / syncs removed per layer)"
+"""The untraced form (`workbench.savings.untraced`): the counted syncs removed times the untimed saving per sync."""
+
+
+def untraced_count(c: dict, meta: dict, *, arm: str) -> tuple[float, str]:
+    """(syncs removed per step, its source) of a comparison: the sync counter's pass of each arm (summary.json's
+    syncs_per_step), baseline - arm."""
+    arms = {a["arm"]: a for a in [c.get("baseline"), c.get("optimized"), *(c.get("others") or [])] if a}
+    base = c["baseline"]["arm"]
+    sb, sa = arms[base].get("syncs_per_step"), arms[arm].get("syncs_per_step")
+    if sb is None or sa is None:
+        from workbench.errors import WorkbenchError
+        raise WorkbenchError(f"moe: {c.get('name')}: no syncs_per_step for {base} or {arm} (the counted "
+                             "pass)")
+    return float(sb) - float(sa), f"sync counter (counted pass): {sb:g} - {sa:g} syncs per step"
+
+
+def count_per_dose_unit(entry: dict) -> tuple[float | None, str]:
+    """Syncs removed per dose unit (one MoE layer switched), as counted in the dose run."""
+    n = entry.get("syncs_removed_per_unit")
+    what = f"{n if n is None else f'{float(n):g}'} syncs removed per layer switched (counted)"
+    return (float(n) if n else None), what
+
+
 def moe_model(base_events: pd.DataFrame, arm_events: pd.DataFrame, *, syncs_base: float, syncs_arm: float,
               readbacks_removed: float | None = None) -> dict:
     """The MoE routing model from both arms' traces (paired by traced step) and the counter's syncs; raises

@@ -92,6 +92,25 @@ def packing_saving(layers: int, s_ms: float, *, checkpointing: bool = True, arm:
     }
 
 
+UNTRACED_FORMULA = "(L*p - b) * u  (u: untimed dose slope per build avoided)"
+"""The untraced form (`workbench.savings.untraced`): builds removed times the untimed saving per build."""
+
+
+def untraced_count(c: dict, meta: dict, *, arm: str) -> tuple[float, str]:
+    """(builds removed per step, its source) of a comparison: L·p - b from the run's layers, checkpointing and arm
+    (`packing_saving`), exact."""
+    from workbench.measure.results import run_args
+    ck = bool(run_args(meta).get("checkpointing", True))
+    n = packing_saving(int(c["layers"]), 0.0, checkpointing=ck,
+                       arm=arm if arm in ("cached", "precomputed") else "cached")["inputs"]["builds_removed"]
+    return float(n), f"builds removed L*p - b = {n} (L = {c['layers']}, checkpointing {ck}, {arm})"
+
+
+def count_per_dose_unit(entry: dict) -> tuple[float, str]:
+    """Builds removed per dose unit: 1 (the dose's unit is one build avoided, DOSE)."""
+    return 1.0, "1 build per build avoided"
+
+
 def packing_builds(events: pd.DataFrame) -> pd.DataFrame:
     """One row per `wb/Lxx/attn/meta` build: step, layer, idle_ms, kernel_ms, s_ms (= idle + kernel).
 

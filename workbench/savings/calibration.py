@@ -35,9 +35,10 @@ the idle terms is 4-25x its effect on the step), which is what θ is for; this p
 step that did not run as timed. Fixed on 2026-11-26 before any run judged with it."""
 NO_VERDICT_INSTRUMENT = "no verdict: instrument"
 """The verdict of a model whose traces fail the precondition."""
-INPUT_SOURCES = ("traced", "dose-response", "calibrated")
+INPUT_SOURCES = ("traced", "dose-response", "calibrated", "untraced")
 """Where a verdict's model input comes from: the run's traces as they are; θ measured by a dose-response on this very
-shape; θ from a dose-response on another shape."""
+shape; θ from a dose-response on another shape; no trace at all, the untimed dose slope per unit times the judged
+shape's exact count (`workbench.savings.untraced`, `--dose`)."""
 TAU_SOURCE = os.path.join("profiles", "2026-11-26_h100_replication", "analysis.json")
 """The committed replication campaign (H100, headline shapes) whose tau a single run's verdict adds by default."""
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

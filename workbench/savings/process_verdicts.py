@@ -29,7 +29,7 @@ import os
 import numpy as np
 
 from workbench.measure import replication, stats
-from workbench.savings import calibration, common as savings, verdicts
+from workbench.savings import calibration, common as savings, untraced, verdicts
 
 OUT_FILE = "verdicts.json"
 DECIDED = ("confirmed", "refuted", "inconclusive")
@@ -71,6 +71,8 @@ def comparison(name: str, per: list[tuple[str, dict, dict]], inputs: verdicts.In
         p, sm = other[0]
         out.update(**verdicts._measured_keys(measured), verdict=sm.get("verdict"), reason=f"{p}: {sm.get('reason')}")
         return out
+    if sm0.get("input_source") == untraced.INPUT_SOURCE:  # no trace: the dose slope's se, not the processes' spread
+        return _untraced(out, sms, measured, opt, inputs)
     model = {**_mean_over([sm["predicted_ms"] for _, sm in sms]), "formula": sm0.get("formula"),
              "n_steps": sum(int(sm.get("n_steps") or 0) for _, sm in sms)}
     if all(sm.get("published") for _, sm in sms):
@@ -82,6 +84,27 @@ def comparison(name: str, per: list[tuple[str, dict, dict]], inputs: verdicts.In
                    reason="; ".join(f"{p}: {sm.get('reason')}" for p, sm in instrument))
         return out
     out.update(verdicts.check(opt, model, measured, None, theta=theta, input_source=src, alone=False))
+    out["_measured"] = measured
+    return out
+
+
+def _untraced(out: dict, sms: list[tuple[str, dict]], measured: dict, opt: str, inputs: verdicts.Inputs) -> dict:
+    """The untraced form at the process level: the mean of the processes' predictions (their counts may differ by
+    the batches), its relative se and df the dose slope's (the count is exact); the model revision is the form's."""
+    preds = [sm["predicted_ms"] for _, sm in sms]
+    p = float(np.mean(preds))
+    rel = max((sm["predicted_se_ms"] / abs(sm["predicted_ms"]) for _, sm in sms if sm.get("predicted_ms")), default=0.0)
+    df = sms[0][1].get("predicted_df")
+    t = stats.t_quantile((1 + stats.CONFIDENCE) / 2, df) if df else float("nan")
+    se = abs(p) * rel
+    model = {"formula": sms[0][1].get("formula"), "predicted_ms": p, "predicted_se_ms": se, "predicted_df": df,
+             "predicted_ci95": [p - t * se, p + t * se], "n_steps": None,
+             "inputs": sms[0][1].get("inputs"), "dose_dir": sms[0][1].get("dose_dir"),
+             "dose_commit": sms[0][1].get("dose_commit"), "dose_linear": sms[0][1].get("dose_linear")}
+    rev = untraced.revision()
+    out.update(model_revision=rev["revision"], model_revision_commit=rev["commit"])
+    out.update(verdicts.check(opt, model, measured, None, theta=None, input_source=untraced.INPUT_SOURCE,
+                              alone=False))
     out["_measured"] = measured
     return out
 
@@ -119,6 +142,7 @@ def annotate(run_dir: str, inputs: verdicts.Inputs | None = None) -> list[dict]:
     for sms in fams.values():
         verdicts.finalize(sms, [sm.pop("_measured") for sm in sms])
     doc = {"by": "python -m workbench.verdicts", "git_sha": git_sha(), "processes": len(dirs),
-           "calibration": inputs.calibration_file, "tau_from": None, "environment": env, "comparisons": comps}
+           "calibration": inputs.calibration_file, "dose": inputs.dose_dirs or None, "tau_from": None,
+           "environment": env, "comparisons": comps}
     atomic_write_json(os.path.join(run_dir, OUT_FILE), doc)
     return verdicts.rows(doc, run_dir)

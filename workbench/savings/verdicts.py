@@ -271,10 +271,13 @@ class Inputs:
     """What a verdict knows beyond the run, parsed once and passed down: the calibration entries (θ per model:
     `calibration.read_calibration`) and the process components (tau per comparison: `calibration.read_tau`)."""
 
-    def __init__(self, calibration_file: str | None = None, tau_from: str | None = calibration.TAU_SOURCE):
-        self.calibration_file, self.tau_from = calibration_file, tau_from
+    def __init__(self, calibration_file: str | None = None, tau_from: str | None = calibration.TAU_SOURCE,
+                 dose_dirs: list[str] | None = None):
+        from workbench.savings import untraced
+        self.calibration_file, self.tau_from, self.dose_dirs = calibration_file, tau_from, list(dose_dirs or [])
         self.calibration = calibration.read_calibration(calibration_file)
         self.tau = calibration.read_tau(tau_from)
+        self.dose = untraced.read_dose(self.dose_dirs)  # {opt: untimed slope entry}: that model is judged untraced
 
     def rerun(self, opt: str, within: dict, arm_step_ms: float | None) -> dict:
         """A single run's measured saving at the unit of the claim: widened by its comparison's tau (ms: tau of
@@ -333,6 +336,8 @@ def comparison_verdict(run_dir: str, c: dict, results: pd.DataFrame, meta: dict,
                                                  "own comparison")
         c["savings_model"] = sm
         return c
+    if opt in inputs.dose and hasattr(mod, "untraced_count"):  # no trace read: no precondition, no θ
+        return _untraced_verdict(c, sm, mod, inputs, within, meta, results, base=base, arm=opt_arm)
     if any({"baseline": base, "arm": opt_arm}[a] not in traced for a in mod.TRACED_ARMS):
         why = ("the traces hold no GPU events (a CPU run): the model's inputs are GPU idle and kernel times"
                if any(e is not None for e in ev.values()) else
@@ -362,6 +367,21 @@ def comparison_verdict(run_dir: str, c: dict, results: pd.DataFrame, meta: dict,
         c["savings_model"] = sm
         return c
     sm.update(check(opt, model, measured, decomp, theta=theta, input_source=src, alone=False))
+    sm["_measured"] = measured  # for `finalize` (dropped before writing)
+    c["savings_model"] = sm
+    return c
+
+
+def _untraced_verdict(c: dict, sm: dict, mod, inputs: Inputs, within: dict, meta: dict, results: pd.DataFrame, *,
+                      base: str, arm: str) -> dict:
+    """The untraced form's verdict of one comparison (`workbench.savings.untraced`; `--dose`)."""
+    from workbench.savings import untraced
+    model = untraced.model(mod, inputs.dose[c.get("opt")], c, meta, arm=arm)
+    arm_ms = _arms(c)[arm].get("step_ms_mean") or _mean_step(results, c["name"], arm)
+    measured = inputs.rerun(c.get("opt"), within, arm_ms)
+    rev = untraced.revision()
+    sm.update(model_revision=rev["revision"], model_revision_commit=rev["commit"])
+    sm.update(check(c.get("opt"), model, measured, None, theta=None, input_source=untraced.INPUT_SOURCE, alone=False))
     sm["_measured"] = measured  # for `finalize` (dropped before writing)
     c["savings_model"] = sm
     return c
@@ -403,15 +423,16 @@ def annotate(run_dir: str, inputs: Inputs | None = None) -> list[dict]:
     for sms in fams.values():
         finalize(sms, [sm.pop("_measured") for sm in sms])
     summary["verdicts"] = {"by": "python -m workbench.verdicts", "git_sha": git_sha(),
-                           "calibration": inputs.calibration_file, "tau_from": inputs.tau_from}
+                           "calibration": inputs.calibration_file, "dose": inputs.dose_dirs or None,
+                           "tau_from": inputs.tau_from}
     atomic_write_json(os.path.join(run_dir, "summary.json"), summary)
     return rows(summary, run_dir)
 
 
 def rows(summary: dict, folder: str = "") -> list[dict]:
     """One verdict row per comparison with a savings model: comparison, model, layers, tokens, formula, the model
-    revision and its commit, the input source (traced / dose-response / calibrated) with θ, predicted [CI], measured
-    [CI] with its unit (`measured_population`), ratio with its 90% CI, p-values (raw and Holm), verdict, reason,
+    revision and its commit, the input source (traced / dose-response / calibrated / untraced) with θ, predicted
+    [CI], measured [CI] with its unit (`measured_population`), ratio with its 90% CI, p-values (raw and Holm), verdict, reason,
     largest missing component, the exploratory corrected verdict and the published form's verdict."""
     out = []
     for c in summary.get("comparisons", []):
@@ -431,7 +452,7 @@ def row_of(sm: dict) -> dict:
             "predicted_calibrated_ms", "predicted_calibrated_ci95",
             "measured_ms", "measured_ci95", "measured_population", "measured_n_units", "tau_ms", "ratio",
             "ratio_ci90", "p_confirm", "p_confirm_holm", "p_refute", "p_refute_holm", "family_size", "verdict",
-            "holm_note", "reason", "traced_step_ms", "timed_step_ms", "mixed_environment")
+            "holm_note", "reason", "traced_step_ms", "timed_step_ms", "mixed_environment", "dose_dir")
     return {**{k: sm.get(k) for k in keys}, "largest_missing": miss.get("component"),
             "largest_missing_ms": miss.get("saved_ms"), "corrected_ms": corr.get("predicted_ms"),
             "corrected_verdict": corr.get("verdict"), "published_ms": pub.get("predicted_ms"),

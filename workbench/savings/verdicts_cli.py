@@ -4,6 +4,7 @@ run, `workbench.savings.process_verdicts` for a `--processes K` folder) and prin
     python -m workbench.verdicts RUN_DIR [RUN_DIR ...]     # fills each traced comparison of summary.json
     python -m workbench.verdicts RUN_DIR --calibration CAL.json --tau-from none
     python -m workbench.verdicts PROCESSES_DIR               # a --processes K run: DIR/verdicts.json, the process as unit
+    python -m workbench.verdicts RUN_DIR --dose DOSE_DIR     # that model untraced (workbench.savings.untraced)
 """
 from __future__ import annotations
 
@@ -26,9 +27,13 @@ def main(argv=None) -> int:
     p.add_argument("--tau-from", metavar="FILE", default=calibration.TAU_SOURCE, help="a replication campaign's "
                    "analysis.json: the process component tau a single run's measured saving gets (default "
                    "%(default)s; 'none': within this run only)")
+    p.add_argument("--dose", metavar="DOSE_DIR", nargs="+", default=None, help="dose folders (python -m "
+                   "workbench.ab.dose, analysed by python -m workbench.savings.dose): their optimization's model is "
+                   "judged untraced, its untimed slope per unit times the judged shape's exact count "
+                   "(workbench.savings.untraced); no trace read, so no instrument precondition and no θ")
     a = p.parse_args(argv)
     try:
-        inputs = verdicts.Inputs(a.calibration, a.tau_from)
+        inputs = verdicts.Inputs(a.calibration, a.tau_from, a.dose)
     except WorkbenchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

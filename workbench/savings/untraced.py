@@ -1,0 +1,94 @@
+"""A sync-driven savings model fed by no trace: the saving per unit that a dose-response measured untimed on its own
+shape, carried to the judged shape by an exact count (issue 39 item 4: a revision written down, with its commit,
+before the runs that judge it).
+
+    python -m workbench.verdicts RUN_DIR [RUN_DIR ...] --dose DOSE_DIR [DOSE_DIR ...]
+
+    predicted = n · u      n  the judged comparison's count per step, exact (the model module's `untraced_count`:
+                              packing's builds removed L·p - b from the run's layers and checkpointing; MoE's syncs
+                              removed, the counter's pass in summary.json)
+                           u  ms saved per counted unit: the dose folder's untimed slope (ms per dose unit, a
+                              t-interval over its K processes) over the count per dose unit (the module's
+                              `count_per_dose_unit`: 1 build per build avoided; MoE's syncs removed per layer
+                              switched, counted in the dose run)
+    se = n · se(u), df = the slope's (K - 1)
+
+Why: the traced models read GPU idle from a trace, and the tracer inflates it (θ = 0.63 packing, 0.55 MoE, below the
+band); at some shapes it moves the whole step by more than the precondition allows (MoE: 16-37%, "no verdict:
+instrument", profiles/2026-11-27_h100_verdicts_process_moe). This form reads no trace: the precondition does not
+apply and θ is not applied (u is the untimed input already). What it assumes, and what its verdict tests: the saving
+per counted unit carries from the dose shape to the judged one (for MoE a saving proportional to the syncs removed,
+though the MoE dose-response bends: "linear False" in its analysis, said on the row).
+
+Each row says input source "untraced", the dose folder and its commit, and the revision below with its commit.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from workbench.errors import WorkbenchError
+from workbench.measure import stats
+
+DOSE_FILE = "dose_analysis.json"
+INPUT_SOURCE = "untraced"
+"""The verdict row's input source for this form (`calibration.INPUT_SOURCES`)."""
+MODEL_REVISION = ("2026-11-27: n * u, u = the untimed dose slope per counted unit (no trace), n the judged shape's "
+                  "exact count (packing: builds removed; moe: syncs removed)")
+"""The revision a row names, with the commit that set it (`common._revision_commit`), written before its runs."""
+
+
+def read_dose(dirs: list[str] | None) -> dict:
+    """{opt: entry} from dose folders' dose_analysis.json (`python -m workbench.savings.dose`): entry = {"dir",
+    "slope_ms", "slope_se_ms", "df", "K", "unit", "syncs_removed_per_unit", "linear", "commit"}, the untimed mode's
+    slope. A folder without the file, without an untimed slope with its se, or a second folder of the same
+    optimization is a one-line error."""
+    out: dict = {}
+    for d in dirs or []:
+        p = os.path.join(d, DOSE_FILE)
+        try:
+            with open(p, encoding="utf-8") as f:
+                a = json.load(f)
+        except (OSError, ValueError) as e:
+            raise WorkbenchError(f"--dose {d}: cannot read {DOSE_FILE} ({type(e).__name__}: {e}); run python -m "
+                                 f"workbench.savings.dose {d} first") from None
+        none = (a.get("modes") or {}).get("none") or {}
+        opt = a.get("opt")
+        if not opt or none.get("slope_ms") is None or not none.get("slope_se") or not none.get("df"):
+            raise WorkbenchError(f"--dose {d}: {DOSE_FILE} has no untimed slope with its se (need the 'none' mode "
+                                 "over at least 2 processes)")
+        if opt in out:
+            raise WorkbenchError(f"--dose {d}: a second dose folder for {opt} (first: {out[opt]['dir']})")
+        out[opt] = {"dir": d, "slope_ms": float(none["slope_ms"]), "slope_se_ms": float(none["slope_se"]),
+                    "df": int(none["df"]), "K": int(none.get("K") or 0), "unit": a.get("unit"),
+                    "syncs_removed_per_unit": none.get("syncs_removed_per_unit"), "linear": none.get("linear"),
+                    "commit": a.get("commit")}
+    return out
+
+
+def model(mod, entry: dict, c: dict, meta: dict, *, arm: str) -> dict:
+    """The untraced prediction of one comparison (its summary.json dict `c`, the run's meta.json) from a dose entry
+    (`read_dose`) and the optimization's savings module `mod` (its `untraced_count`, `count_per_dose_unit` and
+    UNTRACED_FORMULA): the keys `verdicts.check` reads (predicted_ms, predicted_se_ms, predicted_df, predicted_ci95,
+    formula) plus inputs with their sources."""
+    n, n_what = mod.untraced_count(c, meta, arm=arm)
+    per_unit, per_what = mod.count_per_dose_unit(entry)
+    if not per_unit:
+        raise WorkbenchError(f"--dose {entry['dir']}: no count per dose unit ({per_what})")
+    u, se_u = entry["slope_ms"] / per_unit, entry["slope_se_ms"] / per_unit
+    p, se = n * u, abs(n) * se_u
+    t = stats.t_quantile((1 + stats.CONFIDENCE) / 2, entry["df"])
+    return {"formula": mod.UNTRACED_FORMULA, "predicted_ms": p, "predicted_se_ms": se, "predicted_df": entry["df"],
+            "predicted_ci95": [p - t * se, p + t * se], "n_steps": None,
+            "inputs": {"n": {"value": n, "source": n_what},
+                       "u_ms": {"value": u, "se": se_u, "source": (
+                           f"dose-response {entry['dir']}: untimed slope {entry['slope_ms']:.4g} ms per "
+                           f"{entry.get('unit') or 'unit'} over {entry['K']} processes / {per_what}")}},
+            "dose_dir": entry["dir"], "dose_commit": entry.get("commit"), "dose_linear": entry.get("linear")}
+
+
+def revision() -> dict:
+    """{"revision", "commit"} of this form, as `common.model_revision` gives a module's."""
+    from workbench.savings import common
+
+    return {"revision": MODEL_REVISION, "commit": common._revision_commit(os.path.abspath(__file__), MODEL_REVISION)}
