@@ -11,7 +11,11 @@
 #   + the attention comparison's third arm, the varlen kernel (attention's LEVER_ANCHOR: flash-attn / torch varlen,
 #     what a user would pick instead of flex), ~1.5 min at 16k: cap 1600 s;
 #   NeMo shape (8192 tokens): the same at about half the step ~ 13 min (cap 960 s);
-#   qwen3-30b-a3b at 42 of its 48 layers, 8192 tokens: moe arms hf_grouped_mm (the anchor) and grouped, ~ 3 min (cap 240 s).
+#   qwen3-30b-a3b at 40 of its 48 layers, 8192 tokens: moe arms hf_grouped_mm (the anchor) and grouped, ~ 3 min (cap 240 s).
+#     2026-11-27, machine K: at 42 layers every arm ran out of memory (profiles/2026-11-27_h100_kernels_path/qwen_moe_oom:
+#     69.06 GiB allocated + 4.64 asked = 73.7, the bound's 73.5 GiB to within 0.2, but 5.31 GiB reserved and
+#     unallocated: the allocator's fragmentation). So 40 layers (bound 70.7 GiB) with expandable segments
+#     (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, for both arms alike), which return what fragmentation holds.
 #     memory_estimate's bound (issue 40: it now counts the LoRA state, 4 fp32 copies of 13.4M adapter parameters a
 #     layer, and the loss path at 12 bytes a logit; it was 65.3 GiB at 48 layers) is 81.9 GiB at 48 layers, which the
 #     preflight refuses (the H100 run of 2026-11-26 ran out of memory on every arm at 77.4 GiB needed), 79.1 at 46,
@@ -51,7 +55,7 @@ if [ -n "${KP_CPU:-}" ]; then
   QWEN="--model tiny-qwen3-moe"; GPTOSS="--model tiny-gpt-oss"; DEV="--device cpu"; TRACE=""; LIGER=""
 else
   DENSE="--model llama-3.1-8b --layers 32"; NEMO_T="--lengths fixed:4096 --tokens 8192"; T16="--tokens 16384"
-  QWEN="--model qwen3-30b-a3b --layers 42 --tokens 8192"; GPTOSS="--model gpt-oss-20b --layers 24 --tokens 4096"
+  QWEN="--model qwen3-30b-a3b --layers 40 --tokens 8192"; GPTOSS="--model gpt-oss-20b --layers 24 --tokens 4096"
   DEV=""; TRACE="--trace torch"; LIGER=""  # liger_experts: at 24 layers only (see above)
 fi
 FEW="--reps 4 --steps 1 --batches 1 --warmup-max 4"
@@ -67,7 +71,7 @@ for part in ${KP_PARTS:-llama16k nemo qwen_moe gptoss_balance}; do
   case $part in
     llama16k) run llama16k ${!cap_var:-1600} --opt levers $DENSE $T16 $FEW $TRACE $DEV ;;
     nemo) run nemo ${!cap_var:-960} --opt levers $DENSE $NEMO_T $FEW $DEV ;;
-    qwen_moe) run qwen_moe ${!cap_var:-240} --opt moe --arms hf_grouped_mm,grouped$LIGER $QWEN $FEW $DEV ;;
+    qwen_moe) PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True run qwen_moe ${!cap_var:-240} --opt moe --arms hf_grouped_mm,grouped$LIGER $QWEN $FEW $DEV ;;
     gptoss_balance) run gptoss_balance ${!cap_var:-180} --opt moe_balance --experts grouped_mm $GPTOSS $FEW $DEV ;;
     *) echo "kernels_path.sh: unknown part $part (llama16k nemo qwen_moe gptoss_balance)" >&2; exit 2 ;;
   esac
