@@ -61,6 +61,8 @@ def test_read_dose_refuses_a_folder_without_an_untimed_slope_in_one_line(tmp_pat
     _dose(tmp_path / "a", se_ms=None)
     with pytest.raises(WorkbenchError, match="no untimed slope"):
         untraced.read_dose([str(tmp_path / "a")])
+    with pytest.raises(WorkbenchError, match="no untraced form"):
+        untraced.read_dose([_dose(tmp_path / "off", opt="offload")])
     with pytest.raises(WorkbenchError, match="a second dose folder"):
         untraced.read_dose([_dose(tmp_path / "b"), _dose(tmp_path / "c")])
 

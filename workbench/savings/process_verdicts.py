@@ -72,7 +72,7 @@ def comparison(name: str, per: list[tuple[str, dict, dict]], inputs: verdicts.In
         out.update(**verdicts._measured_keys(measured), verdict=sm.get("verdict"), reason=f"{p}: {sm.get('reason')}")
         return out
     if sm0.get("input_source") == untraced.INPUT_SOURCE:  # no trace: the dose slope's se, not the processes' spread
-        return _untraced(out, sms, measured, opt, inputs)
+        return _untraced(out, sms, measured, opt)
     model = {**_mean_over([sm["predicted_ms"] for _, sm in sms]), "formula": sm0.get("formula"),
              "n_steps": sum(int(sm.get("n_steps") or 0) for _, sm in sms)}
     if all(sm.get("published") for _, sm in sms):
@@ -88,7 +88,7 @@ def comparison(name: str, per: list[tuple[str, dict, dict]], inputs: verdicts.In
     return out
 
 
-def _untraced(out: dict, sms: list[tuple[str, dict]], measured: dict, opt: str, inputs: verdicts.Inputs) -> dict:
+def _untraced(out: dict, sms: list[tuple[str, dict]], measured: dict, opt: str) -> dict:
     """The untraced form at the process level: the mean of the processes' predictions (their counts may differ by
     the batches), its relative se and df the dose slope's (the count is exact); the model revision is the form's."""
     preds = [sm["predicted_ms"] for _, sm in sms]

@@ -41,8 +41,8 @@ MODEL_REVISION = ("2026-11-27: n * u, u = the untimed dose slope per counted uni
 def read_dose(dirs: list[str] | None) -> dict:
     """{opt: entry} from dose folders' dose_analysis.json (`python -m workbench.savings.dose`): entry = {"dir",
     "slope_ms", "slope_se_ms", "df", "K", "unit", "syncs_removed_per_unit", "linear", "commit"}, the untimed mode's
-    slope. A folder without the file, without an untimed slope with its se, or a second folder of the same
-    optimization is a one-line error."""
+    slope. A folder without the file, without an untimed slope with its se, of an optimization whose model has no
+    untraced form, or a second folder of the same optimization is a one-line error."""
     out: dict = {}
     for d in dirs or []:
         p = os.path.join(d, DOSE_FILE)
@@ -59,6 +59,9 @@ def read_dose(dirs: list[str] | None) -> dict:
                                  "over at least 2 processes)")
         if opt in out:
             raise WorkbenchError(f"--dose {d}: a second dose folder for {opt} (first: {out[opt]['dir']})")
+        from workbench.savings import common
+        if not hasattr(common.module(opt), "untraced_count"):
+            raise WorkbenchError(f"--dose {d}: {opt}'s savings model has no untraced form (untraced_count)")
         out[opt] = {"dir": d, "slope_ms": float(none["slope_ms"]), "slope_se_ms": float(none["slope_se"]),
                     "df": int(none["df"]), "K": int(none.get("K") or 0), "unit": a.get("unit"),
                     "syncs_removed_per_unit": none.get("syncs_removed_per_unit"), "linear": none.get("linear"),

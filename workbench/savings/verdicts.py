@@ -269,7 +269,8 @@ def rep_savings(results: pd.DataFrame, cmp_name: str, baseline: str, arm: str) -
 
 class Inputs:
     """What a verdict knows beyond the run, parsed once and passed down: the calibration entries (θ per model:
-    `calibration.read_calibration`) and the process components (tau per comparison: `calibration.read_tau`)."""
+    `calibration.read_calibration`), the process components (tau per comparison: `calibration.read_tau`) and the
+    dose folders whose models are judged untraced (`untraced.read_dose`)."""
 
     def __init__(self, calibration_file: str | None = None, tau_from: str | None = calibration.TAU_SOURCE,
                  dose_dirs: list[str] | None = None):
@@ -336,8 +337,8 @@ def comparison_verdict(run_dir: str, c: dict, results: pd.DataFrame, meta: dict,
                                                  "own comparison")
         c["savings_model"] = sm
         return c
-    if opt in inputs.dose and hasattr(mod, "untraced_count"):  # no trace read: no precondition, no θ
-        return _untraced_verdict(c, sm, mod, inputs, within, meta, results, base=base, arm=opt_arm)
+    if opt in inputs.dose:  # the untraced form: no trace read, so no precondition and no θ
+        return _untraced_verdict(c, sm, mod, inputs, within, meta, results, arm=opt_arm)
     if any({"baseline": base, "arm": opt_arm}[a] not in traced for a in mod.TRACED_ARMS):
         why = ("the traces hold no GPU events (a CPU run): the model's inputs are GPU idle and kernel times"
                if any(e is not None for e in ev.values()) else
@@ -373,7 +374,7 @@ def comparison_verdict(run_dir: str, c: dict, results: pd.DataFrame, meta: dict,
 
 
 def _untraced_verdict(c: dict, sm: dict, mod, inputs: Inputs, within: dict, meta: dict, results: pd.DataFrame, *,
-                      base: str, arm: str) -> dict:
+                      arm: str) -> dict:
     """The untraced form's verdict of one comparison (`workbench.savings.untraced`; `--dose`)."""
     from workbench.savings import untraced
     model = untraced.model(mod, inputs.dose[c.get("opt")], c, meta, arm=arm)
@@ -432,8 +433,9 @@ def annotate(run_dir: str, inputs: Inputs | None = None) -> list[dict]:
 def rows(summary: dict, folder: str = "") -> list[dict]:
     """One verdict row per comparison with a savings model: comparison, model, layers, tokens, formula, the model
     revision and its commit, the input source (traced / dose-response / calibrated / untraced) with θ, predicted
-    [CI], measured [CI] with its unit (`measured_population`), ratio with its 90% CI, p-values (raw and Holm), verdict, reason,
-    largest missing component, the exploratory corrected verdict and the published form's verdict."""
+    [CI], measured [CI] with its unit (`measured_population`), ratio with its 90% CI, p-values (raw and Holm),
+    verdict, reason, largest missing component, the exploratory corrected verdict and the published form's
+    verdict."""
     out = []
     for c in summary.get("comparisons", []):
         sm = c.get("savings_model") or {}
