@@ -65,7 +65,11 @@ def model_revision(opt: str) -> dict:
     """{"revision": the module's MODEL_REVISION (None: "none stated"), "commit": the short sha of the commit that set
     that value (`git log -S` on the module's file; "uncommitted" when HEAD's file lacks it, None outside a git
     checkout)}."""
-    mod = module(opt)
+    return module_revision(module(opt))
+
+
+def module_revision(mod) -> dict:
+    """`model_revision` of a module itself (a savings module, or another form of a model: `savings.untraced`)."""
     rev = getattr(mod, "MODEL_REVISION", None) if mod else None
     return {"revision": rev, "commit": _revision_commit(mod.__file__, rev) if rev else None}
 

@@ -89,22 +89,11 @@ def comparison(name: str, per: list[tuple[str, dict, dict]], inputs: verdicts.In
 
 
 def _untraced(out: dict, sms: list[tuple[str, dict]], measured: dict, opt: str) -> dict:
-    """The untraced form at the process level: the mean of the processes' predictions (their counts may differ by
-    the batches), its relative se and df the dose slope's (the count is exact); the model revision is the form's."""
-    preds = [sm["predicted_ms"] for _, sm in sms]
-    p = float(np.mean(preds))
-    rel = max((sm["predicted_se_ms"] / abs(sm["predicted_ms"]) for _, sm in sms if sm.get("predicted_ms")), default=0.0)
-    df = sms[0][1].get("predicted_df")
-    t = stats.t_quantile((1 + stats.CONFIDENCE) / 2, df) if df else float("nan")
-    se = abs(p) * rel
-    model = {"formula": sms[0][1].get("formula"), "predicted_ms": p, "predicted_se_ms": se, "predicted_df": df,
-             "predicted_ci95": [p - t * se, p + t * se], "n_steps": None,
-             "inputs": sms[0][1].get("inputs"), "dose_dir": sms[0][1].get("dose_dir"),
-             "dose_commit": sms[0][1].get("dose_commit"), "dose_linear": sms[0][1].get("dose_linear")}
+    """The untraced form at the process level (`untraced.process_model`); the model revision is the form's."""
     rev = untraced.revision()
     out.update(model_revision=rev["revision"], model_revision_commit=rev["commit"])
-    out.update(verdicts.check(opt, model, measured, None, theta=None, input_source=untraced.INPUT_SOURCE,
-                              alone=False))
+    out.update(verdicts.check(opt, untraced.process_model([sm for _, sm in sms]), measured, None, theta=None,
+                              input_source=untraced.INPUT_SOURCE, alone=False))
     out["_measured"] = measured
     return out
 

@@ -26,9 +26,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+
+import numpy as np
 
 from workbench.errors import WorkbenchError
 from workbench.measure import stats
+from workbench.savings import common
 
 DOSE_FILE = "dose_analysis.json"
 INPUT_SOURCE = "untraced"
@@ -59,7 +63,6 @@ def read_dose(dirs: list[str] | None) -> dict:
                                  "over at least 2 processes)")
         if opt in out:
             raise WorkbenchError(f"--dose {d}: a second dose folder for {opt} (first: {out[opt]['dir']})")
-        from workbench.savings import common
         if not hasattr(common.module(opt), "untraced_count"):
             raise WorkbenchError(f"--dose {d}: {opt}'s savings model has no untraced form (untraced_count)")
         out[opt] = {"dir": d, "slope_ms": float(none["slope_ms"]), "slope_se_ms": float(none["slope_se"]),
@@ -79,10 +82,7 @@ def model(mod, entry: dict, c: dict, meta: dict, *, arm: str) -> dict:
     if not per_unit:
         raise WorkbenchError(f"--dose {entry['dir']}: no count per dose unit ({per_what})")
     u, se_u = entry["slope_ms"] / per_unit, entry["slope_se_ms"] / per_unit
-    p, se = n * u, abs(n) * se_u
-    t = stats.t_quantile((1 + stats.CONFIDENCE) / 2, entry["df"])
-    return {"formula": mod.UNTRACED_FORMULA, "predicted_ms": p, "predicted_se_ms": se, "predicted_df": entry["df"],
-            "predicted_ci95": [p - t * se, p + t * se], "n_steps": None,
+    return {"formula": mod.UNTRACED_FORMULA, **_predicted(n * u, abs(n) * se_u, entry["df"]),
             "inputs": {"n": {"value": n, "source": n_what},
                        "u_ms": {"value": u, "se": se_u, "source": (
                            f"dose-response {entry['dir']}: untimed slope {entry['slope_ms']:.4g} ms per "
@@ -90,8 +90,23 @@ def model(mod, entry: dict, c: dict, meta: dict, *, arm: str) -> dict:
             "dose_dir": entry["dir"], "dose_commit": entry.get("commit"), "dose_linear": entry.get("linear")}
 
 
-def revision() -> dict:
-    """{"revision", "commit"} of this form, as `common.model_revision` gives a module's."""
-    from workbench.savings import common
+def process_model(models: list[dict]) -> dict:
+    """The untraced prediction over a `--processes` folder from each process's (`model`): the mean of their
+    predictions (the counts may differ with the batches), its relative se and df the dose slope's (the count is
+    exact, so the processes' spread is not the prediction's uncertainty)."""
+    p = float(np.mean([m["predicted_ms"] for m in models]))
+    rel = max((m["predicted_se_ms"] / abs(m["predicted_ms"]) for m in models if m.get("predicted_ms")), default=0.0)
+    keep = ("formula", "inputs", "dose_dir", "dose_commit", "dose_linear")
+    return {**{k: models[0].get(k) for k in keep}, **_predicted(p, abs(p) * rel, models[0].get("predicted_df"))}
 
-    return {"revision": MODEL_REVISION, "commit": common._revision_commit(os.path.abspath(__file__), MODEL_REVISION)}
+
+def _predicted(p: float, se: float, df) -> dict:
+    """predicted_ms, its se, df and 95% t-interval (NaN ends without a df)."""
+    t = stats.t_quantile((1 + stats.CONFIDENCE) / 2, df) if df else float("nan")
+    return {"predicted_ms": p, "predicted_se_ms": se, "predicted_df": df, "predicted_ci95": [p - t * se, p + t * se],
+            "n_steps": None}
+
+
+def revision() -> dict:
+    """{"revision", "commit"} of this form (`common.module_revision`)."""
+    return common.module_revision(sys.modules[__name__])

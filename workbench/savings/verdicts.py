@@ -63,7 +63,7 @@ import os
 
 import pandas as pd
 
-from workbench.savings import calibration, common as savings
+from workbench.savings import calibration, common as savings, untraced
 from workbench.measure import replication, stats
 from workbench.traces import decompose
 
@@ -274,7 +274,6 @@ class Inputs:
 
     def __init__(self, calibration_file: str | None = None, tau_from: str | None = calibration.TAU_SOURCE,
                  dose_dirs: list[str] | None = None):
-        from workbench.savings import untraced
         self.calibration_file, self.tau_from, self.dose_dirs = calibration_file, tau_from, list(dose_dirs or [])
         self.calibration = calibration.read_calibration(calibration_file)
         self.tau = calibration.read_tau(tau_from)
@@ -376,7 +375,6 @@ def comparison_verdict(run_dir: str, c: dict, results: pd.DataFrame, meta: dict,
 def _untraced_verdict(c: dict, sm: dict, mod, inputs: Inputs, within: dict, meta: dict, results: pd.DataFrame, *,
                       arm: str) -> dict:
     """The untraced form's verdict of one comparison (`workbench.savings.untraced`; `--dose`)."""
-    from workbench.savings import untraced
     model = untraced.model(mod, inputs.dose[c.get("opt")], c, meta, arm=arm)
     arm_ms = _arms(c)[arm].get("step_ms_mean") or _mean_step(results, c["name"], arm)
     measured = inputs.rerun(c.get("opt"), within, arm_ms)
