@@ -53,10 +53,6 @@ def _samples(results, cmp_name: str) -> list[dict]:
                  step_ms=float(x.value)) for x in r.itertuples()]
 
 
-def _arms(c: dict) -> dict:
-    return {a["arm"]: a for a in [c.get("baseline"), c.get("optimized"), *(c.get("others") or [])] if a}
-
-
 def _path_of(summary: dict) -> tuple[dict, list[str]]:
     comps = [c for c in summary.get("comparisons", []) if c.get("baseline")]
     c = next((c for c in comps if c.get("name") == PATH), None)
@@ -197,13 +193,13 @@ def _throughput(per_batch: list[dict], mine: list[dict], peak: float | None) -> 
 def rows_of(run_dir: str) -> list[dict]:
     """The path's points of one run folder (see the module's doc)."""
     from workbench.measure import engine, stats
-    from workbench.measure.results import load_run
+    from workbench.measure.results import comparison_arms, load_run
 
     results, summary, meta = load_run(run_dir)
     if not summary:
         raise WorkbenchError(f"{run_dir}: no summary.json")
     c, order = _path_of(summary)
-    arms = _arms(c)
+    arms = comparison_arms(c)
     samples = _samples(results, c["name"])
     base = order[0]
     from workbench.step import flops

@@ -391,6 +391,7 @@ def _stopped(r: _Run, e: BaseException) -> bool:
 
 # -- the summary: NVML per arm, summary.json and meta.json's final state -------------------------------------------
 def _finish(r: _Run, wall_s: float) -> None:
+    from workbench.measure.results import comparison_arms
     sampler, summary, runner = r.sampler, r.summary, r.runner
     if sampler is not None:
         sampler.__exit__(None, None, None)
@@ -399,7 +400,7 @@ def _finish(r: _Run, wall_s: float) -> None:
         nvml["per_arm"] = {
             c.get("name"): {a["arm"]: {k: a.get(k) for k in ("sm_clock_mhz_median", "power_w_median",
                                                              "nvml_samples")}
-                            for a in [c.get("baseline"), c.get("optimized"), *(c.get("others") or [])] if a}
+                            for a in comparison_arms(c).values()}
             for c in summary["comparisons"]}
     summary["out"] = r.out_dir
     summary["wall_s"] = wall_s

@@ -124,6 +124,11 @@ def versions() -> dict:
     return out
 
 
+def comparison_arms(c: dict) -> dict:
+    """{arm name: its dict} of one summary.json comparison: the baseline, the optimized arm and any others."""
+    return {a["arm"]: a for a in [c.get("baseline"), c.get("optimized"), *(c.get("others") or [])] if a}
+
+
 def cpu_model() -> str | None:
     """The host CPU's model name (/proc/cpuinfo), else platform.processor(): a covariate for machine effects."""
     try:

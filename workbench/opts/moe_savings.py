@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from workbench.measure.results import comparison_arms
 from workbench.savings import common as savings
 from workbench.traces import decompose
 
@@ -58,7 +59,7 @@ UNTRACED_FORMULA = "syncs_removed * u  (u: untimed dose slope per layer switched
 def untraced_count(c: dict, meta: dict, *, arm: str) -> tuple[float, str]:
     """(syncs removed per step, its source) of a comparison: the sync counter's pass of each arm (summary.json's
     syncs_per_step), baseline - arm."""
-    arms = _arms(c)
+    arms = comparison_arms(c)
     base = c["baseline"]["arm"]
     sb, sa = arms[base].get("syncs_per_step"), arms[arm].get("syncs_per_step")
     if sb is None or sa is None:
@@ -120,12 +121,7 @@ def from_run(traced: dict, c: dict, meta: dict, *, baseline: str, arm: str) -> d
     checked against the traces' readbacks."""
     from workbench.traces.analysis import readbacks_per_step
 
-    arms = _arms(c)
+    arms = comparison_arms(c)
     return moe_model(traced[baseline], traced[arm], syncs_base=arms[baseline].get("syncs_per_step") or 0.0,
                      syncs_arm=arms[arm].get("syncs_per_step") or 0.0,
                      readbacks_removed=readbacks_per_step(traced[baseline]) - readbacks_per_step(traced[arm]))
-
-
-def _arms(c: dict) -> dict:
-    """{arm: its summary.json dict} of a comparison (baseline, optimized and any others)."""
-    return {a["arm"]: a for a in [c.get("baseline"), c.get("optimized"), *(c.get("others") or [])] if a}

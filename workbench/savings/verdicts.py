@@ -65,6 +65,7 @@ import pandas as pd
 
 from workbench.savings import calibration, common as savings, untraced
 from workbench.measure import replication, stats
+from workbench.measure.results import comparison_arms
 from workbench.traces import decompose
 
 BAND = (0.8, 1.25)
@@ -292,10 +293,6 @@ class Inputs:
                                                   src)
 
 
-def _arms(c: dict) -> dict:
-    return {a["arm"]: a for a in [c.get("baseline"), c.get("optimized"), *(c.get("others") or [])] if a}
-
-
 def traced_step(c: dict, arm: str) -> float | None:
     """The arm's traced step (ms: the mean `wb/step` window of its trace, from `breakdown`), None when untraced."""
     comps = ((c.get("breakdown") or {}).get(arm) or {}).get("components") or []
@@ -316,7 +313,8 @@ def comparison_verdict(run_dir: str, c: dict, results: pd.DataFrame, meta: dict,
     within = measured_saving(results, name, base, opt_arm)
     sm.update(measured_ms=within["mean"], measured_ci95=within["ci95"], measured_n_pairs=within["n_pairs"],
               measured_population=replication.WITHIN)
-    ev = {a: _events(run_dir, name, a) for a in _arms(c)}
+    arms = comparison_arms(c)
+    ev = {a: _events(run_dir, name, a) for a in arms}
     traced = {a: e for a, e in ev.items() if e is not None and (e["kind"] == "kernel").any()}
     if base in traced:
         from workbench.traces.levers import levers
@@ -325,7 +323,7 @@ def comparison_verdict(run_dir: str, c: dict, results: pd.DataFrame, meta: dict,
             comps = decompose.summary(e).to_dict("records")
             top = decompose.top_kernels(e, 8).to_dict("records")
             c["breakdown"][a] = {"components": comps, "top_kernels": top,
-                                 "levers": levers(comps, attention_flops=_arms(c).get(a, {}).get("attention_flops"),
+                                 "levers": levers(comps, attention_flops=arms.get(a, {}).get("attention_flops"),
                                                   top_kernels=top)}
     decomp = None
     if base in traced and opt_arm in traced:
@@ -351,9 +349,9 @@ def comparison_verdict(run_dir: str, c: dict, results: pd.DataFrame, meta: dict,
         sm.update(verdict="input check failed", reason=str(e))
         c["savings_model"] = sm
         return c
-    steps = {a: (traced_step(c, a), _arms(c)[a].get("step_ms_mean") or _mean_step(results, name, a))
+    steps = {a: (traced_step(c, a), arms[a].get("step_ms_mean") or _mean_step(results, name, a))
              for a in (base, opt_arm) if a in traced}
-    measured = inputs.rerun(opt, within, _arms(c)[opt_arm].get("step_ms_mean") or _mean_step(results, name, opt_arm))
+    measured = inputs.rerun(opt, within, arms[opt_arm].get("step_ms_mean") or _mean_step(results, name, opt_arm))
     theta, src = calibration.theta_for(inputs.calibration, opt, c)
     if opt in (inputs.calibration.get(None) or {}):
         sm["theta_note"] = inputs.calibration[None][opt]  # the file's entry had no usable θ: used as traced
@@ -376,7 +374,7 @@ def _untraced_verdict(c: dict, sm: dict, mod, inputs: Inputs, within: dict, meta
                       arm: str) -> dict:
     """The untraced form's verdict of one comparison (`workbench.savings.untraced`; `--dose`)."""
     model = untraced.model(mod, inputs.dose[c.get("opt")], c, meta, arm=arm)
-    arm_ms = _arms(c)[arm].get("step_ms_mean") or _mean_step(results, c["name"], arm)
+    arm_ms = comparison_arms(c)[arm].get("step_ms_mean") or _mean_step(results, c["name"], arm)
     measured = inputs.rerun(c.get("opt"), within, arm_ms)
     rev = untraced.revision()
     sm.update(model_revision=rev["revision"], model_revision_commit=rev["commit"])
