@@ -124,3 +124,56 @@ def test_compiled_layer_with_the_attention_levers_arms():
     assert comp.specialising_attention("wb_attention_flex", "cuda") is None  # on a GPU: left to the guards
     assert comp.specialising_attention("wb_packing_varlen", "cuda")
     assert comp.specialising_attention("sdpa", "cpu") is None
+
+
+def test_reapplied_arm_reuses_its_graphs():
+    """The engine applies the arm anew in every rep (and in the equivalence check): each apply compiles with the same
+    backend callable, so dynamo's cache of the layer's code object serves every later apply. A backend built per apply
+    failed its BACKEND_MATCH guard and recompiled each time, until the recompile limit (8) failed the arm in its ninth
+    apply (the H100 NeMo-shape run of 2026-11-27: 2 graphs a apply, failed in rep 3). Negative control: dynamo's
+    cache holds one entry per apply when the backend differs."""
+    from workbench import opts
+    from workbench.step import harness
+    from workbench.step.data import make_batches, to_device
+    m = _layer_model()
+    batches = make_batches("uniform:16:64", 256, 1, 256, seed=0)
+    opt = harness.make_optimizer(m, lr=0.0)
+    graphs = []
+    for _ in range(10):  # past torch._dynamo.config.recompile_limit (8)
+        h = opts.apply(m, "compile", "regional", tokens=256, backend="aot_eager")
+        data = to_device(batches, "cpu", prepare=h.prepare_batch)
+        for _step in range(3):  # compile_s needs the third step's start
+            harness.train_step(m, data[0], opt)
+        graphs.append(h.info["graphs_here"])
+        h.revert()
+    assert graphs == [1] + [0] * 9  # compiled once, then served from the cache
+    assert h.info["graphs"] == 1 and h.info["compile_s"] >= 0
+
+    from workbench.opts import compile as comp
+    assert comp.shared_backend("aot_eager") is comp.shared_backend("aot_eager")
+    assert comp.shared_backend("inductor") is not comp.shared_backend("aot_eager")
+
+
+def test_a_backend_per_apply_hits_the_recompile_limit(monkeypatch):
+    """Negative control of the test above: a new backend object per apply (the code before the fix) compiles in every
+    apply and fails, in one line, when dynamo's recompile limit is hit."""
+    from workbench import opts
+    from workbench.opts import compile as comp
+    from workbench.step import harness
+    from workbench.step.data import make_batches, to_device
+    monkeypatch.setattr(comp, "shared_backend", lambda compiler: comp._Backend(compiler))
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 3)  # the limit (8 by default) reached sooner
+    m = _layer_model()
+    batches = make_batches("uniform:16:64", 256, 1, 256, seed=0)
+    opt = harness.make_optimizer(m, lr=0.0)
+    with pytest.raises(WorkbenchError, match="recompile limit hit") as e:
+        for _ in range(5):
+            h = opts.apply(m, "compile", "regional", tokens=256, backend="aot_eager")
+            try:
+                assert h.info["graphs_here"] == 0
+                harness.train_step(m, to_device(batches, "cpu", prepare=h.prepare_batch)[0], opt)
+                assert h.info["graphs_here"] == 1  # compiled again: the cached graphs' backend differs
+            finally:
+                h.revert()
+    assert "\n" not in str(e.value)
+    torch._dynamo.reset()
