@@ -215,3 +215,19 @@ def test_winning_arms_hand_the_paths_last_point_to_apply_optimizations(tmp_path)
     (run / "summary.json").write_text(json.dumps({"comparisons": []}))
     with pytest.raises(WorkbenchError, match="not a `python -m workbench.ab --opt levers` run"):
         winning_arms(str(run))
+
+
+def test_each_point_carries_nemos_mfu_as_the_run_wrote_it():
+    """A run whose arms wrote `flops_per_batch` without NeMo's count per batch (the H100 NeMo-shape run of 2026-11-27)
+    still gives each point's NeMo-convention MFU: the run's own, from the same timed steps."""
+    import json
+    import os
+    from workbench.ab.lever_path import rows_of
+    from workbench.measure.results import comparison_arms
+    run = os.path.join(os.path.dirname(__file__), "..", "profiles", "2026-11-27_h100_kernels_path", "nemo")
+    rows = rows_of(run)
+    arms = comparison_arms(next(c for c in json.load(open(os.path.join(run, "summary.json")))["comparisons"]
+                                if c["name"] == "path"))
+    assert [r["arm"] for r in rows] == ["baseline", "+attention", "+precision", "+liger"]
+    for r in rows:
+        assert r["mfu_nemo"] == arms[r["arm"]]["mfu_nemo"] and 0 < r["mfu_nemo"] < r["mfu"]

@@ -10,7 +10,10 @@
 #     equivalence): ~5 comparisons + the path (~6 points x 5 steps) + one regional compile ~ 25 min (cap 1500 s);
 #   + the attention comparison's third arm, the varlen kernel (attention's LEVER_ANCHOR: flash-attn / torch varlen,
 #     what a user would pick instead of flex), ~1.5 min at 16k: cap 1600 s;
-#   NeMo shape (8192 tokens): the same at about half the step ~ 13 min (cap 960 s);
+#   NeMo shape (8192 tokens): the same at about half the step ~ 13 min (cap 960 s). MEASURED 2026-11-27 (machine M,
+#     profiles/2026-11-27_h100_kernels_path/nemo): 453 s, the compile arm failing in its rep 3 (dynamo's recompile
+#     limit: a backend per apply, fixed in workbench/opts/compile.py since). Traced since (--trace torch, as llama16k),
+#     so that the path's last point has a breakdown that names what holds it back (held_back_by);
 #   qwen3-30b-a3b at 40 of its 48 layers, 8192 tokens: moe arms hf_grouped_mm (the anchor) and grouped, ~ 3 min (cap 240 s).
 #     2026-11-27, machine K: at 42 layers every arm ran out of memory (profiles/2026-11-27_h100_kernels_path/qwen_moe_oom:
 #     69.06 GiB allocated + 4.64 asked = 73.7, the bound's 73.5 GiB to within 0.2, but 5.31 GiB reserved and
@@ -70,7 +73,7 @@ for part in ${KP_PARTS:-llama16k nemo qwen_moe gptoss_balance}; do
   cap_var=KP_CAP_$part
   case $part in
     llama16k) run llama16k ${!cap_var:-1600} --opt levers $DENSE $T16 $FEW $TRACE $DEV ;;
-    nemo) run nemo ${!cap_var:-960} --opt levers $DENSE $NEMO_T $FEW $DEV ;;
+    nemo) run nemo ${!cap_var:-960} --opt levers $DENSE $NEMO_T $FEW $TRACE $DEV ;;
     qwen_moe) PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True run qwen_moe ${!cap_var:-240} --opt moe --arms hf_grouped_mm,grouped$LIGER $QWEN $FEW $DEV ;;
     gptoss_balance) run gptoss_balance ${!cap_var:-180} --opt moe_balance --experts grouped_mm $GPTOSS $FEW $DEV ;;
     *) echo "kernels_path.sh: unknown part $part (llama16k nemo qwen_moe gptoss_balance)" >&2; exit 2 ;;

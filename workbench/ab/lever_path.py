@@ -231,6 +231,8 @@ def rows_of(run_dir: str) -> list[dict]:
                "status": a.get("status") or c.get("status"), "flops_note": flops_note}
         if per_point is not None:
             row.update(_throughput(per_point[arm], [s for s in samples if s["arm"] == arm], peak))
+        if row["mfu_nemo"] is None and a.get("mfu_nemo") is not None:  # the run's own, from the same timed steps
+            row["mfu_nemo"] = a["mfu_nemo"]
         if i > 0:
             for key, ref in (("speedup_vs_prev", order[i - 1]), ("speedup_vs_baseline", base)):
                 if any(s["arm"] == arm for s in samples) and any(s["arm"] == ref for s in samples):
