@@ -446,9 +446,9 @@ def row_of(sm: dict) -> dict:
     """The verdict columns of one savings_model dict (`rows`)."""
     corr, miss, pub = sm.get("corrected") or {}, sm.get("largest_missing") or {}, sm.get("published") or {}
     keys = ("formula", "model_revision", "model_revision_commit", "input_source", "theta", "theta_ci95",
-            "theta_source", "theta_decision", "theta_note", "predicted_ms", "predicted_ci95",
+            "theta_source", "theta_decision", "theta_note", "predicted_ms", "predicted_ci95", "predicted_se_ms", "predicted_df",
             "predicted_calibrated_ms", "predicted_calibrated_ci95",
-            "measured_ms", "measured_ci95", "measured_population", "measured_n_units", "tau_ms", "ratio",
+            "measured_ms", "measured_ci95", "measured_se_ms", "measured_df", "measured_population", "measured_n_units", "tau_ms", "ratio",
             "ratio_ci90", "p_confirm", "p_confirm_holm", "p_refute", "p_refute_holm", "family_size", "verdict",
             "holm_note", "reason", "traced_step_ms", "timed_step_ms", "mixed_environment", "dose_dir")
     return {**{k: sm.get(k) for k in keys}, "largest_missing": miss.get("component"),

@@ -5,6 +5,7 @@ run, `workbench.savings.process_verdicts` for a `--processes K` folder) and prin
     python -m workbench.verdicts RUN_DIR --calibration CAL.json --tau-from none
     python -m workbench.verdicts PROCESSES_DIR               # a --processes K run: DIR/verdicts.json, the process as unit
     python -m workbench.verdicts RUN_DIR --dose DOSE_DIR     # that model untraced (workbench.savings.untraced)
+    python -m workbench.verdicts RUN_DIR ... --plan          # + the processes a new run needs (workbench.savings.plan)
 """
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ def main(argv=None) -> int:
                    "workbench.ab.dose, analysed by python -m workbench.savings.dose): their optimization's model is "
                    "judged untraced, its untimed slope per unit times the judged shape's exact count "
                    "(workbench.savings.untraced); no trace read, so no instrument precondition and no θ")
+    p.add_argument("--plan", action="store_true", help="after the table, for each inconclusive row: the processes "
+                   "a NEW run of that shape would need to decide, planned from this one as a pilot "
+                   "(workbench.savings.plan; a planning figure, never added to this verdict)")
     a = p.parse_args(argv)
     try:
         inputs = verdicts.Inputs(a.calibration, a.tau_from, a.dose)
@@ -58,6 +62,9 @@ def main(argv=None) -> int:
     for line in dict.fromkeys(f"{r['folder']}: {r['mixed_environment']}" for r in all_rows
                               if r.get("mixed_environment")):  # once per folder: the verdicts stand, flagged
         print(line)
+    if a.plan and all_rows:
+        from workbench.savings import plan
+        print(plan.table(all_rows))
     for f in failed:
         print(f"INPUT CHECK FAILED: {f}", file=sys.stderr)
     return 1 if failed else 0

@@ -1,0 +1,68 @@
+"""The plan for a new run of an inconclusive verdict (workbench/savings/plan.py, issue 39): the processes a fresh run
+needs, from the inconclusive one as a pilot, under the verdict test as committed."""
+import math
+
+from workbench.savings import plan, verdicts
+
+
+def _row(ratio=1.0, proc_sd_pct=10.0, k=3, pred_se_pct=1.0, source="untraced", predicted_df=9, family=1):
+    p = 100.0
+    m = ratio * p
+    return {"comparison": "moe", "model": "m", "layers": 4, "tokens": 8192, "verdict": "inconclusive",
+            "input_source": source, "measured_ms": m, "measured_se_ms": m * proc_sd_pct / 100 / math.sqrt(k),
+            "measured_n_units": k, "predicted_ms": p, "predicted_se_ms": p * pred_se_pct / 100,
+            "predicted_df": predicted_df, "family_size": family}
+
+
+def _judge_at(row, kk):
+    """verdicts.judge at K' processes with the plan's scaling (the prediction fixed: untraced)."""
+    sd = row["measured_se_ms"] * math.sqrt(row["measured_n_units"])
+    return verdicts.judge(row["predicted_ms"], row["predicted_se_ms"], row["measured_ms"], sd / math.sqrt(kk), kk - 1,
+                          predicted_df=row["predicted_df"])["verdict"]
+
+
+def test_the_planned_size_is_where_the_committed_test_first_decides():
+    row = _row(ratio=1.0, proc_sd_pct=20.0)
+    got = plan.processes_to_decide(row)
+    assert got["reads"] == "confirmed" and got["k"] > 3
+    assert _judge_at(row, got["k"]) == "confirmed" and _judge_at(row, got["k"] - 1) == "inconclusive"
+    noisier = plan.processes_to_decide(_row(ratio=1.0, proc_sd_pct=30.0))
+    assert noisier["k"] > got["k"]  # a noisier pilot plans a larger run
+
+
+def test_a_ratio_far_outside_the_band_plans_a_refutation():
+    got = plan.processes_to_decide(_row(ratio=2.0, proc_sd_pct=40.0))
+    assert got["reads"] == "refuted" and got["k"] >= 2
+
+
+def test_a_prediction_too_wide_for_the_band_is_not_fixed_by_processes():
+    """Negative control of the planner: the untraced prediction's se (the dose slope's) does not shrink with the
+    verdict run's processes; near a band edge no K' decides, and the plan says the input needs precision."""
+    got = plan.processes_to_decide(_row(ratio=1.15, proc_sd_pct=5.0, pred_se_pct=9.0))
+    assert got["k"] is None and "not by processes" in got["why"]
+    # the same row, its prediction the judged processes' own mean (traced, K - 1 df): processes do shrink it
+    traced = plan.processes_to_decide(_row(ratio=1.15, proc_sd_pct=5.0, pred_se_pct=9.0, source="traced",
+                                           predicted_df=2))
+    assert traced["reads"] == "confirmed"
+
+
+def test_the_family_size_makes_the_plan_larger_and_bad_rows_say_why():
+    one = plan.processes_to_decide(_row(ratio=1.0, proc_sd_pct=20.0))
+    two = plan.processes_to_decide(_row(ratio=1.0, proc_sd_pct=20.0, family=2))
+    assert two["k"] >= one["k"]
+    assert plan.processes_to_decide({**_row(), "measured_n_units": None})["k"] is None
+    assert "at or below 0" in plan.processes_to_decide(_row(ratio=-0.5))["why"]
+    text = plan.table([_row(ratio=1.0, proc_sd_pct=20.0), {**_row(), "verdict": "confirmed"}])
+    assert text.count("\n") == 1 and "would read confirmed" in text
+
+
+def test_the_cli_prints_the_plan_of_the_committed_untraced_run(tmp_path, capsys):
+    import os
+    import shutil
+    from workbench.savings import verdicts_cli
+    root = os.path.join(os.path.dirname(__file__), "..", "profiles")
+    run = shutil.copytree(os.path.join(root, "2026-11-27_h100_verdicts_untraced", "moe_q30_l4"), tmp_path / "moe")
+    rc = verdicts_cli.main([str(run), "--dose", os.path.join(root, "2026-11-27_h100_dose_moe_rule"), "--plan"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "inconclusive" in out
+    assert "moe qwen3-30b-a3b 4 L 8192 [untraced], pilot 3 processes, inconclusive: not by processes" in out

@@ -1,0 +1,86 @@
+"""Planning the next run of a verdict that came out inconclusive: how many processes per shape a NEW run needs
+(issue 39).
+
+A verdict is judged once, on the processes its run had; more processes are never added to it (that would be a
+sequential design, and none is fixed). What this module gives is the size of a fresh, independent run of the same
+shape, planned from the inconclusive one as a pilot:
+
+- the per-process SD of the measured saving is the pilot's (se x sqrt(K));
+- the prediction's se stays as it is where it does not come from the judged processes (the untraced form: the dose
+  slope's; a calibrated theta's interval), and shrinks as 1 / sqrt(K') where it is the judged processes' own mean
+  (the traced process-level prediction, `predicted_df` = K - 1);
+- the ratio is assumed to stay at the pilot's point estimate.
+
+Per row: the smallest K' (2..K_MAX) at which the verdict test (`verdicts.judge`'s `band_ratio_test`, the band and
+alpha as committed, alpha divided by the family's size: Bonferroni, no weaker than Holm) would decide at that point,
+and what it would read; or why no K' can (the prediction's own interval is too wide for the band at that point: then
+the dose, not the verdict run, needs more processes). A planning figure under stated assumptions, not a prediction of
+the verdict: the next run is judged on its own data.
+
+    python -m workbench.verdicts RUN_DIR [...] --dose DOSE_DIR [...] --plan
+"""
+from __future__ import annotations
+
+import math
+
+K_MAX = 30
+"""The largest run planned: 30 processes of one shape (about 5 H100 hours for an MoE shape)."""
+
+
+def _scales(row: dict, k: int) -> bool:
+    """Whether the prediction is the judged processes' own mean (its df K - 1: the traced process-level form)."""
+    return row.get("input_source") in ("traced", "calibrated") and row.get("predicted_df") == k - 1
+
+
+def processes_to_decide(row: dict, k_max: int = K_MAX) -> dict:
+    """{"k": K' or None, "reads": "confirmed" / "refuted" / None, "why": text} for one verdict row (`verdicts.rows`)."""
+    from workbench.measure import stats
+    from workbench.savings import verdicts
+
+    m, p = row.get("measured_ms"), row.get("predicted_ms")
+    se_m, se_p = row.get("measured_se_ms"), row.get("predicted_se_ms")
+    k = row.get("measured_n_units")
+    if None in (m, p, se_m, k) or k < 2:
+        return {"k": None, "reads": None, "why": "no process-level measured saving to plan from"}
+    if m <= 0 or p <= 0:
+        return {"k": None, "reads": None, "why": "a saving at or below 0: the ratio's log form does not apply"}
+    sd_proc, scales = se_m * math.sqrt(k), _scales(row, k)
+    se_p, df_p = float(se_p or 0.0), row.get("predicted_df")
+    theta = row.get("theta_ci95") if row.get("input_source") == "calibrated" else None
+    alpha = verdicts.ALPHA / max(1, int(row.get("family_size") or 1))
+
+    def test(kk):
+        sp = se_p * math.sqrt(k / kk) if scales else se_p
+        out = stats.band_ratio_test(m, sd_proc / math.sqrt(kk), kk - 1, p, sp, (kk - 1) if scales else df_p,
+                                    theta_ci=theta, band=verdicts.BAND, alpha=alpha)
+        return out[5], out[6]
+
+    for kk in range(2, k_max + 1):
+        pc, pr = test(kk)
+        if pc <= alpha:
+            return {"k": kk, "reads": "confirmed", "why": f"at the pilot's ratio {m / p:.2f}"}
+        if pr <= alpha:
+            return {"k": kk, "reads": "refuted", "why": f"at the pilot's ratio {m / p:.2f}"}
+    if not scales:  # the floor: a measured saving known exactly
+        pc, pr = (stats.band_ratio_test(m, 0.0, 1e9, p, se_p, df_p, theta_ci=theta, band=verdicts.BAND,
+                                        alpha=alpha)[5:7])
+        if pc > alpha and pr > alpha:
+            return {"k": None, "reads": None,
+                    "why": (f"not by processes: at the pilot's ratio {m / p:.2f} the prediction's own interval "
+                            f"(se {100 * se_p / p:.1f}%, from its {row.get('input_source')} input) already spans a "
+                            "band edge; its input needs more precision (e.g. more dose processes)")}
+    return {"k": None, "reads": None, "why": f"more than {k_max} processes at the pilot's ratio {m / p:.2f}"}
+
+
+def table(rows: list[dict]) -> str:
+    """One line per row: shape, the pilot's verdict and ratio, the processes a new run needs and what it would read."""
+    lines = ["plan for a new run of each shape (the pilot's ratio and SDs assumed; a planning figure, not a verdict):"]
+    for r in rows:
+        if r.get("verdict") in (None, "confirmed", "refuted"):
+            continue
+        got = processes_to_decide(r)
+        what = f"{got['k']} processes would read {got['reads']} ({got['why']})" if got["k"] else got["why"]
+        lines.append(f"  {r.get('comparison')} {r.get('model')} {r.get('layers')} L {r.get('tokens')} "
+                     f"[{r.get('input_source')}], pilot {r.get('measured_n_units')} processes, "
+                     f"{r.get('verdict')}: {what}")
+    return "\n".join(lines)
