@@ -23,10 +23,7 @@ only process's own verdicts are returned (a single run: "single run + tau").
 """
 from __future__ import annotations
 
-import math
 import os
-
-import numpy as np
 
 from workbench.measure import replication, stats
 from workbench.savings import calibration, common as savings, untraced, verdicts
@@ -36,15 +33,9 @@ DECIDED = ("confirmed", "refuted", "inconclusive")
 
 
 def _mean_over(values: list[float]) -> dict:
-    """mean, se (sd / sqrt K), df K-1 and 95% t-interval of per-process values."""
-    v = np.asarray(values, dtype=float)
-    m = float(v.mean())
-    if v.size < 2:
-        return {"predicted_ms": m, "predicted_se_ms": None, "predicted_df": None, "predicted_ci95": None}
-    se = float(v.std(ddof=1) / math.sqrt(v.size))
-    t = stats.t_quantile((1 + stats.CONFIDENCE) / 2, v.size - 1)
-    return {"predicted_ms": m, "predicted_se_ms": se, "predicted_df": int(v.size - 1),
-            "predicted_ci95": [m - t * se, m + t * se]}
+    """mean, se (sd / sqrt K), df K-1 and 95% t-interval of per-process values (`stats.t_interval`)."""
+    t = stats.t_interval(values)
+    return {"predicted_ms": t["mean"], "predicted_se_ms": t["se"], "predicted_df": t["df"], "predicted_ci95": t["ci"]}
 
 
 def comparison(name: str, per: list[tuple[str, dict, dict]], inputs: verdicts.Inputs) -> dict | None:
