@@ -32,6 +32,17 @@ COMMON="--headline --batches 1 --trace ${TRACE:-torch} --seed ${SEED:-300}"
 #   python -m workbench.verdicts $CAMP/verdicts/*/ --dose profiles/2026-11-26_h100_dose/packing profiles/2026-11-27_h100_dose_moe_rule
 # under the verdict rules as committed (band [0.8, 1.25] at 90%, one Holm family per run folder). No trace: about
 # 2/3 of the traced minutes (~15 on one H100 for packing and MoE at K = 3).
+# The planned runs (2026-11-27 (2), written before their run, from `python -m workbench.verdicts ... --plan` over the
+# K = 3 pilots in profiles/2026-11-27_h100_verdicts_untraced/ and _verdicts_offload/; fresh seeds 500+, each judged on
+# its own processes, never pooled with the pilot's):
+#   packing qwen3-14b 4 L, untraced, 8 processes (~7 min):
+#     ONLY=packing_q14l4 VERDICT_K=8 TRACE=none SEED=500 bash gpu/jobs/verdicts.sh
+#     python -m workbench.verdicts $CAMP/verdicts/packing_q14l4 --dose profiles/2026-11-26_h100_dose/packing
+#   offload qwen3-14b and qwen3-8b 8 L, traced, 6 processes each (the plan: 6 and 4; ~16 min):
+#     ONLY="offload_q14 offload_q8" VERDICT_K=6 SEED=500 PACKING=0 MOE=0 bash gpu/jobs/verdicts.sh
+#     python -m workbench.verdicts $CAMP/verdicts/offload_q14 $CAMP/verdicts/offload_q8
+#   The other untraced shapes (packing qwen3-8b, both MoE) cannot be decided by more verdict processes at their pilot
+#   ratios: the dose slope's own interval spans a band edge (plan.py says so), so no run is planned for them here.
 # VERDICT_K=3: each shape as 3 processes (`--processes 3`, each traced), so the measured saving is over processes
 # (issue 39: one process per shape left the calibrated packing verdicts inconclusive); about 3x the minutes above
 # (~33 on one H100: packing ~8, MoE ~15, offload 2 shapes ~9; the shapes below change with it).
@@ -61,6 +72,7 @@ if [ "${VERDICT_K:-1}" -gt 1 ]; then
 fi
 run() {  # name, then the python -m workbench.ab arguments
   local name=$1; shift
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi  # ONLY="name ...": just those shapes
   echo "$(date +%s) start $name: $*" >> $OUT/jobs.txt
   $PY -m workbench.ab "$@" $COMMON --out $OUT/$name > $OUT/$name.out 2> $OUT/$name.err
   echo "$(date +%s) end $name rc=$?" >> $OUT/jobs.txt
