@@ -162,11 +162,13 @@ def test_a_backend_per_apply_hits_the_recompile_limit(monkeypatch):
     from workbench.step import harness
     from workbench.step.data import make_batches, to_device
     monkeypatch.setattr(comp, "shared_backend", lambda compiler: comp._Backend(compiler))
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 3)  # the limit (8 by default) reached sooner
     m = _layer_model()
     batches = make_batches("uniform:16:64", 256, 1, 256, seed=0)
     opt = harness.make_optimizer(m, lr=0.0)
-    with pytest.raises(WorkbenchError, match="recompile limit hit") as e:
+    # the limit (8 by default) reached sooner; dynamo's own patch (a monkeypatch of its config module broke it for
+    # the tests after this one)
+    with torch._dynamo.config.patch(recompile_limit=3), \
+            pytest.raises(WorkbenchError, match="recompile limit hit") as e:
         for _ in range(5):
             h = opts.apply(m, "compile", "regional", tokens=256, backend="aot_eager")
             try:

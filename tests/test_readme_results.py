@@ -170,10 +170,10 @@ def test_prose_check_catches_a_figure_that_matches_no_comparison(tmp_path):
     assert len(prose_check.prose_problems("- cached is 1.080x\n  [1.045, 1.116], n=12", comps)) == 1  # wrapped: still read
     # the old figures (pair bootstrap, outliers dropped) that summary.json still holds are not accepted
     assert len(prose_check.prose_problems("cached is 1.076x [1.059, 1.104], n=9", comps)) == 1
-    bad = "moe 1.086x [1.071, 1.116]\nand 1.50x\n<!-- results -->\n7.777x\n<!-- /results -->\n"
+    bad = "moe 1.086x [1.071, 1.116]\nand 3.47x\n<!-- results -->\n7.777x\n<!-- /results -->\n"
     problems = prose_check.prose_problems(bad, comps)
     assert len(problems) == 2 and problems[0].startswith("README.md:1: '1.086x [1.071, 1.116]'")
-    assert problems[1].startswith("README.md:2: '1.50x'")  # the generated block is not prose
+    assert problems[1].startswith("README.md:2: '3.47x'")  # (1.50x: a committed comparison since)  # the generated block is not prose
 
 
 def test_render_check_and_write(tmp_path):
