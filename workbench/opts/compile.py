@@ -291,7 +291,7 @@ def apply(model, arm: str, tokens: int | None = None, backend: str = "inductor",
     if arm == "eager":
         return h
     layers = list(_layers(model))
-    h.info.update(layers=len(layers), graphs=0, fullgraph=True, dynamic=False, padded_to=tokens, backend=backend)
+    h.info.update(layers=len(layers), fullgraph=True, dynamic=False, padded_to=tokens, backend=backend)
     shared = shared_backend(backend)
     guard = _Guard(h.info, shared)
     shared.guard = guard  # the handle being run decides whether a compile is allowed
