@@ -193,6 +193,50 @@ def test_the_path_takes_a_lever_at_its_anchor_only_when_the_anchor_clearly_wins(
     assert levers.prune_path(sel2, [lose, prec], path) is path and sel2.path_arms == {}
 
 
+def test_the_path_declines_an_anchor_another_lever_cannot_run_beside():
+    """The H100 run of 2026-11-27 (profiles/2026-11-27_h100_llama16k): varlen beat flex clearly (2.218x [2.209, 2.227]
+    against 2.178x [2.162, 2.194]), the path took it, and regional compile refused varlen at its first step: the
+    +compile point failed and took +liger down with it. Now the conflict is known before the path runs: the anchor is
+    declined (attention stays at flex, compile stays on), and a lever that conflicts even at the other's OPTIMIZED arm
+    (on a CPU flex has no backward that compiles) is left out with the reason, never a failed point. Negative control:
+    without compile on the path the anchor is taken."""
+    from workbench.ab import levers
+    from workbench.ab.cli import CPU_DEFAULTS, parse_args
+    from workbench.ab.planner import plan
+    from workbench.opts import compile as comp
+
+    assert comp.path_conflict({"attention": "varlen", "compile": "regional"}, "cuda")
+    assert comp.path_conflict({"attention": "flex", "compile": "regional"}, "cuda") is None
+    assert comp.path_conflict({"attention": "varlen", "compile": "eager"}, "cuda") is None
+    assert comp.path_conflict({"attention": "flex", "compile": "regional"}, "cpu")
+
+    cpu = torch.device("cpu")
+    a = parse_args(["--opt", "levers", "--model", "tiny-llama", "--layers", "2", "--tokens", "256"]).resolved(
+        cpu, CPU_DEFAULTS["_run"])
+    comps = [c for c in plan(a, cpu) if c.opt in ("attention", "compile", "liger")]
+    assert {c.opt for c in comps} == {"attention", "compile", "liger"}
+    win = _lever_result("attention", "flex", [2.162, 2.194], "varlen", [2.209, 2.227])
+    ok = [{"name": o, "opt": o, "status": "ok",
+           "optimized": {"arm": arm, "status": "ok", "vs_baseline": {"speedup": s, "ci95": [s - 0.01, s + 0.01]}}}
+          for o, arm, s in (("compile", "regional", 1.444), ("liger", "liger", 1.078))]
+    sel = levers.Selection(comparisons=comps, predictions={}, skipped={})
+    path = levers.prune_path(sel, [win, *ok], levers.path_comparison(comps), "cuda")
+    last = path.arms[-1].arms
+    assert last["attention"] == "flex" and last["compile"] == "regional" and last["liger"] == "liger"
+    assert sel.path_arms == {} and "varlen" in sel.anchors_declined["attention"]
+    assert sel.describe()["anchors_declined"] == sel.anchors_declined and "compile" not in sel.left_out
+
+    sel_cpu = levers.Selection(comparisons=comps, predictions={}, skipped={})
+    path_cpu = levers.prune_path(sel_cpu, [win, *ok], levers.path_comparison(comps), "cpu")
+    assert sel_cpu.left_out["compile"].startswith("conflicts: ")
+    assert all("compile" not in s.label for s in path_cpu.arms) and path_cpu.arms[-1].arms["attention"] == "varlen"
+
+    no_compile = [c for c in comps if c.opt != "compile"]
+    sel3 = levers.Selection(comparisons=no_compile, predictions={}, skipped={})
+    path3 = levers.prune_path(sel3, [win, ok[1]], levers.path_comparison(no_compile), "cuda")
+    assert path3.arms[-1].arms["attention"] == "varlen" and sel3.anchors_declined == {}
+
+
 def test_winning_arms_hand_the_paths_last_point_to_apply_optimizations(tmp_path):
     """A levers run's path, as a user's keywords: the levers kept, each at the arm the path ran (the anchor it took:
     varlen), the slower one left out; applied to a model and reverted. A folder that is no levers run: one line."""

@@ -64,11 +64,15 @@ class Selection:
 
     path_arms: dict = dataclasses.field(default_factory=dict)
     """{opt: {"arm", "why"}}: a lever the path takes at its anchor arm instead of its OPTIMIZED one (`faster_anchor`)."""
+    anchors_declined: dict = dataclasses.field(default_factory=dict)
+    """{opt: why}: a faster anchor the path does not take, because another lever of the path cannot run beside it
+    (`path_conflict`); the lever stays at its OPTIMIZED arm."""
 
     def describe(self) -> dict:
         return {"predictions": self.predictions, "skipped": self.skipped, "breakdown": self.breakdown,
                 "trace_note": self.trace_note, "run": [c.name for c in self.comparisons],
-                "left_out_of_path": self.left_out, "path_arms": self.path_arms}
+                "left_out_of_path": self.left_out, "path_arms": self.path_arms,
+                "anchors_declined": self.anchors_declined}
 
 
 def saved_fraction(opt: str) -> float:
@@ -313,10 +317,32 @@ def faster_anchor(result: dict) -> tuple[str, str] | None:
     return None
 
 
-def prune_path(sel: Selection, results: list[dict], path_cmp):
+def path_conflict(arms: dict, device_type: str) -> tuple[str, str] | None:
+    """(opt, why) for the first lever of path point `arms` ({opt: arm}) whose module's `path_conflict` hook says its
+    arm cannot run beside the others there; None when every lever can."""
+    from workbench import opts
+    from workbench.opts.protocol import hook
+
+    for o in arms:
+        fn = hook(opts.module(o), "path_conflict")
+        why = fn(arms, device_type) if fn is not None else None
+        if why:
+            return o, why
+    return None
+
+
+def prune_path(sel: Selection, results: list[dict], path_cmp, device_type: str = "cuda"):
     """The path comparison without the levers whose own comparison (already run: `results`) says `left_out_reason`,
     each kept lever at its anchor arm where `faster_anchor` says so; None when no lever is left. Records each one left
-    out in `sel.left_out`, each anchor taken in `sel.path_arms`."""
+    out in `sel.left_out`, each anchor taken in `sel.path_arms`.
+
+    Then the path's last point (every kept lever on) must be one the levers can run together (`path_conflict`), by a
+    rule fixed before the runs it judges: an anchor that another lever cannot run beside is declined (the lever stays
+    at its OPTIMIZED arm: `sel.anchors_declined`; the anchor's edge over that arm is its own comparison's, the other
+    lever's is not measurable beside it), and a lever that conflicts even so is left out ("conflicts: ..."). A refusal
+    known before the run is never a failed path point that takes every later point down with it."""
+    from workbench import opts
+
     by_opt = {r.get("opt"): r for r in results if r.get("name") != PATH}
     chosen = [c for c in sel.comparisons if c.name != PATH and c.opt not in sel.left_out]  # left out when planned
     kept = []
@@ -332,8 +358,24 @@ def prune_path(sel: Selection, results: list[dict], path_cmp):
         fa = faster_anchor(by_opt[c.opt]) if c.opt in by_opt else None
         if fa is not None:
             arms_for[c.opt] = fa[0]
-            sel.path_arms[c.opt] = {"arm": fa[0], "why": fa[1]}
-            progress(f"[levers] the path takes {c.opt} at {fa[1]}")
+    final = {c.opt: arms_for.get(c.opt, opts.module(c.opt).OPTIMIZED) for c in kept}
+    for o in list(arms_for):
+        clash = path_conflict(final, device_type)
+        if clash is not None and path_conflict({**final, o: opts.module(o).OPTIMIZED}, device_type) is None:
+            sel.anchors_declined[o] = f"{o} stays at {opts.module(o).OPTIMIZED}, not its faster anchor {arms_for[o]}: {clash[1]}"
+            progress(f"[levers] the path declines {o}'s anchor: {sel.anchors_declined[o]}")
+            final[o] = opts.module(o).OPTIMIZED
+            del arms_for[o]
+    while (clash := path_conflict(final, device_type)) is not None:
+        o, why = clash
+        sel.left_out[o] = f"conflicts: {why}"
+        progress(f"[levers] the path leaves {o} out: {sel.left_out[o]}")
+        kept = [c for c in kept if c.opt != o]
+        del final[o]
+        arms_for.pop(o, None)
+    for o, arm in arms_for.items():
+        sel.path_arms[o] = {"arm": arm, "why": faster_anchor(by_opt[o])[1]}
+        progress(f"[levers] the path takes {o} at {sel.path_arms[o]['why']}")
     if len(kept) == len(chosen) and not arms_for:
         return path_cmp
     return path_comparison(kept, arms_for) if kept else None

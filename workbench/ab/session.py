@@ -321,7 +321,7 @@ def _comparisons(r: _Run) -> None:
         writer.write_meta()
     for i, cmp in enumerate(comps, 1):
         if r.levers is not None and cmp.name == lever_run.PATH:  # without the levers that made the step slower
-            cmp = lever_run.prune_path(r.levers, summary["comparisons"], cmp)
+            cmp = lever_run.prune_path(r.levers, summary["comparisons"], cmp, r.device.type)
             summary["levers"] = writer.meta["levers"] = r.levers.describe()
             writer.write_meta()
             if cmp is None:

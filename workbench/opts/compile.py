@@ -215,6 +215,18 @@ def specialising_attention(impl: str | None, device_type: str) -> str | None:
     return None
 
 
+def path_conflict(arms: dict, device_type: str) -> str | None:
+    """Why `regional` cannot run at a levers' path point `arms` ({opt: arm}): the attention lever's arm there installs
+    an implementation `specialising_attention` refuses (the rule the arm applies at the layer's first call, said
+    before the path runs). None for the baseline arm, or where nothing is known against it."""
+    from workbench.opts import attention
+
+    if arms.get("compile", BASELINE) == BASELINE or "attention" not in arms:
+        return None
+    why = specialising_attention(attention.impl_name(arms["attention"]), device_type)
+    return f"regional compile cannot run beside attention={arms['attention']}: {why}" if why else None
+
+
 def _attention_impl(layer) -> str | None:
     cfg = getattr(getattr(layer, "self_attn", None), "config", None)
     return getattr(cfg, "_attn_implementation", None)

@@ -91,6 +91,11 @@ HOOKS = {h.name: h for h in (
          "criterion; the arm's loss and LoRA gradients finite and non-zero), never by equivalence. Read by "
          "`workbench.ab.runner`, `workbench.ab.levers` (the path leaves such a lever out) and `workbench.api` "
          "(refused unless allow_different_function=True)."),
+    Hook("path_conflict", None, "(arms: dict[str, str], device_type: str) -> str | None",
+         "why this lever's arm in `arms` ({opt: arm}, one point of the levers' path) cannot run beside the other "
+         "levers' arms there (compile: regional compile refuses the varlen attention arm); None where it can. Read by "
+         "`workbench.ab.levers` before the path runs: the path declines an anchor that conflicts, and leaves out a "
+         "lever that conflicts at its own arm."),
     Hook("DOSE", None, "dict | None",
          "{'arm': an arm of ARMS whose apply takes `dose=u` (u units of the fix, 0 = BASELINE's function and syncs, "
          "dose_units = the arm's), 'unit': what one unit is}: a dose-response. Read by `workbench.ab.dose`."),
