@@ -10,6 +10,14 @@
 #     equivalence): ~5 comparisons + the path (~6 points x 5 steps) + one regional compile ~ 25 min (cap 1500 s);
 #   + the attention comparison's third arm, the varlen kernel (attention's LEVER_ANCHOR: flash-attn / torch varlen,
 #     what a user would pick instead of flex), ~1.5 min at 16k: cap 1600 s;
+#   llama16k_path: the path alone (--only path; cap 900 s). MEASURED 2026-11-27 (machine N,
+#     profiles/2026-11-27_h100_llama16k): the full part's build, traced baseline and its four lever comparisons took
+#     ~17 min (attention 3 arms, precision, compile, liger; every one faster, none left out), then its path failed at
+#     +compile (varlen, the anchor it took, is refused by regional compile) and the machine was lost. The path now
+#     declines an anchor another lever cannot run beside (workbench.ab.levers.prune_path), and with no lever
+#     comparison run (--only path) it takes every chosen lever at its OPTIMIZED arm: the same path. Estimate: the
+#     traced baseline (~1 min), 5 points x 5 passes x (<= 4 warm-up + 1 step) at 1.5-5 s a step (~6 min), compile
+#     ~1-2 min, equivalence and one traced pass per point (~2 min): ~10-12 min;
 #   NeMo shape (8192 tokens): the same at about half the step ~ 13 min (cap 960 s). MEASURED 2026-11-27 (machine M,
 #     profiles/2026-11-27_h100_kernels_path/nemo): 453 s, the compile arm failing in its rep 3 (dynamo's recompile
 #     limit: a backend per apply, fixed in workbench/opts/compile.py since). Traced since (--trace torch, as llama16k),
@@ -73,9 +81,10 @@ for part in ${KP_PARTS:-llama16k nemo qwen_moe gptoss_balance}; do
   cap_var=KP_CAP_$part
   case $part in
     llama16k) run llama16k ${!cap_var:-1600} --opt levers $DENSE $T16 $FEW $TRACE $DEV ;;
+    llama16k_path) run llama16k_path ${!cap_var:-900} --opt levers $DENSE $T16 $FEW $TRACE $DEV --only path ;;
     nemo) run nemo ${!cap_var:-960} --opt levers $DENSE $NEMO_T $FEW $TRACE $DEV ;;
     qwen_moe) PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True run qwen_moe ${!cap_var:-240} --opt moe --arms hf_grouped_mm,grouped$LIGER $QWEN $FEW $DEV ;;
     gptoss_balance) run gptoss_balance ${!cap_var:-180} --opt moe_balance --experts grouped_mm $GPTOSS $FEW $DEV ;;
-    *) echo "kernels_path.sh: unknown part $part (llama16k nemo qwen_moe gptoss_balance)" >&2; exit 2 ;;
+    *) echo "kernels_path.sh: unknown part $part (llama16k llama16k_path nemo qwen_moe gptoss_balance)" >&2; exit 2 ;;
   esac
 done
