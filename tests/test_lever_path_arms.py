@@ -231,6 +231,13 @@ def test_the_path_declines_an_anchor_another_lever_cannot_run_beside():
     assert sel_cpu.left_out["compile"].startswith("conflicts: ")
     assert all("compile" not in s.label for s in path_cpu.arms) and path_cpu.arms[-1].arms["attention"] == "varlen"
 
+    full = levers.path_comparison(comps)  # --only path: no lever comparison ran, the path alone is planned
+    sel_only = levers.Selection(comparisons=[full], predictions={}, skipped={}, on_path=comps)
+    only = levers.prune_path(sel_only, [], full, "cpu")
+    assert "compile" in sel_only.left_out and all("compile" not in s.label for s in only.arms)
+    assert levers.prune_path(levers.Selection(comparisons=[full], predictions={}, skipped={}, on_path=comps), [], full,
+                             "cuda") is full  # on a GPU flex and compile can run together: the path as planned
+
     no_compile = [c for c in comps if c.opt != "compile"]
     sel3 = levers.Selection(comparisons=no_compile, predictions={}, skipped={})
     path3 = levers.prune_path(sel3, [win, ok[1]], levers.path_comparison(no_compile), "cuda")

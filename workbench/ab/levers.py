@@ -64,6 +64,8 @@ class Selection:
 
     path_arms: dict = dataclasses.field(default_factory=dict)
     """{opt: {"arm", "why"}}: a lever the path takes at its anchor arm instead of its OPTIMIZED one (`faster_anchor`)."""
+    on_path: list = dataclasses.field(default_factory=list)
+    """The lever comparisons the path was built from (`path_levers`), whether or not they run here (`--only path`)."""
     anchors_declined: dict = dataclasses.field(default_factory=dict)
     """{opt: why}: a faster anchor the path does not take, because another lever of the path cannot run beside it
     (`path_conflict`); the lever stays at its OPTIMIZED arm."""
@@ -211,7 +213,7 @@ def select(runner, comps: list) -> Selection:
             raise WorkbenchError(f"--only {bad[0]!r} names no comparison of this levers run; its comparisons: "
                                  f"{', '.join(c.name for c in out)}")
         out = [c for c in out if c.name in names]
-    return Selection(out, preds, skipped, bd, note, left_out=stated)
+    return Selection(out, preds, skipped, bd, note, left_out=stated, on_path=on_path)
 
 
 def path_levers(chosen: list) -> tuple[list, dict]:
@@ -344,7 +346,7 @@ def prune_path(sel: Selection, results: list[dict], path_cmp, device_type: str =
     from workbench import opts
 
     by_opt = {r.get("opt"): r for r in results if r.get("name") != PATH}
-    chosen = [c for c in sel.comparisons if c.name != PATH and c.opt not in sel.left_out]  # left out when planned
+    chosen = [c for c in (sel.on_path or sel.comparisons) if c.name != PATH and c.opt not in sel.left_out]
     kept = []
     for c in chosen:
         why = left_out_reason(by_opt[c.opt]) if c.opt in by_opt else None
