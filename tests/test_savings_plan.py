@@ -66,3 +66,30 @@ def test_the_cli_prints_the_plan_of_the_committed_untraced_run(tmp_path, capsys)
     out = capsys.readouterr().out
     assert rc == 0 and "inconclusive" in out
     assert "moe qwen3-30b-a3b 4 L 8192 [untraced], pilot 3 processes, inconclusive: not by processes" in out
+
+
+def _judge_both(row, kk, d):
+    """verdicts.judge with a new dose run of d processes (the prediction's se as 1 / sqrt(d) from the pilot dose's) and
+    a new verdict run of kk processes."""
+    sd = row["measured_se_ms"] * math.sqrt(row["measured_n_units"])
+    se_p = row["predicted_se_ms"] * math.sqrt((row["predicted_df"] + 1) / d)
+    return verdicts.judge(row["predicted_ms"], se_p, row["measured_ms"], sd / math.sqrt(kk), kk - 1,
+                          predicted_df=d - 1)["verdict"]
+
+
+def test_with_a_new_dose_run_the_plan_is_the_smallest_pair_that_decides():
+    """Where no verdict run alone decides (the dose's interval spans a band edge), `with_dose` plans a new dose run
+    and a new verdict run together: the pair it gives decides under verdicts.judge, and no pair of fewer processes in
+    all does. Negative controls: a traced row is not planned with a dose, and a ratio on the band edge is not
+    decidable at any size."""
+    row = _row(ratio=1.15, proc_sd_pct=5.0, pred_se_pct=9.0)
+    assert plan.processes_to_decide(row)["k"] is None
+    got = plan.with_dose(row)
+    assert got["reads"] == "confirmed" and got["dose"] > 10
+    assert _judge_both(row, got["k"], got["dose"]) == "confirmed"
+    total = got["k"] + got["dose"]
+    assert all(_judge_both(row, kk, total - 1 - kk) == "inconclusive" for kk in range(2, total - 2))
+    assert plan.with_dose(_row(ratio=1.15, source="traced", predicted_df=2))["k"] is None
+    assert plan.with_dose(_row(ratio=1.25, proc_sd_pct=5.0, pred_se_pct=9.0))["k"] is None
+    text = plan.table([row])
+    assert f"{got['dose']} dose processes and {got['k']} verdict processes would read confirmed" in text

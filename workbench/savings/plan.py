@@ -17,6 +17,13 @@ and what it would read; or why no K' can (the prediction's own interval is too w
 the dose, not the verdict run, needs more processes). A planning figure under stated assumptions, not a prediction of
 the verdict: the next run is judged on its own data.
 
+Where no verdict run alone can decide (the untraced form's prediction comes from the dose, whose own interval spans a
+band edge), `with_dose` plans both runs afresh: a new dose run of D processes (its slope's se shrinking as
+1 / sqrt(D) from the pilot dose's, its df D - 1) and a new verdict run of K processes, the smallest D + K that decides
+at the pilot's ratio (a process of either run counted alike; a dose process costs more GPU time, so the plan states
+both). More reps within each dose process would shrink the within-process part of the slope's SD too; the plan does
+not count on that.
+
     python -m workbench.verdicts RUN_DIR [...] --dose DOSE_DIR [...] --plan
 """
 from __future__ import annotations
@@ -72,6 +79,40 @@ def processes_to_decide(row: dict, k_max: int = K_MAX) -> dict:
     return {"k": None, "reads": None, "why": f"more than {k_max} processes at the pilot's ratio {m / p:.2f}"}
 
 
+DOSE_MAX = 40
+"""The largest new dose run planned (processes)."""
+
+
+def with_dose(row: dict, k_max: int = K_MAX, dose_max: int = DOSE_MAX) -> dict:
+    """{"k": verdict processes, "dose": dose processes, "reads", "why"} for an untraced row (its prediction from a dose
+    of `predicted_df` + 1 processes): the smallest new dose run plus new verdict run that would decide at the pilot's
+    ratio, or {"k": None, ...} with why not."""
+    from workbench.measure import stats
+    from workbench.savings import verdicts
+
+    m, p = row.get("measured_ms"), row.get("predicted_ms")
+    se_m, se_p, k, df_p = (row.get("measured_se_ms"), row.get("predicted_se_ms"), row.get("measured_n_units"),
+                           row.get("predicted_df"))
+    if row.get("input_source") != "untraced" or None in (m, p, se_m, se_p, k, df_p) or k < 2 or m <= 0 or p <= 0:
+        return {"k": None, "dose": None, "reads": None,
+                "why": "only the untraced form's dose-fed prediction is planned with its dose"}
+    sd_proc, n_dose = se_m * math.sqrt(k), df_p + 1
+    alpha = verdicts.ALPHA / max(1, int(row.get("family_size") or 1))
+    for total in range(4, k_max + dose_max + 1):
+        for kk in range(2, min(k_max, total - 2) + 1):
+            d = total - kk
+            if d > dose_max:
+                continue
+            out = stats.band_ratio_test(m, sd_proc / math.sqrt(kk), kk - 1, p, se_p * math.sqrt(n_dose / d), d - 1,
+                                        band=verdicts.BAND, alpha=alpha)
+            for pv, reads in ((out[5], "confirmed"), (out[6], "refuted")):
+                if pv <= alpha:
+                    return {"k": kk, "dose": d, "reads": reads,
+                            "why": f"at the pilot's ratio {m / p:.2f}; the dose pilot had {n_dose} processes"}
+    return {"k": None, "dose": None, "reads": None,
+            "why": f"more than {k_max} verdict and {dose_max} dose processes at the pilot's ratio {m / p:.2f}"}
+
+
 def table(rows: list[dict]) -> str:
     """One line per row: shape, the pilot's verdict and ratio, the processes a new run needs and what it would read."""
     lines = ["plan for a new run of each shape (the pilot's ratio and SDs assumed; a planning figure, not a verdict):"]
@@ -80,6 +121,10 @@ def table(rows: list[dict]) -> str:
             continue
         got = processes_to_decide(r)
         what = f"{got['k']} processes would read {got['reads']} ({got['why']})" if got["k"] else got["why"]
+        if not got["k"] and got["why"].startswith("not by processes"):
+            both = with_dose(r)
+            what += (f"; with a new dose run: {both['dose']} dose processes and {both['k']} verdict processes would "
+                     f"read {both['reads']} ({both['why']})" if both["k"] else f"; with a new dose run: {both['why']}")
         lines.append(f"  {r.get('comparison')} {r.get('model')} {r.get('layers')} L {r.get('tokens')} "
                      f"[{r.get('input_source')}], pilot {r.get('measured_n_units')} processes, "
                      f"{r.get('verdict')}: {what}")
