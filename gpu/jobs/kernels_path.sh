@@ -18,6 +18,14 @@
 #     comparison run (--only path) it takes every chosen lever at its OPTIMIZED arm: the same path. Estimate: the
 #     traced baseline (~1 min), 5 points x 5 passes x (<= 4 warm-up + 1 step) at 1.5-5 s a step (~6 min), compile
 #     ~1-2 min, equivalence and one traced pass per point (~2 min): ~10-12 min;
+#   gptoss_best / qwen_best: the MoE goals' last points, traced (issue 40: "where a goal is missed, the last point's
+#     breakdown names what holds it back"): each model at the greatest depth that fits, at the best configuration measured
+#     at 4-8 layers (flex attention, bf16 adapters; qwen3 with our grouped experts, gpt-oss with transformers' grouped_mm,
+#     its default), timed as an A/A of that one configuration (--arms flex,flex: the step time, MFU and one traced pass;
+#     no lever comparison, whose fp32 references cannot fit at this depth). gpt-oss-20b: all 24 layers at 8192 tokens
+#     (bound 59.8 GiB with bf16 adapters: flex keeps no T x T scores; the 24-layer 8192-token run that ran out of memory had eager attention,
+#     +24 GiB); qwen3-30b-a3b: 40 layers at 8192 (bound 66.7 GiB with bf16 adapters), expandable segments as qwen_moe.
+#     Estimate ~3-4 min each (caps 300 / 360 s);
 #   NeMo shape (8192 tokens): the same at about half the step ~ 13 min (cap 960 s). MEASURED 2026-11-27 (machine M,
 #     profiles/2026-11-27_h100_kernels_path/nemo): 453 s, the compile arm failing in its rep 3 (dynamo's recompile
 #     limit: a backend per apply, fixed in workbench/opts/compile.py since). Traced since (--trace torch, as llama16k),
@@ -63,10 +71,11 @@ mkdir -p $OUT
 nvidia-smi -i ${CUDA_VISIBLE_DEVICES:-0} --query-gpu=name,uuid --format=csv > $OUT/gpu.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpu.csv
 if [ -n "${KP_CPU:-}" ]; then
   DENSE="--model tiny-llama --layers 2"; NEMO_T="--lengths fixed:64 --tokens 128"; T16="--tokens 256"
-  QWEN="--model tiny-qwen3-moe"; GPTOSS="--model tiny-gpt-oss"; DEV="--device cpu"; TRACE=""; LIGER=""
+  QWEN="--model tiny-qwen3-moe"; GPTOSS="--model tiny-gpt-oss"; GPTOSS_B="$GPTOSS"; DEV="--device cpu"; TRACE=""; LIGER=""
 else
   DENSE="--model llama-3.1-8b --layers 32"; NEMO_T="--lengths fixed:4096 --tokens 8192"; T16="--tokens 16384"
   QWEN="--model qwen3-30b-a3b --layers 40 --tokens 8192"; GPTOSS="--model gpt-oss-20b --layers 24 --tokens 4096"
+  GPTOSS_B="--model gpt-oss-20b --layers 24 --tokens 8192"
   DEV=""; TRACE="--trace torch"; LIGER=""  # liger_experts: at 24 layers only (see above)
 fi
 FEW="--reps 4 --steps 1 --batches 1 --warmup-max 4"
@@ -82,9 +91,11 @@ for part in ${KP_PARTS:-llama16k nemo qwen_moe gptoss_balance}; do
   case $part in
     llama16k) run llama16k ${!cap_var:-1600} --opt levers $DENSE $T16 $FEW $TRACE $DEV ;;
     llama16k_path) run llama16k_path ${!cap_var:-900} --opt levers $DENSE $T16 $FEW $TRACE $DEV --only path ;;
+    gptoss_best) run gptoss_best ${!cap_var:-300} --opt attention --arms flex,flex --precision bf16 $GPTOSS_B $FEW $TRACE $DEV ;;
+    qwen_best) PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True run qwen_best ${!cap_var:-360} --opt attention --arms flex,flex --precision bf16 --experts wb_grouped $QWEN $FEW $TRACE $DEV ;;
     nemo) run nemo ${!cap_var:-960} --opt levers $DENSE $NEMO_T $FEW $TRACE $DEV ;;
     qwen_moe) PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True run qwen_moe ${!cap_var:-240} --opt moe --arms hf_grouped_mm,grouped$LIGER $QWEN $FEW $DEV ;;
     gptoss_balance) run gptoss_balance ${!cap_var:-180} --opt moe_balance --experts grouped_mm $GPTOSS $FEW $DEV ;;
-    *) echo "kernels_path.sh: unknown part $part (llama16k llama16k_path nemo qwen_moe gptoss_balance)" >&2; exit 2 ;;
+    *) echo "kernels_path.sh: unknown part $part (llama16k llama16k_path nemo qwen_moe gptoss_balance gptoss_best qwen_best)" >&2; exit 2 ;;
   esac
 done

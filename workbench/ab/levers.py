@@ -340,9 +340,10 @@ def prune_path(sel: Selection, results: list[dict], path_cmp, device_type: str =
 
     Then the path's last point (every kept lever on) must be one the levers can run together (`path_conflict`), by a
     rule fixed before the runs it judges: an anchor that another lever cannot run beside is declined (the lever stays
-    at its OPTIMIZED arm: `sel.anchors_declined`; the anchor's edge over that arm is its own comparison's, the other
-    lever's is not measurable beside it), and a lever that conflicts even so is left out ("conflicts: ..."). A refusal
-    known before the run is never a failed path point that takes every later point down with it."""
+    at its OPTIMIZED arm, `sel.anchors_declined`: the path keeps every lever rather than an anchor's edge over the
+    OPTIMIZED arm, which its own comparison still reports), and a lever that conflicts even so is left out
+    ("conflicts: ..."). A refusal known before the run is never a failed path point that takes every later point
+    down with it."""
     from workbench import opts
 
     by_opt = {r.get("opt"): r for r in results if r.get("name") != PATH}
@@ -364,7 +365,8 @@ def prune_path(sel: Selection, results: list[dict], path_cmp, device_type: str =
     for o in list(arms_for):
         clash = path_conflict(final, device_type)
         if clash is not None and path_conflict({**final, o: opts.module(o).OPTIMIZED}, device_type) is None:
-            sel.anchors_declined[o] = f"{o} stays at {opts.module(o).OPTIMIZED}, not its faster anchor {arms_for[o]}: {clash[1]}"
+            sel.anchors_declined[o] = (f"{o} stays at {opts.module(o).OPTIMIZED}, not its faster anchor "
+                                       f"{arms_for[o]}: {clash[1]}")
             progress(f"[levers] the path declines {o}'s anchor: {sel.anchors_declined[o]}")
             final[o] = opts.module(o).OPTIMIZED
             del arms_for[o]
