@@ -210,7 +210,8 @@ def test_spec_names_the_slice_gradient_lever_outside_opt_all():
     assert spec["order"] == 12 and spec["in_all"] is False and spec["all_variants"] == ()
     assert spec["lever"] == "slice gradients (fill + add)"
     assert levers.slice_gradients([{"name": levers.FILL, "count": 64, "ms": 1.0},
-                                   {"name": levers.ADD, "count": 64, "ms": 1.0}], 10.0)["component"] == spec["lever"]
+                                   {"name": levers.ADD, "count": 64, "ms": 1.0}], 10.0,
+                                  experts=64)["component"] == spec["lever"]
     assert expert_lora.ARMS[0] == expert_lora.BASELINE == "eager" and expert_lora.OPTIMIZED == "split"
     assert 0 < expert_lora.SAVED_FRACTION <= 1
 

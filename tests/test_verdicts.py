@@ -243,10 +243,30 @@ def test_slice_gradients_lever_from_the_top_kernels():
                 cls="norm_elementwise", count=4080.0, ms=600.0),
            dict(name="void at::native::vectorized_elementwise_kernel<8, at::native::FillFunctor<c10::BFloat16>>",
                 cls="norm_elementwise", count=4054.0, ms=150.0)]
-    sg = slice_gradients(top, 1000.0)
+    sg = slice_gradients(top, 1000.0, experts=128)
     assert sg["fills"] == 4054 and sg["adds"] == 4080 and sg["share"] == pytest.approx(0.75)
-    lv = levers(comps, top_kernels=top)
+    lv = levers(comps, top_kernels=top, experts=128)
     assert lv[0]["component"] == "slice gradients (fill + add)" and "grouped_mm" in lv[0]["lever"]
     few = [dict(t, count=8.0) for t in top]
-    assert slice_gradients(few, 1000.0) is None
-    assert [x["component"] for x in levers(comps, top_kernels=few)] == ["norm_elementwise"]
+    assert slice_gradients(few, 1000.0, experts=128) is None
+    assert [x["component"] for x in levers(comps, top_kernels=few, experts=128)] == ["norm_elementwise"]
+
+
+def test_a_dense_models_fills_and_adds_are_no_per_expert_loop():
+    """The H100 llama-3.1-8b breakdowns of 2026-11-27 (32 layers: 259 fills and 1211 adds a step, 6% of it) named the
+    per-expert pattern on a model without experts. Now only a model with experts gets it, and only from as many fills
+    a step as one layer has experts; the same kernels on a MoE model of 64 experts are still named (the control)."""
+    from workbench.traces.levers import experts_of, levers, slice_gradients
+    comps = [dict(component="gemm", ms=500.0, share=0.3), dict(component="norm_elementwise", ms=340.0, share=0.21),
+             dict(component="step_ms", ms=1640.0, share=1.0)]
+    top = [dict(name="at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>>",
+                cls="norm_elementwise", count=1211.0, ms=81.0),
+           dict(name="at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>",
+                cls="norm_elementwise", count=259.0, ms=25.0)]
+    assert experts_of("llama-3.1-8b", 32) is None and experts_of("no-such-model") is None
+    assert experts_of("qwen3-30b-a3b", 4) == 128 and experts_of("gpt-oss-20b", 4) == 32
+    assert slice_gradients(top, 1640.0) is None
+    assert slice_gradients(top, 1640.0, experts=experts_of("llama-3.1-8b")) is None
+    assert [x["component"] for x in levers(comps, top_kernels=top)] == ["norm_elementwise"]
+    assert slice_gradients(top, 1640.0, experts=64)["fills"] == 259
+    assert slice_gradients(top, 1640.0, experts=512) is None  # fewer fills than one layer's experts

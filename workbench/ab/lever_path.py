@@ -100,7 +100,7 @@ def winning_arms(run_dir: str) -> dict:
     return out
 
 
-def _breakdown(run_dir: str, cmp_name: str, arm: str) -> tuple[dict, str | None]:
+def _breakdown(run_dir: str, cmp_name: str, arm: str, experts: int | None = None) -> tuple[dict, str | None]:
     from workbench.traces.events import events_path, load_events
     path = events_path(run_dir, cmp_name, arm)
     if not path:
@@ -113,7 +113,7 @@ def _breakdown(run_dir: str, cmp_name: str, arm: str) -> tuple[dict, str | None]
     comps = decompose.summary(ev).to_dict("records")
     ms = {f"ms_{r['component']}": r["ms"] for r in comps if r["component"] in decompose.COMPONENTS}
     top = decompose.top_kernels(ev, 50).to_dict("records")
-    rows = levers(comps, top_kernels=top)
+    rows = levers(comps, top_kernels=top, experts=experts)
     return ms, (f"{rows[0]['component']} ({rows[0]['ms']:.1f} ms, {100 * rows[0]['share']:.0f}%)" if rows else None)
 
 
@@ -194,6 +194,7 @@ def rows_of(run_dir: str) -> list[dict]:
     """The path's points of one run folder (see the module's doc)."""
     from workbench.measure import engine, stats
     from workbench.measure.results import comparison_arms, load_run
+    from workbench.traces.levers import experts_of
 
     results, summary, meta = load_run(run_dir)
     if not summary:
@@ -239,7 +240,7 @@ def rows_of(run_dir: str) -> list[dict]:
                     p = engine.paired_comparison([dict(s) for s in samples], ref, arm)
                     row[key] = p["speedup"]
                     row[f"{key}_ci95_lo"], row[f"{key}_ci95_hi"] = (p["ci95"] or [None, None])
-        ms, held = _breakdown(run_dir, c["name"], arm)
+        ms, held = _breakdown(run_dir, c["name"], arm, experts_of(c.get("model"), c.get("layers")))
         row.update(ms)
         if i == len(order) - 1:
             row["held_back_by"] = held

@@ -108,8 +108,8 @@ def _decompose_component(lever_component: str) -> str:
     return "attention" if lever_component == DENSE_ATTENTION_COMPONENT else lever_component
 
 
-def breakdown_of(events, attention_impl: str | None) -> dict:
-    """{components, levers, se_ms, steps} of a traced baseline's events."""
+def breakdown_of(events, attention_impl: str | None, experts: int | None = None) -> dict:
+    """{components, levers, se_ms, steps} of a traced baseline's events (`experts`: per MoE layer, None if dense)."""
     from workbench.step import flops
     from workbench.traces.levers import LOSS_COMPONENT, levers, loss_per_step
     from workbench.traces import decompose
@@ -122,7 +122,7 @@ def breakdown_of(events, attention_impl: str | None) -> dict:
     loss = loss_per_step(events)
     se[LOSS_COMPONENT] = float(loss.std(ddof=1)) / math.sqrt(len(loss)) if len(loss) > 1 else None
     rows = levers(comps, attention_flops=flops.attention_mode(attention_impl), min_share=MIN_SHARE, top_kernels=top,
-                  loss_ms=float(loss.mean()) if len(loss) else None)
+                  loss_ms=float(loss.mean()) if len(loss) else None, experts=experts)
     return {"components": comps, "levers": rows, "se_ms": se, "steps": n, "top_kernels": top[:10]}
 
 
@@ -148,7 +148,8 @@ def traced_breakdown(runner, model, cmp, spec) -> dict:
     save_events(ev, stem)
     if not (ev["kind"] == "kernel").any():
         raise RuntimeError("the trace holds no GPU kernels")
-    out = breakdown_of(ev, attn)
+    from workbench.step.memory_estimate import shape
+    out = breakdown_of(ev, attn, shape(model.config)["experts"] or None)
     out["trace"] = path
     return out
 

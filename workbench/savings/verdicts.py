@@ -317,14 +317,15 @@ def comparison_verdict(run_dir: str, c: dict, results: pd.DataFrame, meta: dict,
     ev = {a: _events(run_dir, name, a) for a in arms}
     traced = {a: e for a, e in ev.items() if e is not None and (e["kind"] == "kernel").any()}
     if base in traced:
-        from workbench.traces.levers import levers
+        from workbench.traces.levers import experts_of, levers
+        experts = experts_of(c.get("model"), c.get("layers"))
         c["breakdown"] = {}
         for a, e in traced.items():
             comps = decompose.summary(e).to_dict("records")
             top = decompose.top_kernels(e, 8).to_dict("records")
             c["breakdown"][a] = {"components": comps, "top_kernels": top,
                                  "levers": levers(comps, attention_flops=arms.get(a, {}).get("attention_flops"),
-                                                  top_kernels=top)}
+                                                  top_kernels=top, experts=experts)}
     decomp = None
     if base in traced and opt_arm in traced:
         decomp = decompose.compare(traced[base], traced[opt_arm], measured_ms=within["mean"])
