@@ -244,6 +244,21 @@ def test_the_path_declines_an_anchor_another_lever_cannot_run_beside():
     assert path3.arms[-1].arms["attention"] == "varlen" and sel3.anchors_declined == {}
 
 
+def test_apply_optimizations_refuses_arms_that_cannot_run_together():
+    """The path's conflict rule holds for a user's own model too: compile="regional" beside attention="varlen" is one
+    line before anything is applied; each arm alone applies (the control)."""
+    from workbench.api import apply_optimizations
+    from workbench.errors import WorkbenchError
+
+    model = _model()
+    with pytest.raises(WorkbenchError, match="regional compile cannot run beside attention=varlen") as e:
+        apply_optimizations(model, attention="varlen", compile="regional")
+    assert "\n" not in str(e.value) and model.config._attn_implementation == "sdpa"
+    with apply_optimizations(model, attention="varlen"):
+        assert model.config._attn_implementation == attention.impl_name("varlen")
+    assert model.config._attn_implementation == "sdpa"
+
+
 def test_winning_arms_hand_the_paths_last_point_to_apply_optimizations(tmp_path):
     """A levers run's path, as a user's keywords: the levers kept, each at the arm the path ran (the anchor it took:
     varlen), the slower one left out; applied to a model and reverted. A folder that is no levers run: one line."""

@@ -86,8 +86,9 @@ def apply_optimizations(model, **arms_and_options) -> Optimizations:
     unless `allow_different_function=True` says the caller knows; the handle's `different_function` ({opt: why})
     says it again.
 
-    Raises WorkbenchError for an unknown arm or option, or an arm this model / device cannot run; nothing stays
-    applied when it raises. Returns an `Optimizations` handle whose `revert()` undoes everything.
+    Raises WorkbenchError for an unknown arm or option, an arm this model / device cannot run, or arms that cannot run
+    together (compile="regional" with attention="varlen": `workbench.opts.conflict`); nothing stays applied when it
+    raises. Returns an `Optimizations` handle whose `revert()` undoes everything.
     """
     order = _order()
     options = dict(arms_and_options)
@@ -123,6 +124,9 @@ def apply_optimizations(model, **arms_and_options) -> Optimizations:
     why = _opts.unsupported_reason(model, arms, device, per_opt)
     if why:
         raise _opts_unsupported(why)
+    clash = _opts.conflict(arms, device.type)
+    if clash is not None:
+        raise WorkbenchError(f"apply_optimizations: {clash[1]}")
     handles = _opts.apply_all(model, arms, per_opt).handles  # the one loop that applies arms (ab uses it too)
     out = Optimizations(handles)
     out.different_function = different

@@ -321,17 +321,11 @@ def faster_anchor(result: dict) -> tuple[str, str] | None:
 
 
 def path_conflict(arms: dict, device_type: str) -> tuple[str, str] | None:
-    """(opt, why) for the first lever of path point `arms` ({opt: arm}) whose module's `path_conflict` hook says its
-    arm cannot run beside the others there; None when every lever can."""
+    """(opt, why) for the first lever of path point `arms` ({opt: arm}) that cannot run beside the others there
+    (`workbench.opts.conflict`: each module's `path_conflict` hook); None when every lever can."""
     from workbench import opts
-    from workbench.opts.protocol import hook
 
-    for o in arms:
-        fn = hook(opts.module(o), "path_conflict")
-        why = fn(arms, device_type) if fn is not None else None
-        if why:
-            return o, why
-    return None
+    return opts.conflict(arms, device_type)
 
 
 def prune_path(sel: Selection, results: list[dict], path_cmp, device_type: str = "cuda"):

@@ -155,3 +155,16 @@ def unsupported_reason(model, arms: dict, device, options: dict | None = None) -
             return f"{opt}={arm}: {why}"
     return None
 
+
+def conflict(arms: dict, device_type: str) -> tuple[str, str] | None:
+    """(opt, why) for the first optimization in {opt: arm} whose `path_conflict` hook says its arm cannot run beside
+    the others' arms (compile="regional" beside attention="varlen"); None when they can run together. Read by the
+    levers' path (`workbench.ab.levers.prune_path`) and `workbench.apply_optimizations`."""
+    from workbench.opts.protocol import hook
+
+    for o in arms:
+        fn = hook(module(o), "path_conflict")
+        why = fn(arms, device_type) if fn is not None else None
+        if why:
+            return o, why
+    return None
