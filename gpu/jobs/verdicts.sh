@@ -43,6 +43,19 @@ COMMON="--headline --batches 1 --trace ${TRACE:-torch} --seed ${SEED:-300}"
 #     python -m workbench.verdicts $CAMP/verdicts/offload_q14 $CAMP/verdicts/offload_q8
 #   The other untraced shapes (packing qwen3-8b, both MoE) cannot be decided by more verdict processes at their pilot
 #   ratios: the dose slope's own interval spans a band edge (plan.py says so), so no run is planned for them here.
+# Planned with a sharper dose (2026-11-27 (3), written before their run, from `--plan`'s with_dose over the same pilots):
+#   packing qwen3-8b 8 L: the packing dose to 24 untimed processes in all (the 8 of profiles/2026-11-26_h100_dose/packing
+#     and 16 new, seeds 20-35, ~23 min: 85 s a process), then 4 verdict processes, untraced, seeds 600-603 (~4 min):
+#     python -m workbench.ab.dose --opt packing --model qwen3-14b --layers 8 --tokens 16384 --reps 2 --batches 1 \
+#       --steps 2 --warmup 2 --timing none --processes 16 --seed 20 --trace none --out $CAMP/dose_pack_more
+#     (merged into a copy of the packing dose folder: python -m workbench.ab.dose_merge <copy> $CAMP/dose_pack_more)
+#     ONLY=packing_q8 VERDICT_K=4 TRACE=none SEED=600 MOE=0 OFFLOAD=0 bash gpu/jobs/verdicts.sh
+#     python -m workbench.verdicts $CAMP/verdicts/packing_q8 --dose <the merged copy>
+#     The plan's smallest pair (23 dose, 2 verdict) decides at the pilot's ratio 1.18 with p = 0.049 against 0.05:
+#     a coin's chance. 24 and 4 give p = 0.042; the ratio sits near the band's upper edge (1.25), so a confirmation
+#     is not promised by any size.
+#   MoE (both shapes): 31 dose and 16 verdict processes for qwen3-30b-a3b; more than 40 and 30 for gpt-oss-20b 8 L.
+#     About 1.5-2 H100 hours: not planned into a 30-minute session (a 4-GPU lease could carry the qwen3 half).
 # VERDICT_K=3: each shape as 3 processes (`--processes 3`, each traced), so the measured saving is over processes
 # (issue 39: one process per shape left the calibrated packing verdicts inconclusive); about 3x the minutes above
 # (~33 on one H100: packing ~8, MoE ~15, offload 2 shapes ~9; the shapes below change with it).
