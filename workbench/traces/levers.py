@@ -11,19 +11,6 @@ from __future__ import annotations
 
 from workbench.traces.components import COMPONENTS, LEVER_ONLY, LEVERS, attention_component
 
-
-def experts_of(model: str | None, layers: int | None = None) -> int | None:
-    """Experts per MoE layer of a model the workbench builds (its config's num_experts / num_local_experts); None for
-    a dense model, or a name no config is found for."""
-    if not model:
-        return None
-    from workbench.step.memory_estimate import shape
-    from workbench.step.models import load_config
-    try:
-        return shape(load_config(model, layers))["experts"] or None
-    except Exception:  # noqa: BLE001 - an unknown model: no experts known
-        return None
-
 DENSE_ATTENTION = tuple(c.attention_flops for c in COMPONENTS.values() if c.group == "lever" and c.attention_flops)
 """("dense",): the attention FLOP classes (`workbench.step.flops.attention_mode`) computed over the whole packed sequence."""
 DENSE_ATTENTION_COMPONENT = attention_component("dense")
@@ -43,6 +30,20 @@ FILL, ADD = "FillFunctor", "CUDAFunctor_add"
 of all E experts (tests/test_moe.py counts the select_backwards on CPU)."""
 MIN_SLICE_GRAD_CALLS = 64
 """Fill and add calls per step from which the pattern is named (one layer of a 64-expert model)."""
+
+
+def experts_of(model: str | None, layers: int | None = None) -> int | None:
+    """Experts per MoE layer of a model the workbench builds (its config's num_experts / num_local_experts); None for
+    a dense model, or a name no config is found for."""
+    if not model:
+        return None
+    from workbench.step.memory_estimate import shape
+    from workbench.step.models import load_config
+    from workbench.errors import WorkbenchError
+    try:
+        return shape(load_config(model, layers))["experts"] or None
+    except WorkbenchError:  # not a preset nor a checkpoint folder here: no experts known
+        return None
 
 
 def slice_gradients(top_kernels: list[dict] | None, step_ms: float | None, experts: int | None = None) -> dict | None:
