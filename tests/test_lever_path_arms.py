@@ -297,3 +297,21 @@ def test_each_point_carries_nemos_mfu_as_the_run_wrote_it():
     assert [r["arm"] for r in rows] == ["baseline", "+attention", "+precision", "+liger"]
     for r in rows:
         assert r["mfu_nemo"] == arms[r["arm"]]["mfu_nemo"] and 0 < r["mfu_nemo"] < r["mfu"]
+
+
+def test_lever_path_says_what_the_path_left_out_and_the_anchors_it_declined(tmp_path):
+    """`python -m workbench.lever_path` prints, under a run's points, each lever the path left out and each anchor it
+    declined, with the reason summary.json holds; a run with neither prints no such line (the control)."""
+    from workbench.ab import lever_path
+
+    run = tmp_path / "run"
+    run.mkdir()
+    lev = {"run": ["attention", "compile", "path"], "left_out_of_path": {"liger": "slower (0.950x [0.930, 0.970])"},
+           "anchors_declined": {"attention": "attention stays at flex, not its faster anchor varlen: regional compile "
+                                             "cannot run beside attention=varlen: ..."}}
+    (run / "summary.json").write_text(json.dumps({"levers": lev, "comparisons": []}))
+    notes = lever_path.path_notes(str(run))
+    assert notes == ["left out of the path: liger (slower (0.950x [0.930, 0.970]))",
+                     "anchor declined: " + lev["anchors_declined"]["attention"]]
+    (run / "summary.json").write_text(json.dumps({"levers": {"run": ["attention"]}, "comparisons": []}))
+    assert lever_path.path_notes(str(run)) == [] and lever_path.path_notes(str(tmp_path / "none")) == []

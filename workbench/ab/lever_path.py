@@ -293,6 +293,20 @@ def figure(rows: list[dict]):
     return fig
 
 
+def path_notes(run_dir: str) -> list[str]:
+    """What a run's path left out, and the anchors it declined, each with its reason (summary.json's `levers`:
+    `left_out_of_path`, `anchors_declined`): the lines that say why the path has the points it has."""
+    import json
+
+    path = os.path.join(run_dir, "summary.json")
+    if not os.path.isfile(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        lev = json.load(f).get("levers") or {}
+    return ([f"left out of the path: {o} ({why})" for o, why in (lev.get("left_out_of_path") or {}).items()]
+            + [f"anchor declined: {why}" for why in (lev.get("anchors_declined") or {}).values()])
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m workbench.lever_path", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -320,6 +334,9 @@ def main(argv=None) -> int:
               + (f"  held back by {r['held_back_by']}" if r.get("held_back_by") else "")
               + (f"  {equiv_cell(False, r['different_function_passed'])}"
                  if r.get("different_function_passed") is not None else ""))
+    for d in a.runs:
+        for line in path_notes(d):
+            print(f"{os.path.basename(os.path.normpath(d))}  {line}")
     print(os.path.join(a.out, "path.csv"))
     return 0
 
