@@ -320,25 +320,17 @@ def faster_anchor(result: dict) -> tuple[str, str] | None:
     return None
 
 
-def path_conflict(arms: dict, device_type: str) -> tuple[str, str] | None:
-    """(opt, why) for the first lever of path point `arms` ({opt: arm}) that cannot run beside the others there
-    (`workbench.opts.conflict`: each module's `path_conflict` hook); None when every lever can."""
-    from workbench import opts
-
-    return opts.conflict(arms, device_type)
-
-
 def prune_path(sel: Selection, results: list[dict], path_cmp, device_type: str = "cuda"):
     """The path comparison without the levers whose own comparison (already run: `results`) says `left_out_reason`,
     each kept lever at its anchor arm where `faster_anchor` says so; None when no lever is left. Records each one left
     out in `sel.left_out`, each anchor taken in `sel.path_arms`.
 
-    Then the path's last point (every kept lever on) must be one the levers can run together (`path_conflict`), by a
-    rule fixed before the runs it judges: an anchor that another lever cannot run beside is declined (the lever stays
-    at its OPTIMIZED arm, `sel.anchors_declined`: the path keeps every lever rather than an anchor's edge over the
-    OPTIMIZED arm, which its own comparison still reports), and a lever that conflicts even so is left out
-    ("conflicts: ..."). A refusal known before the run is never a failed path point that takes every later point
-    down with it."""
+    Then the path's last point (every kept lever on) must be one the levers can run together
+    (`workbench.opts.conflict`: each module's `path_conflict` hook), by a rule fixed before the runs it judges: an
+    anchor that another lever cannot run beside is declined (the lever stays at its OPTIMIZED arm,
+    `sel.anchors_declined`: the path keeps every lever rather than an anchor's edge over the OPTIMIZED arm, which its
+    own comparison still reports), and a lever that conflicts even so is left out ("conflicts: ..."). A refusal known
+    before the run is never a failed path point that takes every later point down with it."""
     from workbench import opts
 
     by_opt = {r.get("opt"): r for r in results if r.get("name") != PATH}
@@ -351,30 +343,27 @@ def prune_path(sel: Selection, results: list[dict], path_cmp, device_type: str =
         else:
             sel.left_out[c.opt] = why
             progress(f"[levers] the path leaves {c.opt} out: {why}")
-    arms_for = {}
-    for c in kept:
-        fa = faster_anchor(by_opt[c.opt]) if c.opt in by_opt else None
-        if fa is not None:
-            arms_for[c.opt] = fa[0]
-    final = {c.opt: arms_for.get(c.opt, opts.module(c.opt).OPTIMIZED) for c in kept}
-    for o in list(arms_for):
-        clash = path_conflict(final, device_type)
-        if clash is not None and path_conflict({**final, o: opts.module(o).OPTIMIZED}, device_type) is None:
+    anchors = {c.opt: fa for c in kept if c.opt in by_opt and (fa := faster_anchor(by_opt[c.opt])) is not None}
+    final = {c.opt: anchors[c.opt][0] if c.opt in anchors else opts.module(c.opt).OPTIMIZED for c in kept}
+    for o in list(anchors):
+        clash = opts.conflict(final, device_type)
+        if clash is not None and opts.conflict({**final, o: opts.module(o).OPTIMIZED}, device_type) is None:
             sel.anchors_declined[o] = (f"{o} stays at {opts.module(o).OPTIMIZED}, not its faster anchor "
-                                       f"{arms_for[o]}: {clash[1]}")
+                                       f"{anchors[o][0]}: {clash[1]}")
             progress(f"[levers] the path declines {o}'s anchor: {sel.anchors_declined[o]}")
             final[o] = opts.module(o).OPTIMIZED
-            del arms_for[o]
-    while (clash := path_conflict(final, device_type)) is not None:
+            del anchors[o]
+    while (clash := opts.conflict(final, device_type)) is not None:
         o, why = clash
         sel.left_out[o] = f"conflicts: {why}"
         progress(f"[levers] the path leaves {o} out: {sel.left_out[o]}")
         kept = [c for c in kept if c.opt != o]
         del final[o]
-        arms_for.pop(o, None)
-    for o, arm in arms_for.items():
-        sel.path_arms[o] = {"arm": arm, "why": faster_anchor(by_opt[o])[1]}
-        progress(f"[levers] the path takes {o} at {sel.path_arms[o]['why']}")
+        anchors.pop(o, None)
+    for o, (arm, why) in anchors.items():
+        sel.path_arms[o] = {"arm": arm, "why": why}
+        progress(f"[levers] the path takes {o} at {why}")
+    arms_for = {o: arm for o, (arm, _) in anchors.items()}
     if len(kept) == len(chosen) and not arms_for:
         return path_cmp
     return path_comparison(kept, arms_for) if kept else None
