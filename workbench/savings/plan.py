@@ -34,13 +34,27 @@ K_MAX = 30
 """The largest run planned: 30 processes of one shape (about 5 H100 hours for an MoE shape)."""
 
 
+def _alpha(row: dict) -> float:
+    """The verdict test's alpha over the row's family (Bonferroni: no weaker than Holm)."""
+    from workbench.savings import verdicts
+    return verdicts.ALPHA / max(1, int(row.get("family_size") or 1))
+
+
+def _reads(test: tuple, alpha: float) -> str | None:
+    """What the committed test (`stats.band_ratio_test`'s result: p_confirm, p_refute at [5], [6]) reads at a planned
+    size: "confirmed", "refuted", or None (undecided)."""
+    return "confirmed" if test[5] <= alpha else "refuted" if test[6] <= alpha else None
+
+
 def _scales(row: dict, k: int) -> bool:
     """Whether the prediction is the judged processes' own mean (its df K - 1: the traced process-level form)."""
     return row.get("input_source") in ("traced", "calibrated") and row.get("predicted_df") == k - 1
 
 
 def processes_to_decide(row: dict, k_max: int = K_MAX) -> dict:
-    """{"k": K' or None, "reads": "confirmed" / "refuted" / None, "why": text} for one verdict row (`verdicts.rows`)."""
+    """{"k": K' or None, "reads": "confirmed" / "refuted" / None, "why": text} for one verdict row (`verdicts.rows`);
+    "input_too_wide": True where no K' can decide because the prediction's own interval spans a band edge (then
+    `with_dose` plans the dose too)."""
     from workbench.measure import stats
     from workbench.savings import verdicts
 
@@ -54,28 +68,20 @@ def processes_to_decide(row: dict, k_max: int = K_MAX) -> dict:
     sd_proc, scales = se_m * math.sqrt(k), _scales(row, k)
     se_p, df_p = float(se_p or 0.0), row.get("predicted_df")
     theta = row.get("theta_ci95") if row.get("input_source") == "calibrated" else None
-    alpha = verdicts.ALPHA / max(1, int(row.get("family_size") or 1))
-
-    def test(kk):
-        sp = se_p * math.sqrt(k / kk) if scales else se_p
-        out = stats.band_ratio_test(m, sd_proc / math.sqrt(kk), kk - 1, p, sp, (kk - 1) if scales else df_p,
-                                    theta_ci=theta, band=verdicts.BAND, alpha=alpha)
-        return out[5], out[6]
+    alpha = _alpha(row)
 
     for kk in range(2, k_max + 1):
-        pc, pr = test(kk)
-        if pc <= alpha:
-            return {"k": kk, "reads": "confirmed", "why": f"at the pilot's ratio {m / p:.2f}"}
-        if pr <= alpha:
-            return {"k": kk, "reads": "refuted", "why": f"at the pilot's ratio {m / p:.2f}"}
-    if not scales:  # the floor: a measured saving known exactly
-        pc, pr = (stats.band_ratio_test(m, 0.0, 1e9, p, se_p, df_p, theta_ci=theta, band=verdicts.BAND,
-                                        alpha=alpha)[5:7])
-        if pc > alpha and pr > alpha:
-            return {"k": None, "reads": None,
-                    "why": (f"not by processes: at the pilot's ratio {m / p:.2f} the prediction's own interval "
-                            f"(se {100 * se_p / p:.1f}%, from its {row.get('input_source')} input) already spans a "
-                            "band edge; its input needs more precision (e.g. more dose processes)")}
+        sp = se_p * math.sqrt(k / kk) if scales else se_p
+        reads = _reads(stats.band_ratio_test(m, sd_proc / math.sqrt(kk), kk - 1, p, sp, (kk - 1) if scales else df_p,
+                                             theta_ci=theta, band=verdicts.BAND, alpha=alpha), alpha)
+        if reads:
+            return {"k": kk, "reads": reads, "why": f"at the pilot's ratio {m / p:.2f}"}
+    if not scales and _reads(stats.band_ratio_test(m, 0.0, 1e9, p, se_p, df_p, theta_ci=theta, band=verdicts.BAND,
+                                                   alpha=alpha), alpha) is None:  # even a saving known exactly
+        return {"k": None, "reads": None, "input_too_wide": True,
+                "why": (f"not by processes: at the pilot's ratio {m / p:.2f} the prediction's own interval "
+                        f"(se {100 * se_p / p:.1f}%, from its {row.get('input_source')} input) already spans a "
+                        "band edge; its input needs more precision (e.g. more dose processes)")}
     return {"k": None, "reads": None, "why": f"more than {k_max} processes at the pilot's ratio {m / p:.2f}"}
 
 
@@ -96,19 +102,15 @@ def with_dose(row: dict, k_max: int = K_MAX, dose_max: int = DOSE_MAX) -> dict:
     if row.get("input_source") != "untraced" or None in (m, p, se_m, se_p, k, df_p) or k < 2 or m <= 0 or p <= 0:
         return {"k": None, "dose": None, "reads": None,
                 "why": "only the untraced form's dose-fed prediction is planned with its dose"}
-    sd_proc, n_dose = se_m * math.sqrt(k), df_p + 1
-    alpha = verdicts.ALPHA / max(1, int(row.get("family_size") or 1))
+    sd_proc, n_dose, alpha = se_m * math.sqrt(k), df_p + 1, _alpha(row)
     for total in range(4, k_max + dose_max + 1):
-        for kk in range(2, min(k_max, total - 2) + 1):
+        for kk in range(max(2, total - dose_max), min(k_max, total - 2) + 1):
             d = total - kk
-            if d > dose_max:
-                continue
-            out = stats.band_ratio_test(m, sd_proc / math.sqrt(kk), kk - 1, p, se_p * math.sqrt(n_dose / d), d - 1,
-                                        band=verdicts.BAND, alpha=alpha)
-            for pv, reads in ((out[5], "confirmed"), (out[6], "refuted")):
-                if pv <= alpha:
-                    return {"k": kk, "dose": d, "reads": reads,
-                            "why": f"at the pilot's ratio {m / p:.2f}; the dose pilot had {n_dose} processes"}
+            reads = _reads(stats.band_ratio_test(m, sd_proc / math.sqrt(kk), kk - 1, p, se_p * math.sqrt(n_dose / d),
+                                                 d - 1, band=verdicts.BAND, alpha=alpha), alpha)
+            if reads:
+                return {"k": kk, "dose": d, "reads": reads,
+                        "why": f"at the pilot's ratio {m / p:.2f}; the dose pilot had {n_dose} processes"}
     return {"k": None, "dose": None, "reads": None,
             "why": f"more than {k_max} verdict and {dose_max} dose processes at the pilot's ratio {m / p:.2f}"}
 
@@ -121,7 +123,7 @@ def table(rows: list[dict]) -> str:
             continue
         got = processes_to_decide(r)
         what = f"{got['k']} processes would read {got['reads']} ({got['why']})" if got["k"] else got["why"]
-        if not got["k"] and got["why"].startswith("not by processes"):
+        if got.get("input_too_wide"):
             both = with_dose(r)
             what += (f"; with a new dose run: {both['dose']} dose processes and {both['k']} verdict processes would "
                      f"read {both['reads']} ({both['why']})" if both["k"] else f"; with a new dose run: {both['why']}")
