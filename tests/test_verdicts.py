@@ -233,16 +233,21 @@ def test_levers_rank_the_non_matrix_components():
     assert dense[-1]["component"] == "attention (dense)" and "varlen" in dense[-1]["lever"]
 
 
+def _fill_add_kernels(adds, add_ms, fills, fill_ms):
+    """`decompose.top_kernels` rows of whole-tensor adds and zero-fills (the slice-gradient pattern's kernels)."""
+    return [dict(name="void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>>",
+                 cls="norm_elementwise", count=adds, ms=add_ms),
+            dict(name="void at::native::vectorized_elementwise_kernel<8, at::native::FillFunctor<c10::BFloat16>>",
+                 cls="norm_elementwise", count=fills, ms=fill_ms)]
+
+
 def test_slice_gradients_lever_from_the_top_kernels():
     """Zero-fills and adds of whole tensors, many per step, are named first (with their counts and share of the
     step); a few fills and adds (an optimizer's, a loss's) are not."""
     from workbench.traces.levers import levers, slice_gradients
     comps = [dict(component="gemm", ms=100.0, share=0.1), dict(component="norm_elementwise", ms=800.0, share=0.8),
              dict(component="step_ms", ms=1000.0, share=1.0)]
-    top = [dict(name="void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>>",
-                cls="norm_elementwise", count=4080.0, ms=600.0),
-           dict(name="void at::native::vectorized_elementwise_kernel<8, at::native::FillFunctor<c10::BFloat16>>",
-                cls="norm_elementwise", count=4054.0, ms=150.0)]
+    top = _fill_add_kernels(adds=4080.0, add_ms=600.0, fills=4054.0, fill_ms=150.0)
     sg = slice_gradients(top, 1000.0, experts=128)
     assert sg["fills"] == 4054 and sg["adds"] == 4080 and sg["share"] == pytest.approx(0.75)
     lv = levers(comps, top_kernels=top, experts=128)
@@ -259,10 +264,7 @@ def test_a_dense_models_fills_and_adds_are_no_per_expert_loop():
     from workbench.traces.levers import experts_of, levers, slice_gradients
     comps = [dict(component="gemm", ms=500.0, share=0.3), dict(component="norm_elementwise", ms=340.0, share=0.21),
              dict(component="step_ms", ms=1640.0, share=1.0)]
-    top = [dict(name="at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>>",
-                cls="norm_elementwise", count=1211.0, ms=81.0),
-           dict(name="at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>",
-                cls="norm_elementwise", count=259.0, ms=25.0)]
+    top = _fill_add_kernels(adds=1211.0, add_ms=81.0, fills=259.0, fill_ms=25.0)
     assert experts_of("llama-3.1-8b", 32) is None and experts_of("no-such-model") is None
     assert experts_of("qwen3-30b-a3b", 4) == 128 and experts_of("gpt-oss-20b", 4) == 32
     assert slice_gradients(top, 1640.0) is None
