@@ -80,13 +80,9 @@ def comparison(name: str, per: list[tuple[str, dict, dict]], inputs: verdicts.In
 
 
 def _untraced(out: dict, sms: list[tuple[str, dict]], measured: dict, opt: str) -> dict:
-    """The untraced form at the process level (`untraced.process_model`); the model revision is the form's."""
-    rev = untraced.revision()
-    out.update(model_revision=rev["revision"], model_revision_commit=rev["commit"])
-    out.update(verdicts.check(opt, untraced.process_model([sm for _, sm in sms]), measured, None, theta=None,
-                              input_source=untraced.INPUT_SOURCE, alone=False))
-    out["_measured"] = measured
-    return out
+    """The untraced form at the process level (`untraced.process_model`), judged as a run's
+    (`verdicts.judge_untraced`)."""
+    return verdicts.judge_untraced(out, opt, untraced.process_model([sm for _, sm in sms]), measured)
 
 
 def annotate(run_dir: str, inputs: verdicts.Inputs | None = None) -> list[dict]:

@@ -376,13 +376,19 @@ def _untraced_verdict(c: dict, sm: dict, mod, inputs: Inputs, within: dict, meta
     """The untraced form's verdict of one comparison (`workbench.savings.untraced`; `--dose`)."""
     model = untraced.model(mod, inputs.dose[c.get("opt")], c, meta, arm=arm)
     arm_ms = comparison_arms(c)[arm].get("step_ms_mean") or _mean_step(results, c["name"], arm)
-    measured = inputs.rerun(c.get("opt"), within, arm_ms)
+    c["savings_model"] = judge_untraced(sm, c.get("opt"), model, inputs.rerun(c.get("opt"), within, arm_ms))
+    return c
+
+
+def judge_untraced(sm: dict, opt: str, model: dict, measured: dict) -> dict:
+    """`sm` with the untraced form's verdict keys (a run's comparison, or a `--processes` folder's): the form's
+    revision with its commit, `check` with no θ and no instrument precondition, and `_measured` for `finalize`
+    (dropped before writing)."""
     rev = untraced.revision()
     sm.update(model_revision=rev["revision"], model_revision_commit=rev["commit"])
-    sm.update(check(c.get("opt"), model, measured, None, theta=None, input_source=untraced.INPUT_SOURCE, alone=False))
-    sm["_measured"] = measured  # for `finalize` (dropped before writing)
-    c["savings_model"] = sm
-    return c
+    sm.update(check(opt, model, measured, None, theta=None, input_source=untraced.INPUT_SOURCE, alone=False))
+    sm["_measured"] = measured
+    return sm
 
 
 def _mean_step(results: pd.DataFrame, cmp_name: str, arm: str) -> float | None:
@@ -447,11 +453,11 @@ def row_of(sm: dict) -> dict:
     """The verdict columns of one savings_model dict (`rows`)."""
     corr, miss, pub = sm.get("corrected") or {}, sm.get("largest_missing") or {}, sm.get("published") or {}
     keys = ("formula", "model_revision", "model_revision_commit", "input_source", "theta", "theta_ci95",
-            "theta_source", "theta_decision", "theta_note", "predicted_ms", "predicted_ci95", "predicted_se_ms", "predicted_df",
-            "predicted_calibrated_ms", "predicted_calibrated_ci95",
-            "measured_ms", "measured_ci95", "measured_se_ms", "measured_df", "measured_population", "measured_n_units", "tau_ms", "ratio",
-            "ratio_ci90", "p_confirm", "p_confirm_holm", "p_refute", "p_refute_holm", "family_size", "verdict",
-            "holm_note", "reason", "traced_step_ms", "timed_step_ms", "mixed_environment", "dose_dir")
+            "theta_source", "theta_decision", "theta_note", "predicted_ms", "predicted_ci95", "predicted_se_ms",
+            "predicted_df", "predicted_calibrated_ms", "predicted_calibrated_ci95",
+            "measured_ms", "measured_ci95", "measured_se_ms", "measured_df", "measured_population", "measured_n_units",
+            "tau_ms", "ratio", "ratio_ci90", "p_confirm", "p_confirm_holm", "p_refute", "p_refute_holm", "family_size",
+            "verdict", "holm_note", "reason", "traced_step_ms", "timed_step_ms", "mixed_environment", "dose_dir")
     return {**{k: sm.get(k) for k in keys}, "largest_missing": miss.get("component"),
             "largest_missing_ms": miss.get("saved_ms"), "corrected_ms": corr.get("predicted_ms"),
             "corrected_verdict": corr.get("verdict"), "published_ms": pub.get("predicted_ms"),
