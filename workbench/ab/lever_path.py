@@ -201,6 +201,7 @@ def rows_of(run_dir: str) -> list[dict]:
         raise WorkbenchError(f"{run_dir}: no summary.json")
     c, order = _path_of(summary)
     arms = comparison_arms(c)
+    experts = experts_of(c.get("model"), c.get("layers"))  # the slice-gradient pattern is an MoE model's
     samples = _samples(results, c["name"])
     base = order[0]
     from workbench.step import flops
@@ -240,7 +241,7 @@ def rows_of(run_dir: str) -> list[dict]:
                     p = engine.paired_comparison([dict(s) for s in samples], ref, arm)
                     row[key] = p["speedup"]
                     row[f"{key}_ci95_lo"], row[f"{key}_ci95_hi"] = (p["ci95"] or [None, None])
-        ms, held = _breakdown(run_dir, c["name"], arm, experts_of(c.get("model"), c.get("layers")))
+        ms, held = _breakdown(run_dir, c["name"], arm, experts)
         row.update(ms)
         if i == len(order) - 1:
             row["held_back_by"] = held
