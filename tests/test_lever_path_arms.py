@@ -193,13 +193,18 @@ def test_the_path_takes_a_lever_at_its_anchor_only_when_the_anchor_clearly_wins(
     assert levers.prune_path(sel2, [lose, prec], path) is path and sel2.path_arms == {}
 
 
-def test_the_path_declines_an_anchor_another_lever_cannot_run_beside():
+def test_the_path_declines_an_anchor_another_lever_cannot_run_beside(monkeypatch):
     """The H100 run of 2026-11-27 (profiles/2026-11-27_h100_llama16k): varlen beat flex clearly (2.218x [2.209, 2.227]
     against 2.178x [2.162, 2.194]), the path took it, and regional compile refused varlen at its first step: the
     +compile point failed and took +liger down with it. Now the conflict is known before the path runs: the anchor is
     declined (attention stays at flex, compile stays on), and a lever that conflicts even at the other's OPTIMIZED arm
     (on a CPU flex has no backward that compiles) is left out with the reason, never a failed point. Negative control:
-    without compile on the path the anchor is taken."""
+    without compile on the path the anchor is taken.
+
+    The rerun of the path (2026-11-27, machine O) then failed at +liger beside +compile: Liger's RoPE calls a function
+    marked torch.compiler.disable, a graph break in the fullgraph layer. That conflict is known before the path runs
+    too: liger is left out where compile is on (compile comes first: the order of predicted saving), and kept where
+    Liger has no such call (the control: `compile_disabled_entry` None) or compile is off."""
     from workbench.ab import levers
     from workbench.ab.cli import CPU_DEFAULTS, parse_args
     from workbench.ab.planner import plan
@@ -220,11 +225,22 @@ def test_the_path_declines_an_anchor_another_lever_cannot_run_beside():
            "optimized": {"arm": arm, "status": "ok", "vs_baseline": {"speedup": s, "ci95": [s - 0.01, s + 0.01]}}}
           for o, arm, s in (("compile", "regional", 1.444), ("liger", "liger", 1.078))]
     sel = levers.Selection(comparisons=comps, predictions={}, skipped={})
+    from workbench.opts import liger
+    monkeypatch.setattr(liger, "compile_disabled_entry", lambda: None)  # control: a Liger without the marked call
     path = levers.prune_path(sel, [win, *ok], levers.path_comparison(comps), "cuda")
     last = path.arms[-1].arms
     assert last["attention"] == "flex" and last["compile"] == "regional" and last["liger"] == "liger"
     assert sel.path_arms == {} and "varlen" in sel.anchors_declined["attention"]
     assert sel.describe()["anchors_declined"] == sel.anchors_declined and "compile" not in sel.left_out
+
+    monkeypatch.setattr(liger, "compile_disabled_entry", lambda: "liger_kernel.backends.dispatch.dispatch")
+    sel_l = levers.Selection(comparisons=comps, predictions={}, skipped={})
+    path_l = levers.prune_path(sel_l, [win, *ok], levers.path_comparison(comps), "cuda")
+    assert sel_l.left_out["liger"].startswith("conflicts: liger cannot run inside regional compile")
+    assert path_l.arms[-1].arms == {**{k: v for k, v in last.items() if k != "liger"}}
+    assert liger.path_conflict({"liger": "torch_rmsnorm", "compile": "regional"}, "cuda") is None
+    assert liger.path_conflict({"liger": "liger", "compile": "eager"}, "cuda") is None
+    monkeypatch.setattr(liger, "compile_disabled_entry", lambda: None)
 
     sel_cpu = levers.Selection(comparisons=comps, predictions={}, skipped={})
     path_cpu = levers.prune_path(sel_cpu, [win, *ok], levers.path_comparison(comps), "cpu")

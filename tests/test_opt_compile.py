@@ -126,6 +126,38 @@ def test_compiled_layer_with_the_attention_levers_arms():
     assert comp.specialising_attention("sdpa", "cpu") is None
 
 
+def test_flex_compiles_inside_the_fullgraph_layer(monkeypatch):
+    """The H100 path of 2026-11-27 (llama-3.1-8b, 16k): +compile beside attention=flex failed with a graph break,
+    because the flex call stepped out of dispatch modes through a mode-stack query dynamo cannot trace. Inside a graph
+    flex is now flex_attention itself, which dynamo compiles with the layer. On a CPU flex's forward (no gradients)
+    runs flex itself, so the fullgraph layer is traced here (the CPU training refusal lifted for the test): one graph,
+    the eager forward's output. Before the fix this raised "graph break ... torch.* op returned non-Tensor"."""
+    from workbench import opts
+    from workbench.opts import compile as comp
+    from workbench.opts import packing
+    from workbench.step.data import make_batches, to_device
+    from workbench.step.models import build_model
+    torch._dynamo.reset()
+    m = build_model("tiny-llama", layers=1, device="cpu")
+    ha = opts.apply(m, "attention", "flex")
+    try:
+        b = to_device(make_batches("uniform:16:64", 256, 1, 256, seed=0), "cpu", prepare=ha.prepare_batch)[0]
+        with torch.no_grad():
+            ref = m(**ha.inputs_fn(m, b)).logits
+        assert packing._flex_fn("cpu") is not packing._flex_fn("cpu")  # outside a graph: a call that leaves modes
+        monkeypatch.setattr(comp, "specialising_attention", lambda impl, device_type: None)
+        hc = opts.apply(m, "compile", "regional", tokens=256, backend="aot_eager")
+        try:
+            with torch.no_grad():
+                got = m(**ha.inputs_fn(m, b)).logits
+            assert hc.info["graphs"] == 1
+        finally:
+            hc.revert()
+    finally:
+        ha.revert()
+    assert torch.allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
 def test_reapplied_arm_reuses_its_graphs():
     """The engine applies the arm anew in every rep (and in the equivalence check): each apply compiles with the same
     backend callable, so dynamo's cache of the layer's code object serves every later apply. A backend built per apply

@@ -116,6 +116,36 @@ def test_liger_revert_restores_the_exact_forward():
     assert "unknown" in liger.unsupported("fastest", model, "cpu")
 
 
+@needs_liger
+def test_ligers_rope_breaks_a_fullgraph_compile():
+    """The fact behind `liger.path_conflict` (the H100 path's +liger point failed beside +compile, 2026-11-27): the
+    RoPE Liger patches into the modeling module calls a function marked torch.compiler.disable, so dynamo cannot trace
+    it into a fullgraph graph. Checked on the installed Liger, not assumed: fullgraph compile of the patched RoPE
+    raises before any Triton kernel runs (a CPU suffices); the model's own RoPE compiles (the control)."""
+    from torch._dynamo import exc as dynamo_exc
+    from workbench.opts import liger
+
+    entry = liger.compile_disabled_entry()
+    assert entry == "liger_kernel.backends.dispatch.dispatch"
+    hf = base_model_of(_model("tiny-llama"))
+    mod = liger.modeling_module("llama")
+    q = k = torch.randn(1, 2, 8, 16)
+    cos = sin = torch.randn(1, 8, 16)
+    own = mod.apply_rotary_pos_emb
+    torch._dynamo.reset()
+    torch.compile(own, backend="eager", fullgraph=True)(q, k, cos, sin)
+    changed = liger.patch_liger(hf)
+    try:
+        torch._dynamo.reset()
+        with pytest.raises(dynamo_exc.Unsupported, match="torch.compiler.disable"):
+            torch.compile(mod.apply_rotary_pos_emb, backend="eager", fullgraph=True)(q, k, cos, sin)
+    finally:
+        liger.restore(changed)
+    assert mod.apply_rotary_pos_emb is own
+    assert liger.path_conflict({"liger": "liger", "compile": "regional"}, "cuda").endswith(
+        "marked torch.compiler.disable (a graph break)")
+
+
 @pytest.mark.parametrize("name", TINY)
 def test_torch_rmsnorm_arm(name, monkeypatch):
     from workbench.opts import apply as opt_apply

@@ -326,8 +326,9 @@ def prune_path(sel: Selection, results: list[dict], path_cmp, device_type: str =
     out in `sel.left_out`, each anchor taken in `sel.path_arms`.
 
     Then the path's last point (every kept lever on) must be one the levers can run together
-    (`workbench.opts.conflict`: each module's `path_conflict` hook), by a rule fixed before the runs it judges: an
-    anchor that another lever cannot run beside is declined (the lever stays at its OPTIMIZED arm,
+    (`workbench.opts.conflicts`: each module's `path_conflict` hook), by a rule fixed before the runs it judges: an
+    anchor that another lever cannot run beside (a conflict that goes when the lever is at its OPTIMIZED arm instead)
+    is declined (the lever stays at its OPTIMIZED arm,
     `sel.anchors_declined`: the path keeps every lever rather than an anchor's edge over the OPTIMIZED arm, which its
     own comparison still reports), and a lever that conflicts even so is left out ("conflicts: ..."). A refusal known
     before the run is never a failed path point that takes every later point down with it."""
@@ -346,10 +347,12 @@ def prune_path(sel: Selection, results: list[dict], path_cmp, device_type: str =
     anchors = {c.opt: fa for c in kept if c.opt in by_opt and (fa := faster_anchor(by_opt[c.opt])) is not None}
     final = {c.opt: anchors[c.opt][0] if c.opt in anchors else opts.module(c.opt).OPTIMIZED for c in kept}
     for o in list(anchors):
-        clash = opts.conflict(final, device_type)
-        if clash is not None and opts.conflict({**final, o: opts.module(o).OPTIMIZED}, device_type) is None:
+        clash = opts.conflicts(final, device_type)
+        without = opts.conflicts({**final, o: opts.module(o).OPTIMIZED}, device_type)
+        if clash.keys() - without.keys():  # the anchor is what some lever cannot run beside
+            why = clash[next(iter(clash.keys() - without.keys()))]
             sel.anchors_declined[o] = (f"{o} stays at {opts.module(o).OPTIMIZED}, not its faster anchor "
-                                       f"{anchors[o][0]}: {clash[1]}")
+                                       f"{anchors[o][0]}: {why}")
             progress(f"[levers] the path declines {o}'s anchor: {sel.anchors_declined[o]}")
             final[o] = opts.module(o).OPTIMIZED
             del anchors[o]

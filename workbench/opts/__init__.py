@@ -160,11 +160,18 @@ def conflict(arms: dict, device_type: str) -> tuple[str, str] | None:
     """(opt, why) for the first optimization in {opt: arm} whose `path_conflict` hook says its arm cannot run beside
     the others' arms (compile="regional" beside attention="varlen"); None when they can run together. Read by the
     levers' path (`workbench.ab.levers.prune_path`) and `workbench.apply_optimizations`."""
+    return next(iter(conflicts(arms, device_type).items()), None)
+
+
+def conflicts(arms: dict, device_type: str) -> dict[str, str]:
+    """{opt: why} for every optimization in {opt: arm} whose `path_conflict` hook says its arm cannot run beside the
+    others' arms, in the order of `arms`."""
     from workbench.opts.protocol import hook
 
+    out = {}
     for o in arms:
         fn = hook(module(o), "path_conflict")
         why = fn(arms, device_type) if fn is not None else None
         if why:
-            return o, why
-    return None
+            out[o] = why
+    return out

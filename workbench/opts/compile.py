@@ -268,7 +268,7 @@ def _compiled_forward(layer, guard: _Guard, first: bool):
                                  f"({torch._dynamo.config.recompile_limit} graphs of the layer's code): "
                                  f"{_one_line(e)}") from None
         except (dynamo_exc.Unsupported, dynamo_exc.UserError) as e:
-            raise WorkbenchError(f"compile: graph break in the decoder layer (fullgraph): {_one_line(e)}") from None
+            raise WorkbenchError(f"compile: graph break in the decoder layer (fullgraph): {_one_line(e)}") from e
 
     if getattr(type(layer), "_wb_base_class", None) is not None:  # instrumented: ranges outside the graph
         from workbench.instrument.ranges import _layer_forward

@@ -97,6 +97,35 @@ def unsupported(arm: str, model, device) -> str | None:
     return None
 
 
+def compile_disabled_entry() -> str | None:
+    """The Liger function the patched RoPE calls that torch.compile must not trace (marked `torch.compiler.disable`),
+    or None. Liger 0.8.5's `liger_rotary_pos_emb` calls `liger_kernel.backends.dispatch.dispatch`, which is so marked:
+    dynamo cannot put it in a graph, and a fullgraph graph then fails ("Skip calling `torch.compiler.disable()`d
+    function": the H100 path's +liger point, 2026-11-27, after +compile)."""
+    if not _liger_installed():
+        return None
+    try:  # the module, not `from liger_kernel.backends import dispatch` (the package re-exports the function by name)
+        mod = importlib.import_module("liger_kernel.backends.dispatch")
+    except ImportError:
+        return None
+    fn = getattr(mod, "dispatch", None)
+    return "liger_kernel.backends.dispatch.dispatch" if getattr(fn, "_torchdynamo_disable", False) else None
+
+
+def path_conflict(arms: dict, device_type: str) -> str | None:
+    """Why `liger` cannot run beside the compile lever's `regional` arm at a levers' path point `arms` ({opt: arm}):
+    regional compile traces each decoder layer whole (fullgraph=True), and Liger's RoPE goes through a function
+    torch.compile must not trace (`compile_disabled_entry`). The control `torch_rmsnorm` has no such call. None where
+    nothing is known against it."""
+    if arms.get("liger") != "liger" or arms.get("compile", "eager") == "eager":
+        return None
+    entry = compile_disabled_entry()
+    if entry is None:
+        return None
+    return (f"liger cannot run inside regional compile's fullgraph layers: its RoPE calls {entry}, which is marked "
+            f"torch.compiler.disable (a graph break)")
+
+
 # --- snapshot / restore of what a patch changes --------------------------------------------------------------------
 
 _MISSING = object()

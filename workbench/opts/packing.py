@@ -440,9 +440,13 @@ _FLEX_COMPILED = None
 
 def _flex_fn(device_type: str):
     """flex_attention, compiled once per process on a GPU (eager on the CPU: forward only), called outside any
-    dispatch mode (`outside_dispatch_modes`)."""
+    dispatch mode (`outside_dispatch_modes`). Inside a graph dynamo is tracing (the compile lever's regional compile
+    of the decoder layer) it is flex_attention itself, which dynamo compiles with the layer: no dispatch mode is active
+    there (the compile lever runs the eager layer under one), and dynamo cannot trace the mode-stack query."""
     global _FLEX_COMPILED
     from torch.nn.attention.flex_attention import flex_attention
+    if torch.compiler.is_compiling():
+        return flex_attention
     if device_type != "cuda":
         fn = flex_attention
     else:

@@ -93,7 +93,8 @@ HOOKS = {h.name: h for h in (
          "(refused unless allow_different_function=True)."),
     Hook("path_conflict", None, "(arms: dict[str, str], device_type: str) -> str | None",
          "why this lever's arm in `arms` ({opt: arm}, one point of the levers' path) cannot run beside the other "
-         "levers' arms there (compile: regional compile refuses the varlen attention arm); None where it can. Read by "
+         "levers' arms there (compile: regional compile refuses the varlen attention arm; liger: its RoPE breaks "
+         "regional compile's fullgraph layer); None where it can. Read by "
          "`workbench.ab.levers` before the path runs: the path declines an anchor that conflicts, and leaves out a "
          "lever that conflicts at its own arm."),
     Hook("DOSE", None, "dict | None",
