@@ -127,9 +127,12 @@ class _Span:
 
 
 def span(name: str):
-    """A range named `name` in the active sinks; a shared no-op when ranges are off."""
+    """A range named `name` in the active sinks; a shared no-op when ranges are off, and inside a graph dynamo is
+    tracing (the compile lever's regional compile: dynamo cannot trace an NVTX push, and the compiled layer's own range
+    is opened outside the graph, `_layer_forward`). The H100 path of 2026-11-27 failed so at +compile beside flex: the
+    BlockMask build's `wb/L00/attn/meta` span was a graph break."""
     r = Ranges._active
-    if r is None:
+    if r is None or torch.compiler.is_compiling():
         return _NULL
     return _Span(r, name)
 
