@@ -263,3 +263,29 @@ def test_the_path_leaves_a_slower_lever_out(monkeypatch, capsys, tmp_path):
     line = next(ln for ln in stdout.splitlines() if ln.startswith("lever_slow "))
     assert "path: left out: slower" in line
     assert "left out" not in next(ln for ln in stdout.splitlines() if ln.startswith("lever_attention "))
+
+
+def test_what_holds_the_paths_last_measured_point_back():
+    """Issue 40's goals: where one is missed, the last point's breakdown names what holds it back. The H100 path of
+    2026-11-27 failed at +compile, after +precision: the held-back line belongs to the last point the path measured
+    (+precision, with its trace), never to a failed point without one; the levers largest first (a slice-gradient
+    lever, which `levers` puts first, after a larger pointwise one); and the MFU the point would reach with GEMM alone
+    (mfu / GEMM's share of the traced step)."""
+    from workbench.ab import lever_path
+
+    lv = [{"component": "slice gradients (fill + add)", "ms": 76.0, "share": 0.06},
+          {"component": "norm_elementwise", "ms": 418.4, "share": 0.331},
+          {"component": "copy", "ms": 219.4, "share": 0.174}]
+    assert lever_path.held_back(lv) == ("norm_elementwise (418.4 ms, 33%); copy (219.4 ms, 17%); "
+                                        "slice gradients (fill + add) (76.0 ms, 6%)")
+    assert lever_path.held_back([]) is None
+    rows = [{"arm": "baseline", "status": "ok", "mfu": 0.1, "ms_gemm": 1000.0, "ms_norm_elementwise": 3000.0,
+             "held_back_by": "x"},
+            {"arm": "+precision", "status": "ok", "mfu": 0.254, "ms_gemm": 1031.0, "ms_norm_elementwise": 654.0,
+             "ms_copy": 137.0, "ms_attention": 197.0, "ms_launch_gap": 19.0, "held_back_by": "norm_elementwise"},
+            {"arm": "+compile", "status": "failed", "mfu": None, "held_back_by": None}]
+    lever_path.mark_last_measured(rows)
+    assert [r["held_back_by"] for r in rows] == [None, "norm_elementwise", None]
+    assert rows[1]["gemm_share"] == pytest.approx(1031.0 / 2038.0)
+    assert rows[1]["mfu_if_only_gemm"] == pytest.approx(0.254 * 2038.0 / 1031.0)
+    assert "gemm_share" not in rows[0] and "gemm_share" not in rows[2]

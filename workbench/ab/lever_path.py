@@ -27,7 +27,11 @@ Per point, one row of path.csv:
 - `tokens_per_s`, `peak_mem_mib`, `equivalent`, `different_function_passed` (a point whose arm computes a different
   function by design, as the run judged it: `workbench.measure.numerics.equiv_cell`; None for any other);
 - the breakdown: `ms_<component>` per `workbench.traces.decompose` component, from the point's trace (a run with
-  `--trace torch`); and for the last point `held_back_by`: the largest lever `workbench.traces.levers.levers` names in it.
+  `--trace torch`); and for the last point the path measured (a failed later point has no trace) `held_back_by`: the
+  levers `workbench.traces.levers.levers` names in its breakdown, largest first (ms, share of the traced step);
+  `gemm_share`, GEMM's share of the traced step; and `mfu_if_only_gemm` = mfu / gemm_share, the MFU the point would
+  reach if every non-GEMM microsecond went and the GEMMs ran as they do: below a goal, the GEMMs themselves hold the
+  point back too.
 
 A run cut off after the path's timed steps (its summary.json lists `path` in `levers.run` but holds no `path`
 comparison) gives its points from results.csv, with status `incomplete` and no equivalence or breakdown.
@@ -113,8 +117,27 @@ def _breakdown(run_dir: str, cmp_name: str, arm: str, experts: int | None = None
     comps = decompose.summary(ev).to_dict("records")
     ms = {f"ms_{r['component']}": r["ms"] for r in comps if r["component"] in decompose.COMPONENTS}
     top = decompose.top_kernels(ev, 50).to_dict("records")
-    rows = levers(comps, top_kernels=top, experts=experts)
-    return ms, (f"{rows[0]['component']} ({rows[0]['ms']:.1f} ms, {100 * rows[0]['share']:.0f}%)" if rows else None)
+    return ms, held_back(levers(comps, top_kernels=top, experts=experts))
+
+
+def held_back(lever_rows: list[dict]) -> str | None:
+    """The levers a breakdown names (`workbench.traces.levers.levers` rows), largest first, as one line."""
+    rows = sorted(lever_rows, key=lambda r: -(r["ms"] or 0))
+    return "; ".join(f"{r['component']} ({r['ms']:.1f} ms, {100 * r['share']:.0f}%)" for r in rows) or None
+
+
+def mark_last_measured(out: list[dict]) -> None:
+    """Keep `held_back_by` on the last point the path measured (status ok, with a breakdown: a failed later point has
+    no trace) and give it `gemm_share` and `mfu_if_only_gemm`; every other point's `held_back_by` is cleared."""
+    last = next((r for r in reversed(out) if r.get("ms_gemm") is not None and r["status"] == "ok"), None)
+    for r in out:
+        if r is not last:
+            r["held_back_by"] = None
+    if last is not None:
+        step = sum(v for k, v in last.items() if k.startswith("ms_") and v)
+        last["gemm_share"] = last["ms_gemm"] / step if step else None
+        last["mfu_if_only_gemm"] = (last["mfu"] / last["gemm_share"]
+                                    if last.get("mfu") is not None and last["gemm_share"] else None)
 
 
 def _batch_flops(c: dict, meta: dict, attention: str) -> list[dict]:
@@ -243,9 +266,9 @@ def rows_of(run_dir: str) -> list[dict]:
                     row[f"{key}_ci95_lo"], row[f"{key}_ci95_hi"] = (p["ci95"] or [None, None])
         ms, held = _breakdown(run_dir, c["name"], arm, experts)
         row.update(ms)
-        if i == len(order) - 1:
-            row["held_back_by"] = held
+        row["held_back_by"] = held
         out.append(row)
+    mark_last_measured(out)
     return out
 
 
@@ -333,6 +356,8 @@ def main(argv=None) -> int:
         arm = r["arm"] + (f" ({r['lever_arm']})" if r.get("lever_arm") else "")  # a lever taken at its anchor
         print(f"{r['run']}  {r['point']} {arm:28s} {r['step_ms'] or float('nan'):10.2f} ms  {sp}{ci}  MFU {mfu}"
               + (f"  held back by {r['held_back_by']}" if r.get("held_back_by") else "")
+              + (f"  (GEMM {100 * r['gemm_share']:.0f}% of the step: MFU {100 * r['mfu_if_only_gemm']:.1f}% if only "
+                 f"GEMM remained)" if r.get("mfu_if_only_gemm") is not None else "")
               + (f"  {equiv_cell(False, r['different_function_passed'])}"
                  if r.get("different_function_passed") is not None else ""))
     for d in a.runs:
