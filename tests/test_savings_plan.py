@@ -2,6 +2,8 @@
 needs, from the inconclusive one as a pilot, under the verdict test as committed."""
 import math
 
+import pytest
+
 from workbench.savings import plan, verdicts
 
 
@@ -15,10 +17,12 @@ def _row(ratio=1.0, proc_sd_pct=10.0, k=3, pred_se_pct=1.0, source="untraced", p
 
 
 def _judge_at(row, kk):
-    """verdicts.judge at K' processes with the plan's scaling (the prediction fixed: untraced)."""
-    sd = row["measured_se_ms"] * math.sqrt(row["measured_n_units"])
-    return verdicts.judge(row["predicted_ms"], row["predicted_se_ms"], row["measured_ms"], sd / math.sqrt(kk), kk - 1,
-                          predicted_df=row["predicted_df"])["verdict"]
+    """verdicts.judge at K' processes with the plan's scaling (the prediction fixed: untraced), the pilot's SDs at
+    their upper bounds as the plan takes them."""
+    k = row["measured_n_units"]
+    sd = row["measured_se_ms"] * math.sqrt(k) * plan._ucl(k - 1)
+    return verdicts.judge(row["predicted_ms"], row["predicted_se_ms"] * plan._ucl(row["predicted_df"]),
+                          row["measured_ms"], sd / math.sqrt(kk), kk - 1, predicted_df=row["predicted_df"])["verdict"]
 
 
 def test_the_planned_size_is_where_the_committed_test_first_decides():
@@ -38,10 +42,10 @@ def test_a_ratio_far_outside_the_band_plans_a_refutation():
 def test_a_prediction_too_wide_for_the_band_is_not_fixed_by_processes():
     """Negative control of the planner: the untraced prediction's se (the dose slope's) does not shrink with the
     verdict run's processes; near a band edge no K' decides, and the plan says the input needs precision."""
-    got = plan.processes_to_decide(_row(ratio=1.15, proc_sd_pct=5.0, pred_se_pct=9.0))
+    got = plan.processes_to_decide(_row(ratio=1.1, proc_sd_pct=5.0, pred_se_pct=9.0))
     assert got["k"] is None and "not by processes" in got["why"]
     # the same row, its prediction the judged processes' own mean (traced, K - 1 df): processes do shrink it
-    traced = plan.processes_to_decide(_row(ratio=1.15, proc_sd_pct=5.0, pred_se_pct=9.0, source="traced",
+    traced = plan.processes_to_decide(_row(ratio=1.1, proc_sd_pct=5.0, pred_se_pct=9.0, source="traced",
                                            predicted_df=2))
     assert traced["reads"] == "confirmed"
 
@@ -71,8 +75,9 @@ def test_the_cli_prints_the_plan_of_the_committed_untraced_run(tmp_path, capsys)
 def _judge_both(row, kk, d):
     """verdicts.judge with a new dose run of d processes (the prediction's se as 1 / sqrt(d) from the pilot dose's) and
     a new verdict run of kk processes."""
-    sd = row["measured_se_ms"] * math.sqrt(row["measured_n_units"])
-    se_p = row["predicted_se_ms"] * math.sqrt((row["predicted_df"] + 1) / d)
+    k = row["measured_n_units"]
+    sd = row["measured_se_ms"] * math.sqrt(k) * plan._ucl(k - 1)
+    se_p = row["predicted_se_ms"] * plan._ucl(row["predicted_df"]) * math.sqrt((row["predicted_df"] + 1) / d)
     return verdicts.judge(row["predicted_ms"], se_p, row["measured_ms"], sd / math.sqrt(kk), kk - 1,
                           predicted_df=d - 1)["verdict"]
 
@@ -82,7 +87,7 @@ def test_with_a_new_dose_run_the_plan_is_the_smallest_pair_that_decides():
     and a new verdict run together: the pair it gives decides under verdicts.judge, and no pair of fewer processes in
     all does. Negative controls: a traced row is not planned with a dose, and a ratio on the band edge is not
     decidable at any size."""
-    row = _row(ratio=1.15, proc_sd_pct=5.0, pred_se_pct=9.0)
+    row = _row(ratio=1.1, proc_sd_pct=5.0, pred_se_pct=9.0)
     assert plan.processes_to_decide(row)["k"] is None
     got = plan.with_dose(row)
     assert got["reads"] == "confirmed" and got["dose"] > 10
@@ -93,3 +98,28 @@ def test_with_a_new_dose_run_the_plan_is_the_smallest_pair_that_decides():
     assert plan.with_dose(_row(ratio=1.25, proc_sd_pct=5.0, pred_se_pct=9.0))["k"] is None
     text = plan.table([row])
     assert f"{got['dose']} dose processes and {got['k']} verdict processes would read confirmed" in text
+
+
+def test_the_pilots_sd_is_planned_at_its_upper_bound_as_the_held_out_run_asks():
+    """The plan of 2026-11-27 (2) sized packing qwen3-14b 4 L at 8 processes from a 3-process pilot
+    (profiles/2026-11-27_h100_verdicts_untraced) with the pilot's SD at its point value; the 8-process run
+    (profiles/2026-11-27_h100_verdicts_planned) measured a process SD 1.4x the pilot's, and at the pilot's very ratio
+    (1.09) its verdict was inconclusive. Checked on the committed runs: the held-out SD exceeds the pilot's point value
+    but lies under its 80% upper bound, which the plan now uses; and the plan from the same pilot no longer promises a
+    decision at 8 (a check that fails if the factor is dropped)."""
+    import json
+    import os
+    root = os.path.join(os.path.dirname(__file__), "..", "profiles")
+
+    def sm(folder):
+        with open(os.path.join(root, folder, "packing_q14l4", "verdicts.json")) as f:
+            return json.load(f)["comparisons"][0]["savings_model"]
+    pilot, held = sm("2026-11-27_h100_verdicts_untraced"), sm("2026-11-27_h100_verdicts_planned")
+    sd = {k: v["measured_se_ms"] * math.sqrt(v["measured_n_units"]) for k, v in (("pilot", pilot), ("held", held))}
+    assert (pilot["measured_n_units"], held["measured_n_units"]) == (3, 8)
+    assert sd["pilot"] < sd["held"] < sd["pilot"] * plan._ucl(2)
+    assert held["verdict"] == "inconclusive" and abs(held["ratio"] - pilot["ratio"]) < 0.01
+    assert plan._ucl(2) == pytest.approx(2.12, abs=0.01) and plan._ucl(None) == 1.0
+    row = {"comparison": "packing", "verdict": "inconclusive", "family_size": 1, **pilot}
+    got = plan.processes_to_decide(row)
+    assert got["k"] is None or got["k"] > 8

@@ -5,7 +5,9 @@ A verdict is judged once, on the processes its run had; more processes are never
 sequential design, and none is fixed). What this module gives is the size of a fresh, independent run of the same
 shape, planned from the inconclusive one as a pilot:
 
-- the per-process SD of the measured saving is the pilot's (se x sqrt(K));
+- the per-process SD of the measured saving is the pilot's (se x sqrt(K)) at its upper confidence bound
+  (`PILOT_SD_CONFIDENCE`, chi-square with K - 1 df), and the prediction's se likewise with its own df: a pilot of 3
+  processes estimates an SD loosely, and planning on its point value undersized the run it planned (below);
 - the prediction's se stays as it is where it does not come from the judged processes (the untraced form: the dose
   slope's; a calibrated theta's interval), and shrinks as 1 / sqrt(K') where it is the judged processes' own mean
   (the traced process-level prediction, `predicted_df` = K - 1);
@@ -32,6 +34,24 @@ import math
 
 K_MAX = 30
 """The largest run planned: 30 processes of one shape (about 5 H100 hours for an MoE shape)."""
+
+PILOT_SD_CONFIDENCE = 0.8
+"""The pilot's SDs enter the plan at this one-sided upper confidence bound (the upper-confidence-limit method of
+sizing a study from a pilot): SD x sqrt(df / chi2.ppf(1 - 0.8, df)), 2.12x at 2 df, 1.26x at 7. Why: the plan of
+2026-11-27 (2) sized packing qwen3-14b 4 L at 8 processes from a 3-process pilot's SD taken at its point value (1.4 ms a
+process); the 8-process run (profiles/2026-11-27_h100_verdicts_planned) measured 2.0 ms and its verdict, at the
+pilot's very ratio 1.09, came out inconclusive (90% CI [0.92, 1.29])."""
+
+
+_SDS = f" and its SDs at their {100 * PILOT_SD_CONFIDENCE:.0f}% upper bounds"
+
+
+def _ucl(df) -> float:
+    """The factor an SD estimated on `df` degrees of freedom is planned at (`PILOT_SD_CONFIDENCE`); 1 without df."""
+    if not df or df < 1:
+        return 1.0
+    from scipy import stats as sps
+    return math.sqrt(df / sps.chi2.ppf(1.0 - PILOT_SD_CONFIDENCE, df))
 
 
 def _alpha(row: dict) -> float:
@@ -65,8 +85,9 @@ def processes_to_decide(row: dict, k_max: int = K_MAX) -> dict:
         return {"k": None, "reads": None, "why": "no process-level measured saving to plan from"}
     if m <= 0 or p <= 0:
         return {"k": None, "reads": None, "why": "a saving at or below 0: the ratio's log form does not apply"}
-    sd_proc, scales = se_m * math.sqrt(k), _scales(row, k)
-    se_p, df_p = float(se_p or 0.0), row.get("predicted_df")
+    sd_proc, scales = se_m * math.sqrt(k) * _ucl(k - 1), _scales(row, k)
+    df_p = row.get("predicted_df")
+    se_p = float(se_p or 0.0) * _ucl(df_p)
     theta = row.get("theta_ci95") if row.get("input_source") == "calibrated" else None
     alpha = _alpha(row)
 
@@ -75,12 +96,12 @@ def processes_to_decide(row: dict, k_max: int = K_MAX) -> dict:
         reads = _reads(stats.band_ratio_test(m, sd_proc / math.sqrt(kk), kk - 1, p, sp, (kk - 1) if scales else df_p,
                                              theta_ci=theta, band=verdicts.BAND, alpha=alpha), alpha)
         if reads:
-            return {"k": kk, "reads": reads, "why": f"at the pilot's ratio {m / p:.2f}"}
+            return {"k": kk, "reads": reads, "why": f"at the pilot's ratio {m / p:.2f}{_SDS}"}
     if not scales and _reads(stats.band_ratio_test(m, 0.0, 1e9, p, se_p, df_p, theta_ci=theta, band=verdicts.BAND,
                                                    alpha=alpha), alpha) is None:  # even a saving known exactly
         return {"k": None, "reads": None, "input_too_wide": True,
                 "why": (f"not by processes: at the pilot's ratio {m / p:.2f} the prediction's own interval "
-                        f"(se {100 * se_p / p:.1f}%, from its {row.get('input_source')} input) already spans a "
+                        f"(se {100 * se_p / p:.1f}% at its upper bound, from its {row.get('input_source')} input) already spans a "
                         "band edge; its input needs more precision (e.g. more dose processes)")}
     return {"k": None, "reads": None, "why": f"more than {k_max} processes at the pilot's ratio {m / p:.2f}"}
 
@@ -102,7 +123,8 @@ def with_dose(row: dict, k_max: int = K_MAX, dose_max: int = DOSE_MAX) -> dict:
     if row.get("input_source") != "untraced" or None in (m, p, se_m, se_p, k, df_p) or k < 2 or m <= 0 or p <= 0:
         return {"k": None, "dose": None, "reads": None,
                 "why": "only the untraced form's dose-fed prediction is planned with its dose"}
-    sd_proc, n_dose, alpha = se_m * math.sqrt(k), df_p + 1, _alpha(row)
+    sd_proc, n_dose, alpha = se_m * math.sqrt(k) * _ucl(k - 1), df_p + 1, _alpha(row)
+    se_p = se_p * _ucl(df_p)
     for total in range(4, k_max + dose_max + 1):
         for kk in range(max(2, total - dose_max), min(k_max, total - 2) + 1):
             d = total - kk
@@ -110,20 +132,21 @@ def with_dose(row: dict, k_max: int = K_MAX, dose_max: int = DOSE_MAX) -> dict:
                                                  d - 1, band=verdicts.BAND, alpha=alpha), alpha)
             if reads:
                 return {"k": kk, "dose": d, "reads": reads,
-                        "why": f"at the pilot's ratio {m / p:.2f}; the dose pilot had {n_dose} processes"}
+                        "why": f"at the pilot's ratio {m / p:.2f}{_SDS}; the dose pilot had {n_dose} processes"}
     return {"k": None, "dose": None, "reads": None,
             "why": f"more than {k_max} verdict and {dose_max} dose processes at the pilot's ratio {m / p:.2f}"}
 
 
 def table(rows: list[dict]) -> str:
     """One line per row: shape, the pilot's verdict and ratio, the processes a new run needs and what it would read."""
-    lines = ["plan for a new run of each shape (the pilot's ratio and SDs assumed; a planning figure, not a verdict):"]
+    lines = ["plan for a new run of each shape (the pilot's ratio assumed, its SDs at their upper bounds; a planning figure, "
+             "not a verdict):"]
     for r in rows:
         if r.get("verdict") in (None, "confirmed", "refuted"):
             continue
         got = processes_to_decide(r)
         what = f"{got['k']} processes would read {got['reads']} ({got['why']})" if got["k"] else got["why"]
-        if got.get("input_too_wide"):
+        if got["k"] is None and r.get("input_source") == "untraced" and "no process-level" not in got["why"]:
             both = with_dose(r)
             what += (f"; with a new dose run: {both['dose']} dose processes and {both['k']} verdict processes would "
                      f"read {both['reads']} ({both['why']})" if both["k"] else f"; with a new dose run: {both['why']}")
