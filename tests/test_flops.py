@@ -233,7 +233,7 @@ def test_matches_flop_counter_partial_targets_dense_moe_layer_and_input_grads():
 
 def test_committed_runs_get_model_flops_and_mfu_from_their_own_batches():
     """analysis.mfu rebuilds each committed comparison's batches from its meta.json and counts them with
-    `for_comparison`: the packing comparison (varlen) is counted block-diagonal, the GPT-OSS one (eager) dense, and
+    `for_comparison`: the packing comparison (varlen) is counted block-diagonal, the GPT-OSS MoE ones (eager) dense, and
     every MFU is a fraction of the H100's dense bf16 peak."""
     import os
 
@@ -246,7 +246,10 @@ def test_committed_runs_get_model_flops_and_mfu_from_their_own_batches():
         pytest.skip("no committed GPU runs")
     pk = df[(df["name"] == "packing") & (df["attn"] == "varlen")]
     assert set(pk["attention_flops"]) == {"block_diagonal"}
-    assert set(df[df["model"] == "gpt-oss-20b"]["attention_flops"]) == {"dense"}
+    assert set(df[(df["model"] == "gpt-oss-20b") & (df["name"] == "moe")]["attention_flops"]) == {"dense"}
+    # a run since per-arm FLOPs: its flex arms counted as they ran (profiles/2026-11-27_h100_last_points)
+    assert set(df[df["folder"].str.endswith("2026-11-27_h100_last_points/gptoss_best/gptoss_best")]["attention_flops"]) \
+        == {"block_diagonal"}
     assert df["mfu"].between(0, 1).all() and (df["peak_tflops"] == flops.peak_tflops("NVIDIA H100 80GB HBM3")).all()
     r = pk.iloc[0]
     meta = an._json(os.path.join(root, "..", r["folder"], "meta.json")) if not os.path.isabs(r["folder"]) else None
