@@ -94,6 +94,11 @@ def unsupported(arm: str, model, device) -> str | None:
         return None
     if not hasattr(torch, "compile"):
         return "torch.compile needs torch 2.0+"
+    wrapped = parameter_lora(model)
+    if wrapped is not None:
+        return (f"regional compile cannot trace peft's LoRA on parameters ({wrapped}): its ParamWrapper registers a "
+                "parametrization at every forward, which swaps the parameter in place (Parameter.set_), a graph break "
+                "in a fullgraph layer (the MoE models' experts carry their LoRA so)")
     dev = torch.device(device) if device is not None else next(model.parameters()).device
     if dev.type == "cpu" and not _has_c_compiler():
         return "regional compile on a CPU needs a C compiler on PATH (gcc, cc or clang) for inductor"
@@ -102,6 +107,16 @@ def unsupported(arm: str, model, device) -> str | None:
         if importlib.util.find_spec("triton") is None:
             return "regional compile on CUDA needs triton (CUDA builds of torch bring it)"
     return None
+
+
+def parameter_lora(model) -> str | None:
+    """The first module name of `model` that is peft's LoRA on a bare parameter (`peft.tuners.lora.layer.ParamWrapper`,
+    `target_parameters`: the MoE presets' experts), or None."""
+    try:
+        from peft.tuners.lora.layer import ParamWrapper
+    except ImportError:
+        return None
+    return next((name for name, mod in model.named_modules() if isinstance(mod, ParamWrapper)), None)
 
 
 def comparison_options(cmp, device, state: dict) -> dict:
