@@ -56,6 +56,11 @@ COMMON="--headline --batches 1 --trace ${TRACE:-torch} --seed ${SEED:-300}"
 #     is not promised by any size.
 #   MoE (both shapes): 31 dose and 16 verdict processes for qwen3-30b-a3b; more than 40 and 30 for gpt-oss-20b 8 L.
 #     About 1.5-2 H100 hours: not planned into a 30-minute session (a 4-GPU lease could carry the qwen3 half).
+# Outcome of the planned packing runs (2026-11-27 (4), profiles/2026-11-27_h100_verdicts_planned): qwen3-14b 4 L at K = 8
+#   held the pilot's ratio (1.09) but measured 1.4x the pilot's process SD: inconclusive [0.92, 1.29]; qwen3-8b at K = 4,
+#   judged on the committed dose (dose_pack_more did not run): 1.25, inconclusive. plan.py now takes a pilot's SDs at
+#   their 80% upper bounds (PILOT_SD_CONFIDENCE); from these runs it plans qwen3-14b 4 L at 17 new dose + 21 verdict
+#   processes, qwen3-8b at none (more than 40 + 30). Still planned and not run: v_plan_off (offload q14 / q8, K = 6, ~20 min).
 # VERDICT_K=3: each shape as 3 processes (`--processes 3`, each traced), so the measured saving is over processes
 # (issue 39: one process per shape left the calibrated packing verdicts inconclusive); about 3x the minutes above
 # (~33 on one H100: packing ~8, MoE ~15, offload 2 shapes ~9; the shapes below change with it).
