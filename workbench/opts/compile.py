@@ -24,8 +24,10 @@ Static shapes across batches, or the arm fails:
   and packing's `varlen` (cu_seqlens with one entry per document, a Python-int max length), and on a CPU the attention
   lever's `flex` (flex has no CPU backward: its training path loops over the document lengths). The attention
   lever's `dense` (a T x T mask from the document ids, fixed shapes once padded) compiles once and runs every batch
-  (tests/test_opt_compile.py); its `flex` on a GPU (BlockMask tables of fixed shape once padded) is left to the
-  guards below.
+  (tests/test_opt_compile.py); its `flex` on a GPU (BlockMask tables of fixed shape once padded, built before the
+  layers: `attention._prime_flex`) is left to the guards below. A model with peft's LoRA on bare parameters (the MoE
+  presets' experts: `ParamWrapper`, whose per-forward parametrization is a `Parameter.set_`) is refused by
+  `unsupported`, and Liger's RoPE cannot run inside the compiled layer (`liger.path_conflict`).
 
 Failures, each one line (`WorkbenchError`):
 - a graph break (fullgraph=True: dynamo raises instead of splitting the layer and running the rest eagerly);
