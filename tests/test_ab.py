@@ -500,7 +500,10 @@ def test_summary_writes_each_batch_and_each_arms_flops_and_the_analysis_reads_th
     for a in (c["baseline"], c["optimized"], *c["others"]):
         want = [flops.arm_batch_flops(cfg, b.doc_lens, attn_implementation=a["attention_impl"], lora_rank=16)
                 for b in built]
-        assert a["flops_per_batch"] == [{"model": f["model"], "total": f["total"]} for f in want], a["arm"]
+        assert [{k: f[k] for k in ("model", "total")} for f in a["flops_per_batch"]] == \
+            [{"model": f["model"], "total": f["total"]} for f in want], a["arm"]
+        # NeMo's count per batch too (with the built model's parameter counts): lever_path's mfu_nemo per point
+        assert all(0 < f["nemo"] < f["total"] for f in a["flops_per_batch"]), a["arm"]
         assert a["attention_flops"] == want[0]["attention"]
 
     older = tmp_path / "runs" / "older"

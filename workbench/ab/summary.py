@@ -62,7 +62,7 @@ def arm_summary(runner, label, samples, m, counted, arm_status, info, equiv, eve
         from workbench.step import flops
         d["attention_impl"] = attention_impl
         d["attention_flops"] = batch_flops[0]["attention"]
-        d["flops_per_batch"] = [{"model": f["model"], "total": f["total"]} for f in batch_flops]
+        d["flops_per_batch"] = [{k: f[k] for k in ("model", "total", "nemo") if k in f} for f in batch_flops]
         d.update(flops.arm_throughput(list(batch_flops), mine, getattr(runner, "device_name", None)))
     if arm_status.get(label, {}).get("error"):
         d["error"] = arm_status[label]["error"]
