@@ -17,7 +17,11 @@
 #     declines an anchor another lever cannot run beside (workbench.ab.levers.prune_path), and with no lever
 #     comparison run (--only path) it takes every chosen lever at its OPTIMIZED arm: the same path. Estimate: the
 #     traced baseline (~1 min), 5 points x 5 passes x (<= 4 warm-up + 1 step) at 1.5-5 s a step (~6 min), compile
-#     ~1-2 min, equivalence and one traced pass per point (~2 min): ~10-12 min;
+#     ~1-2 min, equivalence and one traced pass per point (~2 min): ~10-12 min. MEASURED 2026-11-27 (4) on machines
+#     O, P, Q (profiles/2026-11-27_h100_llama16k_path): 303-353 s each, the +compile point failing early every time
+#     (beside flex: a mode-stack query, then an NVTX span, then a checkpoint recompute that ran a second graph; each
+#     fixed in 6331300 / 7b09311) and liger left out before the run (its RoPE breaks a fullgraph layer). With compile
+#     running, add its compile (~1-2 min) and its 5 passes: ~8-10 min;
 #   gptoss_best / qwen_best: the MoE goals' last points, traced (issue 40: "where a goal is missed, the last point's
 #     breakdown names what holds it back"): each model at the greatest depth that fits, at the best configuration measured
 #     at 4-8 layers (flex attention, bf16 adapters; qwen3 with our grouped experts, gpt-oss with transformers' grouped_mm,
