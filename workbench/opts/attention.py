@@ -174,24 +174,17 @@ def _meta_of(query, kwargs) -> packing.PackedMeta:
     return meta
 
 
-def _flex_mask(meta, wkey: str):
-    """The BlockMask of window key `wkey` ("full" or the window) from the batch's tables."""
-    parts = meta.variants["flex_parts"]
-    if f"{wkey}/kv_num_blocks" not in parts:
-        raise WorkbenchError(f"flex: no BlockMask tables for window {wkey} (the batch was prepared for another model)")
-    p = {k.split("/", 1)[1]: v for k, v in parts.items() if k.startswith(wkey + "/")}
-    return block_mask({**p, "doc_ids": meta.doc_ids}, meta.tokens, None if wkey == "full" else int(wkey))
-
-
 def _prime_flex(meta) -> None:
     """Every BlockMask of the batch, built once in `inputs_fn`, before any layer runs (sync-free: device tables).
     Built inside the first layer instead, it was part of that layer's graph under the compile lever's regional
     compile but an input of the same layer's recompute (cached by then): two graphs for one checkpointed layer, and
     the recompute's saved tensors differed (torch.utils.checkpoint's CheckpointError, the H100 path of 2026-11-27).
     Its few kernels run outside every layer's range now, so a trace no longer counts them as layer 0's glue."""
-    for wkey in sorted({k.split("/", 1)[0] for k in meta.variants["flex_parts"]}):
+    parts = meta.variants["flex_parts"]
+    for wkey in sorted({k.split("/", 1)[0] for k in parts}):
         window = None if wkey == "full" else int(wkey)
-        meta.variants[("flex", window)] = _flex_mask(meta, wkey)
+        p = {k.split("/", 1)[1]: v for k, v in parts.items() if k.startswith(wkey + "/")}
+        meta.variants[("flex", window)] = block_mask({**p, "doc_ids": meta.doc_ids}, meta.tokens, window)
 
 
 def _cached(meta, key, build):
@@ -289,7 +282,10 @@ def flex_attention_fn(module, query, key, value, attention_mask, dropout=0.0, sc
     if query.device.type == "cpu" and training:  # flex has no CPU backward: the same function per document
         out, lse = cpu_flex(query, key, value, meta.doc_lens, window, scale)
     else:
-        bm = _cached(meta, ("flex", window), lambda: _flex_mask(meta, _wkey(window)))  # primed by inputs_fn
+        bm = meta.variants.get(("flex", window))  # built by inputs_fn (`_prime_flex`), one per window of the batch
+        if bm is None:
+            raise WorkbenchError(f"flex: no BlockMask tables for window {_wkey(window)} (the batch was prepared for "
+                                 "another model)")
         out, lse = _flex_kernel(query, key, value, bm, scale, need_lse=sinks is not None)
     if sinks is not None:
         out = with_sinks(out, lse, sinks)
