@@ -61,6 +61,17 @@ COMMON="--headline --batches 1 --trace ${TRACE:-torch} --seed ${SEED:-300}"
 #   judged on the committed dose (dose_pack_more did not run): 1.25, inconclusive. plan.py now takes a pilot's SDs at
 #   their 80% upper bounds (PILOT_SD_CONFIDENCE); from these runs it plans qwen3-14b 4 L at 17 new dose + 21 verdict
 #   processes, qwen3-8b at none (more than 40 + 30). Still planned and not run: v_plan_off (offload q14 / q8, K = 6, ~20 min).
+# Planned 2026-11-27 (5), written before its run, from `python -m workbench.verdicts profiles/2026-11-27_h100_verdicts_planned/
+#   packing_q14l4 --dose profiles/2026-11-26_h100_dose/packing --plan` (the corrected planner: pilot SDs at their 80% upper
+#   bounds): packing qwen3-14b 4 L, 17 new dose processes and 21 verdict processes, untraced, fresh seeds, judged on its own
+#   21 processes (never pooled with the 8 above) against the committed dose merged with the 17 new processes:
+#     python -m workbench.ab.dose ... --processes 13 --seed 30 --out $CAMP/dose_pack13   (and --processes 4 --seed 43:
+#       dose_pack4; the dose_pack_more command with other seeds: 20 and 21 are the committed dose's)
+#     ONLY=packing_q14l4 VERDICT_K=21 TRACE=none SEED=700 MOE=0 OFFLOAD=0 bash gpu/jobs/verdicts.sh
+#     cp -r profiles/2026-11-26_h100_dose/packing <merged>; python -m workbench.ab.dose_merge <merged> $CAMP/dose_pack13 $CAMP/dose_pack4
+#     python -m workbench.verdicts $CAMP/verdicts/packing_q14l4 --dose <merged>
+#   Decision rule as committed (band [0.8, 1.25] at 90%). The plan promises "confirmed" only at the pilot's ratio 1.09 and
+#   its SDs at their upper bounds; a different ratio or wider spread can leave it inconclusive, and that is reported.
 # VERDICT_K=3: each shape as 3 processes (`--processes 3`, each traced), so the measured saving is over processes
 # (issue 39: one process per shape left the calibrated packing verdicts inconclusive); about 3x the minutes above
 # (~33 on one H100: packing ~8, MoE ~15, offload 2 shapes ~9; the shapes below change with it).
