@@ -331,3 +331,33 @@ def test_lever_path_says_what_the_path_left_out_and_the_anchors_it_declined(tmp_
                      "anchor declined: " + lev["anchors_declined"]["attention"]]
     (run / "summary.json").write_text(json.dumps({"levers": {"run": ["attention"]}, "comparisons": []}))
     assert lever_path.path_notes(str(run)) == [] and lever_path.path_notes(str(tmp_path / "none")) == []
+
+
+def test_the_last_point_says_when_it_ran_below_the_paths_clock():
+    """The compiled point of the H100 llama 16k path (run_r, 2026-11-27) ran at a median SM clock of 1455 MHz against
+    1950 at the baseline: lever_path says so beside its GEMM bound, with the GEMM time of the point before. A path
+    whose clocks agree within 5% gets no note (the control: the same rows with the last clock raised)."""
+    import os
+    from workbench.ab.lever_path import clock_note, rows_of
+    run = os.path.join(os.path.dirname(__file__), "..", "profiles", "2026-11-27_h100_llama16k_path", "run_r",
+                       "llama16k_path")
+    rows = rows_of(run)
+    last = next(r for r in rows if r.get("mfu_if_only_gemm") is not None)
+    assert last["arm"] == "+compile" and last["sm_clock_mhz"] == 1455.0
+    assert last["clock_note"].startswith("SM clock 1455 MHz, 695 W against 1950 MHz at baseline; its GEMMs took ")
+    assert "at +precision" in last["clock_note"]
+    same = [dict(r) for r in rows]
+    lastc = next(r for r in same if r["arm"] == "+compile")
+    lastc["sm_clock_mhz"] = 0.96 * max(r["sm_clock_mhz"] for r in same)
+    assert clock_note(same, lastc) is None
+    lastc["sm_clock_mhz"] = None
+    assert clock_note(same, lastc) is None
+
+
+def test_runs_that_share_a_name_keep_apart_in_the_path():
+    """The same part run on several machines (run_o/llama16k_path, run_p/llama16k_path) gets parent/name labels, so
+    path.csv and the figure keep each run's points apart; a name met once stays as it is (the control)."""
+    from workbench.ab.lever_path import run_labels
+    runs = ["p/run_o/llama16k_path", "p/run_p/llama16k_path/", "q/nemo"]
+    assert run_labels(runs) == {"p/run_o/llama16k_path": "run_o/llama16k_path",
+                                "p/run_p/llama16k_path/": "run_p/llama16k_path", "q/nemo": "nemo"}

@@ -31,7 +31,9 @@ Per point, one row of path.csv:
   levers `workbench.traces.levers.levers` names in its breakdown, largest first (ms, share of the traced step);
   `gemm_share`, GEMM's share of the traced step; and `mfu_if_only_gemm` = mfu / gemm_share, the MFU the point would
   reach if every non-GEMM microsecond went and the GEMMs ran as they do: below a goal, the GEMMs themselves hold the
-  point back too.
+  point back too; `clock_note` when that point's median SM clock (`sm_clock_mhz`, with `power_w`: NVML over its timed
+  reps, columns of every point) is under 95% of another point's: its GEMMs ran below full clock (a power-capped
+  step), so `mfu_if_only_gemm` holds at the clock it ran.
 
 A run cut off after the path's timed steps (its summary.json lists `path` in `levers.run` but holds no `path`
 comparison) gives its points from results.csv, with status `incomplete` and no equivalence or breakdown.
@@ -138,6 +140,29 @@ def mark_last_measured(out: list[dict]) -> None:
         last["gemm_share"] = last["ms_gemm"] / step if step else None
         last["mfu_if_only_gemm"] = (last["mfu"] / last["gemm_share"]
                                     if last.get("mfu") is not None and last["gemm_share"] else None)
+        last["clock_note"] = clock_note(out, last)
+
+
+CLOCK_DROP = 0.95  # a last point whose median SM clock is under this fraction of the path's fastest-clocked point's
+
+
+def clock_note(out: list[dict], last: dict) -> str | None:
+    """One line when the last measured point ran at a lower SM clock than another point of its path (NVML medians
+    over its timed reps, `workbench.measure.nvml`): its GEMMs then ran slower than the same GEMMs at full clock, so
+    `mfu_if_only_gemm` is a bound at the clock it ran, not at the card's. None when the clocks were not sampled
+    (a CPU) or do not differ."""
+    if not last.get("sm_clock_mhz"):
+        return None
+    ref = max((r for r in out if r.get("sm_clock_mhz")), key=lambda r: r["sm_clock_mhz"])
+    if last["sm_clock_mhz"] >= CLOCK_DROP * ref["sm_clock_mhz"]:
+        return None
+    gemm = ""
+    prev = next((r for r in reversed(out[:out.index(last)]) if r.get("ms_gemm")), None)
+    if prev is not None and last.get("ms_gemm"):
+        gemm = f"; its GEMMs took {last['ms_gemm']:.0f} ms against {prev['ms_gemm']:.0f} at {prev['arm']}"
+    power = f", {last['power_w']:.0f} W" if last.get("power_w") else ""
+    return (f"SM clock {last['sm_clock_mhz']:.0f} MHz{power} against {ref['sm_clock_mhz']:.0f} MHz at "
+            f"{ref['arm']}{gemm}")
 
 
 def _batch_flops(c: dict, meta: dict, attention: str) -> list[dict]:
@@ -253,7 +278,8 @@ def rows_of(run_dir: str) -> list[dict]:
                "equivalent": (c.get("equivalence") or {}).get(arm, {}).get("equivalent"),
                "different_function_passed": ((c.get("equivalence") or {}).get(arm, {}).get("different_function")
                                              or {}).get("passed"),
-               "status": a.get("status") or c.get("status"), "flops_note": flops_note}
+               "status": a.get("status") or c.get("status"), "flops_note": flops_note,
+               "sm_clock_mhz": a.get("sm_clock_mhz_median"), "power_w": a.get("power_w_median")}
         if per_point is not None:
             row.update(_throughput(per_point[arm], [s for s in samples if s["arm"] == arm], peak))
         if row["mfu_nemo"] is None and a.get("mfu_nemo") is not None:  # the run's own, from the same timed steps
@@ -331,6 +357,14 @@ def path_notes(run_dir: str) -> list[str]:
             + [f"anchor declined: {why}" for why in (lev.get("anchors_declined") or {}).values()])
 
 
+def run_labels(runs: list[str]) -> dict[str, str]:
+    """Each run folder's label in path.csv and the figure: its name, or parent/name where two runs share a name
+    (the same part run on several machines: run_o/llama16k_path, run_p/llama16k_path)."""
+    names = [os.path.basename(os.path.normpath(d)) for d in runs]
+    return {d: (n if names.count(n) == 1 else os.path.join(os.path.basename(os.path.dirname(os.path.normpath(d))), n))
+            for d, n in zip(runs, names)}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m workbench.lever_path", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -339,10 +373,11 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     from workbench.measure.numerics import equiv_cell
     rows = []
+    labels = run_labels(a.runs)
     for d in a.runs:
         if not os.path.isdir(d):
             raise WorkbenchError(f"{d}: no such run folder")
-        rows += rows_of(d)
+        rows += [{**r, "run": labels[d]} for r in rows_of(d)]
     os.makedirs(a.out, exist_ok=True)
     write_csv(rows, os.path.join(a.out, "path.csv"))
     fig = figure(rows)
@@ -358,11 +393,12 @@ def main(argv=None) -> int:
               + (f"  held back by {r['held_back_by']}" if r.get("held_back_by") else "")
               + (f"  (GEMM {100 * r['gemm_share']:.0f}% of the step: MFU {100 * r['mfu_if_only_gemm']:.1f}% if only "
                  f"GEMM remained)" if r.get("mfu_if_only_gemm") is not None else "")
+              + (f"  ({r['clock_note']})" if r.get("clock_note") else "")
               + (f"  {equiv_cell(False, r['different_function_passed'])}"
                  if r.get("different_function_passed") is not None else ""))
     for d in a.runs:
         for line in path_notes(d):
-            print(f"{os.path.basename(os.path.normpath(d))}  {line}")
+            print(f"{labels[d]}  {line}")
     print(os.path.join(a.out, "path.csv"))
     return 0
 
