@@ -22,6 +22,8 @@
 #     (beside flex: a mode-stack query, then an NVTX span, then a checkpoint recompute that ran a second graph; each
 #     fixed in 6331300 / 7b09311) and liger left out before the run (its RoPE breaks a fullgraph layer). With compile
 #     running, add its compile (~1-2 min) and its 5 passes: ~8-10 min;
+#     MEASURED 2026-11-27 (5) on machine R (profiles/2026-11-27_h100_llama16k_path/run_r): 357 s, the +compile point timed
+#     (1506.6 ms, 34.4% MFU); NeMo's shape after it 562 s (profiles/2026-11-27_h100_nemo_compile);
 #   gptoss_best / qwen_best: the MoE goals' last points, traced (issue 40: "where a goal is missed, the last point's
 #     breakdown names what holds it back"): each model at the greatest depth that fits, at the best configuration measured
 #     at 4-8 layers (flex attention, bf16 adapters; qwen3 with our grouped experts, gpt-oss with transformers' grouped_mm,
