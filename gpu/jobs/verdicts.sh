@@ -75,7 +75,9 @@ COMMON="--headline --batches 1 --trace ${TRACE:-torch} --seed ${SEED:-300}"
 # Outcome 2026-11-27 (5) (profiles/2026-11-27_h100_verdicts_planned, machine S): v_plan_off ran (1186 s): offload qwen3-14b 0.88
 #   [0.82, 0.94] and qwen3-8b 0.92 [0.85, 0.99], both CONFIRMED over 6 processes (the plan had said qwen3-14b would read refuted at its
 #   pilot's 0.74). Of the packing plan above, 6 dose processes ran (seeds 30-35, profiles/2026-11-27_h100_dose_pack_more); seeds 36-46 and
-#   the 21 verdict processes are still to run (~16 + ~18 min on one H100).
+#   the 21 verdict processes are still to run (~16 + ~18 min on one H100). `--plan` now also prints the plan's assurance (plan.py):
+#   over the pilot's own uncertainty the 17 + 21 run reads confirmed 54%, refuted 1%, neither 45% of the time (and a between-run
+#   component, seen in the offload pair, would lower that).
 # VERDICT_K=3: each shape as 3 processes (`--processes 3`, each traced), so the measured saving is over processes
 # (issue 39: one process per shape left the calibrated packing verdicts inconclusive); about 3x the minutes above
 # (~33 on one H100: packing ~8, MoE ~15, offload 2 shapes ~9; the shapes below change with it).
