@@ -148,7 +148,7 @@ CLOCK_DROP = 0.95  # a last point whose median SM clock is under this fraction o
 
 def clock_note(out: list[dict], last: dict) -> str | None:
     """One line when the last measured point ran at a lower SM clock than another point of its path (NVML medians
-    over its timed reps, `workbench.measure.nvml`): its GEMMs then ran slower than the same GEMMs at full clock, so
+    over its timed reps, `workbench.instrument.nvml`): its GEMMs then ran slower than the same GEMMs at full clock, so
     `mfu_if_only_gemm` is a bound at the clock it ran, not at the card's. None when the clocks were not sampled
     (a CPU) or do not differ."""
     if not last.get("sm_clock_mhz"):
