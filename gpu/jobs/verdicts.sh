@@ -77,7 +77,8 @@ COMMON="--headline --batches 1 --trace ${TRACE:-torch} --seed ${SEED:-300}"
 #   pilot's 0.74). Of the packing plan above, 6 dose processes ran (seeds 30-35, profiles/2026-11-27_h100_dose_pack_more); seeds 36-46 and
 #   the 21 verdict processes are still to run (~16 + ~18 min on one H100). `--plan` now also prints the plan's assurance (plan.py):
 #   over the pilot's own uncertainty the 17 + 21 run reads confirmed 54%, refuted 1%, neither 45% of the time (and a between-run
-#   component, seen in the offload pair, would lower that).
+#   component, seen in the offload pair, would lower that). The rest of the dose: seeds 36-42 (lease_plan job dose_pack7: the same
+#   command, --processes 7 --seed 36) and 43-46 (dose_pack4).
 # VERDICT_K=3: each shape as 3 processes (`--processes 3`, each traced), so the measured saving is over processes
 # (issue 39: one process per shape left the calibrated packing verdicts inconclusive); about 3x the minutes above
 # (~33 on one H100: packing ~8, MoE ~15, offload 2 shapes ~9; the shapes below change with it).
