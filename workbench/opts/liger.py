@@ -117,7 +117,9 @@ def path_conflict(arms: dict, device_type: str) -> str | None:
     regional compile traces each decoder layer whole (fullgraph=True), and Liger's RoPE goes through a function
     torch.compile must not trace (`compile_disabled_entry`). The control `torch_rmsnorm` has no such call. None where
     nothing is known against it."""
-    if arms.get("liger") != "liger" or arms.get("compile", "eager") == "eager":
+    from workbench.opts import compile as compile_opt
+
+    if arms.get("liger") != OPTIMIZED or arms.get("compile", compile_opt.BASELINE) == compile_opt.BASELINE:
         return None
     entry = compile_disabled_entry()
     if entry is None:

@@ -63,6 +63,11 @@ def _alpha(row: dict) -> float:
     return verdicts.ALPHA / max(1, int(row.get("family_size") or 1))
 
 
+def _theta(row: dict):
+    """The calibrated factor's 95% CI the verdict test shifts by (a `calibrated` row's), else None (used as traced)."""
+    return row.get("theta_ci95") if row.get("input_source") == "calibrated" else None
+
+
 def _reads(test: tuple, alpha: float) -> str | None:
     """What the committed test (`stats.band_ratio_test`'s result: p_confirm, p_refute at [5], [6]) reads at a planned
     size: "confirmed", "refuted", or None (undecided)."""
@@ -91,7 +96,7 @@ def processes_to_decide(row: dict, k_max: int = K_MAX) -> dict:
     sd_proc, scales = se_m * math.sqrt(k) * _ucl(k - 1), _scales(row, k)
     df_p = row.get("predicted_df")
     se_p = float(se_p or 0.0) * _ucl(df_p)
-    theta = row.get("theta_ci95") if row.get("input_source") == "calibrated" else None
+    theta = _theta(row)
     alpha = _alpha(row)
 
     for kk in range(2, k_max + 1):
@@ -139,7 +144,7 @@ def assurance(row: dict, kk: int, dose: int | None = None, draws: int = ASSURANC
     k, se_m = row["measured_n_units"], row["measured_se_ms"]
     se_p, df_p = float(row.get("predicted_se_ms") or 0.0), row.get("predicted_df")
     scales = _scales(row, k)
-    theta = row.get("theta_ci95") if row.get("input_source") == "calibrated" else None
+    theta = _theta(row)
     alpha = _alpha(row)
     rng = np.random.default_rng(seed)
     sd_pilot = se_m * math.sqrt(k)
