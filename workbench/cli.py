@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 
 from workbench.errors import WorkbenchError
@@ -34,9 +35,15 @@ def parser(prog: str, description: str, **kwargs) -> OneLineParser:
 
 
 def run_main(main, argv=None) -> int:
-    """Run `main(argv)`; a WorkbenchError or Ctrl-C becomes one line on stderr and a non-zero exit."""
+    """Run `main(argv)`; a WorkbenchError or Ctrl-C becomes one line on stderr and a non-zero exit. A reader that
+    closed stdout early (`... | head`) ends the command quietly: the work is done, only its printing stops."""
     try:
         return main(argv) or 0
+    except BrokenPipeError:
+        # Python's documented idiom (signal module, "Note on SIGPIPE"): point stdout at devnull so the interpreter's
+        # final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except WorkbenchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
