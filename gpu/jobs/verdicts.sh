@@ -79,6 +79,10 @@ COMMON="--headline --batches 1 --trace ${TRACE:-torch} --seed ${SEED:-300}"
 #   over the pilot's own uncertainty the 17 + 21 run reads confirmed 54%, refuted 1%, neither 45% of the time (and a between-run
 #   component, seen in the offload pair, would lower that). The rest of the dose: seeds 36-42 (lease_plan job dose_pack7: the same
 #   command, --processes 7 --seed 36) and 43-46 (dose_pack4).
+# Outcome 2026-11-27 (6) (profiles/2026-11-27_h100_verdicts_pack21, machine T): dose seeds 36-42 and the 21 verdict processes ran;
+#   dose_pack4 (seeds 43-46) did not (device time), so the dose has 13 of its 17 new processes (21 in all,
+#   profiles/2026-11-27_h100_dose_pack_more/pooled: slope 1.133 [1.041, 1.226] ms per build). Packing qwen3-14b 4 L: predicted 7.93
+#   [7.29, 8.58] ms, measured 7.41 [6.87, 7.96] over 21 processes: 0.93 [0.86, 1.02], CONFIRMED (the plan gave that 54%).
 # VERDICT_K=3: each shape as 3 processes (`--processes 3`, each traced), so the measured saving is over processes
 # (issue 39: one process per shape left the calibrated packing verdicts inconclusive); about 3x the minutes above
 # (~33 on one H100: packing ~8, MoE ~15, offload 2 shapes ~9; the shapes below change with it).
