@@ -102,12 +102,23 @@ if [ "${VERDICT_K:-1}" -gt 1 ]; then
   # came from gpt-oss-20b 4 layers 8192 tokens (profiles/2026-11-26_h100_dose/moe), so moe_l4 is no longer unseen:
   # qwen3-30b-a3b 4 layers takes its place (theta as a property of the tracer, carried to another MoE family); offload
   # gets a second shape (seen: llama-3.1-8b 8 layers, qwen3-32b 4 layers).
+  # packing_llama8 (2026-11-27 (6), written before its run): a third packing shape, another family (llama-3.1-8b, 8
+  # layers, 16k: neither the packing dose, qwen3-14b 8 L, nor the untraced revision b7615dd used it). Why: qwen3-8b's
+  # two pilots read 1.22 and 1.29 of the untraced prediction, on the band's edge, where no run size decides (--plan);
+  # qwen3-14b 4 L is confirmed (profiles/2026-11-27_h100_verdicts_pack21). qwen3-8b stays reported as it reads. The run:
+  #   ONLY=packing_llama8 VERDICT_K=12 TRACE=none SEED=800 MOE=0 OFFLOAD=0 bash gpu/jobs/verdicts.sh      (~12 min)
+  #   python -m workbench.verdicts $CAMP/verdicts/packing_llama8 --dose profiles/2026-11-27_h100_dose_pack_more/pooled
+  # judged on its own 12 processes against the pooled 21-process dose, under the rule as committed. No pilot: K = 12 is
+  # the size one session holds; at the dose's se (3.9%) and qwen3-14b 4 L's process SD (16% of the saving) it decides
+  # for a ratio within about [0.87, 1.12], and reads inconclusive outside that, which is then reported.
   if [ -n "${CPU:-}" ]; then
     MOES=("moe_l8_4k --model tiny-gpt-oss --layers 1 --tokens 256" "moe_q30_l4 --model tiny-qwen3-moe --layers 2 --tokens 256")
     OFFS=("offload_q14 --model tiny-qwen3 --layers 2 --tokens 512" "offload_q8 --model tiny-qwen3 --layers 1 --tokens 512")
+    PACK+=("packing_llama8 --model tiny-llama --layers 2 --tokens 512")
   else
     MOES=("moe_l8_4k --model gpt-oss-20b --layers 8 --tokens 4096" "moe_q30_l4 --model qwen3-30b-a3b --layers 4 --tokens 8192")
     OFFS=("offload_q14 --model qwen3-14b --layers 8 --tokens 16384" "offload_q8 --model qwen3-8b --layers 8 --tokens 16384")
+    PACK+=("packing_llama8 --model llama-3.1-8b --layers 8 --tokens 16384")
   fi
 fi
 run() {  # name, then the python -m workbench.ab arguments

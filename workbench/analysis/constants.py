@@ -2,12 +2,11 @@
 numbers the tables and notebooks are shown with."""
 from __future__ import annotations
 
-from workbench.paths import REPO_ROOT
-import os
+from workbench.paths import PROFILES_DIR, REPO_ROOT
 
 
 REPO = REPO_ROOT
-DEFAULT_PROFILES = os.path.join(REPO, "profiles")
+DEFAULT_PROFILES = PROFILES_DIR
 KEEP_FROM_INCOMPLETE = ("nvtx_cost", "packing_sweep_llama")
 """Cut-off runs whose complete comparisons the README and the notebooks report (`include_incomplete_comparisons`):
 profiles/2026-11-23_h100_engine/nvtx_cost was killed in its 4th comparison (nvtx:all, re-run as nvtx_cost_all); its

@@ -10,7 +10,8 @@ import re
 import pandas as pd
 
 from workbench.measure import markers, results
-from workbench.analysis.constants import DEFAULT_LENGTHS, DEFAULT_PROFILES, NOT_A_MEASUREMENT, PREVIEW_ROWS, REPO
+from workbench.analysis.constants import DEFAULT_LENGTHS, NOT_A_MEASUREMENT, PREVIEW_ROWS, REPO
+from workbench.paths import profiles_root  # noqa: F401 - re-exported: `workbench.analysis.profiles_root`
 
 
 RUN_COLUMNS = ["path", "folder", "job", "command", "device", "gpu_name", "status", "complete", "comparisons",
@@ -55,11 +56,6 @@ def _name(c: dict) -> str:
 
 def _empty(columns) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
-
-
-def profiles_root(profiles: str | None = None) -> str:
-    """`profiles`, else $WB_PROFILES, else the checkout's profiles/ (absolute)."""
-    return os.path.abspath(profiles or os.environ.get("WB_PROFILES") or DEFAULT_PROFILES)
 
 
 def shown_path(path: str) -> str:

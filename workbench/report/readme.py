@@ -37,6 +37,8 @@ import sys
 import pandas as pd
 
 from workbench import analysis as an
+from workbench.analysis import between_runs
+from workbench.measure.results import atomic_write_json
 from workbench.report import figures
 from workbench.report.headline import _prefer, breakdown_figure_path, breakdown_figure_rows, headline_markdown
 from workbench.report.markdown import RESULTS_MARKERS, VIEWING_MARKERS, _Ctx
@@ -215,6 +217,8 @@ def main(argv=None) -> int:
             problems.append(f"{page}: out of date")
         if figures.png_digest(figure) != figures.digest(rows):
             problems.append(f"{figure}: drawn from other numbers than profiles/ holds (or missing)")
+        if between_runs.stale(root):
+            problems.append(f"{os.path.join(root, between_runs.OUT_FILE)}: out of date (or missing)")
         bd_rows, bd_path = _breakdown_rows(root, opts), breakdown_figure_path(figure)
         if not bd_rows.empty and figures.png_digest(bd_path) != figures.breakdown_digest(bd_rows):
             problems.append(f"{bd_path}: drawn from other numbers than profiles/ holds (or missing)")
@@ -253,6 +257,9 @@ def main(argv=None) -> int:
     if not bd_rows.empty and figures.png_digest(bd_path) != figures.breakdown_digest(bd_rows):
         figures.save_breakdown(bd_rows, bd_path)
         print(f"updated {bd_path}")
+    if between_runs.stale(root):
+        atomic_write_json(os.path.join(root, between_runs.OUT_FILE), between_runs.document(root))
+        print(f"updated {os.path.join(root, between_runs.OUT_FILE)}")
     if a.notebooks:
         import glob
         execute_notebooks(sorted(glob.glob(os.path.join(REPO, "notebooks", "*.ipynb"))))

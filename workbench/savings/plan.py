@@ -118,7 +118,8 @@ ASSURANCE_DRAWS = 2000
 """Simulated runs per assurance figure (its Monte Carlo se is at most 1.1 percentage points)."""
 
 
-def assurance(row: dict, kk: int, dose: int | None = None, draws: int = ASSURANCE_DRAWS, seed: int = 0) -> dict:
+def assurance(row: dict, kk: int, dose: int | None = None, draws: int = ASSURANCE_DRAWS, seed: int = 0,
+              omega: float = 0.0) -> dict:
     """The chance that a new run of `kk` verdict processes (and, with `dose`, a new dose run of that many processes)
     reads confirmed, refuted, or neither, over what the pilot leaves uncertain: {"confirmed": P, "refuted": P,
     "undecided": P}. `processes_to_decide` plans at the pilot's point ratio; this asks how often the plan's size
@@ -129,12 +130,14 @@ def assurance(row: dict, kk: int, dose: int | None = None, draws: int = ASSURANC
     refuted for offload qwen3-14b at its 3-process pilot's ratio 0.74 [0.65, 0.83]; the 6-process run read confirmed
     at 0.88 (profiles/2026-11-27_h100_verdicts_planned). A pilot's ratio is itself an estimate.
 
-    What it leaves out: a between-run (machine) component. Over that pilot's own uncertainty a 6-process run reads
-    confirmed under 5% of the time (tests/test_savings_plan.py), yet the run read confirmed: the saving moved 21.0 ->
-    23.4 ms and the traced prediction 28.6 -> 26.6 ms between the two runs (two H100s), each further than its
-    within-run se allows.
-    Two runs a shape cannot estimate that component; until repeated runs of one shape on several machines do, the
-    assurance is likely optimistic: it counts only the uncertainty a single run can see."""
+    `omega` (default 0: what a single run can see) adds a between-run component of the measured saving: the new run
+    is another lease, on another machine, so its level differs from the pilot's by exp(N(0, 2 omega^2)) (each run's
+    level ~ N(0, omega^2) on the log scale; `workbench.analysis.between_runs` estimates omega from the shapes the
+    profiles hold more than one run of, and `read_omega` reads it back). Why: over the offload pilot's own
+    uncertainty a 6-process run reads confirmed under 5% of the time (tests/test_savings_plan.py), yet the run read
+    confirmed: the saving moved 21.0 -> 23.4 ms and the traced prediction 28.6 -> 26.6 ms between the two runs (two
+    H100s), each further than its within-run se allows. A traced prediction's own between-run component is not
+    estimated (only the measured saving's is): the assurance stays optimistic for the traced form."""
     import numpy as np
 
     from workbench.measure import stats
@@ -151,6 +154,8 @@ def assurance(row: dict, kk: int, dose: int | None = None, draws: int = ASSURANC
     counts = {"confirmed": 0, "refuted": 0, "undecided": 0}
     for _ in range(draws):
         m_true = rng.normal(m, se_m)
+        if omega > 0:  # drawn only then: without it the stream, and so every committed figure, is as before
+            m_true *= math.exp(rng.normal(0.0, math.sqrt(2.0) * omega))
         sd_true = sd_pilot * math.sqrt((k - 1) / rng.chisquare(k - 1))
         m_new = rng.normal(m_true, sd_true / math.sqrt(kk))
         se_new = sd_true * math.sqrt(rng.chisquare(kk - 1) / (kk - 1)) / math.sqrt(kk)
@@ -176,6 +181,41 @@ def assurance(row: dict, kk: int, dose: int | None = None, draws: int = ASSURANC
 def _chance(a: dict) -> str:
     return (f"over the pilot's own uncertainty it reads confirmed {100 * a['confirmed']:.0f}%, refuted "
             f"{100 * a['refuted']:.0f}%, neither {100 * a['undecided']:.0f}% of the time")
+
+
+def _chances(row: dict, kk: int, omega: dict | None, dose: int | None = None) -> str:
+    """`_chance` of a planned size, and again with the row's optimization's between-run component where `omega`
+    ({optimization: omega}, `read_omega`) has one."""
+    text = _chance(assurance(row, kk, dose=dose))
+    om = (omega or {}).get(row.get("comparison"))
+    if om is not None:
+        a = assurance(row, kk, dose=dose, omega=om)
+        text += (f"; with a rerun's between-run component (omega {100 * om:.1f}% for {row.get('comparison')}): "
+                 f"confirmed {100 * a['confirmed']:.0f}%, refuted {100 * a['refuted']:.0f}%, neither "
+                 f"{100 * a['undecided']:.0f}%")
+    return text
+
+
+BETWEEN_RUNS_FILE = "between_runs.json"
+"""The file in the profiles root that `workbench.analysis.between_runs` writes and `read_omega` reads."""
+
+
+def read_omega(path: str) -> dict:
+    """{optimization: omega} from a `workbench.analysis.between_runs` file (its `by_opt`); {} where the file is
+    absent. A file that cannot be read is refused in one line."""
+    import json
+    import os
+
+    from workbench.errors import WorkbenchError
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        return {k: float(v["omega"]) for k, v in (doc.get("by_opt") or {}).items()}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+        raise WorkbenchError(f"{path}: not a between-runs file of python -m workbench.analysis.between_runs "
+                             f"({type(e).__name__}: {e})") from None
 
 
 DOSE_MAX = 40
@@ -209,21 +249,22 @@ def with_dose(row: dict, k_max: int = K_MAX, dose_max: int = DOSE_MAX) -> dict:
             "why": f"more than {k_max} verdict and {dose_max} dose processes at the pilot's ratio {m / p:.2f}"}
 
 
-def table(rows: list[dict]) -> str:
-    """One line per row: shape, the pilot's verdict and ratio, the processes a new run needs and what it would read."""
+def table(rows: list[dict], omega: dict | None = None) -> str:
+    """One line per row: shape, the pilot's verdict and ratio, the processes a new run needs and what it would read,
+    with its chance (`assurance`), and again with the between-run component `omega` ({optimization: omega})."""
     lines = ["plan for a new run of each shape (the pilot's ratio assumed, its SDs at their upper bounds; a planning figure, "
              "not a verdict):"]
     for r in rows:
         if r.get("verdict") in (None, "confirmed", "refuted"):
             continue
         got = processes_to_decide(r)
-        what = (f"{got['k']} processes would read {got['reads']} ({got['why']}; {_chance(assurance(r, got['k']))})"
+        what = (f"{got['k']} processes would read {got['reads']} ({got['why']}; {_chances(r, got['k'], omega)})"
                 if got["k"] else got["why"])
         if got["k"] is None and r.get("input_source") == "untraced" and "no process-level" not in got["why"]:
             both = with_dose(r)
             what += (f"; with a new dose run: {both['dose']} dose processes and {both['k']} verdict processes would "
                      f"read {both['reads']} ({both['why']}; "
-                     f"{_chance(assurance(r, both['k'], dose=both['dose']))})"
+                     f"{_chances(r, both['k'], omega, dose=both['dose'])})"
                      if both["k"] else f"; with a new dose run: {both['why']}")
         lines.append(f"  {r.get('comparison')} {r.get('model')} {r.get('layers')} L {r.get('tokens')} "
                      f"[{r.get('input_source')}], pilot {r.get('measured_n_units')} processes, "

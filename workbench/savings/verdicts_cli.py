@@ -35,8 +35,16 @@ def main(argv=None) -> int:
     p.add_argument("--plan", action="store_true", help="after the table, for each inconclusive row: the processes "
                    "a NEW run of that shape would need to decide, planned from this one as a pilot "
                    "(workbench.savings.plan; a planning figure, never added to this verdict)")
+    p.add_argument("--between-runs", metavar="FILE", default=None, help="with --plan: the between-run component "
+                   "per optimization (python -m workbench.analysis.between_runs writes it; default: "
+                   "between_runs.json in $WB_PROFILES, else the checkout's profiles/); each planned size's chance is "
+                   "given again with it; 'none': without")
     a = p.parse_args(argv)
-    try:
+    from workbench.paths import profiles_root
+    from workbench.savings import plan
+    br = a.between_runs or os.path.join(profiles_root(), plan.BETWEEN_RUNS_FILE)
+    try:  # every input read before anything is judged or written
+        omega = plan.read_omega(br) if a.plan and br != "none" else {}
         inputs = verdicts.Inputs(a.calibration, a.tau_from, a.dose)
     except WorkbenchError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -63,8 +71,7 @@ def main(argv=None) -> int:
                               if r.get("mixed_environment")):  # once per folder: the verdicts stand, flagged
         print(line)
     if a.plan and all_rows:
-        from workbench.savings import plan
-        print(plan.table(all_rows))
+        print(plan.table(all_rows, omega))
     for f in failed:
         print(f"INPUT CHECK FAILED: {f}", file=sys.stderr)
     return 1 if failed else 0
