@@ -150,3 +150,29 @@ def test_the_verdicts_cli_reads_the_committed_file_by_default_and_none_leaves_it
     captured = capsys.readouterr()
     assert "not a between-runs file" in captured.err and captured.out == ""  # refused before anything ran
     assert os.stat(run / "verdicts.json").st_mtime_ns == before
+
+
+def _pack21_row():
+    from workbench.savings import verdicts
+    folder = os.path.join(ROOT, "2026-11-27_h100_verdicts_pack21", "packing_q14l4")
+    with open(os.path.join(folder, "verdicts.json")) as f:
+        return verdicts.rows(json.load(f), folder)[0]
+
+
+def test_across_runs_with_no_omega_is_the_verdict_itself_and_a_large_one_undecides_it():
+    """workbench/savings/across_runs.py on the committed packing qwen3-14b 4 L verdict (confirmed, 0.93 [0.86, 1.02]):
+    omega 0 gives back the verdict's own interval and reading (the control); omega 22.7% (packing's pooled) widens it
+    past the band: inconclusive for a rerun on another machine. A row measured over one run's reps has no such
+    reading."""
+    from workbench.savings import across_runs
+    row = _pack21_row()
+    assert row["verdict"] == "confirmed"
+    same = across_runs.reading(row, 0.0, None)
+    assert same["verdict"] == "confirmed" and same["ratio_ci90"] == pytest.approx(row["ratio_ci90"])
+    wide = across_runs.reading(row, 0.227, 12)
+    assert wide["verdict"] == "inconclusive" and wide["ratio_ci90"][0] < 0.8 < 1.25 < wide["ratio_ci90"][1]
+    assert across_runs.reading({**row, "measured_population": "within this run"}, 0.2, 12) is None
+    text = "\n".join(across_runs.lines([row], {"packing": 0.227}, {"packing": 12},
+                                       {"packing qwen3-14b 4 L 16384": (0.095, 3)}))
+    assert "confirmed on its run" in text and "this shape's own omega (9.5%, 3 df" in text
+    assert across_runs.lines([row], {}, {}) == []

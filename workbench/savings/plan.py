@@ -200,9 +200,11 @@ BETWEEN_RUNS_FILE = "between_runs.json"
 """The file in the profiles root that `workbench.analysis.between_runs` writes and `read_omega` reads."""
 
 
-def read_omega(path: str) -> dict:
-    """{optimization: omega} from a `workbench.analysis.between_runs` file (its `by_opt`); {} where the file is
-    absent. A file that cannot be read is refused in one line."""
+def read_omega(path: str, key: str = "omega") -> dict:
+    """{optimization: omega} from a `workbench.analysis.between_runs` file (its `by_opt`; `key` "df": omega's
+    between-run df instead; "shapes": {"comparison model layers L tokens": (omega, df)} of the shapes it estimated,
+    the first of two that print alike); {} where the file is absent. A file that cannot be read is refused in one
+    line."""
     import json
     import os
 
@@ -212,7 +214,13 @@ def read_omega(path: str) -> dict:
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
-        return {k: float(v["omega"]) for k, v in (doc.get("by_opt") or {}).items()}
+        if key == "shapes":
+            out: dict = {}
+            for c in doc.get("shapes") or []:
+                if "omega" in c:
+                    out.setdefault(c["label"].split(" (")[0], (float(c["omega"]), int(c["df"][0])))
+            return out
+        return {k: float(v[key]) for k, v in (doc.get("by_opt") or {}).items()}
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
         raise WorkbenchError(f"{path}: not a between-runs file of python -m workbench.analysis.between_runs "
                              f"({type(e).__name__}: {e})") from None

@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from workbench.savings import calibration, process_verdicts, verdicts
+from workbench.savings import across_runs, calibration, process_verdicts, verdicts
 
 
 def main(argv=None) -> int:
@@ -35,16 +35,18 @@ def main(argv=None) -> int:
     p.add_argument("--plan", action="store_true", help="after the table, for each inconclusive row: the processes "
                    "a NEW run of that shape would need to decide, planned from this one as a pilot "
                    "(workbench.savings.plan; a planning figure, never added to this verdict)")
-    p.add_argument("--between-runs", metavar="FILE", default=None, help="with --plan: the between-run component "
-                   "per optimization (python -m workbench.analysis.between_runs writes it; default: "
-                   "between_runs.json in $WB_PROFILES, else the checkout's profiles/); each planned size's chance is "
-                   "given again with it; 'none': without")
+    p.add_argument("--between-runs", metavar="FILE", default=None, help="the between-run component per "
+                   "optimization (python -m workbench.analysis.between_runs writes it; default: between_runs.json in "
+                   "$WB_PROFILES, else the checkout's profiles/): under the table, what each process-level verdict "
+                   "would read for a rerun on another machine (workbench.savings.across_runs), and with --plan each "
+                   "planned size's chance again with it; 'none': without")
     a = p.parse_args(argv)
     from workbench.paths import profiles_root
     from workbench.savings import plan
     br = a.between_runs or os.path.join(profiles_root(), plan.BETWEEN_RUNS_FILE)
     try:  # every input read before anything is judged or written
-        omega = plan.read_omega(br) if a.plan and br != "none" else {}
+        omega, omega_df, shapes = (({}, {}, {}) if br == "none" else
+                                   (plan.read_omega(br), plan.read_omega(br, "df"), plan.read_omega(br, "shapes")))
         inputs = verdicts.Inputs(a.calibration, a.tau_from, a.dose)
     except WorkbenchError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -69,6 +71,8 @@ def main(argv=None) -> int:
             print(f"{r['verdict']}: {r['folder']}: {r['comparison']}: {r['reason']}")
     for line in dict.fromkeys(f"{r['folder']}: {r['mixed_environment']}" for r in all_rows
                               if r.get("mixed_environment")):  # once per folder: the verdicts stand, flagged
+        print(line)
+    for line in across_runs.lines(all_rows, omega, omega_df, shapes):
         print(line)
     if a.plan and all_rows:
         print(plan.table(all_rows, omega))

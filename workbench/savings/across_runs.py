@@ -1,0 +1,76 @@
+"""What a process-level verdict would read for a rerun on another machine: beside the verdict, never replacing it
+(issue 39).
+
+A process-level verdict measures the saving over the K processes of one run: one lease, one machine. Its interval
+is that run's; runs of one shape in different leases differ by more than their processes do
+(`workbench.analysis.between_runs`: omega, the SD of a run's level on the log scale). This reading adds omega to the
+measured saving's variance, (se_m / m)^2 + omega^2, its df by Welch-Satterthwaite from the run's K - 1 and omega's
+own between-run df, and applies the committed test (`verdicts.judge`: the band, alpha, the prediction and θ as the
+verdict had them) once more. The verdict's rule is unchanged and it stands; this line says whether it would still
+read the same where another machine measured the saving.
+
+What it leaves out: the prediction's own between-run component (a traced prediction is re-read on each machine; a
+dose-fed one averages the dose's machines already).
+
+    python -m workbench.verdicts RUN_DIR ...    # prints it under the table for each process-level row, where
+                                                # PROFILES/between_runs.json gives the row's optimization an omega
+"""
+from __future__ import annotations
+
+import math
+
+
+def reading(row: dict, omega: float, omega_df: float | None) -> dict | None:
+    """{"ratio_ci90", "verdict", "omega", "df"} for a row of `verdicts.rows` measured over processes (its measured
+    se and df, `measured_population` "a rerun"); None for any other row (one run's reps: no between-run reading)."""
+    from workbench.measure import stats
+    from workbench.savings import verdicts
+
+    m, se_m, df_m = row.get("measured_ms"), row.get("measured_se_ms"), row.get("measured_df")
+    p = row.get("predicted_ms")
+    if (row.get("measured_population") != "a rerun" or None in (m, se_m, p) or not m or m <= 0
+            or row.get("verdict") not in ("confirmed", "refuted", "inconclusive")):
+        return None
+    rel = [((se_m / m) ** 2, df_m), (omega ** 2, omega_df)]
+    se_new = m * math.sqrt(sum(v for v, _ in rel))
+    df_new = stats.welch_satterthwaite_df(rel) if omega > 0 else df_m
+    theta = ({"theta": row["theta"], "ci95": row["theta_ci95"]}
+             if row.get("theta") is not None and row.get("theta_ci95") else None)
+    j = verdicts.judge(p, row.get("predicted_se_ms"), m, se_new, df_new, predicted_df=row.get("predicted_df"),
+                       theta=theta)
+    k = max(1, int(row.get("family_size") or 1))  # the verdict's family, Bonferroni (no weaker than its Holm)
+    pc, pr = (None if v is None else min(1.0, v * k) for v in (j["p_confirm"], j["p_refute"]))
+    reads = ("confirmed" if pc is not None and pc <= verdicts.ALPHA else
+             "refuted" if pr is not None and pr <= verdicts.ALPHA else "inconclusive")
+    return {"ratio_ci90": j["ratio_ci90"], "verdict": reads, "omega": omega,
+            "df": df_new if math.isfinite(df_new) else None}
+
+
+def _ci(got: dict) -> str:
+    lo, hi = got["ratio_ci90"] or (math.nan, math.nan)
+    return f"[{lo:.2f}, {hi:.2f}]: {got['verdict']}"
+
+
+def lines(rows: list[dict], omega: dict, omega_df: dict, shapes: dict | None = None) -> list[str]:
+    """One line per process-level row whose optimization has an omega ({optimization: omega}, its df alike), and
+    the reading with the row's own shape's omega where `shapes` ({"comparison model layers L tokens": (omega, df)})
+    has it: the optimization's pooled omega mixes shapes whose runs differ unlike (packing's host-bound qwen3-0.6b
+    headline 30%, qwen3-14b 4 L 9.5%), the shape's own rests on few runs; both are printed."""
+    out = []
+    for r in rows:
+        om = omega.get(r.get("comparison"))
+        got = None if om is None else reading(r, om, omega_df.get(r.get("comparison")))
+        if got is None:
+            continue
+        shape = f"{r.get('comparison')} {r.get('model')} {r.get('layers')} L {r.get('tokens')}"
+        text = (f"  {shape}: {r['verdict']} on its run; for a rerun on another machine (omega {100 * om:.1f}% for "
+                f"{r.get('comparison')}) the ratio's 90% CI is {_ci(got)}")
+        own = (shapes or {}).get(shape)
+        if own is not None:
+            text += (f"; with this shape's own omega ({100 * own[0]:.1f}%, {own[1]} df between runs) "
+                     f"{_ci(reading(r, own[0], own[1]))}")
+        out.append(text)
+    if out:
+        out.insert(0, "beside the verdicts (not the rule's reading; workbench/savings/across_runs.py): each process-level "
+                      "row with a between-run component")
+    return out
