@@ -18,6 +18,8 @@ What it assumes, said where it is used: a shape's runs share one process SD (the
 machines differ in their SD: tests/test_between_runs.py measures how much), and every run of a shape measured the
 same thing (the key below: the comparison and its arms, the model, layers, tokens, batches, lengths, precision,
 checkpointing, LoRA rank and GPU name). Runs on the same machine in different leases count as different runs.
+Omega is everything two runs do not share: the machine, the lease, the hour, and the commit (each shape's
+`machines` and `commits` are listed: where a commit changed an arm between runs, that change is in omega too).
 
     python -m workbench.analysis.between_runs [PROFILES]    # one line per shape, then pooled; writes
                                                             # PROFILES/between_runs.json
@@ -77,6 +79,7 @@ def collect(profiles: str | None = None) -> dict:
             key = (c["name"], base, arm, dev.get("name")) + tuple(str(shape.get(k)) for k in ARGS_KEY)
             e = runs.setdefault((key, r["process_of"]), {
                 "key": key, "folder": r["process_of"], "machine": str(dev.get("uuid") or "?")[:12], "savings_ms": [],
+                "commit": str(m.get("git_sha") or "?")[:7],
                 "label": f"{c['name']} {shape.get('model')} {shape.get('layers')} L {shape.get('tokens')} "
                          f"({arm} vs {base})"})
             e["savings_ms"].append(v)
@@ -108,7 +111,7 @@ def shape_component(runs: list[dict]) -> dict | None:
     vals = [v for r in runs for v in r["savings_ms"]]
     K, J = len(vals), len(runs)
     base = {"label": runs[0]["label"], "J": J, "K": K, "folders": [r["folder"] for r in runs],
-            "machines": [r["machine"] for r in runs], "run_means_ms": [sum(r["savings_ms"]) / len(r["savings_ms"])
+            "machines": [r["machine"] for r in runs], "commits": [r.get("commit") for r in runs], "run_means_ms": [sum(r["savings_ms"]) / len(r["savings_ms"])
                                                                        for r in runs]}
     if K - J < 1:
         return {**base, "why": "every run has one process: no within-run spread to judge the runs against"}
