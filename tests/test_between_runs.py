@@ -176,3 +176,10 @@ def test_across_runs_with_no_omega_is_the_verdict_itself_and_a_large_one_undecid
                                        {"packing qwen3-14b 4 L 16384": (0.095, 3)}))
     assert "confirmed on its run" in text and "this shape's own omega (9.5%, 3 df" in text
     assert across_runs.lines([row], {}, {}) == []
+
+
+def test_folder_savings_agrees_with_the_process_level_verdict():
+    """`folder_savings` (any --processes folder, e.g. a job's output before it is committed) against a second source:
+    the committed packing verdict's measured saving is the mean of the same 21 process means (7.41 ms)."""
+    got = br.folder_savings(os.path.join(ROOT, "2026-11-27_h100_verdicts_pack21", "packing_q14l4"))["packing"]
+    assert len(got) == 21 and sum(got) / 21 == pytest.approx(_pack21_row()["measured_ms"], rel=1e-9)

@@ -114,6 +114,28 @@ def test_main_runs_k_processes_with_their_seeds_and_writes_the_estimate(tmp_path
     assert lines[-2].startswith("complete: 3/3 processes") and json.loads(lines[-1])["out"] == out
 
 
+def test_same_process_seeds_give_every_process_the_one_seed_and_say_so(tmp_path, monkeypatch):
+    """--process-seeds same: one model and its batches in every process (only the process varies); the record says
+    which; the default (each) is the control above: 5, 6, 7. A value it does not know is refused in one line."""
+    seen = []
+
+    def fake_run(cmd, stdout=None, stderr=None):
+        seen.append(cmd)
+        write_run(cmd[cmd.index("--out") + 1], rng=np.random.default_rng(len(seen)), reps=4, slowdown=1.03)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(processes.subprocess, "run", fake_run)
+    out = str(tmp_path / "same")
+    assert processes.main(["--opt", "packing", "--device", "cpu", "--seed", "5", "--processes", "3",
+                           "--process-seeds", "same", "--out", out]) == 0
+    assert [c[c.index("--seed") + 1] for c in seen] == ["5", "5", "5"]
+    rec = json.load(open(os.path.join(out, "processes.json")))
+    assert rec["process_seeds"] == "same" and [p["seed"] for p in rec["processes"]] == [5, 5, 5]
+    with pytest.raises(WorkbenchError, match="process-seeds"):
+        processes.main(["--opt", "packing", "--device", "cpu", "--processes", "2", "--process-seeds", "one",
+                        "--out", str(tmp_path / "bad")])
+
+
 def test_main_refuses_a_full_out_folder_before_any_process(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(processes.subprocess, "run", lambda *a, **k: pytest.fail("no process may start"))
     (tmp_path / "old.txt").write_text("x")

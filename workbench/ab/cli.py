@@ -178,6 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "as K independent processes (seeds --seed .. --seed+K-1, each its own model build and discarded "
                    "warm-up rep, into OUT/p00 ..): the estimate, its CI over processes and a 95%% prediction "
                    "interval for a rerun (workbench/ab/processes.py)")
+    p.add_argument("--process-seeds", default=d.process_seeds, choices=("each", "same"), help="with --processes: "
+                   "each: child k seeds weights, LoRA and data with --seed + k (a population of models and batches); "
+                   "same: every child uses --seed (one model and its batches, rebuilt in each process: only the process "
+                   "varies, as when a user reruns the same job)")
     p.add_argument("--out", default=None, help="output folder, new or empty (default: "
                    "runs/<run_id>)")
     p.add_argument("--force", action="store_true", help="let --out name a folder that holds an earlier run: its run "

@@ -50,6 +50,9 @@ class ABConfig:
     processes: int = 1
     """Independent processes of this same run (`workbench.ab.processes`): > 1 gives the process-level estimate, its CI
     and a prediction interval for a rerun."""
+    process_seeds: str = "each"
+    """each | same: the --processes children's seeds, --seed + k (each its own weights, LoRA and data) or all --seed
+    (the same model and batches: only the process differs)."""
     sweep: str | None = None
     """One comparison per value: layers=4,8,16 or tokens=8192,16384."""
     nvtx_cost: str = "off"

@@ -3,7 +3,8 @@
     python -m workbench.ab --opt packing --headline --processes 8 --reps 5 --out DIR      # DIR/p00 ... DIR/p07
 
 Runs the same `python -m workbench.ab` command K times, each in its own process with its own data and weight seed
-(`--seed S+k`) and its own model build, into `DIR/pNN/` (each a complete run folder). Each process's engine runs one
+(`--seed S+k`; `--process-seeds same`: every process `--seed S`, one model and its batches) and its own model build,
+into `DIR/pNN/` (each a complete run folder). Each process's engine runs one
 discarded warm-up rep of its own on a GPU (`workbench.measure.engine`: recorded as `discarded_step_ms`, never in a
 statistic; a process's first block runs on a cold machine). Then, per comparison (baseline against optimized arm,
 and every other arm):
@@ -172,15 +173,16 @@ def main(argv: list[str]) -> int:
         raise WorkbenchError(f"--out {out} holds files already; give a new or empty folder (or --force)")
     os.makedirs(out, exist_ok=True)
     base = without(rest, "--out", "--seed")
-    seed0 = cfg.data.seed
-    record = {"command": " ".join(["python -m workbench.ab", *argv]), "processes": []}
+    record = {"command": " ".join(["python -m workbench.ab", *argv]), "process_seeds": cfg.process_seeds,
+              "processes": []}
     dirs = []
     for i in range(k):
         d = os.path.join(out, f"p{i:02d}")
-        cmd = [sys.executable, "-m", "workbench.ab", *base, "--seed", str(seed0 + i), "--out", d, "--_process_unit"]
-        progress(f"process {i + 1}/{k}: seed {seed0 + i} -> {d}")
+        seed = cfg.data.seed + (i if cfg.process_seeds == "each" else 0)
+        cmd = [sys.executable, "-m", "workbench.ab", *base, "--seed", str(seed), "--out", d, "--_process_unit"]
+        progress(f"process {i + 1}/{k}: seed {seed} -> {d}")
         rc, wall_s = run_child(cmd, os.path.join(out, f"p{i:02d}.log"))
-        record["processes"].append({"folder": os.path.basename(d), "seed": seed0 + i, "rc": rc,
+        record["processes"].append({"folder": os.path.basename(d), "seed": seed, "rc": rc,
                                     "wall_s": round(wall_s, 1), "command": " ".join(cmd[1:])})
         progress(f"process {i + 1}/{k}: rc {rc}, {wall_s:.0f} s")
         dirs.append(d)

@@ -35,10 +35,11 @@ from workbench.measure.results import PROCESSES_FILE
 from workbench.savings.plan import BETWEEN_RUNS_FILE
 
 ARGS_KEY = ("model", "layers", "tokens", "batches", "lengths", "precision", "checkpointing", "lora_rank", "attn",
-            "experts")
+            "experts", "process_seeds")
 """What two runs of one shape share (each process's meta.json `args`, the model, layers and tokens as the comparison
 resolved them in summary.json), beside the comparison, its arms and the GPU. A key an older meta.json lacks counts as
-"None" and its runs form a shape of their own."""
+"None" and its runs form a shape of their own; `process_seeds`, "each" before the flag existed: runs of one model
+and batches (`--process-seeds same`) are not runs of a population of them."""
 
 OUT_FILE = BETWEEN_RUNS_FILE
 """Written into the profiles root by the CLI; `python -m workbench.verdicts --plan` reads it back
@@ -58,6 +59,20 @@ def _process_saving(path: str, c: dict) -> float | None:
     return sum(reps) / len(reps) if reps else None
 
 
+def folder_savings(run_dir: str) -> dict:
+    """{comparison name: [each process's mean saving, ms]} of one `--processes K` folder anywhere (no profiles root:
+    no exclusions; the processes that ran to the end)."""
+    from workbench.measure.results import load_run, process_dirs
+
+    out: dict = {}
+    for d in process_dirs(run_dir):
+        for c in load_run(d)[1].get("comparisons", []):
+            v = _process_saving(d, c)
+            if v is not None:
+                out.setdefault(c["name"], []).append(v)
+    return out
+
+
 def collect(profiles: str | None = None) -> dict:
     """{shape key: [{"key", "label", "folder", "machine", "savings_ms": [each process's mean saving]}]}: one entry per
     `--processes K` folder and comparison, over the runs `workbench.analysis` keeps (complete GPU runs; no deliberately
@@ -74,7 +89,8 @@ def collect(profiles: str | None = None) -> dict:
             v = _process_saving(r["path"], c)
             if v is None:
                 continue
-            shape = {**args, **{k: c.get(k) for k in ("model", "layers", "tokens") if c.get(k) is not None}}
+            shape = {"process_seeds": "each", **args,
+                     **{k: c.get(k) for k in ("model", "layers", "tokens") if c.get(k) is not None}}
             base, arm = c["baseline"]["arm"], c["optimized"]["arm"]
             key = (c["name"], base, arm, dev.get("name")) + tuple(str(shape.get(k)) for k in ARGS_KEY)
             e = runs.setdefault((key, r["process_of"]), {
