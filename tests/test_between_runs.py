@@ -110,15 +110,18 @@ def test_a_between_run_component_lowers_a_sharp_pilots_chance_and_zero_changes_n
     assert wide["confirmed"] < 0.8 and wide["refuted"] > 0.0
 
 
-def test_read_omega_reads_the_file_and_refuses_a_bad_one(tmp_path):
-    assert plan.read_omega(str(tmp_path / "absent.json")) == {}
+def test_read_between_runs_reads_the_file_once_and_refuses_a_bad_one(tmp_path):
+    assert plan.read_between_runs(str(tmp_path / "absent.json")) == {"omega": {}, "df": {}, "shapes": {}}
     good = tmp_path / "b.json"
-    good.write_text(json.dumps({"by_opt": {"packing": {"omega": 0.1}}}))
-    assert plan.read_omega(str(good)) == {"packing": 0.1}
+    good.write_text(json.dumps({"by_opt": {"packing": {"omega": 0.1, "df": 12}},
+                                "shapes": [{"label": "packing m 4 L 8 (cached vs rebuild)", "omega": 0.2, "df": [3, 9]},
+                                           {"label": "moe m 4 L 8 (a vs b)", "why": "one process"}]}))
+    assert plan.read_between_runs(str(good)) == {"omega": {"packing": 0.1}, "df": {"packing": 12.0},
+                                                 "shapes": {"packing m 4 L 8": (0.2, 3)}}
     bad = tmp_path / "c.json"
     bad.write_text("{not json")
     with pytest.raises(WorkbenchError, match="not a between-runs file"):
-        plan.read_omega(str(bad))
+        plan.read_between_runs(str(bad))
 
 
 def test_the_plan_prints_the_chance_with_and_without_it(tmp_path, capsys):
@@ -145,6 +148,8 @@ def test_the_verdicts_cli_reads_the_committed_file_by_default_and_none_leaves_it
     assert "confirmed 54%" in out and "between-run" not in out
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2")
+    assert verdicts_cli.main([str(run), "--dose", dose, "--between-runs", str(tmp_path / "absent.json")]) == 2
+    assert "no such file" in capsys.readouterr().err
     before = os.stat(run / "verdicts.json").st_mtime_ns
     assert verdicts_cli.main([str(run), "--dose", dose, "--plan", "--between-runs", str(bad)]) == 2
     captured = capsys.readouterr()
@@ -172,10 +177,10 @@ def test_across_runs_with_no_omega_is_the_verdict_itself_and_a_large_one_undecid
     wide = across_runs.reading(row, 0.227, 12)
     assert wide["verdict"] == "inconclusive" and wide["ratio_ci90"][0] < 0.8 < 1.25 < wide["ratio_ci90"][1]
     assert across_runs.reading({**row, "measured_population": "within this run"}, 0.2, 12) is None
-    text = "\n".join(across_runs.lines([row], {"packing": 0.227}, {"packing": 12},
-                                       {"packing qwen3-14b 4 L 16384": (0.095, 3)}))
+    text = "\n".join(across_runs.lines([row], {"omega": {"packing": 0.227}, "df": {"packing": 12},
+                                               "shapes": {"packing qwen3-14b 4 L 16384": (0.095, 3)}}))
     assert "confirmed on its run" in text and "this shape's own omega (9.5%, 3 df" in text
-    assert across_runs.lines([row], {}, {}) == []
+    assert across_runs.lines([row], {}) == []
 
 
 def test_folder_savings_agrees_with_the_process_level_verdict():

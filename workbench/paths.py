@@ -12,5 +12,6 @@ PROFILES_DIR = os.path.join(REPO_ROOT, "profiles")
 
 
 def profiles_root(profiles: str | None = None) -> str:
-    """`profiles`, else $WB_PROFILES, else the checkout's profiles/ (absolute): the one rule for where results are read."""
+    """`profiles`, else $WB_PROFILES, else the checkout's profiles/ (absolute): the one rule for where results are
+    read."""
     return os.path.abspath(profiles or os.environ.get("WB_PROFILES") or PROFILES_DIR)

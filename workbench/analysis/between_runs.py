@@ -2,9 +2,10 @@
 machine), moves the saving beyond what one run's processes show (issue 39).
 
 A process-level verdict measures a saving over the K processes of one run: the population of processes on that
-machine. Twice a planned run landed further from its pilot than the pilot's own interval allowed (offload qwen3-14b:
-21.0 -> 23.4 ms; packing qwen3-14b 4 L: 8.94 -> 7.41 ms). This module measures that component from every shape the
-profiles hold more than one `--processes K` run of:
+machine. Twice a planned run's ratio landed outside its pilot's 90% interval (offload qwen3-14b: 0.74 [0.65, 0.83] ->
+0.88, its saving 21.0 -> 23.4 ms; packing qwen3-14b 4 L: 1.13 [0.96, 1.32] -> 0.93, its saving 8.94 -> 7.41 ms). This
+module measures the measured saving's share of that from every shape the profiles hold more than one `--processes K`
+run of:
 
 - per shape, the runs' process means of the saving on the log scale (log ms: a relative component, comparable across
   shapes), a one-way ANOVA by run (`replication.machine_prediction`, the machine model of the speedup claims):
@@ -43,7 +44,7 @@ and batches (`--process-seeds same`) are not runs of a population of them."""
 
 OUT_FILE = BETWEEN_RUNS_FILE
 """Written into the profiles root by the CLI; `python -m workbench.verdicts --plan` reads it back
-(`workbench.savings.plan.read_omega`)."""
+(`workbench.savings.plan.read_between_runs`)."""
 
 
 def _process_saving(path: str, c: dict) -> float | None:
@@ -114,9 +115,9 @@ def _meta(path: str) -> dict:
 
 
 def shape_component(runs: list[dict]) -> dict | None:
-    """The between-run component of one shape's runs (see the module docstring), or None where it cannot be
-    estimated: fewer than 2 runs, no run with 2 processes, or a process whose mean saving is not positive (the log
-    scale needs it; said in "why")."""
+    """The between-run component of one shape's runs (see the module docstring); None with fewer than 2 runs; where
+    it cannot be estimated (no run with 2 processes, or a process whose mean saving is not positive: the log scale
+    needs it) the runs with "why"."""
     from scipy import stats as sps
 
     from workbench.measure import replication
@@ -127,8 +128,8 @@ def shape_component(runs: list[dict]) -> dict | None:
     vals = [v for r in runs for v in r["savings_ms"]]
     K, J = len(vals), len(runs)
     base = {"label": runs[0]["label"], "J": J, "K": K, "folders": [r["folder"] for r in runs],
-            "machines": [r["machine"] for r in runs], "commits": [r.get("commit") for r in runs], "run_means_ms": [sum(r["savings_ms"]) / len(r["savings_ms"])
-                                                                       for r in runs]}
+            "machines": [r["machine"] for r in runs], "commits": [r.get("commit") for r in runs],
+            "run_means_ms": [sum(r["savings_ms"]) / len(r["savings_ms"]) for r in runs]}
     if K - J < 1:
         return {**base, "why": "every run has one process: no within-run spread to judge the runs against"}
     if min(vals) <= 0:
@@ -178,8 +179,8 @@ def table(components: list[dict], pool: dict | None) -> str:
         for name, p in by_opt(components).items():
             lines.append(f"  {name}, pooled: omega {100 * p['omega']:.1f}% over {p['shapes']} shapes ({p['df']} df); "
                          f"Fisher's p {p['p']:.3g}")
-        lines.append(f"  every shape, pooled: omega {100 * pool['omega']:.1f}% over {pool['shapes']} shapes ({pool['df']} df "
-                     f"between runs); Fisher's p {pool['p']:.3g} (the null: no between-run component)")
+        lines.append(f"  every shape, pooled: omega {100 * pool['omega']:.1f}% over {pool['shapes']} shapes "
+                     f"({pool['df']} df between runs); Fisher's p {pool['p']:.3g} (the null: no between-run component)")
     return "\n".join(lines)
 
 
@@ -207,14 +208,21 @@ def document(profiles: str | None = None) -> dict:
                                   "by_opt": by_opt(comps), "shapes": comps}))
 
 
-def stale(profiles: str | None = None) -> bool:
-    """Whether PROFILES/between_runs.json is missing or differs from what the profiles give now."""
+def refresh(profiles: str | None = None, write: bool = True) -> bool:
+    """Whether PROFILES/between_runs.json was missing or differed from what the profiles give now; with `write`, it
+    is rewritten then (`readme_results`; `--check` passes write=False)."""
+    from workbench.measure.results import atomic_write_json
     from workbench.paths import profiles_root
-    path = os.path.join(profiles_root(profiles), OUT_FILE)
-    if not os.path.isfile(path):
-        return True
-    with open(path, encoding="utf-8") as f:
-        return json.load(f) != document(profiles)
+    path, doc = os.path.join(profiles_root(profiles), OUT_FILE), document(profiles)
+    old = None
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            old = json.load(f)
+    if old == doc:
+        return False
+    if write:
+        atomic_write_json(path, doc)
+    return True
 
 
 def main(argv=None) -> int:

@@ -38,7 +38,6 @@ import pandas as pd
 
 from workbench import analysis as an
 from workbench.analysis import between_runs
-from workbench.measure.results import atomic_write_json
 from workbench.report import figures
 from workbench.report.headline import _prefer, breakdown_figure_path, breakdown_figure_rows, headline_markdown
 from workbench.report.markdown import RESULTS_MARKERS, VIEWING_MARKERS, _Ctx
@@ -217,7 +216,7 @@ def main(argv=None) -> int:
             problems.append(f"{page}: out of date")
         if figures.png_digest(figure) != figures.digest(rows):
             problems.append(f"{figure}: drawn from other numbers than profiles/ holds (or missing)")
-        if between_runs.stale(root):
+        if between_runs.refresh(root, write=False):
             problems.append(f"{os.path.join(root, between_runs.OUT_FILE)}: out of date (or missing)")
         bd_rows, bd_path = _breakdown_rows(root, opts), breakdown_figure_path(figure)
         if not bd_rows.empty and figures.png_digest(bd_path) != figures.breakdown_digest(bd_rows):
@@ -257,8 +256,7 @@ def main(argv=None) -> int:
     if not bd_rows.empty and figures.png_digest(bd_path) != figures.breakdown_digest(bd_rows):
         figures.save_breakdown(bd_rows, bd_path)
         print(f"updated {bd_path}")
-    if between_runs.stale(root):
-        atomic_write_json(os.path.join(root, between_runs.OUT_FILE), between_runs.document(root))
+    if between_runs.refresh(root):
         print(f"updated {os.path.join(root, between_runs.OUT_FILE)}")
     if a.notebooks:
         import glob

@@ -51,11 +51,12 @@ def _ci(got: dict) -> str:
     return f"[{lo:.2f}, {hi:.2f}]: {got['verdict']}"
 
 
-def lines(rows: list[dict], omega: dict, omega_df: dict, shapes: dict | None = None) -> list[str]:
-    """One line per process-level row whose optimization has an omega ({optimization: omega}, its df alike), and
-    the reading with the row's own shape's omega where `shapes` ({"comparison model layers L tokens": (omega, df)})
-    has it: the optimization's pooled omega mixes shapes whose runs differ unlike (packing's host-bound qwen3-0.6b
-    headline 30%, qwen3-14b 4 L 9.5%), the shape's own rests on few runs; both are printed."""
+def lines(rows: list[dict], between: dict) -> list[str]:
+    """One line per process-level row whose optimization has an omega (`between`: `plan.read_between_runs`), and the
+    reading with the row's own shape's omega where the file has it: the optimization's pooled omega mixes shapes whose
+    runs differ unlike (packing's host-bound qwen3-0.6b headline 30%, qwen3-14b 4 L 9.5%), the shape's own rests on
+    few runs; both are printed."""
+    omega, omega_df, shapes = between.get("omega") or {}, between.get("df") or {}, between.get("shapes") or {}
     out = []
     for r in rows:
         om = omega.get(r.get("comparison"))
@@ -65,12 +66,12 @@ def lines(rows: list[dict], omega: dict, omega_df: dict, shapes: dict | None = N
         shape = f"{r.get('comparison')} {r.get('model')} {r.get('layers')} L {r.get('tokens')}"
         text = (f"  {shape}: {r['verdict']} on its run; for a rerun on another machine (omega {100 * om:.1f}% for "
                 f"{r.get('comparison')}) the ratio's 90% CI is {_ci(got)}")
-        own = (shapes or {}).get(shape)
+        own = shapes.get(shape)
         if own is not None:
             text += (f"; with this shape's own omega ({100 * own[0]:.1f}%, {own[1]} df between runs) "
                      f"{_ci(reading(r, own[0], own[1]))}")
         out.append(text)
     if out:
-        out.insert(0, "beside the verdicts (not the rule's reading; workbench/savings/across_runs.py): each process-level "
-                      "row with a between-run component")
+        out.insert(0, "beside the verdicts (not the rule's reading; workbench/savings/across_runs.py): each "
+                      "process-level row with a between-run component")
     return out

@@ -133,7 +133,7 @@ def assurance(row: dict, kk: int, dose: int | None = None, draws: int = ASSURANC
     `omega` (default 0: what a single run can see) adds a between-run component of the measured saving: the new run
     is another lease, on another machine, so its level differs from the pilot's by exp(N(0, 2 omega^2)) (each run's
     level ~ N(0, omega^2) on the log scale; `workbench.analysis.between_runs` estimates omega from the shapes the
-    profiles hold more than one run of, and `read_omega` reads it back). Why: over the offload pilot's own
+    profiles hold more than one run of, and `read_between_runs` reads it back). Why: over the offload pilot's own
     uncertainty a 6-process run reads confirmed under 5% of the time (tests/test_savings_plan.py), yet the run read
     confirmed: the saving moved 21.0 -> 23.4 ms and the traced prediction 28.6 -> 26.6 ms between the two runs (two
     H100s), each further than its within-run se allows. A traced prediction's own between-run component is not
@@ -185,7 +185,7 @@ def _chance(a: dict) -> str:
 
 def _chances(row: dict, kk: int, omega: dict | None, dose: int | None = None) -> str:
     """`_chance` of a planned size, and again with the row's optimization's between-run component where `omega`
-    ({optimization: omega}, `read_omega`) has one."""
+    ({optimization: omega}, `read_between_runs`) has one."""
     text = _chance(assurance(row, kk, dose=dose))
     om = (omega or {}).get(row.get("comparison"))
     if om is not None:
@@ -197,33 +197,33 @@ def _chances(row: dict, kk: int, omega: dict | None, dose: int | None = None) ->
 
 
 BETWEEN_RUNS_FILE = "between_runs.json"
-"""The file in the profiles root that `workbench.analysis.between_runs` writes and `read_omega` reads."""
+"""The file in the profiles root that `workbench.analysis.between_runs` writes and `read_between_runs` reads."""
 
 
-def read_omega(path: str, key: str = "omega") -> dict:
-    """{optimization: omega} from a `workbench.analysis.between_runs` file (its `by_opt`; `key` "df": omega's
-    between-run df instead; "shapes": {"comparison model layers L tokens": (omega, df)} of the shapes it estimated,
-    the first of two that print alike); {} where the file is absent. A file that cannot be read is refused in one
-    line."""
+def read_between_runs(path: str) -> dict:
+    """A `workbench.analysis.between_runs` file, read once: {"omega": {optimization: omega}, "df": {optimization: its
+    between-run df}, "shapes": {"comparison model layers L tokens": (omega, df)} of the shapes it estimated (the
+    first of two that print alike)}; empty dicts where the file is absent. A file that cannot be read is refused in
+    one line."""
     import json
     import os
 
     from workbench.errors import WorkbenchError
+    out: dict = {"omega": {}, "df": {}, "shapes": {}}
     if not os.path.isfile(path):
-        return {}
+        return out
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
-        if key == "shapes":
-            out: dict = {}
-            for c in doc.get("shapes") or []:
-                if "omega" in c:
-                    out.setdefault(c["label"].split(" (")[0], (float(c["omega"]), int(c["df"][0])))
-            return out
-        return {k: float(v[key]) for k, v in (doc.get("by_opt") or {}).items()}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+        for k, v in (doc.get("by_opt") or {}).items():
+            out["omega"][k], out["df"][k] = float(v["omega"]), float(v["df"])
+        for c in doc.get("shapes") or []:
+            if "omega" in c:
+                out["shapes"].setdefault(c["label"].split(" (")[0], (float(c["omega"]), int(c["df"][0])))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, IndexError) as e:
         raise WorkbenchError(f"{path}: not a between-runs file of python -m workbench.analysis.between_runs "
                              f"({type(e).__name__}: {e})") from None
+    return out
 
 
 DOSE_MAX = 40

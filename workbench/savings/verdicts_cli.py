@@ -45,8 +45,10 @@ def main(argv=None) -> int:
     from workbench.savings import plan
     br = a.between_runs or os.path.join(profiles_root(), plan.BETWEEN_RUNS_FILE)
     try:  # every input read before anything is judged or written
-        omega, omega_df, shapes = (({}, {}, {}) if br == "none" else
-                                   (plan.read_omega(br), plan.read_omega(br, "df"), plan.read_omega(br, "shapes")))
+        if a.between_runs not in (None, "none") and not os.path.isfile(a.between_runs):
+            raise WorkbenchError(f"--between-runs {a.between_runs}: no such file (python -m "
+                                 "workbench.analysis.between_runs writes it; 'none' reads none)")
+        between = plan.read_between_runs("" if br == "none" else br)
         inputs = verdicts.Inputs(a.calibration, a.tau_from, a.dose)
     except WorkbenchError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -72,10 +74,10 @@ def main(argv=None) -> int:
     for line in dict.fromkeys(f"{r['folder']}: {r['mixed_environment']}" for r in all_rows
                               if r.get("mixed_environment")):  # once per folder: the verdicts stand, flagged
         print(line)
-    for line in across_runs.lines(all_rows, omega, omega_df, shapes):
+    for line in across_runs.lines(all_rows, between):
         print(line)
     if a.plan and all_rows:
-        print(plan.table(all_rows, omega))
+        print(plan.table(all_rows, between["omega"]))
     for f in failed:
         print(f"INPUT CHECK FAILED: {f}", file=sys.stderr)
     return 1 if failed else 0
