@@ -194,6 +194,72 @@ def c_over_processes(per_process: dict, slope: dict | None) -> dict | None:
     return out
 
 
+UNKNOWN_MACHINE = "unknown"
+"""A process whose machine no record names (the first invocation of profiles/2026-11-26_h100_dose, one machine by its
+COMMAND.txt): such processes count as one machine."""
+
+
+def machine_of(dose_dir: str, entry: dict) -> str:
+    """The machine a dose process ran on: its dose_run.json entry's `machine` (`workbench.ab.dose_merge` writes it),
+    else its meta.json device UUID, else `UNKNOWN_MACHINE`."""
+    if entry.get("machine") and entry["machine"] != "unknown":
+        return str(entry["machine"])[:12]
+    meta = os.path.join(dose_dir, entry["folder"], "meta.json")
+    uuid = ((_json(meta).get("device") or {}).get("uuid")) if os.path.isfile(meta) else None
+    return str(uuid)[:12] if uuid else UNKNOWN_MACHINE
+
+
+def machine_component(points: list, machines: list[str]) -> dict | None:
+    """The untimed slope with the machine as its unit, where the dose's processes ran on J >= 2 machines: a one-way
+    random-effects ANOVA of the processes' slopes by machine (each slope `replication.dose_slope` of one process).
+    Returns {"J", "K", "per_machine" {machine: [slopes]}, "F", "p" (omega = 0), "omega_ms" (MoM, truncated at 0),
+    "slope_se", "df", "method"}: where omega > 0, the se of the mean slope with the machine effect in it,
+    Var = (MSW K + omega^2 sum n_j^2) / K^2, written as a MSB + b MSW with Welch-Satterthwaite df (J - 1 and K - J);
+    where omega is 0, "slope_se" None: the process-level se stands. None with fewer than 2 machines or no process to
+    spare. Why: the packing dose's 21 processes on five H100s differ by machine (F p 0.004; machine means 0.95 to 1.30
+    ms per build), so a t-interval over processes, as if independent, is too narrow for a slope carried to another
+    machine."""
+    from scipy import stats as sps
+
+    by: dict = {}
+    for pts, m in zip(points, machines):
+        sl = replication.dose_slope([pts]) if len(pts) >= 2 else {"K": 0}
+        if sl["K"]:
+            by.setdefault(m, []).append(float(sl["slope_ms"]))
+    n = [len(v) for v in by.values()]
+    J, K = len(by), sum(n)
+    if J < 2 or K - J < 1:
+        return None
+    allv = [x for v in by.values() for x in v]
+    grand = sum(allv) / K
+    means = {m: sum(v) / len(v) for m, v in by.items()}
+    msw = sum((x - means[m]) ** 2 for m, v in by.items() for x in v) / (K - J)
+    msb = sum(len(v) * (means[m] - grand) ** 2 for m, v in by.items()) / (J - 1)
+    n0 = (K - sum(x * x for x in n) / K) / (J - 1)
+    f = msb / msw if msw > 0 else math.inf
+    om2 = max(0.0, (msb - msw) / n0)
+    out = {"J": J, "K": K, "per_machine": by, "F": f, "p": float(sps.f.sf(f, J - 1, K - J)) if math.isfinite(f) else 0.0,
+           "omega_ms": math.sqrt(om2), "slope_se": None, "df": None,
+           "method": "one-way random effects of the process slopes by machine (MoM); se of the mean slope with the "
+                     "machine effect, Welch-Satterthwaite df"}
+    if om2 > 0:
+        a = sum(x * x for x in n) / (n0 * K * K)
+        parts = [(a * msb, J - 1), ((1 / K - a) * msw, K - J)]
+        var = max(sum(v for v, _ in parts), msw / K)
+        out.update(slope_se=math.sqrt(var), df=stats.welch_satterthwaite_df(parts))
+    return out
+
+
+def theta_by_machine(mode: dict, c: dict | None) -> dict | None:
+    """Beside the rule's theta (not its reading: `decide` reads the process-level one, as fixed before the runs):
+    theta = untimed slope / c with the slope's se taken with the machine as its unit (`machine_component`), where
+    the machines differ; None otherwise."""
+    mc = mode.get("machines") or {}
+    if not mc.get("slope_se") or not c or c.get("se_ms") is None:
+        return None
+    return stats.fieller_ratio(mode["slope_ms"], mc["slope_se"], mc["df"], c["value_ms"], c["se_ms"], c["df"])
+
+
 def estimate(points: dict, c: dict | None) -> dict:
     """The statistics and the decision from {timing mode: [per process: [(units, step_ms)]]} and the traced c
     ({"value_ms", "se_ms", "df", "tracer"} or None): {"modes": {mode: `replication.dose_slope` + "theta" (Fieller) +
@@ -219,9 +285,11 @@ def analyse(dose_dir: str) -> dict:
     """The whole analysis of one `workbench.ab.dose` folder (the module docstring), as written to dose_analysis.json."""
     run = _json(os.path.join(dose_dir, RUN_FILE))
     folders: dict = {}
+    machines: dict = {}
     for p in run["processes"]:
         if p.get("rc") == 0:
             folders.setdefault(p["timing"], []).append(os.path.join(dose_dir, p["folder"]))
+            machines.setdefault(p["timing"], []).append(machine_of(dose_dir, p))
     try:
         c = traced_c(os.path.join(dose_dir, run["traced"])) if run.get("traced") else None
     except Exception as e:  # noqa: BLE001 - the slopes stand without c (a CPU run's traces hold no GPU time)
@@ -250,7 +318,9 @@ def analyse(dose_dir: str) -> dict:
         fit = stats.linear_fit(list(s0), list(s0.values())) if len(s0) >= 2 else {"slope": None}
         out["modes"][mode].update(processes=[os.path.relpath(d, dose_dir) for d in dirs],
                                   points=[[list(p) for p in x] for x in points[mode]], syncs_per_level=s0,
-                                  syncs_removed_per_unit=None if fit["slope"] is None else -fit["slope"])
+                                  syncs_removed_per_unit=None if fit["slope"] is None else -fit["slope"],
+                                  machines=machine_component(points[mode], machines[mode]))
+        out["modes"][mode]["theta_by_machine"] = theta_by_machine(out["modes"][mode], c)
     return out
 
 
@@ -276,6 +346,17 @@ def table(a: dict) -> str:
                      f"linear {m.get('linear')} (bend {m.get('bend') if m.get('bend') is None else round(m['bend'], 3)})"
                      + (f"; x dose interaction {ia['delta_ms']:.3g} ms/unit {ia.get('ci95')}" if ia else "")
                      + f"; syncs removed per unit {m.get('syncs_removed_per_unit')}")
+        mc = m.get("machines")
+        if mc:
+            lines.append(f"        by machine: {mc['J']} machines ("
+                         + ", ".join(f"{k} {sum(v) / len(v):.3g} x{len(v)}" for k, v in mc["per_machine"].items())
+                         + f"); F {mc['F']:.2f}, p {mc['p']:.3g}; omega {mc['omega_ms']:.3g} ms/unit; "
+                         + (f"slope se with the machine as unit {mc['slope_se']:.3g} ({mc['df']:.1f} df; over "
+                            f"processes {m['slope_se']:.3g})" if mc.get("slope_se") else "the process se stands"))
+            tm = m.get("theta_by_machine")
+            if tm and tm.get("ci95"):
+                lines.append(f"        beside it (not the rule's reading): theta with the machine as the slope's unit "
+                             f"{tm['ratio']:.3g} [{tm['ci95'][0]:.3g}, {tm['ci95'][1]:.3g}]")
     c = a.get("c") or {}
     lines.append(f"  c = {c.get('value_ms', math.nan):.4g} ms/unit {c.get('ci95')} ({c.get('source')})")
     lines.append(f"  decision: {a['decision']['decision']} ({a['decision']['why']})")

@@ -163,8 +163,8 @@ def assurance(row: dict, kk: int, dose: int | None = None, draws: int = ASSURANC
             sp_new = se_p * math.sqrt(k / kk)
             p_new, df_new = rng.normal(rng.normal(p, se_p), sp_new), kk - 1
             sp_new *= math.sqrt(rng.chisquare(kk - 1) / (kk - 1))
-        elif dose:  # a new dose run: its slope re-estimated from `dose` processes
-            sp_new = se_p * math.sqrt((df_p + 1) / dose)
+        elif dose:  # a new dose run: its slope re-estimated from `dose` processes (or machines: `_dose_units`)
+            sp_new = se_p * math.sqrt(_dose_units(row)[0] / dose)
             p_new, df_new = rng.normal(rng.normal(p, se_p), sp_new), dose - 1
             sp_new *= math.sqrt(rng.chisquare(dose - 1) / (dose - 1))
         else:  # the same fixed input (the committed dose, a calibrated theta): the pilot's prediction as it is
@@ -227,7 +227,16 @@ def read_between_runs(path: str) -> dict:
 
 
 DOSE_MAX = 40
-"""The largest new dose run planned (processes)."""
+"""The largest new dose run planned (processes, or machines where the dose's se is over machines)."""
+
+
+def _dose_units(row: dict) -> tuple[float, str]:
+    """(the units the dose slope's se is over, their name): the machines where the dose's processes ran on machines
+    that differ (`dose.machine_component`: more processes on the same machines do not shrink that se), else its
+    processes (predicted_df + 1 for a row written before the dose recorded which)."""
+    if row.get("dose_se_units"):
+        return float(row["dose_se_units"]), row.get("dose_se_unit_kind") or "processes"
+    return float(row.get("predicted_df") or 0) + 1, "processes"
 
 
 def with_dose(row: dict, k_max: int = K_MAX, dose_max: int = DOSE_MAX) -> dict:
@@ -243,7 +252,8 @@ def with_dose(row: dict, k_max: int = K_MAX, dose_max: int = DOSE_MAX) -> dict:
     if row.get("input_source") != "untraced" or None in (m, p, se_m, se_p, k, df_p) or k < 2 or m <= 0 or p <= 0:
         return {"k": None, "dose": None, "reads": None,
                 "why": "only the untraced form's dose-fed prediction is planned with its dose"}
-    sd_proc, n_dose, alpha = se_m * math.sqrt(k) * _ucl(k - 1), df_p + 1, _alpha(row)
+    (n_dose, kind), alpha = _dose_units(row), _alpha(row)
+    sd_proc = se_m * math.sqrt(k) * _ucl(k - 1)
     se_p = se_p * _ucl(df_p)
     for total in range(4, k_max + dose_max + 1):
         for kk in range(max(2, total - dose_max), min(k_max, total - 2) + 1):
@@ -251,8 +261,8 @@ def with_dose(row: dict, k_max: int = K_MAX, dose_max: int = DOSE_MAX) -> dict:
             reads = _reads(stats.band_ratio_test(m, sd_proc / math.sqrt(kk), kk - 1, p, se_p * math.sqrt(n_dose / d),
                                                  d - 1, band=verdicts.BAND, alpha=alpha), alpha)
             if reads:
-                return {"k": kk, "dose": d, "reads": reads,
-                        "why": f"at the pilot's ratio {m / p:.2f}{_SDS}; the dose pilot had {n_dose} processes"}
+                return {"k": kk, "dose": d, "reads": reads, "dose_kind": kind,
+                        "why": f"at the pilot's ratio {m / p:.2f}{_SDS}; the dose pilot had {n_dose:.0f} {kind}"}
     return {"k": None, "dose": None, "reads": None,
             "why": f"more than {k_max} verdict and {dose_max} dose processes at the pilot's ratio {m / p:.2f}"}
 
@@ -270,8 +280,8 @@ def table(rows: list[dict], omega: dict | None = None) -> str:
                 if got["k"] else got["why"])
         if got["k"] is None and r.get("input_source") == "untraced" and "no process-level" not in got["why"]:
             both = with_dose(r)
-            what += (f"; with a new dose run: {both['dose']} dose processes and {both['k']} verdict processes would "
-                     f"read {both['reads']} ({both['why']}; "
+            what += (f"; with a new dose run: {both['dose']} dose {both['dose_kind']} and {both['k']} verdict "
+                     f"processes would read {both['reads']} ({both['why']}; "
                      f"{_chances(r, both['k'], omega, dose=both['dose'])})"
                      if both["k"] else f"; with a new dose run: {both['why']}")
         lines.append(f"  {r.get('comparison')} {r.get('model')} {r.get('layers')} L {r.get('tokens')} "

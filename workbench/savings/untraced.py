@@ -37,8 +37,10 @@ from workbench.savings import common
 DOSE_FILE = "dose_analysis.json"
 INPUT_SOURCE = "untraced"
 """The verdict row's input source for this form (`calibration.INPUT_SOURCES`)."""
-MODEL_REVISION = ("2026-11-27: n * u, u = the untimed dose slope per counted unit (no trace), n the judged shape's "
-                  "exact count (packing: builds removed; moe: syncs removed)")
+MODEL_REVISION = ("2026-11-27 (6): n * u, u = the untimed dose slope per counted unit (no trace), n the judged "
+                  "shape's exact count (packing: builds removed; moe: syncs removed); u's se with the machine as its "
+                  "unit where the dose's processes ran on machines that differ (dose.machine_component), else over "
+                  "processes as before")
 """The revision a row names, with the commit that set it (`common._revision_commit`), written before its runs."""
 
 
@@ -65,8 +67,15 @@ def read_dose(dirs: list[str] | None) -> dict:
             raise WorkbenchError(f"--dose {d}: a second dose folder for {opt} (first: {out[opt]['dir']})")
         if not hasattr(common.module(opt), "untraced_count"):
             raise WorkbenchError(f"--dose {d}: {opt}'s savings model has no untraced form (untraced_count)")
-        out[opt] = {"dir": d, "slope_ms": float(none["slope_ms"]), "slope_se_ms": float(none["slope_se"]),
-                    "df": int(none["df"]), "K": int(none.get("K") or 0), "unit": a.get("unit"),
+        mc = none.get("machines") or {}  # an analysis before machine_component has none: the process se, as then
+        se, df = ((float(mc["slope_se"]), float(mc["df"])) if mc.get("slope_se") else
+                  (float(none["slope_se"]), int(none["df"])))
+        out[opt] = {"dir": d, "slope_ms": float(none["slope_ms"]), "slope_se_ms": se, "df": df,
+                    "se_unit": (f"machine ({mc['J']} machines, F p {mc['p']:.2g})" if mc.get("slope_se") else
+                                "process"),
+                    "se_units": int(mc["J"]) if mc.get("slope_se") else int(none.get("K") or int(none["df"]) + 1),
+                    "se_unit_kind": "machines" if mc.get("slope_se") else "processes",
+                    "K": int(none.get("K") or 0), "unit": a.get("unit"),
                     "syncs_removed_per_unit": none.get("syncs_removed_per_unit"), "linear": none.get("linear"),
                     "commit": a.get("commit")}
     return out
@@ -86,8 +95,10 @@ def model(mod, entry: dict, c: dict, meta: dict, *, arm: str) -> dict:
             "inputs": {"n": {"value": n, "source": n_what},
                        "u_ms": {"value": u, "se": se_u, "source": (
                            f"dose-response {entry['dir']}: untimed slope {entry['slope_ms']:.4g} ms per "
-                           f"{entry.get('unit') or 'unit'} over {entry['K']} processes / {per_what}")}},
-            "dose_dir": entry["dir"], "dose_commit": entry.get("commit"), "dose_linear": entry.get("linear")}
+                           f"{entry.get('unit') or 'unit'} over {entry['K']} processes, its se with the "
+                           f"{entry.get('se_unit') or 'process'} as unit / {per_what}")}},
+            "dose_dir": entry["dir"], "dose_commit": entry.get("commit"), "dose_linear": entry.get("linear"),
+            "dose_se_units": entry.get("se_units"), "dose_se_unit_kind": entry.get("se_unit_kind")}
 
 
 def process_model(models: list[dict]) -> dict:
@@ -96,7 +107,7 @@ def process_model(models: list[dict]) -> dict:
     exact, so the processes' spread is not the prediction's uncertainty)."""
     p = float(np.mean([m["predicted_ms"] for m in models]))
     rel = max((m["predicted_se_ms"] / abs(m["predicted_ms"]) for m in models if m.get("predicted_ms")), default=0.0)
-    keep = ("formula", "inputs", "dose_dir", "dose_commit", "dose_linear")
+    keep = ("formula", "inputs", "dose_dir", "dose_commit", "dose_linear", "dose_se_units", "dose_se_unit_kind")
     return {**{k: models[0].get(k) for k in keep}, **_predicted(p, abs(p) * rel, models[0].get("predicted_df"))}
 
 

@@ -457,7 +457,8 @@ def row_of(sm: dict) -> dict:
             "predicted_df", "predicted_calibrated_ms", "predicted_calibrated_ci95",
             "measured_ms", "measured_ci95", "measured_se_ms", "measured_df", "measured_population", "measured_n_units",
             "tau_ms", "ratio", "ratio_ci90", "p_confirm", "p_confirm_holm", "p_refute", "p_refute_holm", "family_size",
-            "verdict", "holm_note", "reason", "traced_step_ms", "timed_step_ms", "mixed_environment", "dose_dir")
+            "verdict", "holm_note", "reason", "traced_step_ms", "timed_step_ms", "mixed_environment", "dose_dir", "dose_se_units",
+            "dose_se_unit_kind")
     return {**{k: sm.get(k) for k in keys}, "largest_missing": miss.get("component"),
             "largest_missing_ms": miss.get("saved_ms"), "corrected_ms": corr.get("predicted_ms"),
             "corrected_verdict": corr.get("verdict"), "published_ms": pub.get("predicted_ms"),

@@ -1,0 +1,77 @@
+"""The dose slope with the machine as its unit (workbench/savings/dose.py `machine_component`, issue 39): the packing
+dose's 21 processes ran on five H100s whose slopes differ, so the untraced prediction's se is taken over machines
+(untraced.MODEL_REVISION 2026-11-27 (6)); an analysis written before it keeps the process se."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from workbench.measure import replication
+from workbench.savings import dose, untraced
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "profiles")
+FOLDERS = ("2026-11-26_h100_dose/packing", "2026-11-27_h100_dose_pack_more/dose_pack13",
+           "2026-11-27_h100_dose_pack_more/dose_pack7")
+
+
+def _points(rng, slopes_by_machine, noise_ms=2.0):
+    pts, machines = [], []
+    for m, slopes in slopes_by_machine.items():
+        for s in slopes:
+            pts.append([(u, 900.0 - s * u + rng.normal(0, noise_ms)) for u in (0, 4, 8, 11, 15) for _ in range(2)])
+            machines.append(m)
+    return pts, machines
+
+
+def test_machines_that_differ_widen_the_slopes_se_and_alike_ones_leave_it():
+    rng = np.random.default_rng(0)
+    differ = {"a": [0.95] * 6, "b": [1.30] * 6, "c": [1.12] * 6}
+    pts, ms = _points(rng, differ, noise_ms=0.5)
+    mc = dose.machine_component(pts, ms)
+    sl = replication.dose_slope(pts)
+    assert mc["J"] == 3 and mc["p"] < 0.001 and mc["slope_se"] > 2 * sl["slope_se"] and mc["df"] < 5
+    alike, ms2 = _points(rng, {"a": [1.1] * 6, "b": [1.1] * 6, "c": [1.1] * 6}, noise_ms=0.5)
+    mc2 = dose.machine_component(alike, ms2)
+    assert mc2["p"] > 0.01 and (mc2["slope_se"] is None or mc2["omega_ms"] < 0.05)
+    assert dose.machine_component(pts[:6], ms[:6]) is None  # one machine: nothing to say
+
+
+def test_the_committed_packing_dose_differs_by_machine():
+    """The three committed folders (8 + 6 + 7 untimed processes; machines C and D unnamed in the first folder's
+    records count as one `unknown`, D named by its merge): five groups, F's p about 0.01, the se over machines
+    about 1.8x the se over processes."""
+    pts, ms = [], []
+    for f in FOLDERS:
+        d = os.path.join(ROOT, f)
+        with open(os.path.join(d, dose.RUN_FILE)) as fh:
+            run = json.load(fh)
+        for p in run["processes"]:
+            if p.get("rc") == 0 and p["folder"].startswith("none/"):
+                pts.append(dose.process_points(os.path.join(d, p["folder"])))
+                ms.append(dose.machine_of(d, p))
+    mc = dose.machine_component(pts, ms)
+    assert (mc["J"], mc["K"]) == (5, 21) and mc["p"] < 0.05
+    assert mc["slope_se"] == pytest.approx(0.080, abs=0.005)
+
+
+def _dose_file(tmp_path, name, machines):
+    none = {"slope_ms": 1.133, "slope_se": 0.0443, "df": 20, "K": 21, "linear": True}
+    if machines is not None:
+        none["machines"] = machines
+    d = tmp_path / name
+    d.mkdir()
+    (d / untraced.DOSE_FILE).write_text(json.dumps({"opt": "packing", "unit": "builds", "modes": {"none": none}}))
+    return str(d)
+
+
+def test_read_dose_takes_the_machine_se_where_the_analysis_has_one_and_the_process_se_otherwise(tmp_path):
+    mc = {"J": 5, "K": 21, "p": 0.013, "slope_se": 0.0801, "df": 3.58, "omega_ms": 0.146}
+    got = untraced.read_dose([_dose_file(tmp_path, "m", mc)])["packing"]
+    assert (got["slope_se_ms"], got["df"], got["se_units"], got["se_unit_kind"]) == (0.0801, 3.58, 5, "machines")
+    old = untraced.read_dose([_dose_file(tmp_path, "p", None)])["packing"]  # an analysis before the revision
+    assert (old["slope_se_ms"], old["df"], old["se_units"], old["se_unit_kind"]) == (0.0443, 20, 21, "processes")
+    alike = untraced.read_dose([_dose_file(tmp_path, "a", {**mc, "slope_se": None})])["packing"]
+    assert alike["slope_se_ms"] == 0.0443  # machines alike (omega 0): the process se stands
