@@ -103,14 +103,21 @@ if [ "${VERDICT_K:-1}" -gt 1 ]; then
   # qwen3-30b-a3b 4 layers takes its place (theta as a property of the tracer, carried to another MoE family); offload
   # gets a second shape (seen: llama-3.1-8b 8 layers, qwen3-32b 4 layers).
   # packing_llama8 (2026-11-27 (6), written before its run): a third packing shape, another family (llama-3.1-8b, 8
-  # layers, 16k: neither the packing dose, qwen3-14b 8 L, nor the untraced revision b7615dd used it). Why: qwen3-8b's
-  # two pilots read 1.22 and 1.29 of the untraced prediction, on the band's edge, where no run size decides (--plan);
-  # qwen3-14b 4 L is confirmed (profiles/2026-11-27_h100_verdicts_pack21). qwen3-8b stays reported as it reads. The run:
-  #   ONLY=packing_llama8 VERDICT_K=12 TRACE=none SEED=800 MOE=0 OFFLOAD=0 bash gpu/jobs/verdicts.sh      (~12 min)
-  #   python -m workbench.verdicts $CAMP/verdicts/packing_llama8 --dose profiles/2026-11-27_h100_dose_pack_more/pooled
-  # judged on its own 12 processes against the pooled 21-process dose, under the rule as committed. No pilot: K = 12 is
-  # the size one session holds; at the dose's se (3.9%) and qwen3-14b 4 L's process SD (16% of the saving) it decides
-  # for a ratio within about [0.87, 1.12], and reads inconclusive outside that, which is then reported.
+  # layers, 16k: neither the packing dose, qwen3-14b 8 L, nor the untraced revisions b7615dd and 4394bc7 used it).
+  # Why: qwen3-8b's two pilots read 1.22 and 1.29 of the untraced prediction, on the band's edge, where no run size
+  # decides (--plan); qwen3-14b 4 L reads confirmed under the committed rule and inconclusive once the dose's machines
+  # are counted (profiles/2026-11-27_h100_verdicts_pack21). qwen3-8b stays reported as it reads.
+  # Design: the dose and the verdict on ONE machine in one lease (the dose's slopes differ by machine, F p 0.013: judged
+  # against a pooled dose, the machine-level se, 7.1% at 3.6 df, leaves a 10-12 process run almost no ratio to confirm):
+  #   python -m workbench.ab.dose --opt packing --model qwen3-14b --layers 8 --tokens 16384 --reps 2 --batches 1 --steps 2
+  #     --warmup 2 --timing none --processes 10 --seed 50 --trace none --out $CAMP/dose_same         (lease_plan dose_same10, ~13 min)
+  #   ONLY=packing_llama8 VERDICT_K=10 TRACE=none SEED=800 MOE=0 OFFLOAD=0 bash gpu/jobs/verdicts.sh (lease_plan v_pack_llama10, ~11 min)
+  #   python -m workbench.savings.dose $CAMP/dose_same
+  #   python -m workbench.verdicts $CAMP/verdicts/packing_llama8 --dose $CAMP/dose_same
+  # judged on its own processes against that lease's dose alone (one machine: the process se), under the rule as
+  # committed (revision "2026-11-27 (6)"). What it claims: the model with its input measured on the user's GPU predicts
+  # the saving at another shape on that GPU. Cut by the lease, the processes that ran are judged (python -m
+  # workbench.ab.processes DIR) and the cut is reported.
   if [ -n "${CPU:-}" ]; then
     MOES=("moe_l8_4k --model tiny-gpt-oss --layers 1 --tokens 256" "moe_q30_l4 --model tiny-qwen3-moe --layers 2 --tokens 256")
     OFFS=("offload_q14 --model tiny-qwen3 --layers 2 --tokens 512" "offload_q8 --model tiny-qwen3 --layers 1 --tokens 512")
