@@ -180,8 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "interval for a rerun (workbench/ab/processes.py)")
     p.add_argument("--process-seeds", default=d.process_seeds, choices=("each", "same"), help="with --processes: "
                    "each: child k seeds weights, LoRA and data with --seed + k (a population of models and batches); "
-                   "same: every child uses --seed (one model and its batches, rebuilt in each process: only the process "
-                   "varies, as when a user reruns the same job)")
+                   "same: every child uses --seed (one model and its batches, rebuilt in each process: only the "
+                   "process varies, as when a user reruns the same job)")
     p.add_argument("--out", default=None, help="output folder, new or empty (default: "
                    "runs/<run_id>)")
     p.add_argument("--force", action="store_true", help="let --out name a folder that holds an earlier run: its run "
