@@ -188,3 +188,17 @@ def test_folder_savings_agrees_with_the_process_level_verdict():
     the committed packing verdict's measured saving is the mean of the same 21 process means (7.41 ms)."""
     got = br.folder_savings(os.path.join(ROOT, "2026-11-27_h100_verdicts_pack21", "packing_q14l4"))["packing"]
     assert len(got) == 21 and sum(got) / 21 == pytest.approx(_pack21_row()["measured_ms"], rel=1e-9)
+
+
+def test_the_cli_refuses_a_missing_or_empty_folder_in_one_line_and_no_write_leaves_the_file(tmp_path, capsys):
+    from workbench.cli import run_main
+    assert run_main(br.main, [str(tmp_path / "absent")]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
+    assert run_main(br.main, [str(tmp_path)]) == 2  # a folder with no --processes run
+    assert "no shape has two --processes K runs" in capsys.readouterr().err
+    path = os.path.join(ROOT, br.OUT_FILE)
+    before = os.stat(path).st_mtime_ns
+    assert run_main(br.main, [ROOT, "--no-write"]) == 0
+    out = capsys.readouterr().out
+    assert "every shape, pooled: omega" in out and "written:" not in out
+    assert os.stat(path).st_mtime_ns == before
