@@ -111,13 +111,15 @@ def test_a_between_run_component_lowers_a_sharp_pilots_chance_and_zero_changes_n
 
 
 def test_read_between_runs_reads_the_file_once_and_refuses_a_bad_one(tmp_path):
-    assert plan.read_between_runs(str(tmp_path / "absent.json")) == {"omega": {}, "df": {}, "shapes": {}}
+    assert plan.read_between_runs(str(tmp_path / "absent.json")) == {"omega": {}, "df": {}, "shapes": {},
+                                                                    "omega_pred": {}, "df_pred": {}}
     good = tmp_path / "b.json"
     good.write_text(json.dumps({"by_opt": {"packing": {"omega": 0.1, "df": 12}},
                                 "shapes": [{"label": "packing m 4 L 8 (cached vs rebuild)", "omega": 0.2, "df": [3, 9]},
                                            {"label": "moe m 4 L 8 (a vs b)", "why": "one process"}]}))
     assert plan.read_between_runs(str(good)) == {"omega": {"packing": 0.1}, "df": {"packing": 12.0},
-                                                 "shapes": {"packing m 4 L 8": (0.2, 3)}}
+                                                 "shapes": {"packing m 4 L 8": (0.2, 3, None, None)},
+                                                 "omega_pred": {}, "df_pred": {}}
     bad = tmp_path / "c.json"
     bad.write_text("{not json")
     with pytest.raises(WorkbenchError, match="not a between-runs file"):
@@ -178,7 +180,7 @@ def test_across_runs_with_no_omega_is_the_verdict_itself_and_a_large_one_undecid
     assert wide["verdict"] == "inconclusive" and wide["ratio_ci90"][0] < 0.8 < 1.25 < wide["ratio_ci90"][1]
     assert across_runs.reading({**row, "measured_population": "within this run"}, 0.2, 12) is None
     text = "\n".join(across_runs.lines([row], {"omega": {"packing": 0.227}, "df": {"packing": 12},
-                                               "shapes": {"packing qwen3-14b 4 L 16384": (0.095, 3)}}))
+                                               "shapes": {"packing qwen3-14b 4 L 16384": (0.095, 3, None, None)}}))
     assert "confirmed on its run" in text and "this shape's own omega (9.5%, 3 df" in text
     assert across_runs.lines([row], {}) == []
 
@@ -202,3 +204,24 @@ def test_the_cli_refuses_a_missing_or_empty_folder_in_one_line_and_no_write_leav
     out = capsys.readouterr().out
     assert "every shape, pooled: omega" in out and "written:" not in out
     assert os.stat(path).st_mtime_ns == before
+
+
+def test_a_traced_rows_prediction_gets_its_own_between_run_component_and_an_untraced_row_does_not():
+    """The offload qwen3-14b verdict (traced, confirmed 0.88 [0.82, 0.94]): with the measured omega at 0 and the traced
+    prediction's at 4.1% (offload's pooled, profiles/between_runs.json) the interval widens past the band's edge;
+    the packing row (untraced: a dose-fed prediction carries its machines in its se already) ignores a prediction
+    omega (the control)."""
+    from workbench.savings import across_runs, verdicts
+    folder = os.path.join(ROOT, "2026-11-27_h100_verdicts_planned", "offload_q14")
+    with open(os.path.join(folder, "verdicts.json")) as f:
+        off = verdicts.rows(json.load(f), folder)[0]
+    assert off["input_source"] == "traced" and off["verdict"] == "confirmed"
+    base = across_runs.reading(off, 0.0, None)
+    wide = across_runs.reading(off, 0.0, None, 0.041, 1.0)
+    assert base["ratio_ci90"] == pytest.approx(off["ratio_ci90"])
+    assert wide["ratio_ci90"][0] < base["ratio_ci90"][0] and wide["ratio_ci90"][1] > base["ratio_ci90"][1]
+    pack = _pack21_row()
+    assert across_runs.reading(pack, 0.0, None, 0.5, 1.0)["ratio_ci90"] == pytest.approx(pack["ratio_ci90"])
+    with open(os.path.join(ROOT, br.OUT_FILE)) as f:
+        doc = json.load(f)
+    assert doc["by_opt"]["offload"]["prediction"]["omega"] == pytest.approx(0.041, abs=0.002)

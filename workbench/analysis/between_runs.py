@@ -13,7 +13,9 @@ run of:
   (MSB / MSW on J - 1 and K - J df);
 - pooled over shapes: omega^2 as the (J - 1)-weighted mean of the shapes' untruncated moment estimates, truncated at
   0 only then (so shapes that read below 0 pull it down rather than being dropped), and Fisher's combination of the
-  shapes' F tests.
+  shapes' F tests;
+- the same for a traced prediction, where every process of a shape's runs traced its own (the traced form re-reads
+  its input on each machine: offload qwen3-14b's moved 28.6 -> 26.6 ms between two runs).
 
 What it assumes, said where it is used: a shape's runs share one process SD (the F test's level is too high where
 machines differ in their SD: tests/test_between_runs.py measures how much), and every run of a shape measured the
@@ -90,16 +92,21 @@ def collect(profiles: str | None = None) -> dict:
             v = _process_saving(r["path"], c)
             if v is None:
                 continue
+            sm = c.get("savings_model") or {}
+            pred = (sm.get("predicted_ms") if sm.get("input_source") == "traced" and (sm.get("predicted_ms") or 0) > 0
+                    else None)
             shape = {"process_seeds": "each", **args,
                      **{k: c.get(k) for k in ("model", "layers", "tokens") if c.get(k) is not None}}
             base, arm = c["baseline"]["arm"], c["optimized"]["arm"]
             key = (c["name"], base, arm, dev.get("name")) + tuple(str(shape.get(k)) for k in ARGS_KEY)
             e = runs.setdefault((key, r["process_of"]), {
                 "key": key, "folder": r["process_of"], "machine": str(dev.get("uuid") or "?")[:12], "savings_ms": [],
-                "commit": str(m.get("git_sha") or "?")[:7],
+                "commit": str(m.get("git_sha") or "?")[:7], "predicted_ms": [],
                 "label": f"{c['name']} {shape.get('model')} {shape.get('layers')} L {shape.get('tokens')} "
                          f"({arm} vs {base})"})
             e["savings_ms"].append(v)
+            if pred is not None:
+                e["predicted_ms"].append(float(pred))
     shapes: dict = {}
     for (key, _), e in sorted(runs.items(), key=lambda kv: kv[0][1]):
         shapes.setdefault(key, []).append(e)
@@ -117,11 +124,7 @@ def _meta(path: str) -> dict:
 def shape_component(runs: list[dict]) -> dict | None:
     """The between-run component of one shape's runs (see the module docstring); None with fewer than 2 runs; where
     it cannot be estimated (no run with 2 processes, or a process whose mean saving is not positive: the log scale
-    needs it) the runs with "why"."""
-    from scipy import stats as sps
-
-    from workbench.measure import replication
-
+    needs it) the runs with "why"; "prediction" the same for the traced prediction where every process has one."""
     runs = [r for r in runs if r["savings_ms"]]
     if len(runs) < 2:
         return None
@@ -134,10 +137,25 @@ def shape_component(runs: list[dict]) -> dict | None:
         return {**base, "why": "every run has one process: no within-run spread to judge the runs against"}
     if min(vals) <= 0:
         return {**base, "why": "a process saved nothing or less (the relative scale needs a positive saving)"}
-    pred = replication.machine_prediction([[[math.log(v)] for v in r["savings_ms"]] for r in runs])
+    out = {**base, **_anova([r["savings_ms"] for r in runs])}
+    preds = [r.get("predicted_ms") or [] for r in runs]
+    if all(len(x) == len(r["savings_ms"]) for x, r in zip(preds, runs)):  # every process traced: the prediction too
+        out["prediction"] = _anova(preds)
+    return out
+
+
+def _anova(values: list[list[float]]) -> dict:
+    """omega, its untruncated square, tau', F, df and p of one shape's runs (`values`: per run, per process, > 0) on
+    the log scale (`replication.machine_prediction`'s one-way ANOVA)."""
+    from scipy import stats as sps
+
+    from workbench.measure import replication
+
+    J, K = len(values), sum(len(v) for v in values)
+    pred = replication.machine_prediction([[[math.log(v)] for v in run] for run in values])
     msb, msw, n0 = pred["msb"], pred["msw"], pred["n0"]
     f = msb / msw if msw > 0 else math.inf
-    return {**base, "omega": pred["omega"], "omega2_raw": (msb - msw) / n0, "tau_process": pred["tau_process"],
+    return {"omega": pred["omega"], "omega2_raw": (msb - msw) / n0, "tau_process": pred["tau_process"],
             "F": f, "df": (J - 1, K - J), "p": float(sps.f.sf(f, J - 1, K - J)) if math.isfinite(f) else 0.0}
 
 
@@ -157,11 +175,17 @@ def pooled(components: list[dict]) -> dict | None:
 
 
 def by_opt(components: list[dict]) -> dict:
-    """{optimization: `pooled` over that optimization's shapes} (the comparison name's first word, e.g. "packing")."""
+    """{optimization: `pooled` over that optimization's shapes} (the comparison name's first word, e.g. "packing"),
+    with "prediction": the same pooled over the shapes whose every process traced its prediction (None without)."""
     out: dict = {}
     for c in components:
         out.setdefault(c["label"].split()[0], []).append(c)
-    return {k: p for k, v in sorted(out.items()) if (p := pooled(v)) is not None}
+    res = {}
+    for k, v in sorted(out.items()):
+        p = pooled(v)
+        if p is not None:
+            res[k] = {**p, "prediction": pooled([{**c["prediction"], "J": c["J"]} for c in v if c.get("prediction")])}
+    return res
 
 
 def table(components: list[dict], pool: dict | None) -> str:
@@ -172,13 +196,17 @@ def table(components: list[dict], pool: dict | None) -> str:
         if "why" in c:
             lines.append(f"  {c['label']}: {c['J']} runs (means {means} ms): not estimated: {c['why']}")
             continue
+        pr = c.get("prediction")
         lines.append(f"  {c['label']}: {c['J']} runs, {c['K']} processes (run means {means} ms): omega "
                      f"{100 * c['omega']:.1f}%, tau' {100 * c['tau_process']:.1f}%, F {c['F']:.2f} on {c['df'][0]}, "
-                     f"{c['df'][1]} df, p {c['p']:.3g}")
+                     f"{c['df'][1]} df, p {c['p']:.3g}"
+                     + (f"; its traced prediction: omega {100 * pr['omega']:.1f}%, p {pr['p']:.3g}" if pr else ""))
     if pool:
         for name, p in by_opt(components).items():
+            pr = p.get("prediction")
             lines.append(f"  {name}, pooled: omega {100 * p['omega']:.1f}% over {p['shapes']} shapes ({p['df']} df); "
-                         f"Fisher's p {p['p']:.3g}")
+                         f"Fisher's p {p['p']:.3g}" + (f"; the traced prediction's omega {100 * pr['omega']:.1f}% over "
+                                                       f"{pr['shapes']} shapes, p {pr['p']:.3g}" if pr else ""))
         lines.append(f"  every shape, pooled: omega {100 * pool['omega']:.1f}% over {pool['shapes']} shapes "
                      f"({pool['df']} df between runs); Fisher's p {pool['p']:.3g} (the null: no between-run component)")
     return "\n".join(lines)

@@ -202,14 +202,15 @@ BETWEEN_RUNS_FILE = "between_runs.json"
 
 def read_between_runs(path: str) -> dict:
     """A `workbench.analysis.between_runs` file, read once: {"omega": {optimization: omega}, "df": {optimization: its
-    between-run df}, "shapes": {"comparison model layers L tokens": (omega, df)} of the shapes it estimated (the
-    first of two that print alike)}; empty dicts where the file is absent. A file that cannot be read is refused in
+    between-run df}, "shapes": {"comparison model layers L tokens": (omega, df, the traced prediction's omega and df
+    or None)} of the shapes it estimated (the first of two that print alike), "omega_pred" / "df_pred": the traced prediction's, where the file has one};
+    empty dicts where the file is absent. A file that cannot be read is refused in
     one line."""
     import json
     import os
 
     from workbench.errors import WorkbenchError
-    out: dict = {"omega": {}, "df": {}, "shapes": {}}
+    out: dict = {"omega": {}, "df": {}, "shapes": {}, "omega_pred": {}, "df_pred": {}}
     if not os.path.isfile(path):
         return out
     try:
@@ -217,9 +218,14 @@ def read_between_runs(path: str) -> dict:
             doc = json.load(f)
         for k, v in (doc.get("by_opt") or {}).items():
             out["omega"][k], out["df"][k] = float(v["omega"]), float(v["df"])
+            if v.get("prediction"):
+                out["omega_pred"][k], out["df_pred"][k] = float(v["prediction"]["omega"]), float(v["prediction"]["df"])
         for c in doc.get("shapes") or []:
             if "omega" in c:
-                out["shapes"].setdefault(c["label"].split(" (")[0], (float(c["omega"]), int(c["df"][0])))
+                pr = c.get("prediction") or {}
+                out["shapes"].setdefault(c["label"].split(" (")[0], (
+                    float(c["omega"]), int(c["df"][0]), float(pr["omega"]) if pr else None,
+                    int(pr["df"][0]) if pr else None))
     except (OSError, ValueError, TypeError, KeyError, AttributeError, IndexError) as e:
         raise WorkbenchError(f"{path}: not a between-runs file of python -m workbench.analysis.between_runs "
                              f"({type(e).__name__}: {e})") from None
