@@ -136,8 +136,9 @@ def assurance(row: dict, kk: int, dose: int | None = None, draws: int = ASSURANC
     profiles hold more than one run of, and `read_between_runs` reads it back). Why: over the offload pilot's own
     uncertainty a 6-process run reads confirmed under 5% of the time (tests/test_savings_plan.py), yet the run read
     confirmed: the saving moved 21.0 -> 23.4 ms and the traced prediction 28.6 -> 26.6 ms between the two runs (two
-    H100s), each further than its within-run se allows. A traced prediction's own between-run component is not
-    estimated (only the measured saving's is): the assurance stays optimistic for the traced form."""
+    H100s), each further than its within-run se allows. A traced prediction's own between-run component
+    (`between_runs`' "prediction": offload 4.1%) is not drawn here, only the measured saving's: the assurance stays
+    optimistic for the traced form."""
     import numpy as np
 
     from workbench.measure import stats
