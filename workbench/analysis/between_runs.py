@@ -49,16 +49,15 @@ OUT_FILE = BETWEEN_RUNS_FILE
 (`workbench.savings.plan.read_between_runs`)."""
 
 
-def _process_saving(path: str, c: dict) -> float | None:
-    """One process's mean saving (baseline - arm, ms per step) of comparison `c`: the mean of its reps' mean paired
-    differences (`verdicts.rep_savings`, as the process-level verdict computes it)."""
-    from workbench.measure.results import load_run
+def _process_saving(results, c: dict) -> float | None:
+    """One process's mean saving (baseline - arm, ms per step) of comparison `c` from its results.csv frame: the mean
+    of its reps' mean paired differences (`verdicts.rep_savings`, as the process-level verdict computes it)."""
     from workbench.savings import verdicts
 
     base, arm = (c.get("baseline") or {}).get("arm"), (c.get("optimized") or {}).get("arm")
     if not base or not arm or c.get("status") != "ok":
         return None
-    reps = verdicts.rep_savings(load_run(path)[0], c["name"], base, arm)
+    reps = verdicts.rep_savings(results, c["name"], base, arm)
     return sum(reps) / len(reps) if reps else None
 
 
@@ -69,8 +68,9 @@ def folder_savings(run_dir: str) -> dict:
 
     out: dict = {}
     for d in process_dirs(run_dir):
-        for c in load_run(d)[1].get("comparisons", []):
-            v = _process_saving(d, c)
+        results, summary, _ = load_run(d)  # each process's files read once, for all its comparisons
+        for c in summary.get("comparisons", []):
+            v = _process_saving(results, c)
             if v is not None:
                 out.setdefault(c["name"], []).append(v)
     return out
@@ -80,7 +80,9 @@ def collect(profiles: str | None = None) -> dict:
     """{shape key: [{"key", "label", "folder", "machine", "savings_ms": [each process's mean saving]}]}: one entry per
     `--processes K` folder and comparison, over the runs `workbench.analysis` keeps (complete GPU runs; no deliberately
     slowed run, no void comparison)."""
-    from workbench.analysis.loader import _included
+    import pandas as pd
+
+    from workbench.analysis.loader import _included, _meta
 
     runs: dict = {}
     for r, comps in _included(profiles):
@@ -88,8 +90,9 @@ def collect(profiles: str | None = None) -> dict:
             continue  # not one process of a --processes K run (a dose-response's levels are not the arms)
         m = _meta(r["path"])
         args, dev = m.get("args") or {}, m.get("device") or {}
+        results = pd.read_csv(os.path.join(r["path"], "results.csv"))  # once per process, for all its comparisons
         for c in comps:
-            v = _process_saving(r["path"], c)
+            v = _process_saving(results, c)
             if v is None:
                 continue
             sm = c.get("savings_model") or {}
@@ -111,14 +114,6 @@ def collect(profiles: str | None = None) -> dict:
     for (key, _), e in sorted(runs.items(), key=lambda kv: kv[0][1]):
         shapes.setdefault(key, []).append(e)
     return shapes
-
-
-def _meta(path: str) -> dict:
-    p = os.path.join(path, "meta.json")
-    if not os.path.isfile(p):
-        return {}
-    with open(p, encoding="utf-8") as f:
-        return json.load(f)
 
 
 def shape_component(runs: list[dict]) -> dict | None:

@@ -47,9 +47,7 @@ def reading(row: dict, omega: float, omega_df: float | None, omega_pred: float =
     j = verdicts.judge(p, se_p, m, se_new, df_new, predicted_df=df_p, theta=theta)
     k = max(1, int(row.get("family_size") or 1))  # the verdict's family, Bonferroni (no weaker than its Holm)
     pc, pr = (None if v is None else min(1.0, v * k) for v in (j["p_confirm"], j["p_refute"]))
-    reads = ("confirmed" if pc is not None and pc <= verdicts.ALPHA else
-             "refuted" if pr is not None and pr <= verdicts.ALPHA else "inconclusive")
-    return {"ratio_ci90": j["ratio_ci90"], "verdict": reads, "omega": omega,
+    return {"ratio_ci90": j["ratio_ci90"], "verdict": verdicts._outcome(pc, pr), "omega": omega,
             "df": df_new if math.isfinite(df_new) else None}
 
 
@@ -80,7 +78,7 @@ def lines(rows: list[dict], between: dict) -> list[str]:
                 f"{name}{pred_note}) the ratio's 90% CI is {_ci(got)}")
         own = shapes.get(shape)
         if own is not None:
-            o_pred = own[2] if traced and len(own) > 2 and own[2] is not None else 0.0
+            o_pred = own[2] if traced and own[2] is not None else 0.0
             text += (f"; with this shape's own omega ({100 * own[0]:.1f}%, {own[1]} df between runs"
                      + (f"; its prediction's {100 * o_pred:.1f}%" if traced and o_pred else "") + ") "
                      + _ci(reading(r, own[0], own[1], o_pred, own[3] if o_pred else None)))

@@ -230,12 +230,8 @@ def machine_component(points: list, machines: list[str]) -> dict | None:
     J, K = len(by), sum(n)
     if J < 2 or K - J < 1:
         return None
-    allv = [x for v in by.values() for x in v]
-    grand = sum(allv) / K
-    means = {m: sum(v) / len(v) for m, v in by.items()}
-    msw = sum((x - means[m]) ** 2 for m, v in by.items() for x in v) / (K - J)
-    msb = sum(len(v) * (means[m] - grand) ** 2 for m, v in by.items()) / (J - 1)
-    n0 = (K - sum(x * x for x in n) / K) / (J - 1)
+    anova = replication.machine_prediction([[[x] for x in v] for v in by.values()])  # the one-way ANOVA's owner
+    msb, msw, n0 = anova["msb"], anova["msw"], anova["n0"]
     f = msb / msw if msw > 0 else math.inf
     om2 = max(0.0, (msb - msw) / n0)
     p = float(sps.f.sf(f, J - 1, K - J)) if math.isfinite(f) else 0.0
