@@ -118,6 +118,9 @@ if [ "${VERDICT_K:-1}" -gt 1 ]; then
   # committed (revision "2026-11-27 (6)"). What it claims: the model with its input measured on the user's GPU predicts
   # the saving at another shape on that GPU. Cut by the lease, the processes that ran are judged (python -m
   # workbench.ab.processes DIR) and the cut is reported.
+  # Outcome 2026-11-27 (7) (profiles/2026-11-27_h100_same_machine, machine U): both jobs ran whole. Dose 0.891 ms a build
+  #   [0.789, 0.992] (10 processes); packing llama-3.1-8b 8 L: predicted 13.36 [11.83, 14.88] ms, measured 14.08 [13.11, 15.05]:
+  #   1.05 [0.95, 1.17], CONFIRMED. Pooled with the earlier 21 (six machines), the machine component holds (F p 0.0002).
   if [ -n "${CPU:-}" ]; then
     MOES=("moe_l8_4k --model tiny-gpt-oss --layers 1 --tokens 256" "moe_q30_l4 --model tiny-qwen3-moe --layers 2 --tokens 256")
     OFFS=("offload_q14 --model tiny-qwen3 --layers 2 --tokens 512" "offload_q8 --model tiny-qwen3 --layers 1 --tokens 512")
