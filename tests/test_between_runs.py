@@ -225,3 +225,11 @@ def test_a_traced_rows_prediction_gets_its_own_between_run_component_and_an_untr
     with open(os.path.join(ROOT, br.OUT_FILE)) as f:
         doc = json.load(f)
     assert doc["by_opt"]["offload"]["prediction"]["omega"] == pytest.approx(0.041, abs=0.002)
+
+
+def test_folder_savings_reads_a_plain_run_as_one_process():
+    """A `--processes 1` run writes its folder in place (no processes.json): one process, the same saving as the
+    campaign reads for that process folder (the second source)."""
+    p00 = os.path.join(ROOT, "2026-11-27_h100_verdicts_pack21", "packing_q14l4", "p00")
+    campaign = br.folder_savings(os.path.join(ROOT, "2026-11-27_h100_verdicts_pack21", "packing_q14l4"))["packing"]
+    assert br.folder_savings(p00) == {"packing": [campaign[0]]}

@@ -105,3 +105,46 @@ def test_a_processes_folder_untraced_keeps_the_slope_uncertainty(tmp_path, capsy
     assert sm["predicted_se_ms"] == pytest.approx(3 * S_MS / 20) and sm["measured_df"] == 2
     assert verdicts_cli.main([str(top), "--dose", str(tmp_path / "nowhere")]) == 2
     assert "cannot read dose_analysis.json" in capsys.readouterr().err
+
+
+def _machine_dose(path, machines, *, se_proc=S_MS / 50, se_machine=S_MS / 10, K=8):
+    """A dose analysis whose processes ran on `machines` that differ: its machine-level se beside the process se."""
+    os.makedirs(path, exist_ok=True)
+    per = {m: [S_MS] * (K // len(machines)) for m in machines}
+    none = {"slope_ms": S_MS, "slope_se": se_proc, "df": K - 1, "K": K, "linear": True,
+            "machines": {"J": len(machines), "K": K, "p": 0.01, "slope_se": se_machine, "df": len(machines) - 1,
+                         "per_machine": per}}
+    with open(os.path.join(path, untraced.DOSE_FILE), "w") as f:
+        json.dump({"opt": "packing", "unit": "builds avoided", "commit": "abc1234", "modes": {"none": none}}, f)
+    return str(path)
+
+
+def _procs_on(top, gpus, rng):
+    procs = []
+    for k, g in enumerate(gpus):
+        d = _run(str(top / f"p{k:02d}"), rng, saving_ms=3 * S_MS)
+        meta = json.load(open(os.path.join(d, "meta.json")))
+        meta["device"]["uuid"] = f"{g}-0000-0000-0000-000000000000"
+        json.dump(meta, open(os.path.join(d, "meta.json"), "w"))
+        procs.append({"folder": f"p{k:02d}", "seed": k, "rc": 0})
+    (top / "processes.json").write_text(json.dumps({"processes": procs}))
+    return str(top)
+
+
+@pytest.mark.parametrize("gpus, same", [(["GPU-aaaaaaaa", "GPU-bbbbbbbb"] * 2, True),   # the same-host design
+                                        (["GPU-aaaaaaaa"] * 4, False),                    # one of the dose's machines
+                                        (["GPU-aaaaaaaa", "GPU-cccccccc"] * 2, False)])   # another machine among them
+def test_a_verdict_on_exactly_the_doses_machines_takes_the_process_se(tmp_path, gpus, same):
+    """Revision (7): where a --processes verdict ran on exactly the machines its dose's slope differs over, u's se
+    is the process one (those GPUs are the claim's own); on a subset, or with another machine, the machine se stands
+    (the controls). 3 builds removed a step, so the prediction's se is 3 x the slope's."""
+    dose = _machine_dose(tmp_path / "dose", ["GPU-aaaaaaaa", "GPU-bbbbbbbb"])
+    top = _procs_on(tmp_path / "procs", gpus, np.random.default_rng(3))
+    assert verdicts_cli.main([top, "--dose", dose, "--tau-from", "none"]) == 0
+    sm = json.load(open(os.path.join(top, process_verdicts.OUT_FILE)))["comparisons"][0]["savings_model"]
+    if same:
+        assert sm["predicted_se_ms"] == pytest.approx(3 * S_MS / 50) and sm["predicted_df"] == 7
+        assert sm["dose_se_unit_kind"].startswith("processes") and "revision (7)" in sm["inputs"]["u_ms"]["source"]
+    else:
+        assert sm["predicted_se_ms"] == pytest.approx(3 * S_MS / 10) and sm["predicted_df"] == 1
+        assert sm["dose_se_unit_kind"] == "machines"

@@ -146,7 +146,7 @@ def aggregate(run_dirs: list[str], *, skip_reps: int = SKIP_REPS) -> list[dict]:
     return out
 
 
-def _line(r: dict) -> str:
+def estimate_line(r: dict) -> str:
     if "speedup" not in r:
         return f"{r['comparison']}: {r['arm']} vs {r['baseline']}: {r['why']}"
     ci, pi = r.get("ci95") or (math.nan, math.nan), r.get("pi95") or (math.nan, math.nan)
@@ -194,7 +194,7 @@ def main(argv: list[str]) -> int:
         [d for d, p in zip(dirs, record["processes"]) if p["rc"] == 0 and os.path.isdir(d)])
     _write(out, record)
     for r in record["estimates"]:
-        print(_line(r))
+        print(estimate_line(r))
     if record["environment"]["mixed"]:  # the estimate stands, but its processes are not one instrument
         print(record["environment"]["line"])
     failed = [p for p in record["processes"] if p["rc"] != 0]
@@ -238,7 +238,7 @@ if __name__ == "__main__":  # python -m workbench.ab.processes DIR: summarise an
         ap.add_argument("folder", help="the campaign's --out folder (holds processes.json and p00, p01, ...)")
         record = finish(ap.parse_args(argv).folder)
         for r in record["estimates"]:
-            print(_line(r))
+            print(estimate_line(r))
         print(record["note"])
         return 0
 

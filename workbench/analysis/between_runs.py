@@ -63,11 +63,13 @@ def _process_saving(results, c: dict) -> float | None:
 
 def folder_savings(run_dir: str) -> dict:
     """{comparison name: [each process's mean saving, ms]} of one `--processes K` folder anywhere (no profiles root:
-    no exclusions; the processes that ran to the end)."""
+    no exclusions; the processes that ran to the end), or of a plain run folder (`--processes 1` runs in place: one
+    process, its summary.json beside)."""
     from workbench.measure.results import load_run, process_dirs
 
     out: dict = {}
-    for d in process_dirs(run_dir):
+    plain = [run_dir] if os.path.isfile(os.path.join(run_dir, "summary.json")) else []
+    for d in process_dirs(run_dir) or plain:
         results, summary, _ = load_run(d)  # each process's files read once, for all its comparisons
         for c in summary.get("comparisons", []):
             v = _process_saving(results, c)

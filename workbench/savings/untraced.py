@@ -37,11 +37,17 @@ from workbench.savings import common
 DOSE_FILE = "dose_analysis.json"
 INPUT_SOURCE = "untraced"
 """The verdict row's input source for this form (`calibration.INPUT_SOURCES`)."""
-MODEL_REVISION = ("2026-11-27 (6): n * u, u = the untimed dose slope per counted unit (no trace), n the judged "
+MODEL_REVISION = ("2026-11-27 (7): n * u, u = the untimed dose slope per counted unit (no trace), n the judged "
                   "shape's exact count (packing: builds removed; moe: syncs removed); u's se with the machine as its "
                   "unit where the dose's processes ran on machines that differ (dose.machine_component), else over "
-                  "processes as before")
-"""The revision a row names, with the commit that set it (`common._revision_commit`), written before its runs."""
+                  "processes as before; over processes too where a --processes verdict ran on exactly the dose's "
+                  "machines (the same-host design: those GPUs are the claim's own, not a sample of others)")
+"""The revision a row names, with the commit that set it (`common._revision_commit`), written before its runs.
+(6) -> (7), written 2026-11-27 before the run it serves (gpu/jobs/moe_same_host.sh): the dose and the verdict
+processes spread alike over the GPUs of one host. The machine-level se answers "on another machine"; where the
+verdict ran on the very GPUs the dose did, each GPU's effect is in both the prediction and the saving, and the claim
+is for those GPUs, so the process se is the one that fits. Every reading judged under (6) is unchanged: a verdict on
+one GPU against a dose of several machines is not this design."""
 
 
 def read_dose(dirs: list[str] | None) -> dict:
@@ -71,6 +77,8 @@ def read_dose(dirs: list[str] | None) -> dict:
         se, df = ((float(mc["slope_se"]), float(mc["df"])) if mc.get("slope_se") else
                   (float(none["slope_se"]), int(none["df"])))
         out[opt] = {"dir": d, "slope_ms": float(none["slope_ms"]), "slope_se_ms": se, "df": df,
+                    "process_se_ms": float(none["slope_se"]), "process_df": int(none["df"]),
+                    "machines": sorted(mc.get("per_machine") or {}) if mc.get("slope_se") else [],
                     "se_unit": (f"machine ({mc['J']} machines, F p {mc['p']:.2g})" if mc.get("slope_se") else
                                 "process"),
                     "se_units": int(mc["J"]) if mc.get("slope_se") else int(none.get("K") or int(none["df"]) + 1),
@@ -91,7 +99,11 @@ def model(mod, entry: dict, c: dict, meta: dict, *, arm: str) -> dict:
     if not per_unit:
         raise WorkbenchError(f"--dose {entry['dir']}: no count per dose unit ({per_what})")
     u, se_u = entry["slope_ms"] / per_unit, entry["slope_se_ms"] / per_unit
+    gpu = str((meta.get("device") or {}).get("uuid") or "")[:12]  # as dose.machine_of names a machine
     return {"formula": mod.UNTRACED_FORMULA, **_predicted(n * u, abs(n) * se_u, entry["df"]),
+            "gpu": gpu, "dose_machines": entry.get("machines") or [],
+            "predicted_se_process_ms": abs(n) * entry.get("process_se_ms", entry["slope_se_ms"]) / per_unit,
+            "dose_process_df": entry.get("process_df", entry["df"]), "dose_processes": entry.get("K"),
             "inputs": {"n": {"value": n, "source": n_what},
                        "u_ms": {"value": u, "se": se_u, "source": (
                            f"dose-response {entry['dir']}: untimed slope {entry['slope_ms']:.4g} ms per "
@@ -105,10 +117,23 @@ def process_model(models: list[dict]) -> dict:
     """The untraced prediction over a `--processes` folder from each process's (`model`): the mean of their
     predictions (the counts may differ with the batches), its relative se and df the dose slope's (the count is
     exact, so the processes' spread is not the prediction's uncertainty)."""
+    if same_machines(models):  # the same-host design (revision (7)): each process's prediction at the process se
+        why = " (revision (7): the verdict ran on exactly the dose's machines, so over its processes)"
+        models = [{**m, **_predicted(m["predicted_ms"], m["predicted_se_process_ms"], m["dose_process_df"]),
+                   "dose_se_units": m["dose_processes"], "dose_se_unit_kind": "processes (the dose's own machines)",
+                   "inputs": {**m["inputs"], "u_ms": {**m["inputs"]["u_ms"], "source": m["inputs"]["u_ms"]["source"] + why}}}
+                  for m in models]
     p = float(np.mean([m["predicted_ms"] for m in models]))
     rel = max((m["predicted_se_ms"] / abs(m["predicted_ms"]) for m in models if m.get("predicted_ms")), default=0.0)
     keep = ("formula", "inputs", "dose_dir", "dose_commit", "dose_linear", "dose_se_units", "dose_se_unit_kind")
     return {**{k: models[0].get(k) for k in keep}, **_predicted(p, abs(p) * rel, models[0].get("predicted_df"))}
+
+
+def same_machines(models: list[dict]) -> bool:
+    """Did a --processes verdict's processes (`model` each) run on exactly the machines its dose's slope se was taken
+    over (revision (7), the same-host design)? False where that se is over processes already."""
+    machines = models[0].get("dose_machines") or []
+    return bool(machines) and {m.get("gpu") for m in models} == set(machines)
 
 
 def _predicted(p: float, se: float, df) -> dict:

@@ -1,0 +1,132 @@
+"""Fold `--processes` campaigns of one command into one campaign folder (issue 39: one shape's processes run on the
+GPUs of one host in parallel, or in two leases, judged as one process population).
+
+    python -m workbench.ab.processes_merge INTO SRC [SRC ...]    # INTO, SRC: `python -m workbench.ab ... --processes K` folders
+
+Each SRC must run INTO's command up to --seed, --out and --processes (the record's `command`), with the same
+`--process-seeds`: `each` campaigns may not share a seed (a repeated seed is the same model and batches again, not
+another process), `same` campaigns must share theirs (one model). The clean processes of each SRC (rc 0 and a
+summary.json: `results.process_dirs`) are copied to INTO/pNN with the next free NN (their .log beside), appended to
+INTO's processes.json with `merged_from`; a SRC process that did not end cleanly is left out and counted in the note.
+Then INTO's estimates and environment are computed again over all its clean processes (`processes.aggregate`,
+`results.environment_diff`: processes on several GPUs read as a mixed `gpu` environment, which is what they are).
+A mismatch is refused in one line before anything is copied. Then: `python -m workbench.verdicts INTO ...`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+from workbench.errors import WorkbenchError
+from workbench.measure import results
+
+
+def _record(folder: str) -> dict:
+    path = os.path.join(folder, results.PROCESSES_FILE)
+    if not os.path.isfile(path):
+        raise WorkbenchError(f"{folder} holds no {results.PROCESSES_FILE}: give `python -m workbench.ab ... "
+                             "--processes K` folders")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _command_key(record: dict) -> list[str]:
+    """The record's (first) command less `python -m workbench.ab` and its --processes, --seed and --out: a merged
+    record's command is its campaigns' joined by " ; "."""
+    from workbench.ab.processes import split_argv, without
+
+    words = (record.get("command") or "").split(" ; ")[0].split()
+    _, rest = split_argv(words[3:] if words[:3] == ["python", "-m", "workbench.ab"] else words)
+    return without(rest, "--seed", "--out")
+
+
+def plan(into: str, sources: list[str]) -> list[tuple[str, str, dict]]:
+    """(source process folder, target folder name, its processes.json entry) for every clean process of `sources`,
+    checked against `into`; raises WorkbenchError on the first mismatch (nothing copied yet)."""
+    rec = _record(into)
+    key, mode = _command_key(rec), rec.get("process_seeds", "each")
+    seeds = {p.get("seed") for p in rec.get("processes", [])}
+    taken = {p["folder"] for p in rec.get("processes", [])} | set(os.listdir(into))
+    out = []
+    for src in sources:
+        s = _record(src)
+        if _command_key(s) != key:
+            raise WorkbenchError(f"{src}: its command ({' '.join(_command_key(s))}) is not {into}'s "
+                                 f"({' '.join(key)}) up to --seed, --out and --processes")
+        if s.get("process_seeds", "each") != mode:
+            raise WorkbenchError(f"{src}: --process-seeds {s.get('process_seeds', 'each')} against {into}'s {mode}")
+        clean = {os.path.basename(d) for d in results.process_dirs(src)}
+        for p in s.get("processes", []):
+            if p["folder"] not in clean:
+                continue
+            seed = p.get("seed")
+            if mode == "each" and seed in seeds:
+                raise WorkbenchError(f"{src}: seed {seed} is already in {into} (or an earlier source): the same model "
+                                     "and batches again, not another process")
+            if mode == "same" and seeds and seed not in seeds:
+                raise WorkbenchError(f"{src}: seed {seed} against {into}'s {sorted(seeds)}: --process-seeds same "
+                                     "campaigns share one seed")
+            seeds.add(seed)
+            n = next(i for i in range(1000) if f"p{i:02d}" not in taken)
+            target = f"p{n:02d}"
+            taken.add(target)
+            out.append((os.path.join(src, p["folder"]), target,
+                        {**p, "folder": target, "merged_from": f"{os.path.abspath(src)} {p['folder']}"}))
+    return out
+
+
+def merge(into: str, sources: list[str]) -> dict:
+    """Copy and record every clean process of `sources` into `into` and estimate again (see the module docstring);
+    returns INTO's new record."""
+    from workbench.ab.processes import aggregate
+
+    steps = plan(into, sources)
+    rec = _record(into)
+    for src_dir, target, entry in steps:
+        shutil.copytree(src_dir, os.path.join(into, target))
+        if os.path.isfile(src_dir + ".log"):
+            shutil.copy(src_dir + ".log", os.path.join(into, target) + ".log")
+        rec.setdefault("processes", []).append(entry)
+    left = sum(len(_record(s).get("processes", [])) for s in sources) - len(steps)
+    rec["command"] = " ; ".join([rec.get("command") or "", *[_record(s).get("command") or "" for s in sources]]).strip(" ;")
+    note = (f"then {len(steps)} process(es) of {len(sources)} more campaign(s) (folders "
+            f"{', '.join(t for _, t, _ in steps) or 'none'}"
+            + (f"; {left} that did not end cleanly left out" if left else "")
+            + "), merged by python -m workbench.ab.processes_merge")
+    rec["merged_note"] = f"{rec['merged_note']}; {note}" if rec.get("merged_note") else note
+    with open(os.path.join(into, results.PROCESSES_FILE), "w", encoding="utf-8") as f:
+        json.dump(rec, f, indent=1, default=float)  # the processes first: process_dirs reads them back
+    dirs = results.process_dirs(into)
+    rec["estimates"] = aggregate(dirs)
+    rec["environment"] = results.environment_diff(dirs)
+    with open(os.path.join(into, results.PROCESSES_FILE), "w", encoding="utf-8") as f:
+        json.dump(rec, f, indent=1, default=float)
+    return rec
+
+
+def main(argv=None) -> int:
+    from workbench.ab.processes import estimate_line
+    from workbench.cli import emit_json, parser
+
+    p = parser("workbench.ab.processes_merge", __doc__.split("\n\n")[0])
+    p.add_argument("into", help="the --processes folder that receives the processes (its processes.json is rewritten)")
+    p.add_argument("sources", nargs="+", help="--processes folders of the same command whose clean processes are copied in")
+    a = p.parse_args(argv)
+    if any(os.path.abspath(s) == os.path.abspath(a.into) for s in a.sources):
+        raise WorkbenchError("a folder cannot be merged into itself")
+    rec = merge(a.into, a.sources)
+    for r in rec["estimates"]:
+        print(estimate_line(r))
+    if rec["environment"]["mixed"]:
+        print(rec["environment"]["line"])
+    print(f"merged into {a.into}: {rec['merged_note'].split('; ')[-1]}")
+    emit_json({"into": a.into, "processes": len(results.process_dirs(a.into)), "note": rec["merged_note"]})
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    from workbench.cli import run_main
+    sys.exit(run_main(main))
