@@ -110,6 +110,21 @@ def test_a_between_run_component_lowers_a_sharp_pilots_chance_and_zero_changes_n
     assert wide["confirmed"] < 0.8 and wide["refuted"] > 0.0
 
 
+def test_a_traced_predictions_between_run_component_lowers_its_chance_and_an_untraced_row_ignores_it():
+    """`omega_pred`: a traced row's prediction is re-read on the new run's machine, so its level moves too. At 0 the
+    stream, and so every committed figure, is as before; at 15% a sharp traced pilot confirms less often; an untraced
+    row (its prediction the dose's) is not moved by it (the control)."""
+    traced = {**_row(pred_se_pct=0.3), "input_source": "traced", "predicted_df": 7}
+    sharp = plan.assurance(traced, 8, draws=400)
+    assert sharp["confirmed"] > 0.95
+    assert plan.assurance(traced, 8, draws=400, omega_pred=0.0) == sharp
+    assert plan.assurance(traced, 8, draws=400, omega_pred=0.15)["confirmed"] < 0.8
+    untraced = _row()
+    assert plan.assurance(untraced, 8, draws=400, omega_pred=0.15) == plan.assurance(untraced, 8, draws=400)
+    text = plan.table([traced], {"packing": 0.0001}, {"packing": 0.15})
+    assert "its traced prediction's 15.0%" in text and "its traced prediction's" not in plan.table([untraced], {"packing": 0.0001}, {"packing": 0.15})
+
+
 def test_read_between_runs_reads_the_file_once_and_refuses_a_bad_one(tmp_path):
     assert plan.read_between_runs(str(tmp_path / "absent.json")) == {"omega": {}, "df": {}, "shapes": {},
                                                                     "omega_pred": {}, "df_pred": {}}

@@ -119,7 +119,7 @@ ASSURANCE_DRAWS = 2000
 
 
 def assurance(row: dict, kk: int, dose: int | None = None, draws: int = ASSURANCE_DRAWS, seed: int = 0,
-              omega: float = 0.0) -> dict:
+              omega: float = 0.0, omega_pred: float = 0.0) -> dict:
     """The chance that a new run of `kk` verdict processes (and, with `dose`, a new dose run of that many processes)
     reads confirmed, refuted, or neither, over what the pilot leaves uncertain: {"confirmed": P, "refuted": P,
     "undecided": P}. `processes_to_decide` plans at the pilot's point ratio; this asks how often the plan's size
@@ -136,9 +136,12 @@ def assurance(row: dict, kk: int, dose: int | None = None, draws: int = ASSURANC
     profiles hold more than one run of, and `read_between_runs` reads it back). Why: over the offload pilot's own
     uncertainty a 6-process run reads confirmed under 5% of the time (tests/test_savings_plan.py), yet the run read
     confirmed: the saving moved 21.0 -> 23.4 ms and the traced prediction 28.6 -> 26.6 ms between the two runs (two
-    H100s), each further than its within-run se allows. A traced prediction's own between-run component
-    (`between_runs`' "prediction": offload 4.1%) is not drawn here, only the measured saving's: the assurance stays
-    optimistic for the traced form."""
+    H100s), each further than its within-run se allows.
+
+    `omega_pred` (default 0) does the same for a traced row's prediction, which the new run re-reads from its own
+    traces on its machine (`between_runs`' "prediction": offload 4.1%): its level moves by exp(N(0, 2 omega_pred^2)),
+    independently of the saving's. An untraced row's prediction comes from a dose (its machines are the dose's
+    affair, `dose.machine_component`) and a fixed input's does not move: neither draws it."""
     import numpy as np
 
     from workbench.measure import stats
@@ -162,7 +165,10 @@ def assurance(row: dict, kk: int, dose: int | None = None, draws: int = ASSURANC
         se_new = sd_true * math.sqrt(rng.chisquare(kk - 1) / (kk - 1)) / math.sqrt(kk)
         if scales:  # the run's own traced prediction: re-estimated from its kk processes
             sp_new = se_p * math.sqrt(k / kk)
-            p_new, df_new = rng.normal(rng.normal(p, se_p), sp_new), kk - 1
+            p_true = rng.normal(p, se_p)
+            if omega_pred > 0:  # drawn only then, as omega above
+                p_true *= math.exp(rng.normal(0.0, math.sqrt(2.0) * omega_pred))
+            p_new, df_new = rng.normal(p_true, sp_new), kk - 1
             sp_new *= math.sqrt(rng.chisquare(kk - 1) / (kk - 1))
         elif dose:  # a new dose run: its slope re-estimated from `dose` processes (or machines: `_dose_units`)
             sp_new = se_p * math.sqrt(_dose_units(row)[0] / dose)
@@ -184,14 +190,17 @@ def _chance(a: dict) -> str:
             f"{100 * a['refuted']:.0f}%, neither {100 * a['undecided']:.0f}% of the time")
 
 
-def _chances(row: dict, kk: int, omega: dict | None, dose: int | None = None) -> str:
+def _chances(row: dict, kk: int, omega: dict | None, dose: int | None = None, omega_pred: dict | None = None) -> str:
     """`_chance` of a planned size, and again with the row's optimization's between-run component where `omega`
-    ({optimization: omega}, `read_between_runs`) has one."""
+    ({optimization: omega}, `read_between_runs`) has one; for a traced row, with its prediction's own too where
+    `omega_pred` ({optimization: omega}) has one."""
     text = _chance(assurance(row, kk, dose=dose))
     om = (omega or {}).get(row.get("comparison"))
     if om is not None:
-        a = assurance(row, kk, dose=dose, omega=om)
-        text += (f"; with a rerun's between-run component (omega {100 * om:.1f}% for {row.get('comparison')}): "
+        op = (omega_pred or {}).get(row.get("comparison")) if _scales(row, row.get("measured_n_units") or 0) else None
+        a = assurance(row, kk, dose=dose, omega=om, omega_pred=op or 0.0)
+        text += (f"; with a rerun's between-run component (omega {100 * om:.1f}% for {row.get('comparison')}"
+                 + (f", its traced prediction's {100 * op:.1f}%" if op else "") + "): "
                  f"confirmed {100 * a['confirmed']:.0f}%, refuted {100 * a['refuted']:.0f}%, neither "
                  f"{100 * a['undecided']:.0f}%")
     return text
@@ -274,22 +283,24 @@ def with_dose(row: dict, k_max: int = K_MAX, dose_max: int = DOSE_MAX) -> dict:
             "why": f"more than {k_max} verdict and {dose_max} dose processes at the pilot's ratio {m / p:.2f}"}
 
 
-def table(rows: list[dict], omega: dict | None = None) -> str:
+def table(rows: list[dict], omega: dict | None = None, omega_pred: dict | None = None) -> str:
     """One line per row: shape, the pilot's verdict and ratio, the processes a new run needs and what it would read,
-    with its chance (`assurance`), and again with the between-run component `omega` ({optimization: omega})."""
+    with its chance (`assurance`), and again with the between-run component `omega` ({optimization: omega}; a traced
+    row's prediction's own from `omega_pred`)."""
     lines = ["plan for a new run of each shape (the pilot's ratio assumed, its SDs at their upper bounds; a planning figure, "
              "not a verdict):"]
     for r in rows:
         if r.get("verdict") in (None, "confirmed", "refuted"):
             continue
         got = processes_to_decide(r)
-        what = (f"{got['k']} processes would read {got['reads']} ({got['why']}; {_chances(r, got['k'], omega)})"
+        what = (f"{got['k']} processes would read {got['reads']} ({got['why']}; "
+                f"{_chances(r, got['k'], omega, omega_pred=omega_pred)})"
                 if got["k"] else got["why"])
         if got["k"] is None and r.get("input_source") == "untraced" and "no process-level" not in got["why"]:
             both = with_dose(r)
             what += (f"; with a new dose run: {both['dose']} dose {both['dose_kind']} and {both['k']} verdict "
                      f"processes would read {both['reads']} ({both['why']}; "
-                     f"{_chances(r, both['k'], omega, dose=both['dose'])})"
+                     f"{_chances(r, both['k'], omega, dose=both['dose'], omega_pred=omega_pred)})"
                      if both["k"] else f"; with a new dose run: {both['why']}")
         lines.append(f"  {r.get('comparison')} {r.get('model')} {r.get('layers')} L {r.get('tokens')} "
                      f"[{r.get('input_source')}], pilot {r.get('measured_n_units')} processes, "

@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     for line in across_runs.lines(all_rows, between):
         print(line)
     if a.plan and all_rows:
-        print(plan.table(all_rows, between["omega"]))
+        print(plan.table(all_rows, between["omega"], between["omega_pred"]))
     for f in failed:
         print(f"INPUT CHECK FAILED: {f}", file=sys.stderr)
     return 1 if failed else 0
