@@ -145,6 +145,7 @@ def test_a_verdict_on_exactly_the_doses_machines_takes_the_process_se(tmp_path, 
     if same:
         assert sm["predicted_se_ms"] == pytest.approx(3 * S_MS / 50) and sm["predicted_df"] == 7
         assert sm["dose_se_unit_kind"].startswith("processes") and "revision (7)" in sm["inputs"]["u_ms"]["source"]
+        assert sm["inputs"]["u_ms"]["se"] == pytest.approx(S_MS / 50)
     else:
         assert sm["predicted_se_ms"] == pytest.approx(3 * S_MS / 10) and sm["predicted_df"] == 1
         assert sm["dose_se_unit_kind"] == "machines"

@@ -82,14 +82,14 @@ def merge(into: str, sources: list[str]) -> dict:
     from workbench.ab.processes import aggregate
 
     steps = plan(into, sources)
-    rec = _record(into)
+    rec, src_recs = _record(into), [_record(s) for s in sources]
     for src_dir, target, entry in steps:
         shutil.copytree(src_dir, os.path.join(into, target))
         if os.path.isfile(src_dir + ".log"):
             shutil.copy(src_dir + ".log", os.path.join(into, target) + ".log")
         rec.setdefault("processes", []).append(entry)
-    left = sum(len(_record(s).get("processes", [])) for s in sources) - len(steps)
-    rec["command"] = " ; ".join([rec.get("command") or "", *[_record(s).get("command") or "" for s in sources]]).strip(" ;")
+    left = sum(len(r.get("processes", [])) for r in src_recs) - len(steps)
+    rec["command"] = " ; ".join([rec.get("command") or "", *[r.get("command") or "" for r in src_recs]]).strip(" ;")
     note = (f"then {len(steps)} process(es) of {len(sources)} more campaign(s) (folders "
             f"{', '.join(t for _, t, _ in steps) or 'none'}"
             + (f"; {left} that did not end cleanly left out" if left else "")

@@ -121,12 +121,19 @@ def process_model(models: list[dict]) -> dict:
         why = " (revision (7): the verdict ran on exactly the dose's machines, so over its processes)"
         models = [{**m, **_predicted(m["predicted_ms"], m["predicted_se_process_ms"], m["dose_process_df"]),
                    "dose_se_units": m["dose_processes"], "dose_se_unit_kind": "processes (the dose's own machines)",
-                   "inputs": {**m["inputs"], "u_ms": {**m["inputs"]["u_ms"], "source": m["inputs"]["u_ms"]["source"] + why}}}
+                   "inputs": {**m["inputs"], "u_ms": {**m["inputs"]["u_ms"], "se": _per_count(m),
+                                                      "source": m["inputs"]["u_ms"]["source"] + why}}}
                   for m in models]
     p = float(np.mean([m["predicted_ms"] for m in models]))
     rel = max((m["predicted_se_ms"] / abs(m["predicted_ms"]) for m in models if m.get("predicted_ms")), default=0.0)
     keep = ("formula", "inputs", "dose_dir", "dose_commit", "dose_linear", "dose_se_units", "dose_se_unit_kind")
     return {**{k: models[0].get(k) for k in keep}, **_predicted(p, abs(p) * rel, models[0].get("predicted_df"))}
+
+
+def _per_count(m: dict) -> float | None:
+    """u's se over the dose's processes, from a process's `model` (its prediction's process se over its count)."""
+    n = abs((m["inputs"]["n"] or {}).get("value") or 0)
+    return m["predicted_se_process_ms"] / n if n else m["inputs"]["u_ms"].get("se")
 
 
 def same_machines(models: list[dict]) -> bool:
