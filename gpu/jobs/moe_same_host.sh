@@ -37,6 +37,7 @@
 # Cut by the lease: the processes that ended are merged and judged; the cut is reported.
 # CPU check (tiny presets on the CPU, 2 "GPUs", not a result; ~6 min):
 #   CAMP=/tmp/camp CPU=1 NGPU=2 D_A=2 D_B=0 V1=2 V2=0 bash gpu/jobs/moe_same_host.sh && bash gpu/jobs/moe_same_host_merge.sh /tmp/camp/moe_host
+# GPU smoke test of the plumbing (tiny presets on every GPU, ~2 min, not a result): TINY=1 D_A=1 D_B=0 V1=2 V2=0 ...
 set -u
 OUT=$CAMP/moe_host
 mkdir -p $OUT
@@ -47,10 +48,11 @@ for v in ${V1:-2} ${V2:-2}; do  # --processes 1 runs in place, not as a campaign
   [ "$v" -ne 1 ] || { echo "V1, V2: 0 or at least 2 verdict processes per GPU (1 runs in place)"; exit 2; }
 done
 nvidia-smi --query-gpu=index,name,uuid --format=csv > $OUT/gpus.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpus.csv
-if [ -n "${CPU:-}" ]; then
-  DOSE="--opt moe --model tiny-gpt-oss --layers 2 --tokens 256 --device cpu"
-  A="--opt moe --model tiny-gpt-oss --layers 1 --tokens 256 --device cpu"; B="--opt moe --model tiny-qwen3-moe --layers 2 --tokens 256 --device cpu"
-  SEEDS="--opt moe --model tiny-gpt-oss --layers 1 --tokens 256 --device cpu"
+if [ -n "${CPU:-}${TINY:-}" ]; then  # TINY=1: the tiny presets on the GPUs (a smoke test of the plumbing, not a result)
+  DEV=${CPU:+--device cpu}
+  DOSE="--opt moe --model tiny-gpt-oss --layers 2 --tokens 256 $DEV"
+  A="--opt moe --model tiny-gpt-oss --layers 1 --tokens 256 $DEV"; B="--opt moe --model tiny-qwen3-moe --layers 2 --tokens 256 $DEV"
+  SEEDS="--opt moe --model tiny-gpt-oss --layers 1 --tokens 256 $DEV"
 else
   DOSE="--opt moe --model gpt-oss-20b --layers 4 --tokens 8192"
   A="--opt moe --model gpt-oss-20b --layers 8 --tokens 4096"; B="--opt moe --model qwen3-30b-a3b --layers 4 --tokens 8192"
