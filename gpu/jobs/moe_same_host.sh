@@ -35,6 +35,9 @@
 #     v = {m: [math.log(x) for d in sorted(glob.glob('DIR/g*/seeds_' + m)) for x in f(d).get('moe', [])] for m in ('same', 'each')}
 #     F = st.variance(v['each']) / st.variance(v['same']); print({m: (len(x), st.stdev(x)) for m, x in v.items()}, F, stats.f.sf(F, len(v['each']) - 1, len(v['same']) - 1))"
 # Cut by the lease: the processes that ended are merged and judged; the cut is reported.
+# A 2-GPU host (when no 4-GPU kind is lent): the same script gives half (10 dose, 8 + 8 verdict, 2 + 2 seeds processes);
+# a second lease with SEED_OFFSET=50 (fresh seeds) adds as many, and `moe_same_host_merge.sh DIR DIR2` folds both
+# leases' folders into DIR. The design then spans two hosts, the dose and the verdicts alike over the same GPUs.
 # CPU check (tiny presets on the CPU, 2 "GPUs", not a result; ~6 min):
 #   CAMP=/tmp/camp CPU=1 NGPU=2 D_A=2 D_B=0 V1=2 V2=0 bash gpu/jobs/moe_same_host.sh && bash gpu/jobs/moe_same_host_merge.sh /tmp/camp/moe_host
 # GPU smoke test of the plumbing (tiny presets on every GPU, ~2 min, not a result): TINY=1 D_A=1 D_B=0 V1=2 V2=0 ...
@@ -68,7 +71,7 @@ gpu_loop() {  # g: this GPU's whole sequence, each part a --processes campaign o
   part() {  # name count base_seed used_so_far module args...
     local name=$1 n=$2 base=$3 used=$4 mod=$5; shift 5
     [ "$n" -ge 1 ] || return 0
-    local seed=$((base + 100 * g + used))
+    local seed=$((base + 100 * g + used + ${SEED_OFFSET:-0}))
     log "start $name n=$n seed=$seed"
     CUDA_VISIBLE_DEVICES=$g $PY -m $mod "$@" --processes $n --seed $seed --out $d/$name > $d/$name.out 2> $d/$name.err
     log "end $name rc=$?"
@@ -83,7 +86,7 @@ gpu_loop() {  # g: this GPU's whole sequence, each part a --processes campaign o
   CUDA_VISIBLE_DEVICES=$g $PY -m workbench.ab $SEEDS $V_ARGS --processes 1 --process-seeds same --seed 900 \
     --out $d/seeds_same > $d/seeds_same.out 2> $d/seeds_same.err; log "end seeds_same rc=$?"
   log "start seeds_each"
-  CUDA_VISIBLE_DEVICES=$g $PY -m workbench.ab $SEEDS $V_ARGS --processes 1 --process-seeds each --seed $((910 + g)) \
+  CUDA_VISIBLE_DEVICES=$g $PY -m workbench.ab $SEEDS $V_ARGS --processes 1 --process-seeds each --seed $((910 + g + ${SEED_OFFSET:-0})) \
     --out $d/seeds_each > $d/seeds_each.out 2> $d/seeds_each.err; log "end seeds_each rc=$?"
   log "done"
 }
