@@ -45,7 +45,7 @@ def reading(row: dict, omega: float, omega_df: float | None, omega_pred: float =
         prel = [((float(se_p or 0.0) / p) ** 2, df_p), (omega_pred ** 2, omega_pred_df)]
         se_p, df_p = p * math.sqrt(sum(v for v, _ in prel)), stats.welch_satterthwaite_df(prel)
     j = verdicts.judge(p, se_p, m, se_new, df_new, predicted_df=df_p, theta=theta)
-    k = max(1, int(row.get("family_size") or 1))  # the verdict's family, Bonferroni (no weaker than its Holm)
+    k = verdicts.family_size(row)  # the verdict's family, Bonferroni (no weaker than its Holm)
     pc, pr = (None if v is None else min(1.0, v * k) for v in (j["p_confirm"], j["p_refute"]))
     return {"ratio_ci90": j["ratio_ci90"], "verdict": verdicts._outcome(pc, pr), "omega": omega,
             "df": df_new if math.isfinite(df_new) else None}
@@ -82,7 +82,7 @@ def lines(rows: list[dict], between: dict) -> list[str]:
             text += (f"; with this shape's own omega ({100 * own[0]:.1f}%, {own[1]} df between runs"
                      + (f"; its prediction's {100 * o_pred:.1f}%" if traced and o_pred else "") + ") "
                      + _ci(reading(r, own[0], own[1], o_pred, own[3] if o_pred else None)))
-        k = int(r.get("family_size") or 1)
+        k = verdicts.family_size(r)
         if k > 1:
             text += f" (each reading Bonferroni over the verdict's family of {k})"
         out.append(text)

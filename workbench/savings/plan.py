@@ -60,7 +60,7 @@ def _ucl(df) -> float:
 def _alpha(row: dict) -> float:
     """The verdict test's alpha over the row's family (Bonferroni: no weaker than Holm)."""
     from workbench.savings import verdicts
-    return verdicts.ALPHA / max(1, int(row.get("family_size") or 1))
+    return verdicts.ALPHA / verdicts.family_size(row)
 
 
 def _theta(row: dict):

@@ -87,6 +87,12 @@ def _ratio_test(m, se_m, df_m, p, se_p, df_p, theta_ci=None):
     return stats.band_ratio_test(m, se_m, df_m, p, se_p, df_p, theta_ci=theta_ci, band=BAND, alpha=ALPHA)
 
 
+def family_size(row: dict) -> int:
+    """The size of a verdict row's Holm family (at least 1): what a reading beside it (`across_runs`) or a plan for
+    its next run (`plan`) divides ALPHA by (Bonferroni: no weaker than the family's Holm)."""
+    return max(1, int(row.get("family_size") or 1))
+
+
 def _outcome(p_confirm, p_refute) -> str:
     if p_confirm is not None and p_confirm <= ALPHA:
         return "confirmed"
