@@ -61,6 +61,8 @@ def lines(rows: list[dict], between: dict) -> list[str]:
     reading with the row's own shape's omega where the file has it: the optimization's pooled omega mixes shapes whose
     runs differ unlike (packing's host-bound qwen3-0.6b headline 30%, qwen3-14b 4 L 9.5%), the shape's own rests on
     few runs; both are printed."""
+    from workbench.savings.verdicts import family_size
+
     omega, omega_df, shapes = between.get("omega") or {}, between.get("df") or {}, between.get("shapes") or {}
     opred, opred_df = between.get("omega_pred") or {}, between.get("df_pred") or {}
     out = []
@@ -82,7 +84,7 @@ def lines(rows: list[dict], between: dict) -> list[str]:
             text += (f"; with this shape's own omega ({100 * own[0]:.1f}%, {own[1]} df between runs"
                      + (f"; its prediction's {100 * o_pred:.1f}%" if traced and o_pred else "") + ") "
                      + _ci(reading(r, own[0], own[1], o_pred, own[3] if o_pred else None)))
-        k = verdicts.family_size(r)
+        k = family_size(r)
         if k > 1:
             text += f" (each reading Bonferroni over the verdict's family of {k})"
         out.append(text)
