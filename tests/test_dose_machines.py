@@ -75,3 +75,17 @@ def test_read_dose_takes_the_machine_se_where_the_analysis_has_one_and_the_proce
     assert (old["slope_se_ms"], old["df"], old["se_units"], old["se_unit_kind"]) == (0.0443, 20, 21, "processes")
     alike = untraced.read_dose([_dose_file(tmp_path, "a", {**mc, "slope_se": None})])["packing"]
     assert alike["slope_se_ms"] == 0.0443  # machines alike (omega 0): the process se stands
+
+
+def test_the_machine_figure_draws_each_machines_slopes_and_nothing_without_machines():
+    """notebook 02's figure: one trace of dots per machine, the process count and the two bands; a dose on one
+    machine (no machine block) draws nothing (the control)."""
+    from workbench.report.dose_figure import machine_figure
+    with open(os.path.join(ROOT, "2026-11-27_h100_same_machine", "pooled6", "dose_analysis.json")) as f:
+        a = json.load(f)
+    fig = machine_figure(a)
+    per = a["modes"]["none"]["machines"]["per_machine"]
+    assert len(fig.data) == len(per) == 6 and sum(len(t.y) for t in fig.data) == 31
+    assert len(fig.layout.shapes) == 3  # the mean, its CI over processes, its CI over machines
+    with open(os.path.join(ROOT, "2026-11-27_h100_same_machine", "dose_same", "dose_analysis.json")) as f:
+        assert machine_figure(json.load(f)) is None

@@ -69,3 +69,35 @@ def dose_figure(a: dict, visualize: bool = False):
     if visualize:
         fig.show()
     return fig
+
+
+def machine_figure(a: dict):
+    """The untimed dose slope by machine (`dose.machine_component`, in a dose analysis with `modes.none.machines`):
+    dots = each process's slope on its machine, line = the mean slope over processes, bands = its 95% CI over
+    processes (narrow) and with the machine as its unit (wide); None where the analysis has no machine block."""
+    import plotly.graph_objects as go
+    from workbench.measure import stats
+
+    m = (a.get("modes") or {}).get("none") or {}
+    mc = m.get("machines") or {}
+    per = mc.get("per_machine") or {}
+    if len(per) < 2 or m.get("slope_ms") is None:
+        return None
+    names = list(per)
+    fig = go.Figure()
+    for i, k in enumerate(names):
+        fig.add_trace(go.Scatter(x=[k] * len(per[k]), y=per[k], mode="markers", marker_color=MODE_COLOURS["none"],
+                                 opacity=0.7, showlegend=i == 0, name="each process's slope"))
+    s, lo, hi = m["slope_ms"], *m["slope_ci95"]
+    fig.add_hline(y=s, line_color="black", annotation_text=f"mean {s:.3g} ms/unit, {m.get('K')} processes")
+    fig.add_hrect(y0=lo, y1=hi, fillcolor="black", opacity=0.12, line_width=0)
+    if mc.get("slope_se") and mc.get("df"):
+        t = stats.t_quantile(0.975, mc["df"])
+        fig.add_hrect(y0=s - t * mc["slope_se"], y1=s + t * mc["slope_se"], fillcolor=MODE_COLOURS["torch"],
+                      opacity=0.10, line_width=0)
+    fig.update_layout(title=f"{a['opt']}: untimed dose slope by machine<br><sub>F {mc['F']:.2f}, p {mc['p']:.2g} over "
+                            f"{mc['J']} machines; grey: the mean's 95% CI over processes; orange: with the machine as "
+                            f"its unit ({mc.get('df') or 0:.1f} df)</sub>",
+                      xaxis_title="machine (GPU UUID)", yaxis_title=f"ms saved per {a.get('unit') or 'unit'}",
+                      height=420)
+    return fig
