@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 39 (done-when 2 for MoE), written 2026-11-27 (7) before its run: MoE's untraced model on its two held-out shapes,
 # its dose measured in the same lease on the same GPUs (packing's same-machine design, which confirmed llama-3.1-8b 8 L:
-# profiles/2026-11-27_h100_same_machine). One host of NGPU GPUs (a 4-GPU kind, H100 or H200: the claim is for the
+# profiles/2026-11-27_h100_same_machine). One host of NGPU GPUs (a 4- or 2-GPU kind, H100 or H200: the claim is for the
 # host's GPUs, named in gpus.csv), every GPU running the same sequence on its own seed blocks, so each part's processes
 # spread over the GPUs alike and a cut costs every part alike:
 #   dose (D_A)  verdict A (V1)  verdict B (V1)  dose (D_B)  verdict A (V2)  verdict B (V2)  seeds (same, each)
@@ -19,9 +19,11 @@
 # all fresh. Defaults D_A=3 D_B=2 V1=2 V2=2: per GPU ~5 x 90 + 8 x 105 + 2 x 105 s = ~1500 s on an H100 (dose
 # processes 83-88 s, verdict processes 99-112 s in profiles/2026-11-27_h100_dose_moe_rule and _verdicts_untraced);
 # at NGPU = 4: 20 dose, 16 + 16 verdict, 4 + 4 seeds processes. Planned chance (plan.assurance over the 3-process
-# pilots, a new dose of 20, 16 verdict processes): confirmed about 25% (gpt-oss-20b 8 L, pilot ratio 1.15) and 30%
-# (qwen3-30b-a3b, 0.89), refuted 9% and 5%: MoE's process spread (15-21%) is the reason, and this run is what the
-# device time of one lease buys; an undecided outcome is reported as such.
+# pilots of profiles/2026-11-27_h100_verdicts_untraced, a new dose of 20, 16 verdict processes): confirmed 22%
+# (gpt-oss-20b 8 L, pilot ratio 1.15) and 28% (qwen3-30b-a3b, 0.89), refuted 9% and 5%; one 2-GPU lease alone (10 dose,
+# 8 + 8) 10% and 10%. MoE's process spread (15-21%) is the reason; an undecided outcome is reported as such. Read with
+#   cp -r profiles/2026-11-27_h100_verdicts_untraced/moe_* /tmp/mp/; python -m workbench.verdicts /tmp/mp/moe_l8_4k /tmp/mp/moe_q30_l4 --dose profiles/2026-11-27_h100_dose_moe_rule
+#   python -c "import json; from workbench.savings import plan; [print(s, plan.assurance({'comparison': 'moe', 'verdict': 'inconclusive', 'family_size': 1, **json.load(open(f'/tmp/mp/{s}/verdicts.json'))['comparisons'][0]['savings_model']}, 16, dose=20)) for s in ('moe_l8_4k', 'moe_q30_l4')]"
 #
 # The rule, fixed now: the untraced form, revision "2026-11-27 (7)" (workbench/savings/untraced.py, this commit): u's se
 # over the dose's processes where the verdict ran on exactly the dose's GPUs (this design), else over machines; band
@@ -37,7 +39,9 @@
 # Cut by the lease: the processes that ended are merged and judged; the cut is reported.
 # A 2-GPU host (when no 4-GPU kind is lent): the same script gives half (10 dose, 8 + 8 verdict, 2 + 2 seeds processes);
 # a second lease with SEED_OFFSET=50 (fresh seeds) adds as many, and `moe_same_host_merge.sh DIR DIR2` folds both
-# leases' folders into DIR. The design then spans two hosts, the dose and the verdicts alike over the same GPUs.
+# leases' folders into DIR. The design then spans two hosts, the dose and the verdicts alike over the same GPUs (an H100
+# pair and an H200 pair, if so they come: the claim is then for those four GPUs, named in each gpus.csv). One lease's
+# seeds part is 2 + 2 processes, F on (1, 1) df: it is read only with the second lease's (4 + 4).
 # CPU check (tiny presets on the CPU, 2 "GPUs", not a result; ~6 min):
 #   CAMP=/tmp/camp CPU=1 NGPU=2 D_A=2 D_B=0 V1=2 V2=0 bash gpu/jobs/moe_same_host.sh && bash gpu/jobs/moe_same_host_merge.sh /tmp/camp/moe_host
 # GPU smoke test of the plumbing (tiny presets on every GPU, ~2 min, not a result): TINY=1 D_A=1 D_B=0 V1=2 V2=0 ...
