@@ -95,9 +95,10 @@ def machine_figure(a: dict):
         t = stats.t_quantile(0.975, mc["df"])
         fig.add_hrect(y0=s - t * mc["slope_se"], y1=s + t * mc["slope_se"], fillcolor=MODE_COLOURS["torch"],
                       opacity=0.10, line_width=0)
+    wide = (f"; orange: with the machine as its unit ({mc['df']:.1f} df)" if mc.get("slope_se") and mc.get("df") else
+            "; the machines alike (omega 0): the process CI stands")
     fig.update_layout(title=f"{a['opt']}: untimed dose slope by machine<br><sub>F {mc['F']:.2f}, p {mc['p']:.2g} over "
-                            f"{mc['J']} machines; grey: the mean's 95% CI over processes; orange: with the machine as "
-                            f"its unit ({mc.get('df') or 0:.1f} df)</sub>",
+                            f"{mc['J']} machines; grey: the mean's 95% CI over processes{wide}</sub>",
                       xaxis_title="machine (GPU UUID)", yaxis_title=f"ms saved per {a.get('unit') or 'unit'}",
                       height=420)
     return fig
