@@ -89,3 +89,23 @@ def test_the_machine_figure_draws_each_machines_slopes_and_nothing_without_machi
     assert len(fig.layout.shapes) == 3  # the mean, its CI over processes, its CI over machines
     with open(os.path.join(ROOT, "2026-11-27_h100_same_machine", "dose_same", "dose_analysis.json")) as f:
         assert machine_figure(json.load(f)) is None
+
+
+def test_a_new_machines_dose_slope_lies_in_the_machine_aware_interval_and_not_the_processes_only_one():
+    """The held-out check of 2026-11-27 (7): the packing dose's five machines (21 processes) predict the mean slope of
+    10 processes on a sixth; machine U (new, its 10 processes run after the five-machine analysis was committed)
+    measured 0.891 ms. The machine-aware interval holds it; the same processes pooled as one machine (no machine
+    component, the control) give an interval that misses it. And n = 1 is `machine_prediction`'s own one-process
+    interval."""
+    with open(os.path.join(ROOT, "2026-11-27_h100_dose_pack_more", "pooled_machines", "dose_analysis.json")) as f:
+        per = json.load(f)["modes"]["none"]["machines"]["per_machine"]
+    with open(os.path.join(ROOT, "2026-11-27_h100_same_machine", "dose_same", "dose_analysis.json")) as f:
+        u = json.load(f)["modes"]["none"]["per_process"]
+    mean_u = float(np.mean(u))
+    aware = dose.new_machine_interval(per, len(u))
+    pooled = dose.new_machine_interval({"all": [x for v in per.values() for x in v]}, len(u))
+    assert len(per) == 5 and len(u) == 10 and mean_u == pytest.approx(0.891, abs=5e-4)
+    assert aware["pi95"][0] < mean_u < aware["pi95"][1]
+    assert not pooled["pi95"][0] < mean_u < pooled["pi95"][1]
+    one = replication.machine_prediction([[[x] for x in v] for v in per.values()])
+    assert dose.new_machine_interval(per, 1)["pi95"][1] == pytest.approx(one["log_mean"] + one["pi_half"])

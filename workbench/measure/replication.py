@@ -326,28 +326,30 @@ def _machine_moments(ms: list) -> dict:
     return out
 
 
-def _machine_pi_half(mo: dict, confidence: float):
-    """(half width, df, omega^2) arrays of the prediction interval for one process on a new machine (see
-    `machine_prediction`), from `_machine_moments`."""
+def _machine_pi_half(mo: dict, confidence: float, n_new: int = 1):
+    """(half width, df, omega^2) arrays of the prediction interval for the mean of `n_new` processes (default one) on
+    a new machine (see `machine_prediction`), from `_machine_moments`."""
     K, J, s2w = mo["K"], mo["J"], mo["s2w"]
+    r = 1.0 / n_new  # the new machine's own processes' share of tau'^2 (1 for one process)
     msw = mo["msw"]
     q = (1 + confidence) / 2
     if J < 2:  # the machine component is not estimable: the interval assumes none
-        var, df = msw * (1 + 1 / K), np.full_like(msw, K - 1, dtype=float)
+        var, df = msw * (r + 1 / K), np.full_like(msw, K - 1, dtype=float)
         return _sps.t.ppf(q, df) * np.sqrt(var), df, np.full_like(msw, np.nan, dtype=float)
     msb, n0 = mo["msb"], mo["n0"]
     om2 = np.maximum(0.0, (msb - msw) / n0)
     a = (1 + s2w) / n0
     pos = om2 > 0
-    # omega^2 > 0: V = a MSB + (1 + 1/K - a) MSW; omega^2 truncated at 0: V = (1 + 1/K) MSW
-    ta, tb = np.where(pos, a * msb, 0.0), np.where(pos, (1 + 1 / K - a) * msw, (1 + 1 / K) * msw)
+    # omega^2 > 0: V = a MSB + (1/n + 1/K - a) MSW; omega^2 truncated at 0: V = (1/n + 1/K) MSW
+    ta, tb = np.where(pos, a * msb, 0.0), np.where(pos, (r + 1 / K - a) * msw, (r + 1 / K) * msw)
     var = ta + tb
     den = ta ** 2 / (J - 1) + tb ** 2 / (K - J)
     df = np.where(den > 0, var ** 2 / np.where(den > 0, den, 1.0), np.inf)
     return _sps.t.ppf(q, df) * np.sqrt(var), df, om2
 
 
-def machine_prediction(machines: Sequence[Sequence[Sequence[float]]], *, confidence: float = CONFIDENCE) -> dict:
+def machine_prediction(machines: Sequence[Sequence[Sequence[float]]], *, confidence: float = CONFIDENCE,
+                       n_new: int = 1) -> dict:
     """The speedup a rerun ON ANOTHER MACHINE would show, from processes run on J machines: `machines` holds one list
     per machine of its processes' per-rep log ratios (every process of the same R).
 
@@ -358,7 +360,8 @@ def machine_prediction(machines: Sequence[Sequence[Sequence[float]]], *, confide
 
     - estimate = exp(mean of all K process means) (`process_estimate` over every process);
     - ci95 (these machines): t_{K-J} · sqrt(MSW / K): the mean over the machines that ran, not over machines;
-    - pi95 (one process on a new machine): mean ± t_df · sqrt(V), V = omega^2 (1 + sum (n_j/K)^2) + tau'^2 (1 + 1/K)
+    - pi95 (one process on a new machine; `n_new` > 1: the mean of that many there, tau'^2 / n_new in place of tau'^2,
+      its half width `pi_half` on the scale of the values given): mean ± t_df · sqrt(V), V = omega^2 (1 + sum (n_j/K)^2) + tau'^2 (1 + 1/K)
       written as a MSB + b MSW, df by Welch-Satterthwaite (J - 1 and K - J df). With J = 2 the machine term has
       1 df: where omega dominates, df is near 1 and the interval is wide (t_1 = 12.7): the honest width of what two
       machines say about a third. omega^2 estimated 0: V = (1 + 1/K) MSW, K - J df. Satterthwaite's df are
@@ -366,7 +369,7 @@ def machine_prediction(machines: Sequence[Sequence[Sequence[float]]], *, confide
       (95% at either end; `new_machine_null` states it for the design at hand, and the held-out check's null is
       simulated with this very rule, so its level holds).
     - J = 1: omega is not estimable; the interval assumes no machine component (it is `process_estimate`'s).
-    Returns {"speedup", "log_mean", "ci95", "ci_df", "pi95", "pi_df", "omega", "tau_process" (sqrt MSW), "msw",
+    Returns {"speedup", "log_mean", "ci95", "ci_df", "pi95", "pi_df", "pi_half", "n_new", "omega", "tau_process" (sqrt MSW), "msw",
     "msb", "n0", "J", "K", "n_per_machine", "R", "machine_means_log", "process_means_log" (per machine), "method"}."""
     gs = [[np.asarray([float(v) for v in p if v is not None and v == v]) for p in m] for m in machines]
     gs = [[p for p in m if p.size] for m in gs]
@@ -377,7 +380,7 @@ def machine_prediction(machines: Sequence[Sequence[Sequence[float]]], *, confide
         raise ValueError(f"a machine-level prediction needs more processes than machines (K={K}, J={J})")
     ms = [np.asarray([[p.mean() for p in m]]) for m in gs]
     mo = _machine_moments(ms)
-    half, df, om2 = _machine_pi_half(mo, confidence)
+    half, df, om2 = _machine_pi_half(mo, confidence, n_new)
     c, msw = float(mo["center"][0]), float(mo["msw"][0])
     t_ci = t_quantile((1 + confidence) / 2, K - J)
     ci_half = t_ci * math.sqrt(msw / K)
@@ -388,6 +391,7 @@ def machine_prediction(machines: Sequence[Sequence[Sequence[float]]], *, confide
            f"{d:.1f} Satterthwaite df")
     return {"speedup": math.exp(c), "log_mean": c, "ci95": [math.exp(c - ci_half), math.exp(c + ci_half)],
             "ci_df": K - J, "pi95": [math.exp(c - h), math.exp(c + h)], "pi_df": d if math.isfinite(d) else None,
+            "pi_half": h, "n_new": n_new,
             "omega": omega, "tau_process": math.sqrt(msw), "msw": msw,
             "msb": None if mo["msb"] is None else float(mo["msb"][0]), "n0": mo["n0"], "J": J, "K": K,
             "n_per_machine": sizes, "R": sorted({int(p.size) for m in gs for p in m}),

@@ -246,6 +246,22 @@ def machine_component(points: list, machines: list[str]) -> dict | None:
     return out
 
 
+def new_machine_interval(per_machine: dict, n: int) -> dict | None:
+    """The 95% prediction interval for the mean untimed slope of `n` processes on a machine the dose did not run on,
+    from its processes' slopes by machine ({machine: [slopes]}, `machine_component`'s "per_machine"):
+    `replication.machine_prediction` with `n_new` = n (the machine effect omega^2 in full, the process part / n).
+    {"n", "pi95", "df", "machines"}; None with no process to spare. Given one machine (or every process pooled as
+    one), the interval assumes no machine component: the processes-only interval, the control of the held-out check
+    in profiles/2026-11-27_h100_same_machine/COMMAND.txt (a new machine's mean inside the five machines' interval,
+    outside the processes-only one)."""
+    groups = [[[float(x)] for x in v] for v in per_machine.values() if v]
+    if sum(len(g) for g in groups) - len(groups) < 1:
+        return None
+    mp = replication.machine_prediction(groups, n_new=n)
+    c, h = mp["log_mean"], mp["pi_half"]  # log_mean: the plain mean of the values given (slopes, not logs)
+    return {"n": n, "pi95": [c - h, c + h], "df": mp["pi_df"], "machines": len(groups)}
+
+
 def theta_by_machine(mode: dict, c: dict | None) -> dict | None:
     """Beside the rule's theta (not its reading: `decide` reads the process-level one, as fixed before the runs):
     theta = untimed slope / c with the slope's se taken with the machine as its unit (`machine_component`), where
