@@ -360,8 +360,8 @@ def machine_prediction(machines: Sequence[Sequence[Sequence[float]]], *, confide
 
     - estimate = exp(mean of all K process means) (`process_estimate` over every process);
     - ci95 (these machines): t_{K-J} · sqrt(MSW / K): the mean over the machines that ran, not over machines;
-    - pi95 (one process on a new machine; `n_new` > 1: the mean of that many there, tau'^2 / n_new in place of tau'^2,
-      its half width `pi_half` on the scale of the values given): mean ± t_df · sqrt(V), V = omega^2 (1 + sum (n_j/K)^2) + tau'^2 (1 + 1/K)
+    - pi95 (one process on a new machine; `n_new` > 1: the mean of that many there, tau'^2 / n_new in place of
+      tau'^2): mean ± t_df · sqrt(V), V = omega^2 (1 + sum (n_j/K)^2) + tau'^2 (1 + 1/K)
       written as a MSB + b MSW, df by Welch-Satterthwaite (J - 1 and K - J df). With J = 2 the machine term has
       1 df: where omega dominates, df is near 1 and the interval is wide (t_1 = 12.7): the honest width of what two
       machines say about a third. omega^2 estimated 0: V = (1 + 1/K) MSW, K - J df. Satterthwaite's df are
@@ -369,7 +369,7 @@ def machine_prediction(machines: Sequence[Sequence[Sequence[float]]], *, confide
       (95% at either end; `new_machine_null` states it for the design at hand, and the held-out check's null is
       simulated with this very rule, so its level holds).
     - J = 1: omega is not estimable; the interval assumes no machine component (it is `process_estimate`'s).
-    Returns {"speedup", "log_mean", "ci95", "ci_df", "pi95", "pi_df", "pi_half", "n_new", "omega", "tau_process" (sqrt MSW), "msw",
+    Returns {"speedup", "log_mean", "ci95", "ci_df", "pi95", "pi_df", "omega", "tau_process" (sqrt MSW), "msw",
     "msb", "n0", "J", "K", "n_per_machine", "R", "machine_means_log", "process_means_log" (per machine), "method"}."""
     gs = [[np.asarray([float(v) for v in p if v is not None and v == v]) for p in m] for m in machines]
     gs = [[p for p in m if p.size] for m in gs]
@@ -391,7 +391,6 @@ def machine_prediction(machines: Sequence[Sequence[Sequence[float]]], *, confide
            f"{d:.1f} Satterthwaite df")
     return {"speedup": math.exp(c), "log_mean": c, "ci95": [math.exp(c - ci_half), math.exp(c + ci_half)],
             "ci_df": K - J, "pi95": [math.exp(c - h), math.exp(c + h)], "pi_df": d if math.isfinite(d) else None,
-            "pi_half": h, "n_new": n_new,
             "omega": omega, "tau_process": math.sqrt(msw), "msw": msw,
             "msb": None if mo["msb"] is None else float(mo["msb"][0]), "n0": mo["n0"], "J": J, "K": K,
             "n_per_machine": sizes, "R": sorted({int(p.size) for m in gs for p in m}),

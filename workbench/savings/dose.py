@@ -258,7 +258,8 @@ def new_machine_interval(per_machine: dict, n: int) -> dict | None:
     if sum(len(g) for g in groups) - len(groups) < 1:
         return None
     mp = replication.machine_prediction(groups, n_new=n)
-    c, h = mp["log_mean"], mp["pi_half"]  # log_mean: the plain mean of the values given (slopes, not logs)
+    c = mp["log_mean"]  # the plain mean of the values given (slopes here, not logs); pi95 is exp(c -+ half)
+    h = math.log(mp["pi95"][1]) - c
     return {"n": n, "pi95": [c - h, c + h], "df": mp["pi_df"], "machines": len(groups)}
 
 
