@@ -29,7 +29,8 @@
 # over the dose's processes where the verdict ran on exactly the dose's GPUs (this design), else over machines; band
 # [0.8, 1.25] at 90%, one comparison per folder. The seeds rule as process_seeds.sh wrote it: F = var(each) / var(same)
 # of the log process-mean savings, one-sided, p < 0.05 reads "the seed drives the spread".
-# Analysis (CPU, DIR = this job's $OUT copied into profiles/; gpu/jobs/moe_same_host_merge.sh DIR does the merges):
+# Analysis (CPU, DIR = this job's $OUT copied into profiles/; gpu/jobs/moe_same_host_merge.sh DIR does the merges and runs
+# the three commands below into DIR/dose_analysis.txt, verdicts.txt and seeds.txt):
 #   bash gpu/jobs/moe_same_host_merge.sh DIR       # DIR/dose, DIR/moe_l8_4k, DIR/moe_q30_l4
 #   python -m workbench.savings.dose DIR/dose
 #   python -m workbench.verdicts DIR/moe_l8_4k DIR/moe_q30_l4 --dose DIR/dose
