@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 
 from workbench.ab.dose import RUN_FILE
 from workbench.errors import WorkbenchError
@@ -74,21 +73,17 @@ def plan(into: str, sources: list[str]) -> list[tuple[str, str, dict]]:
 
 def merge(into: str, sources: list[str]) -> list[str]:
     """Copy and record every process of `sources` into `into` (see the module docstring); returns the new folders."""
+    from workbench.ab import merging
+
     steps = plan(into, sources)
-    run = _json(os.path.join(into, RUN_FILE))
-    for src_dir, target, entry in steps:
-        shutil.copytree(src_dir, os.path.join(into, target))
-        if os.path.isfile(src_dir + ".log"):
-            shutil.copy(src_dir + ".log", os.path.join(into, target) + ".log")
-        run["processes"].append(entry)
-    cmds = [_json(os.path.join(s, RUN_FILE)).get("command") for s in sources]
-    run["command"] = " ; ".join([run.get("command") or "", *[c for c in cmds if c]]).strip(" ;")
+    run, src_runs = _json(os.path.join(into, RUN_FILE)), [_json(os.path.join(s, RUN_FILE)) for s in sources]
+    merging.copy_in(into, steps, run)
     machines = sorted({e["machine"] for _, _, e in steps})
-    commits = sorted({str(_json(os.path.join(s, RUN_FILE)).get("commit"))[:7] for s in sources})
-    note = (f"then {len(steps)} process(es) of {len(sources)} more invocation(s) (folders "
-            f"{', '.join(t for _, t, _ in steps)}; machine {', '.join(machines)}; code {', '.join(commits)}), "
-            "merged by python -m workbench.ab.dose_merge")
-    run["merged_note"] = f"{run['merged_note']}; {note}" if run.get("merged_note") else note
+    commits = sorted({str(r.get("commit"))[:7] for r in src_runs})
+    merging.add_provenance(run, [r.get("command") for r in src_runs], (
+        f"then {len(steps)} process(es) of {len(sources)} more invocation(s) (folders "
+        f"{', '.join(t for _, t, _ in steps)}; machine {', '.join(machines)}; code {', '.join(commits)}), "
+        "merged by python -m workbench.ab.dose_merge"))
     with open(os.path.join(into, RUN_FILE), "w", encoding="utf-8") as f:
         json.dump(run, f, indent=1)
         f.write("\n")
@@ -96,14 +91,12 @@ def merge(into: str, sources: list[str]) -> list[str]:
 
 
 def main(argv=None) -> int:
-    from workbench.cli import emit_json, parser
+    from workbench.ab import merging
+    from workbench.cli import emit_json
 
-    p = parser("workbench.ab.dose_merge", __doc__.split("\n\n")[0])
-    p.add_argument("into", help="the dose folder that receives the processes (its dose_run.json is rewritten)")
-    p.add_argument("sources", nargs="+", help="dose folders whose processes are copied in")
-    a = p.parse_args(argv)
-    if any(os.path.abspath(s) == os.path.abspath(a.into) for s in a.sources):
-        raise WorkbenchError("a folder cannot be merged into itself")
+    a = merging.parse("workbench.ab.dose_merge", __doc__.split("\n\n")[0],
+                      "the dose folder that receives the processes (its dose_run.json is rewritten)",
+                      "dose folders whose processes are copied in", argv)
     new = merge(a.into, a.sources)
     print(f"merged {len(new)} process(es) into {a.into}: {', '.join(new)}; now run python -m workbench.savings.dose "
           f"{a.into}")

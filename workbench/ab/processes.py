@@ -155,7 +155,8 @@ def estimate_line(r: dict) -> str:
             f"more run [{pi[0]:.4f}, {pi[1]:.4f}]; sigma {100 * r['sigma']:.2f}%, tau {100 * r['tau']:.2f}% (REML)")
 
 
-def _write(out: str, record: dict) -> None:
+def write_record(out: str, record: dict) -> None:
+    """`out`'s processes.json (here and `processes_merge`)."""
     with open(os.path.join(out, results.PROCESSES_FILE), "w", encoding="utf-8") as f:
         json.dump(record, f, indent=1, default=float)
 
@@ -186,13 +187,13 @@ def main(argv: list[str]) -> int:
                                     "wall_s": round(wall_s, 1), "command": " ".join(cmd[1:])})
         progress(f"process {i + 1}/{k}: rc {rc}, {wall_s:.0f} s")
         dirs.append(d)
-        _write(out, record)  # after every process: an interrupted campaign keeps what ran
+        write_record(out, record)  # after every process: an interrupted campaign keeps what ran
         if rc == 2:  # bad input: every other process would say the same
             raise WorkbenchError(f"process {i + 1} refused its input (see {d}.log)")
     record["estimates"] = aggregate(dirs)
     record["environment"] = results.environment_diff(
         [d for d, p in zip(dirs, record["processes"]) if p["rc"] == 0 and os.path.isdir(d)])
-    _write(out, record)
+    write_record(out, record)
     for r in record["estimates"]:
         print(estimate_line(r))
     if record["environment"]["mixed"]:  # the estimate stands, but its processes are not one instrument
@@ -224,7 +225,7 @@ def finish(out: str) -> dict:
     record["note"] = (f"summarised afterwards (python -m workbench.ab.processes {out}): {len(dirs)} of "
                       f"{k_planned or '?'} planned processes ran cleanly"
                       + (f"; left out, stopped mid-run: {', '.join(stray)}" if stray else ""))
-    _write(out, record)
+    write_record(out, record)
     return record
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 
 from workbench.errors import WorkbenchError
 from workbench.measure import results
@@ -79,42 +78,33 @@ def plan(into: str, sources: list[str]) -> list[tuple[str, str, dict]]:
 def merge(into: str, sources: list[str]) -> dict:
     """Copy and record every clean process of `sources` into `into` and estimate again (see the module docstring);
     returns INTO's new record."""
-    from workbench.ab.processes import aggregate
+    from workbench.ab import merging
+    from workbench.ab.processes import aggregate, write_record
 
     steps = plan(into, sources)
     rec, src_recs = _record(into), [_record(s) for s in sources]
-    for src_dir, target, entry in steps:
-        shutil.copytree(src_dir, os.path.join(into, target))
-        if os.path.isfile(src_dir + ".log"):
-            shutil.copy(src_dir + ".log", os.path.join(into, target) + ".log")
-        rec.setdefault("processes", []).append(entry)
+    dirs = results.process_dirs(into) + [os.path.join(into, t) for _, t, _ in steps]  # INTO's clean ones, then these
+    merging.copy_in(into, steps, rec)
     left = sum(len(r.get("processes", [])) for r in src_recs) - len(steps)
-    rec["command"] = " ; ".join([rec.get("command") or "", *[r.get("command") or "" for r in src_recs]]).strip(" ;")
-    note = (f"then {len(steps)} process(es) of {len(sources)} more campaign(s) (folders "
-            f"{', '.join(t for _, t, _ in steps) or 'none'}"
-            + (f"; {left} that did not end cleanly left out" if left else "")
-            + "), merged by python -m workbench.ab.processes_merge")
-    rec["merged_note"] = f"{rec['merged_note']}; {note}" if rec.get("merged_note") else note
-    with open(os.path.join(into, results.PROCESSES_FILE), "w", encoding="utf-8") as f:
-        json.dump(rec, f, indent=1, default=float)  # the processes first: process_dirs reads them back
-    dirs = results.process_dirs(into)
+    merging.add_provenance(rec, [r.get("command") for r in src_recs], (
+        f"then {len(steps)} process(es) of {len(sources)} more campaign(s) (folders "
+        f"{', '.join(t for _, t, _ in steps) or 'none'}"
+        + (f"; {left} that did not end cleanly left out" if left else "")
+        + "), merged by python -m workbench.ab.processes_merge"))
     rec["estimates"] = aggregate(dirs)
     rec["environment"] = results.environment_diff(dirs)
-    with open(os.path.join(into, results.PROCESSES_FILE), "w", encoding="utf-8") as f:
-        json.dump(rec, f, indent=1, default=float)
+    write_record(into, rec)
     return rec
 
 
 def main(argv=None) -> int:
+    from workbench.ab import merging
     from workbench.ab.processes import estimate_line
-    from workbench.cli import emit_json, parser
+    from workbench.cli import emit_json
 
-    p = parser("workbench.ab.processes_merge", __doc__.split("\n\n")[0])
-    p.add_argument("into", help="the --processes folder that receives the processes (its processes.json is rewritten)")
-    p.add_argument("sources", nargs="+", help="--processes folders of the same command whose clean processes are copied in")
-    a = p.parse_args(argv)
-    if any(os.path.abspath(s) == os.path.abspath(a.into) for s in a.sources):
-        raise WorkbenchError("a folder cannot be merged into itself")
+    a = merging.parse("workbench.ab.processes_merge", __doc__.split("\n\n")[0],
+                      "the --processes folder that receives the processes (its processes.json is rewritten)",
+                      "--processes folders of the same command whose clean processes are copied in", argv)
     rec = merge(a.into, a.sources)
     for r in rec["estimates"]:
         print(estimate_line(r))
