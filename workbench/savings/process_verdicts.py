@@ -38,8 +38,10 @@ def _mean_over(values: list[float]) -> dict:
     return {"predicted_ms": t["mean"], "predicted_se_ms": t["se"], "predicted_df": t["df"], "predicted_ci95": t["ci"]}
 
 
-def comparison(name: str, per: list[tuple[str, dict, dict]], inputs: verdicts.Inputs) -> dict | None:
-    """The process-level savings_model of one comparison from [(process folder, its comparison dict, its results)];
+def comparison(name: str, per: list[tuple[str, dict, dict]], inputs: verdicts.Inputs,
+               gpus: list[str] | None = None) -> dict | None:
+    """The process-level savings_model of one comparison from [(process folder, its comparison dict, its results)]
+    (`gpus`: the machine each process ran on, as `dose.machine_of` names one, for the untraced form's revision (7));
     None when the comparison has no savings model in the first process."""
     d0, c0, _ = per[0]
     sm0 = c0.get("savings_model") or {}
@@ -63,7 +65,7 @@ def comparison(name: str, per: list[tuple[str, dict, dict]], inputs: verdicts.In
         out.update(**verdicts._measured_keys(measured), verdict=sm.get("verdict"), reason=f"{p}: {sm.get('reason')}")
         return out
     if sm0.get("input_source") == untraced.INPUT_SOURCE:  # no trace: the dose slope's se, not the processes' spread
-        return _untraced(out, sms, measured, opt)
+        return _untraced(out, sms, measured, opt, inputs.dose.get(opt), gpus)
     model = {**_mean_over([sm["predicted_ms"] for _, sm in sms]), "formula": sm0.get("formula"),
              "n_steps": sum(int(sm.get("n_steps") or 0) for _, sm in sms)}
     if all(sm.get("published") for _, sm in sms):
@@ -79,10 +81,11 @@ def comparison(name: str, per: list[tuple[str, dict, dict]], inputs: verdicts.In
     return out
 
 
-def _untraced(out: dict, sms: list[tuple[str, dict]], measured: dict, opt: str) -> dict:
+def _untraced(out: dict, sms: list[tuple[str, dict]], measured: dict, opt: str, entry: dict | None,
+              gpus: list[str] | None) -> dict:
     """The untraced form at the process level (`untraced.process_model`), judged as a run's
     (`verdicts.judge_untraced`)."""
-    return verdicts.judge_untraced(out, opt, untraced.process_model([sm for _, sm in sms]), measured)
+    return verdicts.judge_untraced(out, opt, untraced.process_model([sm for _, sm in sms], entry, gpus), measured)
 
 
 def annotate(run_dir: str, inputs: verdicts.Inputs | None = None) -> list[dict]:
@@ -98,7 +101,9 @@ def annotate(run_dir: str, inputs: verdicts.Inputs | None = None) -> list[dict]:
     if len(dirs) < 2:
         return verdicts.rows(load_run(dirs[0])[1], dirs[0])
     env = environment_diff(dirs)
-    loaded = [(d, *load_run(d)[:2]) for d in dirs]
+    loaded = [load_run(d) for d in dirs]
+    gpus = [str((meta.get("device") or {}).get("uuid") or "")[:12] for _, _, meta in loaded]  # as dose.machine_of
+    loaded = [(d, res, summ) for d, (res, summ, _) in zip(dirs, loaded)]
     comps = []
     for c0 in loaded[0][2].get("comparisons", []):
         name = c0.get("name")
@@ -107,7 +112,7 @@ def annotate(run_dir: str, inputs: verdicts.Inputs | None = None) -> list[dict]:
             c = next((x for x in summ.get("comparisons", []) if x.get("name") == name), None)
             if c is not None:
                 per.append((d, c, res))
-        sm = comparison(name, per, inputs) if len(per) == len(loaded) else None
+        sm = comparison(name, per, inputs, gpus) if len(per) == len(loaded) else None
         if sm is not None:
             sm["mixed_environment"] = env["line"]  # the verdict stands; its processes were not one instrument
             comps.append({k: c0.get(k) for k in ("name", "opt", "model", "layers", "tokens")} | {"savings_model": sm})

@@ -99,11 +99,7 @@ def model(mod, entry: dict, c: dict, meta: dict, *, arm: str) -> dict:
     if not per_unit:
         raise WorkbenchError(f"--dose {entry['dir']}: no count per dose unit ({per_what})")
     u, se_u = entry["slope_ms"] / per_unit, entry["slope_se_ms"] / per_unit
-    gpu = str((meta.get("device") or {}).get("uuid") or "")[:12]  # as dose.machine_of names a machine
     return {"formula": mod.UNTRACED_FORMULA, **_predicted(n * u, abs(n) * se_u, entry["df"]),
-            "gpu": gpu, "dose_machines": entry.get("machines") or [],
-            "predicted_se_process_ms": abs(n) * entry.get("process_se_ms", entry["slope_se_ms"]) / per_unit,
-            "dose_process_df": entry.get("process_df", entry["df"]), "dose_processes": entry.get("K"),
             "inputs": {"n": {"value": n, "source": n_what},
                        "u_ms": {"value": u, "se": se_u, "source": (
                            f"dose-response {entry['dir']}: untimed slope {entry['slope_ms']:.4g} ms per "
@@ -113,34 +109,30 @@ def model(mod, entry: dict, c: dict, meta: dict, *, arm: str) -> dict:
             "dose_se_units": entry.get("se_units"), "dose_se_unit_kind": entry.get("se_unit_kind")}
 
 
-def process_model(models: list[dict]) -> dict:
+def process_model(models: list[dict], entry: dict | None = None, gpus: list[str] | None = None) -> dict:
     """The untraced prediction over a `--processes` folder from each process's (`model`): the mean of their
     predictions (the counts may differ with the batches), its relative se and df the dose slope's (the count is
-    exact, so the processes' spread is not the prediction's uncertainty)."""
-    if same_machines(models):  # the same-host design (revision (7)): each process's prediction at the process se
-        why = " (revision (7): the verdict ran on exactly the dose's machines, so over its processes)"
-        models = [{**m, **_predicted(m["predicted_ms"], m["predicted_se_process_ms"], m["dose_process_df"]),
-                   "dose_se_units": m["dose_processes"], "dose_se_unit_kind": "processes (the dose's own machines)",
-                   "inputs": {**m["inputs"], "u_ms": {**m["inputs"]["u_ms"], "se": _per_count(m),
-                                                      "source": m["inputs"]["u_ms"]["source"] + why}}}
-                  for m in models]
+    exact, so the processes' spread is not the prediction's uncertainty). Where the processes ran on exactly the
+    machines of the dose `entry` (`gpus`, one per process; revision (7), the same-host design), the slope's relative
+    se and df over the dose's processes instead of its machines."""
     p = float(np.mean([m["predicted_ms"] for m in models]))
     rel = max((m["predicted_se_ms"] / abs(m["predicted_ms"]) for m in models if m.get("predicted_ms")), default=0.0)
     keep = ("formula", "inputs", "dose_dir", "dose_commit", "dose_linear", "dose_se_units", "dose_se_unit_kind")
-    return {**{k: models[0].get(k) for k in keep}, **_predicted(p, abs(p) * rel, models[0].get("predicted_df"))}
+    out, df = {k: models[0].get(k) for k in keep}, models[0].get("predicted_df")
+    if same_machines(entry, gpus):
+        rel, df = entry["process_se_ms"] / abs(entry["slope_ms"]), entry["process_df"]
+        u = out["inputs"]["u_ms"]
+        out.update(dose_se_units=entry["K"], dose_se_unit_kind="processes (the dose's own machines)",
+                   inputs={**out["inputs"], "u_ms": {**u, "se": abs(u["value"]) * rel, "source": u["source"] + (
+                       " (revision (7): the verdict ran on exactly the dose's machines, so over its processes)")}})
+    return {**out, **_predicted(p, abs(p) * rel, df)}
 
 
-def _per_count(m: dict) -> float | None:
-    """u's se over the dose's processes, from a process's `model` (its prediction's process se over its count)."""
-    n = abs((m["inputs"]["n"] or {}).get("value") or 0)
-    return m["predicted_se_process_ms"] / n if n else m["inputs"]["u_ms"].get("se")
-
-
-def same_machines(models: list[dict]) -> bool:
-    """Did a --processes verdict's processes (`model` each) run on exactly the machines its dose's slope se was taken
-    over (revision (7), the same-host design)? False where that se is over processes already."""
-    machines = models[0].get("dose_machines") or []
-    return bool(machines) and {m.get("gpu") for m in models} == set(machines)
+def same_machines(entry: dict | None, gpus: list[str] | None) -> bool:
+    """Did a --processes verdict's processes run on exactly the machines (`gpus`) its dose's slope se was taken over
+    (revision (7), the same-host design)? False where that se is over processes already."""
+    machines = (entry or {}).get("machines") or []
+    return bool(machines) and set(gpus or []) == set(machines)
 
 
 def _predicted(p: float, se: float, df) -> dict:
