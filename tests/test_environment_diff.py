@@ -114,7 +114,7 @@ def test_process_verdicts_carry_the_flag(tmp_path, monkeypatch, mixed):
     json.dump({"processes": [{"folder": os.path.basename(d), "rc": 0} for d in dirs]},
               open(tmp_path / results.PROCESSES_FILE, "w"))
     monkeypatch.setattr(verdicts, "annotate", lambda d, inputs=None: [])  # each process's own verdicts: not here
-    monkeypatch.setattr(process_verdicts, "comparison", lambda name, per, inputs: {"verdict": "confirmed"})
+    monkeypatch.setattr(process_verdicts, "comparison", lambda name, per, inputs, gpus=None: {"verdict": "confirmed"})
     rows = process_verdicts.annotate(str(tmp_path))
     doc = json.load(open(tmp_path / process_verdicts.OUT_FILE))
     assert doc["environment"]["mixed"] is mixed and len(rows) == 1 and rows[0]["verdict"] == "confirmed"

@@ -112,7 +112,7 @@ def annotate(run_dir: str, inputs: verdicts.Inputs | None = None) -> list[dict]:
             c = next((x for x in summ.get("comparisons", []) if x.get("name") == name), None)
             if c is not None:
                 per.append((d, c, res))
-        sm = comparison(name, per, inputs, gpus) if len(per) == len(loaded) else None
+        sm = comparison(name, per, inputs, gpus=gpus) if len(per) == len(loaded) else None
         if sm is not None:
             sm["mixed_environment"] = env["line"]  # the verdict stands; its processes were not one instrument
             comps.append({k: c0.get(k) for k in ("name", "opt", "model", "layers", "tokens")} | {"savings_model": sm})
