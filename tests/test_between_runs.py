@@ -248,3 +248,28 @@ def test_folder_savings_reads_a_plain_run_as_one_process():
     p00 = os.path.join(ROOT, "2026-11-27_h100_verdicts_pack21", "packing_q14l4", "p00")
     campaign = br.folder_savings(os.path.join(ROOT, "2026-11-27_h100_verdicts_pack21", "packing_q14l4"))["packing"]
     assert br.folder_savings(p00) == {"packing": [campaign[0]]}
+
+
+def test_a_merged_folder_is_not_counted_beside_its_campaigns():
+    """gpu/jobs/moe_same_host.sh commits each GPU's campaigns and their processes_merge union side by side
+    (profiles/2026-11-27_h200x2_moe_same_host): the campaigns are the runs, 4 of 2 processes per shape, not 5 runs
+    of 16 processes (the union's 8 again)."""
+    shapes = br.collect(ROOT)
+    h200 = [runs for key, runs in shapes.items() if key[0] == "moe" and key[3] == "NVIDIA H200"]
+    assert len(h200) == 2
+    for runs in h200:
+        assert len(runs) == 4 and sum(len(r["savings_ms"]) for r in runs) == 8
+        assert not any(r["folder"].endswith(("moe_l8_4k", "moe_q30_l4")) for r in runs)
+
+
+def test_a_process_copied_by_a_merge_is_left_out_once_and_said():
+    """The loader counts a process once, where it ran: the same run_id below profiles/ twice (a merge copied it in)
+    leaves the merged copy out, with its reason, and keeps the campaign's own folder."""
+    from workbench.analysis import loader
+
+    recs = {r["folder"]: r for r in loader._scan(ROOT)}
+    copy = recs["profiles/2026-11-27_h200x2_moe_same_host/moe_q30_l4/p04"]
+    assert "a copy of profiles/2026-11-27_h200x2_moe_same_host/g1/moe_q30_l4_1/p00" in copy["incomplete_reason"]
+    assert recs["profiles/2026-11-27_h200x2_moe_same_host/g1/moe_q30_l4_1/p00"]["incomplete_reason"] is None
+    ids = [r["run_id"] for r in recs.values() if r["incomplete_reason"] is None and r["run_id"]]
+    assert len(ids) == len(set(ids))

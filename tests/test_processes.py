@@ -170,3 +170,12 @@ def test_finish_summarises_an_interrupted_campaign_from_its_clean_processes_only
 def test_finish_refuses_a_folder_that_is_not_a_campaign(tmp_path, capsys):
     assert run_main(processes.finish, str(tmp_path)) == 2
     assert "not a --processes campaign folder" in capsys.readouterr().err
+
+
+def test_planned_sums_the_campaigns_a_merge_folded():
+    """processes_merge joins its campaigns' commands with " ; ": the plan is their sum (a merged 8-process folder read
+    "8 of 2 planned" on 2026-11-27), and a command without K says nothing."""
+    one = "python -m workbench.ab --opt moe --processes 2 --seed 4000 --out a"
+    assert processes.planned(one) == 2
+    assert processes.planned(" ; ".join([one, one.replace("4000", "4002"), one.replace("2 --seed", "3 --seed")])) == 7
+    assert processes.planned("python -m workbench.ab --opt moe") is None

@@ -275,3 +275,28 @@ def test_device_info_records_the_host_covariates_of_a_machine_effect():
     a = environment({"device": {**info, "sync_roundtrip_us": 21.0}})
     b = environment({"device": {**info, "sync_roundtrip_us": 35.0}})
     assert a == b
+
+
+def test_nvml_handle_follows_cuda_visible_devices(monkeypatch):
+    """NVML's index ignores CUDA_VISIBLE_DEVICES: a process pinned to a host's GPU 1 sees it as CUDA device 0, and
+    must read GPU 1's UUID, clocks and power, not GPU 0's (found on an H200 pair, 2026-11-27)."""
+    from workbench.instrument import nvml
+
+    class FakeNvml:
+        uuids = ["GPU-aaaa", "GPU-bbbb"]
+
+        def nvmlDeviceGetHandleByIndex(self, i):
+            return ("index", i)
+
+        def nvmlDeviceGetHandleByUUID(self, u):
+            if u not in self.uuids:
+                raise ValueError(u)
+            return ("uuid", self.uuids.index(u))
+
+    monkeypatch.setattr(nvml, "cuda_uuid", lambda i: "GPU-bbbb")  # pinned to the host's second GPU
+    assert nvml.handle_for(FakeNvml(), 0) == ("uuid", 1)
+    monkeypatch.setattr(nvml, "cuda_uuid", lambda i: None)  # no torch CUDA: the index, as before
+    assert nvml.handle_for(FakeNvml(), 0) == ("index", 0)
+    monkeypatch.setattr(nvml, "cuda_uuid", lambda i: "GPU-cccc")  # a UUID NVML does not know: the index
+    assert nvml.handle_for(FakeNvml(), 0) == ("index", 0)
+    assert nvml.cuda_uuid(0) is None or nvml.cuda_uuid(0).startswith("GPU-")

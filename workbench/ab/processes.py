@@ -204,6 +204,13 @@ def main(argv: list[str]) -> int:
     return 0 if not failed else 1
 
 
+def planned(command: str) -> int | None:
+    """The processes a campaign's recorded command planned: the sum over its campaigns where
+    `workbench.ab.processes_merge` folded several (their commands joined by " ; "); None where one names no K."""
+    ks = [split_argv(c.split()[3:])[0] for c in command.split(" ; ") if c.strip()]
+    return sum(ks) if ks and None not in ks else None
+
+
 def finish(out: str) -> dict:
     """Summarise an interrupted `--processes` campaign `out` afterwards: the estimates and environment over the
     processes that ran to the end (`results.process_dirs`: rc 0 in `processes.json`, and a summary.json). A process folder the record does not hold (the one
@@ -219,7 +226,7 @@ def finish(out: str) -> dict:
     recorded = {p["folder"] for p in record.get("processes", [])}
     stray = sorted(d for d in os.listdir(out) if os.path.isdir(os.path.join(out, d)) and d.startswith("p")
                    and d not in recorded)
-    k_planned, _ = split_argv(record.get("command", "").split()[3:])
+    k_planned = planned(record.get("command", ""))
     record["estimates"] = aggregate(dirs)
     record["environment"] = results.environment_diff(dirs)
     record["note"] = (f"summarised afterwards (python -m workbench.ab.processes {out}): {len(dirs)} of "

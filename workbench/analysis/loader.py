@@ -187,7 +187,28 @@ def _read_runs(root: str, dirs: list[str]) -> list[dict]:
         rec["incomplete_reason"] = "; ".join(why) or None
         rec["cpu_reason"] = f"CPU run (device {device}): a smoke test, not a GPU result" if rec["cpu"] else None
         recs.append(rec)
+    _copies(recs)
     return recs
+
+
+def _copies(recs: list[dict]) -> None:
+    """Mark each process folder of a merged campaign that copies another (the same run_id twice below the root) as
+    left out, `copy_of` naming the kept one: a merge (`processes_merge`, `dose_merge`) copies processes in, and
+    gpu/jobs/moe_same_host.sh commits the campaigns beside their merge. The tables count a process once, where it
+    ran (a folder outside a merged campaign first); the verdicts read a merged folder by its path."""
+    by: dict = {}
+    for r in recs:
+        if r["run_id"]:
+            by.setdefault(r["run_id"], []).append(r)
+    for same in by.values():
+        if len(same) < 2:
+            continue
+        keep = min(same, key=lambda r: (_merged(os.path.dirname(r["path"])), r["folder"]))
+        for r in same:
+            if r is not keep and _merged(os.path.dirname(r["path"])):  # a hand-made copy is the user's own
+                r["copy_of"] = keep["folder"]
+                why = f"a copy of {keep['folder']} (the same run_id; a merge copied it in)"
+                r["incomplete_reason"] = "; ".join(x for x in (r["incomplete_reason"], why) if x)
 
 
 def _kept(rec, include_cpu, include_incomplete) -> bool:
@@ -303,6 +324,16 @@ def recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict 
     if key not in _RECOMPUTED_CACHE:
         _RECOMPUTED_CACHE[key] = _recomputed(run_path, comparison, baseline, arm)
     return copy.deepcopy(_RECOMPUTED_CACHE[key])
+
+
+def _merged(parent: str) -> bool:
+    """Whether a process folder with this parent lies in a merged campaign: its processes.json, or its dose's
+    dose_run.json, has a "merged_note" (`workbench.ab.processes_merge`, `dose_merge`)."""
+    from workbench.savings.dose import RUN_FILE
+    for f in (os.path.join(parent, results.PROCESSES_FILE), os.path.join(os.path.dirname(parent), RUN_FILE)):
+        if os.path.isfile(f) and (_json(f) or {}).get("merged_note"):
+            return True
+    return False
 
 
 def _process_of(parent: str, base: str) -> str | None:

@@ -84,12 +84,17 @@ def process_claims(root: str, comps: pd.DataFrame | None = None) -> pd.DataFrame
     comps = comparisons(root) if comps is None else comps
     base = os.path.dirname(root)
     void = {(r["process_of"], n) for r in _scan(root) if r["process_of"] for n in r["void_comparisons"]}
+    origin = {}  # a merged campaign's copied processes -> the campaigns they ran in (the loader counts those)
+    for r in _scan(root):
+        if r.get("copy_of") and r["process_of"]:
+            origin.setdefault(r["process_of"], set()).add(os.path.dirname(r["copy_of"]))
     rows, covered = [], set()
     designs, plain = _walk(root)
     newest = _newest(designs)
 
     def shape(folders: list[str], name: str, arm: str) -> dict:
         rel = [os.path.relpath(f, base) for f in folders]
+        rel += [o for f in rel for o in origin.get(f, ())]
         c = comps[comps["process_of"].isin(rel) & (comps["name"] == name) & (comps["arm"] == arm)]
         if c.empty:
             return {}

@@ -8,6 +8,34 @@ import threading
 import time
 
 
+def cuda_uuid(device_index: int) -> str | None:
+    """The NVML-style UUID ("GPU-...") of CUDA device `device_index` as this process sees it (after
+    CUDA_VISIBLE_DEVICES), from torch; None where torch has no CUDA device or no UUID."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        u = str(torch.cuda.get_device_properties(device_index).uuid)
+    except Exception:  # noqa: BLE001 - an older torch without .uuid, or no such device
+        return None
+    return u if u.startswith("GPU-") else f"GPU-{u}"
+
+
+def handle_for(pynvml, device_index: int):
+    """NVML's handle of the GPU that CUDA device `device_index` is. NVML counts every GPU of the host and ignores
+    CUDA_VISIBLE_DEVICES, so its index i is not CUDA's device i in a process pinned to another GPU (a multi-GPU job
+    pins each child: on 2026-11-27 every process pinned to GPU 1 recorded GPU 0's UUID, clocks and power). By the
+    UUID where torch gives one, else by the index (a one-GPU host, or no torch)."""
+    u = cuda_uuid(device_index)
+    if u:
+        try:
+            return pynvml.nvmlDeviceGetHandleByUUID(u)
+        except Exception:  # noqa: BLE001 - a UUID form this NVML does not take: the index, as before
+            pass
+    return pynvml.nvmlDeviceGetHandleByIndex(device_index)
+
+
 class NvmlSampler:
     """`with NvmlSampler(period_s=0.1) as s: ...`; then `s.samples` (list of dicts) and `s.summary()`."""
 
@@ -24,7 +52,7 @@ class NvmlSampler:
         try:
             import pynvml
             pynvml.nvmlInit()
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(self.device_index)
+            self._handle = handle_for(pynvml, self.device_index)
             self._nvml = pynvml
             return True
         except Exception:  # no library, no driver, no device: sample nothing
