@@ -26,6 +26,7 @@ job() {  # name -> min_seconds and command
     v_pack_llama10) MIN=200; CMD="CAMP=$CAMP/v_pack_llama10 ONLY=packing_llama8 VERDICT_K=10 TRACE=none SEED=800 MOE=0 OFFLOAD=0 bash gpu/jobs/verdicts.sh";;
     seeds_moe) MIN=300; CMD="CAMP=$CAMP/seeds_moe bash gpu/jobs/process_seeds.sh";;
     moe_host) MIN=600; PIN=""; CMD="CAMP=$CAMP bash gpu/jobs/moe_same_host.sh";;
+    moe_work) MIN=300; PIN=""; CMD="CAMP=$CAMP bash gpu/jobs/moe_work.sh";;
     cpu_smoke) MIN=5; CMD="python -c 'import torch; print(torch.cuda.is_available())'";;
     *) MIN=-1;;
   esac
