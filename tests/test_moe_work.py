@@ -83,3 +83,11 @@ def test_it_reads_the_committed_same_host_runs(tmp_path):
         moe_work.fit(pts)
     from workbench.cli import run_main
     assert run_main(moe_work.main, [str(tmp_path)]) == 2
+
+
+def test_a_lease_cut_at_a_few_processes_is_not_read():
+    """A 2-GPU lease cut after 5 processes (profiles/2026-11-27_h200x2_moe_work_a) fits on 1 df: not read."""
+    pts = _pts(np.random.default_rng(8), lambda w, fam: 0.03 * w ** 0.25, k=1, gpus=("g",))
+    assert moe_work.fit(pts)["decision"].startswith("not read: too few processes")
+    assert moe_work.fit(_pts(np.random.default_rng(9), lambda w, fam: 0.03 * w ** 0.25, k=2, sd=0.05))["decision"] == \
+        "gpu work per sync"

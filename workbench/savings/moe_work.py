@@ -21,6 +21,8 @@ equal W, something else differs between them (their experts' code, their host wo
       b: "grows"  its interval above 0;  "flat"  inside [-0.1, 0.1];  "shrinks"  below 0;  else "undecided"
       c: "one curve"  inside [-log 1.25, log 1.25] (the families differ by less than the verdict band at equal W);
          "families differ"  excluding 0 and not inside that band;  else "undecided"
+      precondition: every shape read has MIN_PER_SHAPE (2) processes or more and the fit MIN_DF (8) residual df, else
+      "not read: too few processes" (the intervals are printed, not read)
       decision: grows + one curve      -> "gpu work per sync": the mechanism measured (u is not one constant)
                 grows + families differ -> "gpu work, and a family effect beyond it"
                 flat + one curve        -> "constant per sync": the model's form holds (the refutation is not this)
@@ -49,6 +51,10 @@ FLAT_B = 0.1
 ONE_CURVE = math.log(1.25)
 """The families' gap at equal W counted as none: the verdict band's edge."""
 CONFIDENCE = 0.90
+MIN_PER_SHAPE = 2
+MIN_DF = 8
+"""The rule reads no fit with fewer processes a shape or fewer residual df (tightened 2026-11-27 (8), before the
+campaign ran, after a lease cut at 5 processes gave a 1-df fit whose t-intervals, valid on paper, rest on one df)."""
 
 
 def expert_work_gflop(model: str, tokens: int) -> float:
@@ -143,6 +149,13 @@ def fit(pts: list[dict]) -> dict:
                         family, "constant per sync within a family (the families' gap undecided)") if work == "flat"
                     else "inconclusive (the saving per sync shrinks with W: not this mechanism)" if work == "shrinks"
                     else "inconclusive")
+    per_shape: dict = {}
+    for p in pts:
+        per_shape[(p["model"], p["tokens"])] = per_shape.get((p["model"], p["tokens"]), 0) + 1
+    thin = sorted(f"{m} {t}" for (m, t), k in per_shape.items() if k < MIN_PER_SHAPE)
+    if thin or df < MIN_DF:
+        decision = (f"not read: too few processes (the rule needs {MIN_PER_SHAPE} a shape and {MIN_DF} residual df; "
+                    f"{df} df" + (f", thin: {', '.join(thin)}" if thin else "") + ")")
     within = {}
     for fam in fams:
         sub = [p for p in pts if p["family"] == fam]
