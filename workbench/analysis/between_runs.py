@@ -36,6 +36,7 @@ import os
 from workbench.errors import WorkbenchError
 from workbench.measure.results import PROCESSES_FILE
 from workbench.savings.plan import BETWEEN_RUNS_FILE
+from workbench.savings.process_savings import folder_savings, process_saving  # noqa: F401 - folder_savings: this module's readers' name
 
 ARGS_KEY = ("model", "layers", "tokens", "batches", "lengths", "precision", "checkpointing", "lora_rank", "attn",
             "experts", "process_seeds")
@@ -47,35 +48,6 @@ and batches (`--process-seeds same`) are not runs of a population of them."""
 OUT_FILE = BETWEEN_RUNS_FILE
 """Written into the profiles root by the CLI; `python -m workbench.verdicts --plan` reads it back
 (`workbench.savings.plan.read_between_runs`)."""
-
-
-def _process_saving(results, c: dict) -> float | None:
-    """One process's mean saving (baseline - arm, ms per step) of comparison `c` from its results.csv frame: the mean
-    of its reps' mean paired differences (`verdicts.rep_savings`, as the process-level verdict computes it)."""
-    from workbench.savings import verdicts
-
-    base, arm = (c.get("baseline") or {}).get("arm"), (c.get("optimized") or {}).get("arm")
-    if not base or not arm or c.get("status") != "ok":
-        return None
-    reps = verdicts.rep_savings(results, c["name"], base, arm)
-    return sum(reps) / len(reps) if reps else None
-
-
-def folder_savings(run_dir: str) -> dict:
-    """{comparison name: [each process's mean saving, ms]} of one `--processes K` folder anywhere (no profiles root:
-    no exclusions; the processes that ran to the end), or of a plain run folder (`--processes 1` runs in place: one
-    process, its summary.json beside)."""
-    from workbench.measure.results import load_run, process_dirs
-
-    out: dict = {}
-    plain = [run_dir] if os.path.isfile(os.path.join(run_dir, "summary.json")) else []
-    for d in process_dirs(run_dir) or plain:
-        results, summary, _ = load_run(d)  # each process's files read once, for all its comparisons
-        for c in summary.get("comparisons", []):
-            v = _process_saving(results, c)
-            if v is not None:
-                out.setdefault(c["name"], []).append(v)
-    return out
 
 
 def collect(profiles: str | None = None) -> dict:
@@ -94,7 +66,7 @@ def collect(profiles: str | None = None) -> dict:
         args, dev = m.get("args") or {}, m.get("device") or {}
         results = pd.read_csv(os.path.join(r["path"], "results.csv"))  # once per process, for all its comparisons
         for c in comps:
-            v = _process_saving(results, c)
+            v = process_saving(results, c)
             if v is None:
                 continue
             sm = c.get("savings_model") or {}

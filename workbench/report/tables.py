@@ -332,6 +332,11 @@ def cost_figure(cost: pd.DataFrame, visualize: bool = False):
 CLAIM_AXIS = "throughput gain, % (baseline step / optimized step - 1)"
 
 
+CLAIM_ROW_MAX_PX = 64
+"""The tallest a claim's row grows (7 px a run point): past that its points share the row more closely (each has its
+hover), so that a claim measured by many runs does not stretch every row of the figure (notebook 01's page)."""
+
+
 def claims_figure(cvo: pd.DataFrame, visualize: bool = False):
     """One row per claim with a percent figure (`analysis.claims_vs_ours`): the claimed range as a bar from its low
     to its high end (a claim of one number: a diamond), ours as points with their 95% CI, one point per run, spread
@@ -382,8 +387,8 @@ def claims_figure(cvo: pd.DataFrame, visualize: bool = False):
                      automargin=True)
     fig.update_layout(title="claimed vs measured throughput gain (claims: README, \"The claims we check\")",
                       xaxis_title=CLAIM_AXIS, barmode="overlay",
-                      height=180 + max(1, len(claims)) * max(34, 7 * (int(o["label"].value_counts().max()) if len(o)
-                                                                      else 1)),
+                      height=180 + max(1, len(claims)) * min(CLAIM_ROW_MAX_PX, max(34, 7 * (
+                          int(o["label"].value_counts().max()) if len(o) else 1))),
                       legend=dict(orientation="h", y=1.0, yanchor="bottom", x=1.0, xanchor="right"))
     return _finish(fig, visualize)
 

@@ -75,7 +75,7 @@ def points(dirs: list[str]) -> list[dict]:
     """One point per plain moe run folder under `dirs` (a summary.json beside a meta.json, not a --processes parent):
     {"folder", "model", "family", "tokens", "gpu", "saving_ms", "syncs_removed", "s_ms", "W_gflop"}. A run whose arms
     were not equivalent, or that removed no sync or saved nothing, is left out and named in "left_out"."""
-    from workbench.analysis.between_runs import folder_savings
+    from workbench.savings.process_savings import folder_savings
     from workbench.step.presets import PRESETS
 
     out, left = [], []
