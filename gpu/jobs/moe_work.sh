@@ -21,6 +21,8 @@
 # a family gap like the pilot's (c = log 0.68 = -0.39) is read "families differ"; "flat" needs |b| below ~0.04.
 # Several leases feed one reading (a short one cut early, then full ones), each with its own SEED_OFFSET (0, 50, 1000, 1050: seeds stay fresh):
 # the fit's GPU terms take each GPU's level out; the analysis reads every lease's folder.
+# The campaign's next lease (a 2- or 4-GPU kind; gpu/lease_plan.sh's launch line with these in front; the first, cut lease
+# is profiles/2026-11-27_h200x2_moe_work_a, SEED_OFFSET 0):  SEED_OFFSET=50 R=3 PLAN="moe_work" LEASE_S=1560 nohup setsid bash ...
 # Analysis (CPU; DIR = this job's $OUT copied into profiles/):
 #   python -m workbench.savings.moe_work DIR [DIR2 ...]         # -> DIR/moe_work.json and its lines (save as DIR/moe_work.txt)
 # CPU check (tiny presets, not a result): CAMP=/tmp/camp CPU=1 NGPU=1 R=1 bash gpu/jobs/moe_work.sh
