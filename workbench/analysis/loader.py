@@ -203,9 +203,10 @@ def _copies(recs: list[dict]) -> None:
     for same in by.values():
         if len(same) < 2:
             continue
-        keep = min(same, key=lambda r: (_merged(os.path.dirname(r["path"])), r["folder"]))
-        for r in same:
-            if r is not keep and _merged(os.path.dirname(r["path"])):  # a hand-made copy is the user's own
+        merged = [_merged(os.path.dirname(r["path"])) for r in same]  # each folder's record read once
+        keep = min(zip(merged, (r["folder"] for r in same), same), key=lambda t: t[:2])[2]
+        for r, m in zip(same, merged):
+            if r is not keep and m:  # a hand-made copy is the user's own
                 r["copy_of"] = keep["folder"]
                 why = f"a copy of {keep['folder']} (the same run_id; a merge copied it in)"
                 r["incomplete_reason"] = "; ".join(x for x in (r["incomplete_reason"], why) if x)

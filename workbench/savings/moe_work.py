@@ -30,14 +30,12 @@ equal W, something else differs between them (their experts' code, their host wo
                                            on the family's expert code (u must be measured per family)
                 otherwise               -> "inconclusive" (or the unexpected "shrinks", said)
     FLAT_B: over the 4x range of W a family spans in the job, |b| <= 0.1 moves s by at most 15%, inside the band.
-    beside (not the rule's): b within each family, and the fitted curve's per-sync ratio between a verdict's shape and
-    the dose's, against the verdict's measured ratio.
+    beside (not the rule's): b within each family.
 
     python -m workbench.savings.moe_work DIR [DIR ...]     # every plain moe run under the DIRs; writes DIR/moe_work.json
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 
@@ -75,7 +73,8 @@ def points(dirs: list[str]) -> list[dict]:
     """One point per plain moe run folder under `dirs` (a summary.json beside a meta.json, not a --processes parent):
     {"folder", "model", "family", "tokens", "gpu", "saving_ms", "syncs_removed", "s_ms", "W_gflop"}. A run whose arms
     were not equivalent, or that removed no sync or saved nothing, is left out and named in "left_out"."""
-    from workbench.savings.process_savings import folder_savings
+    from workbench.measure.results import load_run
+    from workbench.savings.process_savings import process_saving
     from workbench.step.presets import PRESETS
 
     out, left = [], []
@@ -83,16 +82,14 @@ def points(dirs: list[str]) -> list[dict]:
         if not os.path.isdir(root):
             raise WorkbenchError(f"{root}: no such folder")
         for d, _, files in sorted(os.walk(root)):
-            if "summary.json" not in files or "meta.json" not in files or "dose.json" in files:
+            if not {"summary.json", "meta.json", "results.csv"} <= set(files) or "dose.json" in files:
                 continue  # not a run, or one level of a dose-response (its arms are not the comparison's)
-            with open(os.path.join(d, "summary.json"), encoding="utf-8") as f:
-                comps = [c for c in json.load(f).get("comparisons", []) if c.get("opt") == "moe"]
+            results, summary, meta = load_run(d)  # each run's files read once
+            comps = [c for c in summary.get("comparisons", []) if c.get("opt") == "moe"]
             if not comps:
                 continue
             c = comps[0]
-            with open(os.path.join(d, "meta.json"), encoding="utf-8") as f:
-                meta = json.load(f)
-            saving = (folder_savings(d).get(c["name"]) or [None])[0]
+            saving = process_saving(results, c)
             removed = (c["baseline"].get("syncs_per_step") or 0) - (c["optimized"].get("syncs_per_step") or 0)
             if not c.get("equivalent") or saving is None or saving <= 0 or removed <= 0:
                 left.append({"folder": d, "why": "arms not equivalent" if not c.get("equivalent") else
@@ -168,15 +165,6 @@ def fit(pts: list[dict]) -> dict:
     return {"b": b, "b_ci90": [float(v) for v in bci], "c": c, "c_ci90": [float(v) for v in cci], "df": df,
             "n": len(pts), "gpus": gpus, "a": float(beta[0]), "work": work, "family": family, "decision": decision,
             "within": within, "rule": "workbench.savings.moe_work.fit (written 2026-11-27 (8) before its run)"}
-
-
-def curve_ratio(f: dict, model: str, tokens: int, dose_model: str, dose_tokens: int) -> float:
-    """The fitted per-sync saving at (model, tokens) over that at the dose's shape: what the curve says a verdict's
-    ratio should have been (beside the rule)."""
-    def logs(m, t):
-        from workbench.step.presets import PRESETS
-        return f["b"] * math.log(expert_work_gflop(m, t)) + f["c"] * (PRESETS[m].family == "qwen3_moe")
-    return math.exp(logs(model, tokens) - logs(dose_model, dose_tokens))
 
 
 def lines(pts: list[dict], f: dict) -> list[str]:
