@@ -47,15 +47,10 @@
 #   CAMP=/tmp/camp CPU=1 NGPU=2 D_A=2 D_B=0 V1=2 V2=0 bash gpu/jobs/moe_same_host.sh && bash gpu/jobs/moe_same_host_merge.sh /tmp/camp/moe_host
 # GPU smoke test of the plumbing (tiny presets on every GPU, ~2 min, not a result): TINY=1 D_A=1 D_B=0 V1=2 V2=0 ...
 set -u
-OUT=$CAMP/moe_host
-mkdir -p $OUT
-PY=${PY:-python}
-NGPU=${NGPU:-$(nvidia-smi -L 2>/dev/null | wc -l)}
-[ "$NGPU" -ge 1 ] || { echo "no GPU (set NGPU with CPU=1 for the CPU check)"; exit 2; }
 for v in ${V1:-2} ${V2:-2}; do  # --processes 1 runs in place, not as a campaign that processes_merge can fold
   [ "$v" -ne 1 ] || { echo "V1, V2: 0 or at least 2 verdict processes per GPU (1 runs in place)"; exit 2; }
 done
-nvidia-smi --query-gpu=index,name,uuid --format=csv > $OUT/gpus.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpus.csv
+. "$(dirname "$0")/per_gpu.sh"; per_gpu_setup moe_host  # OUT, PY, NGPU, gpus.csv
 if [ -n "${CPU:-}${TINY:-}" ]; then  # TINY=1: the tiny presets on the GPUs (a smoke test of the plumbing, not a result)
   DEV=${CPU:+--device cpu}
   DOSE="--opt moe --model tiny-gpt-oss --layers 2 --tokens 256 $DEV"

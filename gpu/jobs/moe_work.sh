@@ -27,27 +27,17 @@
 #   python -m workbench.savings.moe_work DIR [DIR2 ...]         # -> DIR/moe_work.json and its lines (save as DIR/moe_work.txt)
 # CPU check (tiny presets, not a result): CAMP=/tmp/camp CPU=1 NGPU=1 R=1 bash gpu/jobs/moe_work.sh
 set -u
-OUT=$CAMP/moe_work
-mkdir -p $OUT
-PY=${PY:-python}
-NGPU=${NGPU:-$(nvidia-smi -L 2>/dev/null | wc -l)}
-[ "$NGPU" -ge 1 ] || { echo "no GPU (set NGPU with CPU=1 for the CPU check)"; exit 2; }
-nvidia-smi --query-gpu=index,name,uuid --format=csv > $OUT/gpus.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpus.csv
-if [ -n "${CPU:-}" ]; then
-  O="tiny-gpt-oss"; Q="tiny-qwen3-moe"; T1=128; T2=256; T3=512; DEV="--device cpu"
-else
-  O="gpt-oss-20b"; Q="qwen3-30b-a3b"; T1=0; DEV=""
-fi
+. "$(dirname "$0")/per_gpu.sh"; per_gpu_setup moe_work  # OUT, PY, NGPU, gpus.csv
 NAMES=(o2k q4k o4k q8k o8k q16k)  # the families alternate: a round cut early still has both on each GPU
-args() {  # name -> the shape's arguments
+declare -A TOKENS=([o2k]=2048 [q4k]=4096 [o4k]=4096 [q8k]=8192 [o8k]=8192 [q16k]=16384)
+args() {  # name -> the shape's arguments (CPU=1: the tiny presets, 1 layer, a sixteenth of the tokens)
+  local m=gpt-oss-20b t=${TOKENS[$1]}
+  [ "${1:0:1}" = q ] && m=qwen3-30b-a3b
   if [ -n "${CPU:-}" ]; then
-    case $1 in o2k) echo "--model $O --layers 1 --tokens $T1";; o4k) echo "--model $O --layers 1 --tokens $T2";;
-      o8k) echo "--model $O --layers 1 --tokens $T3";; q4k) echo "--model $Q --layers 1 --tokens $T2";;
-      q8k) echo "--model $Q --layers 1 --tokens $T3";; q16k) echo "--model $Q --layers 1 --tokens 1024";; esac
+    [ $m = gpt-oss-20b ] && m=tiny-gpt-oss || m=tiny-qwen3-moe
+    echo "--model $m --layers 1 --tokens $((t / 16)) --device cpu"
   else
-    case $1 in o2k) echo "--model $O --layers 4 --tokens 2048";; o4k) echo "--model $O --layers 4 --tokens 4096";;
-      o8k) echo "--model $O --layers 4 --tokens 8192";; q4k) echo "--model $Q --layers 4 --tokens 4096";;
-      q8k) echo "--model $Q --layers 4 --tokens 8192";; q16k) echo "--model $Q --layers 4 --tokens 16384";; esac
+    echo "--model $m --layers 4 --tokens $t"
   fi
 }
 gpu_loop() {
@@ -57,7 +47,7 @@ gpu_loop() {
     for k in 0 1 2 3 4 5; do
       i=$(( (k + r + 3 * g) % 6 )); name=${NAMES[$i]}; seed=$((5000 + 100 * g + 10 * r + i + ${SEED_OFFSET:-0}))
       echo "$(date +%s) g$g start r${r}_$name seed=$seed" >> $OUT/jobs.txt
-      CUDA_VISIBLE_DEVICES=$g $PY -m workbench.ab --opt moe $(args $name) $DEV --steps 1 --reps 4 --headline --batches 1 \
+      CUDA_VISIBLE_DEVICES=$g $PY -m workbench.ab --opt moe $(args $name) --steps 1 --reps 4 --headline --batches 1 \
         --trace none --seed $seed --out $d/r${r}_$name > $d/r${r}_$name.out 2> $d/r${r}_$name.err
       echo "$(date +%s) g$g end r${r}_$name rc=$?" >> $OUT/jobs.txt
     done
