@@ -70,8 +70,8 @@ def run_experts(mod, arm: str, idx, wts, seed: int = 0, gemm: str = "auto") -> d
     if arm == "eager":
         mod.config._experts_implementation = "eager"
         out = mod(hidden, idx, weights)
-    elif arm == "sort_bincount":
-        out = moe.sort_bincount_experts_forward(mod, hidden, idx, weights)
+    elif arm in ("sort_bincount", "sort_split"):
+        out = moe.sort_bincount_experts_forward(mod, hidden, idx, weights, split=arm == "sort_split")
     else:
         out = moe.grouped_experts_forward(mod, hidden, idx, weights, gemm=gemm)
     out.backward(grad_out)
@@ -101,7 +101,7 @@ def test_arms_match_eager_outputs_and_gradients(preset, dtype):
     for kind, k in CASES:
         idx, wts = routing(kind, N=24, E=E, k=k, seed=k)
         ref = run_experts(mod, "eager", idx, wts, seed=k)
-        for arm, gemm in [("sort_bincount", "auto"), ("grouped", "auto"), ("grouped", "dense")]:
+        for arm, gemm in [("sort_bincount", "auto"), ("sort_split", "auto"), ("grouped", "auto"), ("grouped", "dense")]:
             out = run_experts(mod, arm, idx, wts, seed=k, gemm=gemm)
             _assert_same(out, ref, dtype, f"{preset} {kind} k={k} {arm}/{gemm}")
 
@@ -215,7 +215,7 @@ def test_syncs_per_moe_layer_and_pass(preset):
         assert len(fwd_hits) == 2
         for layer, e_hit in fwd_hits.items():
             # transformers' own grouped_mm / batched_mm are sync-free as well (sort + histc + cumsum on the device)
-            want = {"eager": 1 + per_expert * e_hit, "sort_bincount": 1, "grouped": 0, "hf_grouped_mm": 0,
+            want = {"eager": 1 + per_expert * e_hit, "sort_bincount": 1, "sort_split": 1, "grouped": 0, "hf_grouped_mm": 0,
                     "hf_batched_mm": 0}[arm]
             assert by.get((layer, "forward"), 0) == want, (arm, layer, by)
             assert by.get((layer, "recompute"), 0) == want, (arm, layer, by)
@@ -319,6 +319,54 @@ def test_per_expert_loops_build_whole_weight_gradients_slice_by_slice(preset):
         handle.revert()
         want = per_layer * e_hit if arm in ("eager", "sort_bincount") else 0
         assert sg.n == want, (arm, sg.n, want)
+
+
+class _RowGradients(torch.utils._python_dispatch.TorchDispatchMode):
+    """Elements of the (N,H)- or (S,H)-sized tensors each op writes in a backward (the row gradients)."""
+
+    def __init__(self, sizes):
+        super().__init__()
+        self.sizes, self.ops = set(sizes), {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor) and out.numel() in self.sizes:
+            name = func.overloadpacket.__name__
+            self.ops[name] = self.ops.get(name, 0) + out.numel()
+        return out
+
+
+@pytest.mark.parametrize("preset", ["tiny-gpt-oss", "tiny-qwen3-moe"])
+def test_row_gradients_per_arm_are_what_the_backward_term_counts(preset):
+    """Issue 39's backward term (workbench.savings.moe_backward): eager zero-fills an (N,H) gradient per expert hit
+    (index backward), sort_bincount an (S,H) one per expert hit (slice_backward), sort_split none (one cat of
+    (S,H)); sort_split's output and gradients are bitwise sort_bincount's."""
+    from workbench.savings.moe_backward import row_gradient_elements
+
+    E, N, k = 6, 24, 2
+    mod = experts_module(preset, torch.float32, num_experts=E)
+    idx, wts = routing("random", N=N, E=E, k=k, seed=1)
+    H = mod.gate_up_proj.shape[1] if mod.is_transposed else mod.gate_up_proj.shape[2]
+    e_hit = int(torch.unique(idx).numel())
+    hidden = torch.randn(N, H, requires_grad=True)
+    written = {}
+    for arm in ("eager", "sort_bincount", "sort_split"):
+        hidden.grad = None
+        w = wts.clone().requires_grad_()
+        if arm == "eager":
+            mod.config._experts_implementation = "eager"
+            out = mod(hidden, idx, w)
+        else:
+            out = moe.sort_bincount_experts_forward(mod, hidden, idx, w, split=arm == "sort_split")
+        with _RowGradients({N * H, N * k * H}) as rg:
+            out.sum().backward()
+        zeroed = {"eager": "new_zeros", "sort_bincount": "slice_backward", "sort_split": "cat"}[arm]
+        written[arm] = (out.detach(), hidden.grad.clone())
+        assert rg.ops.get(zeroed, 0) == row_gradient_elements(arm, layers=1, tokens=N, top_k=k, experts_hit=e_hit,
+                                                              hidden=H), (arm, rg.ops)
+        assert "slice_backward" not in rg.ops or arm == "sort_bincount", (arm, rg.ops)
+    for a, b in zip(written["sort_split"], written["sort_bincount"]):
+        assert torch.equal(a, b)
 
 
 # --- issue 40: Liger's fused MoE arm (refusals on a CPU) and forced-balanced routing --------------------------------

@@ -12,6 +12,9 @@ flags `is_transposed`, `has_bias`, `has_gate`, `has_post_expert_norm` say how it
 - `sort_bincount` (optimized, Unsloth #535): stable argsort of the expert ids, per-expert counts on the device
   (`histc`; CUDA `bincount` would read min/max back twice more), ONE `.tolist()`, per-expert matmuls over
   contiguous slices of the sorted rows, empty experts skipped. 1 sync per layer and pass.
+- `sort_split` (opt-in: --arms; the mechanism probe of issue 39): `sort_bincount` with the sorted rows taken by one
+  `split` instead of a slice per expert. Same forward, same syncs, bitwise the same gradients; its backward writes
+  one (S,H) gradient where the slices' write E_hit of them (`slice_backward` zero-fills the whole input each time).
 - `grouped`: sync-free. Stable sort, `histc` counts, `cumsum` offsets kept on the device, one grouped GEMM per
   projection: `torch._grouped_mm` / `F.grouped_mm` where it is sync-free (bf16 on sm90/sm100 CUDA; on CPU for
   fp32/bf16/fp16 with 16-byte-aligned strides), else the Triton kernel (`workbench.kernels.grouped_gemm`), else (CPU,
@@ -60,18 +63,19 @@ from workbench.opts import Handle
 SPEC = {"order": 3, "apply_order": 2, "savings": "workbench.opts.moe_savings",
         "help": "eager (baseline), sort_bincount (optimized), grouped (sync-free: torch._grouped_mm, or a Triton "
                 "kernel where that is missing), hf_grouped_mm (transformers' own grouped_mm: the anchor), "
-                "hf_batched_mm (opt-in: --arms only)",
+                "hf_batched_mm, sort_split (opt-in: --arms only; sort_split is sort_bincount with one split, the probe of "
+                "its backward)",
         "cpu": {"model": "tiny-gpt-oss"}, "gpu": {"model": "gpt-oss-20b", "layers": 4, "tokens": 8192},
         "all_variants": ("grouped", "hf_grouped_mm"), "families": ("qwen3_moe", "gpt_oss")}
 """What the CLIs say of this optimization (`workbench.opts.registry`): arms help, default shapes, and for `--opt all`
 the floor (our sync-free grouped experts) and the anchor (transformers' own grouped_mm) in place of the routing fix."""
 
-ARMS = ("eager", "sort_bincount", "grouped", "hf_grouped_mm", "hf_batched_mm", "liger_experts")
+ARMS = ("eager", "sort_bincount", "grouped", "hf_grouped_mm", "hf_batched_mm", "liger_experts", "sort_split")
 BASELINE = "eager"
 OPTIMIZED = "sort_bincount"
-OPT_IN_ARMS = ("hf_batched_mm", "liger_experts")
+OPT_IN_ARMS = ("hf_batched_mm", "liger_experts", "sort_split")
 """Arms run only when named (--arms): hf_batched_mm would need ~1 TiB at the GPU default shapes; liger_experts needs
-liger-kernel and a GPU."""
+liger-kernel and a GPU; sort_split is a probe of sort_bincount's backward, not a fix the seeds name."""
 GEMMS = ("auto", "torch", "triton", "dense")
 
 _NO_TRITON = ("gemm='triton' needs the triton package, which is not installed: pip install 'workbench[triton]' "
@@ -82,7 +86,8 @@ DOSE = {"arm": "sort_bincount", "unit": "MoE layers switched to sort_bincount"}
 DOSE_IMPL = "wb_moe_dose"
 
 IMPL_NAMES = {"eager": "eager", "sort_bincount": "wb_sort_bincount", "grouped": "wb_grouped",
-              "hf_grouped_mm": "grouped_mm", "hf_batched_mm": "batched_mm", "liger_experts": "wb_liger_experts"}
+              "hf_grouped_mm": "grouped_mm", "hf_batched_mm": "batched_mm", "liger_experts": "wb_liger_experts",
+              "sort_split": "wb_sort_split"}
 """Names in transformers' ExpertsInterface (grouped with a forced gemm: `wb_grouped_<gemm>`)."""
 
 
@@ -149,10 +154,13 @@ def combine(self, y_SH, order_S, top_k_weights_Nk, N: int, k: int, dtype):
 
 # --- sort_bincount: one host read per layer (Unsloth #535) -------------------------------------------------------
 
-def sort_bincount_experts_forward(self, hidden_states, top_k_index, top_k_weights):
+def sort_bincount_experts_forward(self, hidden_states, top_k_index, top_k_weights, *, split: bool = False):
     """Stable argsort + device counts + ONE `.tolist()` + per-expert matmuls over contiguous slices.
 
     hidden_states (N,H), top_k_index (N,k), top_k_weights (N,k) -> (N,H). Experts with no rows are skipped.
+    split: take the rows with one `split` (the `sort_split` arm) instead of a slice per expert (#535's own form). The
+    same function and the same gradients, bitwise; only the backward differs: each slice's backward writes a zeroed
+    (S,H) gradient that autograd then sums (E_hit x S x H elements a layer), the split's backward one `cat` (S x H).
     """
     _check_layout(self)
     N, H = hidden_states.shape
@@ -168,11 +176,11 @@ def sort_bincount_experts_forward(self, hidden_states, top_k_index, top_k_weight
         raise _range_error(E, sum(counts), S)
     x_SH = hidden_states[order_S // k]
     w_up, b_up, w_down, b_down = _expert_params(self)
+    hit = [(e, n) for e, n in enumerate(counts) if n]
+    rows = x_SH.split([n for _, n in hit]) if split else None
     parts, start = [], 0
-    for e, n in enumerate(counts):
-        if n == 0:
-            continue
-        h = x_SH[start:start + n] @ w_up[e]
+    for i, (e, n) in enumerate(hit):
+        h = (rows[i] if split else x_SH[start:start + n]) @ w_up[e]
         if b_up is not None:
             h = h + b_up[e]
         y = activation(self, h) @ w_down[e]
@@ -407,6 +415,8 @@ def register(arm: str, gemm: str = "auto", check_routing: bool = True, info: dic
     name = implementation_name(arm, gemm)
     if arm == "sort_bincount":
         ExpertsInterface.register(name, sort_bincount_experts_forward)
+    elif arm == "sort_split":
+        ExpertsInterface.register(name, functools.partial(sort_bincount_experts_forward, split=True))
     elif arm == "grouped":
         ExpertsInterface.register(name, functools.partial(grouped_experts_forward, gemm=gemm,
                                                           check_routing=check_routing, info=info))
