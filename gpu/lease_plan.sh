@@ -27,6 +27,7 @@ job() {  # name -> min_seconds and command
     seeds_moe) MIN=300; CMD="CAMP=$CAMP/seeds_moe bash gpu/jobs/process_seeds.sh";;
     moe_host) MIN=600; PIN=""; CMD="CAMP=$CAMP bash gpu/jobs/moe_same_host.sh";;
     moe_work) MIN=300; PIN=""; CMD="CAMP=$CAMP bash gpu/jobs/moe_work.sh";;
+    moe_backward) MIN=300; PIN=""; CMD="CAMP=$CAMP bash gpu/jobs/moe_backward.sh";;
     cpu_smoke) MIN=5; CMD="python -c 'import torch; print(torch.cuda.is_available())'";;
     *) MIN=-1;;
   esac

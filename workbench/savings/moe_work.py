@@ -71,7 +71,7 @@ def expert_work_gflop(model: str, tokens: int) -> float:
 
 def points(dirs: list[str]) -> list[dict]:
     """One point per plain moe run folder under `dirs` (a summary.json beside a meta.json, not a --processes parent):
-    {"folder", "model", "family", "tokens", "gpu", "saving_ms", "syncs_removed", "s_ms", "W_gflop"}. A run whose arms
+    {"folder", "model", "family", "tokens", "gpu", "gpu_name", "saving_ms", "syncs_removed", "s_ms", "W_gflop"}. A run whose arms
     were not equivalent, or that removed no sync or saved nothing, is left out and named in "left_out"."""
     from workbench.measure.results import load_run
     from workbench.savings.process_savings import process_saving
@@ -98,6 +98,7 @@ def points(dirs: list[str]) -> list[dict]:
             out.append({"folder": d, "model": c["model"], "family": PRESETS[c["model"]].family,
                         "tokens": int(c["tokens"]), "layers": int(c["layers"]),
                         "gpu": str((meta.get("device") or {}).get("uuid") or "?")[:12],
+                        "gpu_name": str((meta.get("device") or {}).get("gpu_name") or "?"),
                         "saving_ms": float(saving), "syncs_removed": float(removed),
                         "s_ms": float(saving) / removed, "W_gflop": expert_work_gflop(c["model"], int(c["tokens"]))})
     return out + ([{"left_out": left}] if left else [])

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Issue 39, MoE: the two-term model's next run, written 2026-11-27 (9) before it (workbench/savings/moe_backward.py,
+# rule (2) and `judge`; the fit and its prediction in profiles/2026-11-27_h200x2_moe_work_b/moe_backward.json).
+# Per GPU g, rounds r = 0..R-1 (R=2 default), each the three runs in an order rotated by r + g:
+#   probe  python -m workbench.ab --opt moe --model qwen3-30b-a3b --layers 4 --tokens 16384 --arms eager,sort_bincount,sort_split
+#   q8l8k  python -m workbench.ab --opt moe --model qwen3-30b-a3b --layers 8 --tokens 8192 --headline    (held out: 8 layers)
+#   o8l8k  python -m workbench.ab --opt moe --model gpt-oss-20b   --layers 8 --tokens 8192 --headline    (held out)
+#   each with --steps 1 --reps 4 --batches 1 --trace none --seed 7000 + 100 g + 10 r + i (+ SEED_OFFSET) --out g<g>/r<r>_<name>
+# Time (H200 pair, 2026-11-27): probe ~150 s, the 8-layer runs ~100-150 s each: ~420 s a round. A 4-GPU kind with R=2
+# gives 8 processes a shape in ~850 s; a 2-GPU kind R=3, 6 a shape in ~1260 s. The fit's GPUs are H200s: a lease on
+# H100s reads "not judged: another GPU model" (ask for nvidia-h200-x4 or nvidia-h200-x2).
+# Launch: R=2 PLAN="moe_backward" LEASE_S=1560 nohup setsid bash gpu/lease_plan.sh ...  (gpu/lease_plan.sh's header)
+# Analysis (CPU; DIR = this job's $OUT copied into profiles/; F = profiles/2026-11-27_h200x2_moe_work_b/moe_backward.json):
+#   python -m workbench.savings.moe_backward probe F DIR        # rule (2): mechanism measured / not this mechanism / inconclusive
+#   python -m workbench.savings.moe_backward judge F DIR        # the two-term model on the two held-out shapes, Holm over both
+# CPU check (tiny presets, not a result): CAMP=/tmp/camp CPU=1 NGPU=1 R=1 bash gpu/jobs/moe_backward.sh
+set -u
+. "$(dirname "$0")/per_gpu.sh"; per_gpu_setup moe_backward  # OUT, PY, NGPU, gpus.csv
+NAMES=(probe q8l8k o8l8k)
+args() {  # name -> the run's arguments (CPU=1: the tiny presets, 1 layer, a sixteenth of the tokens)
+  local m l t extra
+  case $1 in
+    probe) m=qwen3-30b-a3b l=4 t=16384 extra="--arms eager,sort_bincount,sort_split";;
+    q8l8k) m=qwen3-30b-a3b l=8 t=8192 extra="--headline";;
+    o8l8k) m=gpt-oss-20b l=8 t=8192 extra="--headline";;
+  esac
+  if [ -n "${CPU:-}" ]; then
+    [ $m = gpt-oss-20b ] && m=tiny-gpt-oss || m=tiny-qwen3-moe
+    echo "--model $m --layers 1 --tokens $((t / 16)) --device cpu $extra"
+  else
+    echo "--model $m --layers $l --tokens $t $extra"
+  fi
+}
+gpu_loop() {
+  local g=$1 d=$OUT/g$1 r k i name seed
+  mkdir -p $d
+  for r in $(seq 0 $((${R:-2} - 1))); do
+    for k in 0 1 2; do
+      i=$(( (k + r + g) % 3 )); name=${NAMES[$i]}; seed=$((7000 + 100 * g + 10 * r + i + ${SEED_OFFSET:-0}))
+      echo "$(date +%s) g$g start r${r}_$name seed=$seed" >> $OUT/jobs.txt
+      CUDA_VISIBLE_DEVICES=$g $PY -m workbench.ab --opt moe $(args $name) --steps 1 --reps 4 --batches 1 \
+        --trace none --seed $seed --out $d/r${r}_$name > $d/r${r}_$name.out 2> $d/r${r}_$name.err
+      echo "$(date +%s) g$g end r${r}_$name rc=$?" >> $OUT/jobs.txt
+    done
+  done
+  echo "$(date +%s) g$g done" >> $OUT/jobs.txt
+}
+for g in $(seq 0 $((NGPU - 1))); do gpu_loop $g & done
+wait
+echo "$(date +%s) all GPUs done" >> $OUT/jobs.txt
