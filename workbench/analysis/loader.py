@@ -338,13 +338,21 @@ def _merged(parent: str) -> bool:
 
 
 def _process_of(parent: str, base: str) -> str | None:
-    """The campaign a run folder is one process of: its parent's `processes.json` (`--processes K`), or a dose-response
-    (`python -m workbench.ab.dose`: DIR/<mode>/pNN/, DIR/dose_run.json), whose levels are not the optimization's arms."""
+    """The campaign a run folder is one process of: its parent's `processes.json` (`--processes K`), a dose-response
+    (`python -m workbench.ab.dose`: DIR/<mode>/pNN/, DIR/dose_run.json), whose levels are not the optimization's arms,
+    or a designed per-GPU job's folder above it (`results.DESIGN_FILE`)."""
     from workbench.savings.dose import RUN_FILE
     if os.path.isfile(os.path.join(parent, results.PROCESSES_FILE)):
         return os.path.relpath(parent, base)
     dose = os.path.dirname(parent)
-    return os.path.relpath(dose, base) if os.path.isfile(os.path.join(dose, RUN_FILE)) else None
+    if os.path.isfile(os.path.join(dose, RUN_FILE)):
+        return os.path.relpath(dose, base)
+    d, stop = os.path.abspath(parent), os.path.abspath(base)
+    while d.startswith(stop) and len(d) >= len(stop):
+        if os.path.isfile(os.path.join(d, results.DESIGN_FILE)):
+            return os.path.relpath(d, base)
+        d = os.path.dirname(d)
+    return None
 
 
 def _device_type(summary: dict, meta: dict) -> str | None:

@@ -33,10 +33,10 @@ reload, another part of a layer, a copy, a host sync, the optimizer step (the co
 a kernel outside every layer pass. Drawn beside the step components, so distinct from theirs."""
 MARKS = {"claimed range": "#BBBBBB", "ours": ROLES["optimized"], "ours, not comparable": "#777777",
          "measured": ROLES["optimized"], "fit": "#555555", "fitted at L=1": "#D55E00",
-         "nvtx ranges": "#332288", "sync counter": "#117733"}
+         "nvtx ranges": "#332288", "sync counter": "#117733", "two-term fit": "#D55E00"}
 """Marks of single figures: the claims figure (a claim's range; our optimized arm, as in every speedup figure; a
 measurement that is not comparable), the sweep fits (measured saving, the fit, its value at L = 1), the instruments'
-cost."""
+cost, MoE's two-term fit (`moe_figure`)."""
 
 FAMILIES = {"component": COMPONENTS, "role": ROLES, "verdict": VERDICTS, "opt": OPTS, "timeline": TIMELINE,
             "mark": MARKS}

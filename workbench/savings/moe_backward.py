@@ -336,6 +336,29 @@ def judge_held_out(f: dict, roots: list[str]) -> list[dict]:
     return rows
 
 
+def by_pass(f: dict, fit_json: str) -> list[dict]:
+    """Per shape of the fit's own runs (`dirs`, relative to the fit's folder): the mean saving of the forward, the
+    backward and the step (ms, from the timed steps' CUDA events), the forward's per removed sync (us), the extra GB
+    and the two-term prediction: what notebook 02 draws."""
+    root = os.path.dirname(os.path.abspath(fit_json))
+    dirs = [os.path.normpath(os.path.join(root, d)) for d in f.get("dirs") or ["."]]
+    rows = []
+    for (model, layers, tokens), runs in sorted(_groups(dirs).items(), key=lambda kv: (kv[0][0], kv[0][2])):
+        runs = [r for r in runs if r["c"]["baseline"]["arm"] == "eager" and r["c"]["optimized"]["arm"] == "sort_bincount"]
+        if not runs:
+            continue
+        d = {k: float(np.mean([r["c"]["baseline"][k] - r["c"]["optimized"][k] for r in runs]))
+             for k in ("fwd_ms", "bwd_ms", "step_ms", "syncs_per_step")}
+        extra = (gradient_gb("sort_bincount", model, layers, tokens, d["syncs_per_step"])
+                 - gradient_gb("eager", model, layers, tokens, d["syncs_per_step"]))
+        rows.append({"shape": f"{model} {layers} L {tokens}", "processes": len(runs),
+                     "syncs_removed": d["syncs_per_step"], "fwd_saving_ms": d["fwd_ms"], "bwd_saving_ms": d["bwd_ms"],
+                     "step_saving_ms": d["step_ms"], "fwd_us_per_sync": 1000 * d["fwd_ms"] / d["syncs_per_step"],
+                     "extra_gb": extra,
+                     "predicted_ms": f["u_ms"] * d["syncs_per_step"] - f["beta_ms_per_gb"] * extra})
+    return rows
+
+
 def _fmt(v: list) -> str:
     return f"{v[0]:.0f} [{v[1]:.0f}, {v[2]:.0f}]"
 
@@ -375,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
             f = fit(pts)
             f["fitted_shapes"] = sorted({f"{p['model']} {p['layers']} L {p['tokens']}" for p in pts})
             f["written_utc"] = time.strftime("%Y%m%d-%H%M%S", time.gmtime())  # runs before it: exploratory
+            f["dirs"] = [os.path.relpath(d, args.dirs[0]) for d in args.dirs]  # from the fit's folder (by_pass)
             print(f"saving = u x syncs removed - beta x extra row-gradient GB, over {f['n']} processes ({f['df']} df):")
             print(f"  u {1000 * f['u_ms']:.1f} us a sync [{1000 * f['u_ci90'][0]:.1f}, {1000 * f['u_ci90'][1]:.1f}]"
                   f", beta {f['beta_ms_per_gb']:.2f} ms a GB [{f['beta_ci90'][0]:.2f}, {f['beta_ci90'][1]:.2f}] (90%)"
