@@ -1,6 +1,7 @@
-"""MoE's two-term model (workbench/savings/moe_backward.py): the fit recovers u and beta, the probe's rules reach
-each decision (a per-family constant, which the fit alone cannot tell from the backward term, reads "not this
-mechanism" at the probe), held-out shapes only, runs from before the fit never confirm, and the committed readings."""
+"""MoE's two-term model (workbench/savings/moe_two_term.py) and its readings (moe_backward.py): the fit recovers u
+and beta, the probe's rules reach each decision (a per-family constant, which the fit alone cannot tell from the
+backward term, reads "not this mechanism" at the probe), held-out shapes only, runs from before the fit never
+confirm, and the committed readings."""
 import os
 
 import numpy as np
@@ -9,9 +10,10 @@ import pytest
 from workbench.cli import run_main
 from workbench.errors import WorkbenchError
 from workbench.savings import moe_backward as mb
+from workbench.savings import moe_two_term as tt
 
 PROFILES = os.path.join(os.path.dirname(__file__), "..", "profiles")
-FIT = os.path.join(PROFILES, "2026-11-27_h200x2_moe_work_b", mb.FIT_FILE)
+FIT = os.path.join(PROFILES, "2026-11-27_h200x2_moe_work_b", tt.FIT_FILE)
 SHAPES = [("gpt-oss-20b", 2048), ("gpt-oss-20b", 4096), ("gpt-oss-20b", 8192),
           ("qwen3-30b-a3b", 4096), ("qwen3-30b-a3b", 8192), ("qwen3-30b-a3b", 16384)]
 
@@ -20,9 +22,9 @@ def _pts(saving_of, k=6, sd_ms=10.0, seed=0):
     rng = np.random.default_rng(seed)
     out = []
     for model, tokens in SHAPES:
-        s = mb.shape(model)
-        removed = mb.PASSES * 4 * s["E"] * mb.SYNCS_PER_EXPERT[s["family"]]
-        extra = mb.gradient_gb("sort_bincount", model, 4, tokens, removed) - mb.gradient_gb("eager", model, 4,
+        s = tt.shape(model)
+        removed = tt.PASSES * 4 * s["E"] * tt.SYNCS_PER_EXPERT[s["family"]]
+        extra = tt.gradient_gb("sort_bincount", model, 4, tokens, removed) - tt.gradient_gb("eager", model, 4,
                                                                                              tokens, removed)
         for _ in range(k):
             out.append({"model": model, "layers": 4, "tokens": tokens, "syncs_removed": removed, "extra_gb": extra,
@@ -32,7 +34,7 @@ def _pts(saving_of, k=6, sd_ms=10.0, seed=0):
 
 
 def test_the_fit_recovers_u_and_beta():
-    f = mb.fit(_pts(lambda fam, n, gb: 0.085 * n - 1.2 * gb))
+    f = tt.fit(_pts(lambda fam, n, gb: 0.085 * n - 1.2 * gb))
     assert f["u_ci90"][0] < 0.085 < f["u_ci90"][1] and f["beta_ci90"][0] < 1.2 < f["beta_ci90"][1]
     assert abs(f["u_ms"] - 0.085) < 0.005 and abs(f["beta_ms_per_gb"] - 1.2) < 0.1
 
@@ -40,23 +42,23 @@ def test_the_fit_recovers_u_and_beta():
 def test_row_gradient_gb_is_k_minus_1_times_eagers_extra():
     # qwen3-30b-a3b 4 L 16k, every expert hit: 4 x 128 x (8 - 1) x 16384 x 2048 x 2 bytes
     removed = 2 * 4 * 128 * 5
-    extra = (mb.gradient_gb("sort_bincount", "qwen3-30b-a3b", 4, 16384, removed)
-             - mb.gradient_gb("eager", "qwen3-30b-a3b", 4, 16384, removed))
+    extra = (tt.gradient_gb("sort_bincount", "qwen3-30b-a3b", 4, 16384, removed)
+             - tt.gradient_gb("eager", "qwen3-30b-a3b", 4, 16384, removed))
     assert extra == pytest.approx(4 * 128 * 7 * 16384 * 2048 * 2 / 1e9)
     with pytest.raises(WorkbenchError):
-        mb.row_gradient_elements("grouped", layers=1, tokens=1, top_k=1, experts_hit=1, hidden=1)
+        tt.row_gradient_elements("grouped", layers=1, tokens=1, top_k=1, experts_hit=1, hidden=1)
 
 
 def test_a_family_constant_fits_a_beta_too_and_the_probe_tells_them_apart():
     """The negative control: per-sync savings that differ by family only (no backward term) still fit a beta (the
     extra GB is the family's too), which is why the fit alone is not the mechanism; at the probe such a world saves
     nothing by splitting, and rule (2) reads "not this mechanism"."""
-    f = mb.fit(_pts(lambda fam, n, gb: (0.06 if fam == "qwen3_moe" else 0.085) * n, sd_ms=5.0))
+    f = tt.fit(_pts(lambda fam, n, gb: (0.06 if fam == "qwen3_moe" else 0.085) * n, sd_ms=5.0))
     assert f["beta_ci90"][0] > 0  # a spurious backward term
     d_gb = 270.0
     rng = np.random.default_rng(1)
     assert mb.probe_verdict(f, d_gb, list(rng.normal(0, 15, 8)))["decision"].startswith("not this mechanism")
-    real = mb.fit(_pts(lambda fam, n, gb: 0.085 * n - 1.2 * gb))
+    real = tt.fit(_pts(lambda fam, n, gb: 0.085 * n - 1.2 * gb))
     sav = list(rng.normal(1.2 * d_gb, 15, 8))
     assert mb.probe_verdict(real, d_gb, sav)["decision"] == "mechanism measured"
     assert mb.probe_verdict(real, d_gb, sav, equivalent=False)["decision"] == "inconclusive"
@@ -71,7 +73,7 @@ def test_the_committed_probe_reads_inconclusive_under_rule_1_and_is_not_read_und
 
 
 def test_judge_reads_held_out_shapes_only_and_never_confirms_runs_from_before_the_fit():
-    rows = {r["shape"]: r for r in mb.judge_held_out(mb._read_fit(FIT),
+    rows = {r["shape"]: r for r in mb.judge_held_out(tt.read_fit(FIT),
                                                      [os.path.join(PROFILES, "2026-11-27_h200x2_moe_same_host")])}
     assert rows["qwen3-30b-a3b 4 L 8192"]["verdict"] == "not judged: a shape the fit used"
     held = rows["gpt-oss-20b 8 L 4096"]
@@ -85,5 +87,6 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     old.write_text('{"u_ms": 0.08}')
     assert run_main(mb.main, ["probe", str(old), str(tmp_path)]) == 2
     assert run_main(mb.main, ["fit", str(tmp_path / "missing")]) == 2
+    assert run_main(mb.main, ["fit", os.path.dirname(FIT)]) == 2  # the committed fit is a record: --force replaces it
     err = capsys.readouterr().err
-    assert err.count("error:") == 3 and "Traceback" not in err
+    assert err.count("error:") == 4 and "Traceback" not in err and "--force" in err

@@ -1,9 +1,9 @@
 """MoE's saving split by pass (issue 39): per shape, the forward's and the backward's saving (bars, ms a step, the
 timed steps' own CUDA events) beside the two-term model's prediction for the step (marker).
 
-    from workbench.savings import moe_backward as mb
+    from workbench.savings import moe_two_term as mtt
     from workbench.report.moe_figure import pass_figure
-    an.show(pass_figure(mb.by_pass(fit, fit_json)))
+    an.show(pass_figure(mtt.by_pass(mtt.read_fit(fit_json), fit_json)))
 """
 from __future__ import annotations
 
