@@ -66,9 +66,7 @@ def probe(fit_json: str, run_root: str) -> dict:
     `fit_json` (written before the run)."""
     from workbench.measure.results import load_run
 
-    if not os.path.isfile(fit_json):
-        raise WorkbenchError(f"{fit_json}: no such file (the fit's json, written before the probe ran)")
-    pred = json.load(open(fit_json)).get("prediction")
+    pred = read_fit(fit_json).get("prediction")
     if not pred:
         raise WorkbenchError(f"{fit_json} holds no prediction: run `fit` with --predict first")
     rows = []
@@ -77,8 +75,7 @@ def probe(fit_json: str, run_root: str) -> dict:
             continue
         results, summary, _ = load_run(d)
         for c in summary.get("comparisons", []):
-            arms = {c["baseline"]["arm"], c["optimized"]["arm"]} | {o["arm"] for o in c.get("others", [])}
-            if c.get("opt") != "moe" or not {"eager", "sort_bincount", "sort_split"} <= arms:
+            if c.get("opt") != "moe" or not {"eager", "sort_bincount", "sort_split"} <= set(arms(c)):
                 continue
             row = {"folder": d, "equivalent": bool(c.get("equivalent")) and all(
                 o.get("equivalent") for o in c.get("others", []))}
