@@ -12,7 +12,7 @@ differs is how each arm takes its rows (counted on the CPU, tests/test_moe.py):
     sort_bincount  x_SH[start:start+n] per expert:        E_hit zeroed (S,H) gradients (slice_backward) summed
     sort_split     x_SH.split(counts):                    one (S,H) gradient (cat)
 
-So sort_bincount writes E_hit*(S-N)*H more elements a layer than eager: k-1 times eager's, 60 GB a step at
+So sort_bincount writes E_hit*(S-N)*H more elements a layer than eager: k-1 times eager's, 240 GB more a step at
 qwen3-30b-a3b 4 L 16k (E 128, k 8) against 18 GB at gpt-oss-20b 4 L 8k (E 32, k 4).
 
     per process:  saving_ms = u * syncs_removed - beta * extra_gb
