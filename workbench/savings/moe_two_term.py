@@ -20,6 +20,9 @@ qwen3-30b-a3b 4 L 16k (E 128, k 8) against 18 GB at gpt-oss-20b 4 L 8k (E 32, k 
                   (c: eager's syncs per expert hit and pass, 7 GPT-OSS, 5 Qwen3-MoE; 2 passes: forward and the
                   checkpointed recompute)
     fit: least squares without an intercept over processes, 90% t-intervals for u and beta.
+    beside (a plausibility reading of beta, not a test): each extra element is written by the zero-fill, then read
+    twice and written once by autograd's sum: 4 accesses, so beta ~ 4 / memory bandwidth (1.15 ms a GB: 3.5 TB/s,
+    73% of an H200's 4.8 TB/s peak).
 
     python -m workbench.savings.moe_backward fit DIR [DIR ...] [--predict MODEL LAYERS TOKENS]   # -> DIR/moe_backward.json
 
