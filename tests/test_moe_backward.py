@@ -49,20 +49,41 @@ def test_row_gradient_gb_is_k_minus_1_times_eagers_extra():
         tt.row_gradient_elements("grouped", layers=1, tokens=1, top_k=1, experts_hit=1, hidden=1)
 
 
+def _pred(f):
+    return tt.predict(f, "qwen3-30b-a3b", 4, 16384, 2 * 4 * 128 * 5)
+
+
 def test_a_family_constant_fits_a_beta_too_and_the_probe_tells_them_apart():
     """The negative control: per-sync savings that differ by family only (no backward term) still fit a beta (the
     extra GB is the family's too), which is why the fit alone is not the mechanism; at the probe such a world saves
-    nothing by splitting, and rule (2) reads "not this mechanism"."""
+    nothing by splitting (and the split's saving over eager stays sort_bincount's), and rule (2) reads "not this
+    mechanism"."""
     f = tt.fit(_pts(lambda fam, n, gb: (0.06 if fam == "qwen3_moe" else 0.085) * n, sd_ms=5.0))
     assert f["beta_ci90"][0] > 0  # a spurious backward term
-    d_gb = 270.0
-    rng = np.random.default_rng(1)
-    assert mb.probe_verdict(f, d_gb, list(rng.normal(0, 15, 8)))["decision"].startswith("not this mechanism")
+    pred, rng = _pred(f), np.random.default_rng(1)
+    sb_over_eager = 0.06 * pred["syncs_removed"]
+    assert mb.probe_verdict(f, pred, list(rng.normal(sb_over_eager, 15, 8)), list(rng.normal(0, 15, 8)))[
+        "decision"].startswith("not this mechanism")
+
+
+def test_rule_2_reads_each_decision_and_plans_its_chance():
     real = tt.fit(_pts(lambda fam, n, gb: 0.085 * n - 1.2 * gb))
-    sav = list(rng.normal(1.2 * d_gb, 15, 8))
-    assert mb.probe_verdict(real, d_gb, sav)["decision"] == "mechanism measured"
-    assert mb.probe_verdict(real, d_gb, sav, equivalent=False)["decision"] == "inconclusive"
-    assert mb.probe_verdict(real, d_gb, list(rng.normal(1.2 * d_gb, 400, 4)))["decision"] == "inconclusive"
+    pred, rng = _pred(real), np.random.default_rng(2)
+    gb = pred["gb"]
+    a = 0.085 * pred["syncs_removed"] + 1.2 * (gb["eager"] - gb["sort_split"])
+    b = 1.2 * (gb["sort_bincount"] - gb["sort_split"])
+    ok = (list(rng.normal(a, 10, 8)), list(rng.normal(b, 10, 8)))
+    assert mb.probe_verdict(real, pred, *ok)["decision"] == "mechanism measured"
+    assert mb.probe_verdict(real, pred, *ok, equivalent=False)["decision"].startswith("inconclusive")
+    wide = (list(rng.normal(a, 300, 4)), list(rng.normal(b, 300, 4)))
+    assert mb.probe_verdict(real, pred, *wide)["decision"] == "inconclusive"
+    committed = tt.read_fit(FIT)
+    plan = mb.plan_probe(committed, committed["prediction"], 0.93, 0.89, 0.10, 8, sims=300)
+    assert plan.get("mechanism measured", 0) > 0.7 and plan.get("not this mechanism (or not all of it)", 0) < 0.05
+    shifted = mb.plan_probe(committed, committed["prediction"], 0.93, 0.89, 0.10, 8, sims=300, lease_sd=0.137)
+    assert shifted.get("mechanism measured", 0) < plan["mechanism measured"]  # a lease's own level costs chance
+    none = mb.plan_probe(committed, committed["prediction"], 0.35, 0.05, 0.10, 8, sims=100)
+    assert none.get("not this mechanism (or not all of it)", 0) > 0.95
 
 
 def test_the_committed_probe_reads_inconclusive_under_rule_1_and_is_not_read_under_rule_2(capsys):

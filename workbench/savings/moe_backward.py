@@ -12,11 +12,26 @@ predicted (point) with the measured saving's 95% rep interval:
     otherwise              "inconclusive"
 judged on sort_split over sort_bincount (the contrast that moves only the backward's row gradients); sort_split
 over eager is reported beside. It read "inconclusive": r 0.90 [0.45, 1.35] and 0.88 [0.78, 0.98].
-Rule (2), written after that reading and before the next probe (gpu/jobs/moe_backward.sh): the process as unit
-(MIN_PROCESSES or more, else "not read"). measured = the mean over processes of each one's mean sort_bincount ->
-sort_split saving, its se over processes (K - 1 df); predicted = beta x that GB, se from beta's (the fit's df);
-`verdicts.judge` against the band at 90%: "confirmed" reads "mechanism measured", "refuted" "not this mechanism (or
-not all of it)", else "inconclusive". A probe on another GPU model than the fit's reads "not judged".
+Rule (2), for the next probe (gpu/jobs/moe_backward.sh), the process as unit (MIN_PROCESSES or more, else "not
+read"). Two contrasts, each process's mean saving of sort_split over (a) eager and (b) sort_bincount, judged with
+`verdicts.judge` against the fit (90%, the band [0.8, 1.25]) and Holm over the two:
+    (a) predicted u x syncs removed + beta x (eager's - sort_split's GB): with the slices' backward gone, the saving is
+        what the syncs alone (and eager's own row gradients) predict: the refutation's missing saving restored
+    (b) predicted beta x (sort_bincount's - sort_split's GB): the backward term itself
+    and (b)'s size, linear: its measured 90% interval (t over processes) above FLOOR x its prediction: "present";
+    below it: "absent" (the ratio's log form has no interval where a saving is near 0)
+    "mechanism measured"                     (a) confirmed, (b) present and neither refuted
+    "not this mechanism (or not all of it)"  (a) or (b) refuted, or (b) absent
+    otherwise                                "inconclusive"
+History: first written in 07372fd with (b) alone; revised (this form) before any run it reads, because (b)'s prediction
+carries beta's own se (9.1%), so at the first probe's ratio (0.89) no number of processes confirms it (measured
+exactly: 0.89 [0.76, 1.04]), while (a)'s prediction has 3.9% (u is the fit's best-measured term). Planned
+(`plan_probe`, 2000 draws, the first probe's ratios 0.93 and 0.89, a process SD of 10%): 8 processes "mechanism
+measured" 0.89, 6 processes 0.80, "not this mechanism" 0 in both; at ratios 0.35 and 0.05 (the negative control: the
+split saves nothing) "not this mechanism" 1.0. With MoE's between-run component as a lease's own shift (omega 13.7%,
+profiles/between_runs.json; `lease_sd`): 0.55 and 0.53, "not this mechanism" 0.03-0.04 (the fit's lease and the
+probe's differ; a lease that refits u and beta on its own GPUs would remove that shift, at twice the device time).
+A probe on another GPU model than the fit's reads "not judged".
 
 The two-term model as a revision, judged prospectively (`judge`): sort_bincount over eager on every shape under the
 roots the fit did not use (`fitted_shapes`), MIN_PROCESSES or more, the process as unit, predicted u x syncs removed
@@ -126,11 +141,10 @@ def _other_gpu(f: dict, runs: list[dict]) -> str | None:
 
 
 def probe_processes(f: dict, roots: list[str]) -> dict:
-    """Rule (2), written 2026-11-27 (9) after the first probe and before the next (module docstring): sort_split over
-    sort_bincount at the probe shape, the process as unit, judged (`verdicts.judge`) against beta x the GB it removes."""
+    """Rule (2) (module docstring) over the probe shape's processes under `roots`."""
     pred = f.get("prediction") or {}
     runs = [r for r in runs_by_shape(roots).get((pred.get("model"), pred.get("layers"), pred.get("tokens")), [])
-            if {"sort_bincount", "sort_split"} <= set(arms(r["c"]))]
+            if {"eager", "sort_bincount", "sort_split"} <= set(arms(r["c"]))]
     if len(runs) < MIN_PROCESSES:
         return {"decision": f"not read: {len(runs)} processes of the probe (rule (2) reads {MIN_PROCESSES} or more)",
                 "processes": len(runs)}
@@ -139,21 +153,63 @@ def probe_processes(f: dict, roots: list[str]) -> dict:
         return {"decision": why, "processes": len(runs)}
     from workbench.savings import verdicts
 
-    gb = pred["gb"]
-    sav = [sum(v) / len(v) for r in runs if (v := verdicts.rep_savings(r["results"], r["c"]["name"], "sort_bincount",
-                                                                          "sort_split"))]
+    def mean_saving(r, base):
+        v = verdicts.rep_savings(r["results"], r["c"]["name"], base, "sort_split")
+        return sum(v) / len(v) if v else None
+
+    over = {b: [v for r in runs if (v := mean_saving(r, b)) is not None] for b in ("eager", "sort_bincount")}
     equivalent = all(arms(r["c"])["sort_split"].get("equivalent") for r in runs)
-    return probe_verdict(f, gb["sort_bincount"] - gb["sort_split"], sav, equivalent)
+    return probe_verdict(f, pred, over["eager"], over["sort_bincount"], equivalent)
 
 
-def probe_verdict(f: dict, d_gb: float, savings: list[float], equivalent: bool = True) -> dict:
-    """Rule (2) on each process's mean sort_bincount -> sort_split saving (ms), against beta x `d_gb`."""
-    j = _judged(f["beta_ms_per_gb"] * d_gb, _pred_se(f, 0.0, d_gb), f, savings)
+def probe_verdict(f: dict, pred: dict, over_eager: list[float], over_sort_bincount: list[float],
+                  equivalent: bool = True) -> dict:
+    """Rule (2) on each process's mean sort_split saving (ms) over eager and over sort_bincount, against the fit's
+    prediction at the probe shape (`pred`: `moe_two_term.predict`)."""
+    from workbench.savings import verdicts
+
+    gb, n = pred["gb"], pred["syncs_removed"]
+    d_eager, d_sb = gb["eager"] - gb["sort_split"], gb["sort_bincount"] - gb["sort_split"]
+    a = _judged(f["u_ms"] * n + f["beta_ms_per_gb"] * d_eager, _pred_se(f, n, d_eager), f, over_eager)
+    b = _judged(f["beta_ms_per_gb"] * d_sb, _pred_se(f, 0.0, d_sb), f, over_sort_bincount)
+    verdicts.holm_family([a, b])
+    m, se, df = _over_processes(over_sort_bincount)
+    half = FLOOR * b["predicted_ms"]
+    if se:  # (b)'s size, linear (a ratio's log form has no interval where the saving is near 0)
+        from scipy import stats as sps
+
+        t = float(sps.t.ppf(0.95, df))
+        b["measured_ci90"] = [m - t * se, m + t * se]
+        b["size"] = ("present" if m - t * se > half else "absent" if m + t * se < half else "undecided")
+    else:
+        b["size"] = "undecided"
     if not equivalent:
-        j["verdict"] = "inconclusive"
-    j["decision"] = {"confirmed": "mechanism measured", "refuted": "not this mechanism (or not all of it)"}.get(
-        j["verdict"], "inconclusive")
-    return j
+        decision = "inconclusive (arms not equivalent)"
+    elif "refuted" in (a["verdict"], b["verdict"]) or b["size"] == "absent":
+        decision = "not this mechanism (or not all of it)"
+    elif a["verdict"] == "confirmed" and b["size"] == "present":
+        decision = "mechanism measured"
+    else:
+        decision = "inconclusive"
+    return {"over_eager": a, "over_sort_bincount": b, "decision": decision, "processes": len(over_eager)}
+
+
+def plan_probe(f: dict, pred: dict, ratio_eager: float, ratio_sort_bincount: float, sd_rel: float, k: int,
+               sims: int = 2000, seed: int = 0, lease_sd: float = 0.0) -> dict:
+    """Each decision's chance under rule (2) with `k` processes whose savings lie at these ratios of the prediction,
+    a process SD of `sd_rel` of the mean (log-normal), the lease's own level off by `lease_sd` (log-normal, shared by
+    its processes: the between-run component): {decision: chance}."""
+    rng = np.random.default_rng(seed)
+    gb, n = pred["gb"], pred["syncs_removed"]
+    means = (ratio_eager * (f["u_ms"] * n + f["beta_ms_per_gb"] * (gb["eager"] - gb["sort_split"])),
+             ratio_sort_bincount * f["beta_ms_per_gb"] * (gb["sort_bincount"] - gb["sort_split"]))
+    out: dict = {}
+    for _ in range(sims):
+        shift = float(np.exp(rng.normal(0, lease_sd))) if lease_sd else 1.0
+        a, b = (list(m * shift * np.exp(rng.normal(0, sd_rel, k))) for m in means)
+        d = probe_verdict(f, pred, a, b)["decision"]
+        out[d] = out.get(d, 0) + 1 / sims
+    return out
 
 
 def judge_held_out(f: dict, roots: list[str]) -> list[dict]:
@@ -277,8 +333,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"decision (rule 1): {r['decision']}")
         elif args.cmd == "probe":
             r = probe_processes(f, args.run_roots)
-            if "predicted_ms" in r:
-                print(f"sort_split over sort_bincount: {_fmt_judged(r)}")
+            for key in ("over_eager", "over_sort_bincount"):
+                if key in r:
+                    print(f"sort_split {key.replace('_', ' ')}: {_fmt_judged(r[key])}")
             print(f"decision (rule 2): {r['decision']}")
         else:
             for r in judge_held_out(f, args.run_roots):
