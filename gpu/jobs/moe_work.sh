@@ -40,20 +40,14 @@ args() {  # name -> the shape's arguments (CPU=1: the tiny presets, 1 layer, a s
     echo "--model $m --layers 4 --tokens $t"
   fi
 }
-gpu_loop() {
-  local g=$1 d=$OUT/g$1 r k i name seed
-  mkdir -p $d
+STEP_ARGS="--steps 1 --reps 4 --headline --batches 1"
+rounds() {  # GPU g: R rounds of the six shapes, rotated by r + 3 g
+  local g=$1 r k i
   for r in $(seq 0 $((${R:-3} - 1))); do
     for k in 0 1 2 3 4 5; do
-      i=$(( (k + r + 3 * g) % 6 )); name=${NAMES[$i]}; seed=$((5000 + 100 * g + 10 * r + i + ${SEED_OFFSET:-0}))
-      echo "$(date +%s) g$g start r${r}_$name seed=$seed" >> $OUT/jobs.txt
-      CUDA_VISIBLE_DEVICES=$g $PY -m workbench.ab --opt moe $(args $name) --steps 1 --reps 4 --headline --batches 1 \
-        --trace none --seed $seed --out $d/r${r}_$name > $d/r${r}_$name.out 2> $d/r${r}_$name.err
-      echo "$(date +%s) g$g end r${r}_$name rc=$?" >> $OUT/jobs.txt
+      i=$(( (k + r + 3 * g) % 6 ))
+      per_gpu_run $g r${r}_${NAMES[$i]} ${NAMES[$i]} $((5000 + 100 * g + 10 * r + i + ${SEED_OFFSET:-0}))
     done
   done
-  echo "$(date +%s) g$g done" >> $OUT/jobs.txt
 }
-for g in $(seq 0 $((NGPU - 1))); do gpu_loop $g & done
-wait
-echo "$(date +%s) all GPUs done" >> $OUT/jobs.txt
+per_gpu_all rounds

@@ -54,6 +54,8 @@ import time
 import numpy as np
 
 from workbench.errors import WorkbenchError
+from workbench.measure import stats
+from workbench.savings.moe_work import moe_runs
 from workbench.savings.moe_two_term import (FIT_FILE, PASSES, SYNCS_PER_EXPERT, arms, fit, gradient_gb, points,
                                             predict, read_fit, runs_by_shape, shape)
 
@@ -64,31 +66,21 @@ MIN_PROCESSES = 4
 
 
 def _rep_interval(results, name: str, base: str, arm: str) -> tuple[float, float, float] | None:
-    from scipy import stats as sps
-
+    """One process's mean saving of `arm` over `base` with its 95% t-interval over reps (None below 2 reps)."""
     from workbench.savings import verdicts
 
-    reps = verdicts.rep_savings(results, name, base, arm)
-    if len(reps) < 2:
-        return None
-    m, sd = float(np.mean(reps)), float(np.std(reps, ddof=1))
-    h = float(sps.t.ppf(0.975, len(reps) - 1)) * sd / np.sqrt(len(reps))
-    return m, m - h, m + h
+    ti = stats.t_interval(verdicts.rep_savings(results, name, base, arm), confidence=0.95)
+    return None if ti["ci"] is None else (ti["mean"], *ti["ci"])
 
 
 def probe(fit_json: str, run_root: str) -> dict:
     """The probe's reading (module docstring) of every run folder under `run_root` against the prediction in
     `fit_json` (written before the run)."""
-    from workbench.measure.results import load_run
-
     pred = read_fit(fit_json).get("prediction")
     if not pred:
         raise WorkbenchError(f"{fit_json} holds no prediction: run `fit` with --predict first")
     rows = []
-    for d, _, files in sorted(os.walk(run_root)):
-        if "summary.json" not in files or "results.csv" not in files:
-            continue
-        results, summary, _ = load_run(d)
+    for d, results, summary, _ in moe_runs([run_root]):
         for c in summary.get("comparisons", []):
             if c.get("opt") != "moe" or not {"eager", "sort_bincount", "sort_split"} <= set(arms(c)):
                 continue
@@ -114,11 +106,6 @@ def probe(fit_json: str, run_root: str) -> dict:
     return {"processes": rows, "decision": decision}
 
 
-def _over_processes(values: list[float]) -> tuple[float, float | None, int]:
-    m = float(np.mean(values))
-    return (m, float(np.std(values, ddof=1) / np.sqrt(len(values))), len(values) - 1) if len(values) > 1 else (m, None, 0)
-
-
 def _pred_se(f: dict, a_syncs: float, a_gb: float) -> float:
     """se of a_syncs * u + a_gb * beta from the fit's covariance."""
     g = np.array([a_syncs, a_gb])
@@ -128,7 +115,8 @@ def _pred_se(f: dict, a_syncs: float, a_gb: float) -> float:
 def _judged(pred: float, pred_se: float, f: dict, savings: list[float]) -> dict:
     from workbench.savings import verdicts
 
-    m, se, df = _over_processes(savings)
+    ti = stats.t_interval(savings)
+    m, se, df = ti["mean"], ti["se"], ti["df"]
     return {"predicted_ms": pred, "predicted_se_ms": pred_se, "measured_ms": m, "measured_se_ms": se,
             "processes": len(savings),
             **verdicts.judge(pred, pred_se, m, se, df or None, predicted_df=f["df"])}
@@ -173,14 +161,11 @@ def probe_verdict(f: dict, pred: dict, over_eager: list[float], over_sort_bincou
     a = _judged(f["u_ms"] * n + f["beta_ms_per_gb"] * d_eager, _pred_se(f, n, d_eager), f, over_eager)
     b = _judged(f["beta_ms_per_gb"] * d_sb, _pred_se(f, 0.0, d_sb), f, over_sort_bincount)
     verdicts.holm_family([a, b])
-    m, se, df = _over_processes(over_sort_bincount)
+    ti = stats.t_interval(over_sort_bincount, confidence=0.90)
     half = FLOOR * b["predicted_ms"]
-    if se:  # (b)'s size, linear (a ratio's log form has no interval where the saving is near 0)
-        from scipy import stats as sps
-
-        t = float(sps.t.ppf(0.95, df))
-        b["measured_ci90"] = [m - t * se, m + t * se]
-        b["size"] = ("present" if m - t * se > half else "absent" if m + t * se < half else "undecided")
+    if ti["se"]:  # (b)'s size, linear (a ratio's log form has no interval where the saving is near 0)
+        lo, hi = b["measured_ci90"] = ti["ci"]
+        b["size"] = "present" if lo > half else "absent" if hi < half else "undecided"
     else:
         b["size"] = "undecided"
     if not equivalent:

@@ -127,27 +127,17 @@ def predict(f: dict, model: str, layers: int, tokens: int, syncs_removed: float)
 
 
 def runs_by_shape(roots: list[str]) -> dict:
-    """{(model, layers, tokens): [run]} over the plain moe runs under `roots` (each run_id once): run = {"folder",
-    "results", "c", "gpu_name"}."""
-    from workbench.measure.results import load_run
+    """{(model, layers, tokens): [run]} over the plain moe runs under `roots` (`moe_work.moe_runs`: each run_id once),
+    comparisons that ran to the end: run = {"folder", "results", "c", "run_id", "gpu_name"}."""
+    from workbench.savings.moe_work import moe_runs
 
     out: dict = {}
-    seen: set = set()  # a merge copies its processes in beside the campaigns': each run_id once
-    for root in roots:
-        if not os.path.isdir(root):
-            raise WorkbenchError(f"{root}: no such folder")
-        for d, _, files in sorted(os.walk(root)):
-            if not {"summary.json", "meta.json", "results.csv"} <= set(files) or "dose.json" in files:
-                continue
-            results, summary, meta = load_run(d)
-            if summary.get("run_id") in seen:
-                continue
-            seen.add(summary.get("run_id"))
-            for c in summary.get("comparisons", []):
-                if c.get("opt") == "moe" and c.get("status") == "ok":
-                    out.setdefault((c["model"], int(c["layers"]), int(c["tokens"])), []).append(
-                        {"folder": d, "results": results, "c": c, "run_id": summary.get("run_id") or "",
-                         "gpu_name": str((meta.get("device") or {}).get("gpu_name") or "?")})
+    for d, results, summary, meta in moe_runs(roots):
+        for c in summary.get("comparisons", []):
+            if c.get("opt") == "moe" and c.get("status") == "ok":
+                out.setdefault((c["model"], int(c["layers"]), int(c["tokens"])), []).append(
+                    {"folder": d, "results": results, "c": c, "run_id": summary.get("run_id") or "",
+                     "gpu_name": str((meta.get("device") or {}).get("gpu_name") or "?")})
     return out
 
 

@@ -69,38 +69,48 @@ def expert_work_gflop(model: str, tokens: int) -> float:
     return tokens * c["num_experts_per_tok"] / experts * 6 * c["hidden_size"] * inter / 1e9
 
 
-def points(dirs: list[str]) -> list[dict]:
-    """One point per plain moe run folder under `dirs` (a summary.json beside a meta.json, not a --processes parent):
-    {"folder", "model", "family", "tokens", "gpu", "gpu_name", "saving_ms", "syncs_removed", "s_ms", "W_gflop"}. A run whose arms
-    were not equivalent, or that removed no sync or saved nothing, is left out and named in "left_out"."""
+def moe_runs(roots: list[str]):
+    """Each plain run folder under `roots` with an moe comparison, each run_id once (a merge copies its processes in
+    beside the campaigns'): (folder, results, summary, meta), its files read once. A dose-response's levels (dose.json)
+    are not runs of the comparison; a missing root is a one-line error."""
     from workbench.measure.results import load_run
-    from workbench.savings.process_savings import process_saving
-    from workbench.step.presets import PRESETS
 
-    out, left = [], []
-    for root in dirs:
+    seen: set = set()
+    for root in roots:
         if not os.path.isdir(root):
             raise WorkbenchError(f"{root}: no such folder")
         for d, _, files in sorted(os.walk(root)):
             if not {"summary.json", "meta.json", "results.csv"} <= set(files) or "dose.json" in files:
-                continue  # not a run, or one level of a dose-response (its arms are not the comparison's)
-            results, summary, meta = load_run(d)  # each run's files read once
-            comps = [c for c in summary.get("comparisons", []) if c.get("opt") == "moe"]
-            if not comps:
                 continue
-            c = comps[0]
-            saving = process_saving(results, c)
-            removed = (c["baseline"].get("syncs_per_step") or 0) - (c["optimized"].get("syncs_per_step") or 0)
-            if not c.get("equivalent") or saving is None or saving <= 0 or removed <= 0:
-                left.append({"folder": d, "why": "arms not equivalent" if not c.get("equivalent") else
-                             "no positive saving" if not saving or saving <= 0 else "no sync removed"})
+            results, summary, meta = load_run(d)
+            if summary.get("run_id") in seen or not any(c.get("opt") == "moe" for c in summary.get("comparisons", [])):
                 continue
-            out.append({"folder": d, "model": c["model"], "family": PRESETS[c["model"]].family,
-                        "tokens": int(c["tokens"]), "layers": int(c["layers"]),
-                        "gpu": str((meta.get("device") or {}).get("uuid") or "?")[:12],
-                        "gpu_name": str((meta.get("device") or {}).get("gpu_name") or "?"),
-                        "saving_ms": float(saving), "syncs_removed": float(removed),
-                        "s_ms": float(saving) / removed, "W_gflop": expert_work_gflop(c["model"], int(c["tokens"]))})
+            seen.add(summary.get("run_id"))
+            yield d, results, summary, meta
+
+
+def points(dirs: list[str]) -> list[dict]:
+    """One point per plain moe run folder under `dirs` (`moe_runs`):
+    {"folder", "model", "family", "tokens", "gpu", "gpu_name", "saving_ms", "syncs_removed", "s_ms", "W_gflop"}. A run
+    whose arms were not equivalent, or that removed no sync or saved nothing, is left out and named in "left_out"."""
+    from workbench.savings.process_savings import process_saving
+    from workbench.step.presets import PRESETS
+
+    out, left = [], []
+    for d, results, summary, meta in moe_runs(dirs):
+        c = next(c for c in summary["comparisons"] if c.get("opt") == "moe")
+        saving = process_saving(results, c)
+        removed = (c["baseline"].get("syncs_per_step") or 0) - (c["optimized"].get("syncs_per_step") or 0)
+        if not c.get("equivalent") or saving is None or saving <= 0 or removed <= 0:
+            left.append({"folder": d, "why": "arms not equivalent" if not c.get("equivalent") else
+                         "no positive saving" if not saving or saving <= 0 else "no sync removed"})
+            continue
+        out.append({"folder": d, "model": c["model"], "family": PRESETS[c["model"]].family,
+                    "tokens": int(c["tokens"]), "layers": int(c["layers"]),
+                    "gpu": str((meta.get("device") or {}).get("uuid") or "?")[:12],
+                    "gpu_name": str((meta.get("device") or {}).get("gpu_name") or "?"),
+                    "saving_ms": float(saving), "syncs_removed": float(removed),
+                    "s_ms": float(saving) / removed, "W_gflop": expert_work_gflop(c["model"], int(c["tokens"]))})
     return out + ([{"left_out": left}] if left else [])
 
 
