@@ -28,6 +28,7 @@ job() {  # name -> min_seconds and command
     moe_host) MIN=600; PIN=""; CMD="CAMP=$CAMP bash gpu/jobs/moe_same_host.sh";;
     moe_work) MIN=300; PIN=""; CMD="CAMP=$CAMP bash gpu/jobs/moe_work.sh";;
     moe_backward) MIN=300; PIN=""; CMD="CAMP=$CAMP bash gpu/jobs/moe_backward.sh";;
+    moe_q6l12k) MIN=150; PIN=""; CMD="CAMP=$CAMP RUN=q6l12k SEED_OFFSET=500 bash gpu/jobs/moe_backward.sh";;
     cpu_smoke) MIN=5; CMD="python -c 'import torch; print(torch.cuda.is_available())'";;
     *) MIN=-1;;
   esac

@@ -111,3 +111,24 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     assert run_main(mb.main, ["fit", os.path.dirname(FIT)]) == 2  # the committed fit is a record: --force replaces it
     err = capsys.readouterr().err
     assert err.count("error:") == 4 and "Traceback" not in err and "--force" in err
+
+
+def test_shape_prediction_is_the_probes_at_its_shape_and_the_committed_run_reads_mechanism_measured(capsys):
+    """`probe --shape` predicts as `fit --predict` wrote (the committed record), and the four-H200 run reads as its
+    COMMAND.txt says: rule (2) "mechanism measured"; judge: gpt-oss-20b 8 L 8k confirmed, qwen3 8 L 8k inconclusive."""
+    f = tt.read_fit(FIT)
+    p = mb.shape_prediction(f, "qwen3-30b-a3b", 4, 16384)
+    assert p["split_over_sort_bincount_ms"] == pytest.approx(f["prediction"]["split_over_sort_bincount_ms"])
+    assert p["split_over_eager_ms"] == pytest.approx(f["prediction"]["split_over_eager_ms"])
+    run = os.path.join(PROFILES, "2026-11-27_h200x4_moe_backward")
+    assert mb.probe_processes(f, [run])["decision"] == "mechanism measured"
+    assert mb.probe_processes(f, [run], ("qwen3-30b-a3b", 4, 16384))["decision"] == "mechanism measured"
+    assert mb.probe_processes(f, [run], ("qwen3-30b-a3b", 6, 12288))["decision"].startswith("not read: 0 processes")
+    rows = {r["shape"]: r["verdict"] for r in mb.judge_held_out(f, [run])}
+    assert rows == {"gpt-oss-20b 8 L 8192": "confirmed", "qwen3-30b-a3b 8 L 8192": "inconclusive",
+                    "qwen3-30b-a3b 4 L 16384": "not judged: a shape the fit used"}
+    assert run_main(mb.main, ["probe", FIT, run, "--shape", "qwen3-30b-a3b", "4", "16384"]) == 0
+    out = capsys.readouterr().out
+    assert "size present" in out and "mechanism measured" in out
+    with open(os.path.join(run, "probe.txt")) as fh:
+        assert fh.read() == out

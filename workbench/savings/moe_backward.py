@@ -32,6 +32,10 @@ split saves nothing) "not this mechanism" 1.0. With MoE's between-run component 
 profiles/between_runs.json; `lease_sd`): 0.55 and 0.53, "not this mechanism" 0.03-0.04 (the fit's lease and the
 probe's differ; a lease that refits u and beta on its own GPUs would remove that shift, at twice the device time).
 A probe on another GPU model than the fit's reads "not judged".
+Rule (2) at another shape (`probe --shape MODEL LAYERS TOKENS`): the same rule, the fit's predictions at that shape with
+every expert hit (`shape_prediction`, as `fit --predict` writes them for the probe shape). Written 2026-11-27 (10), after
+the probe's rule (2) read "mechanism measured" (profiles/2026-11-27_h200x4_moe_backward) and before the run it reads:
+qwen3-30b-a3b 6 L 12288 (gpu/jobs/moe_backward.sh RUN="q6l12k"; its predictions and planned chances in that header).
 
 The two-term model as a revision, judged prospectively (`judge`): sort_bincount over eager on every shape under the
 roots the fit did not use (`fitted_shapes`), MIN_PROCESSES or more, the process as unit, predicted u x syncs removed
@@ -128,9 +132,17 @@ def _other_gpu(f: dict, runs: list[dict]) -> str | None:
         if names else None
 
 
-def probe_processes(f: dict, roots: list[str]) -> dict:
-    """Rule (2) (module docstring) over the probe shape's processes under `roots`."""
-    pred = f.get("prediction") or {}
+def shape_prediction(f: dict, model: str, layers: int, tokens: int) -> dict:
+    """The fit's predictions at a shape, every expert hit (syncs removed 2 L E c_family), as `fit --predict` writes
+    them for the probe shape."""
+    s = shape(model)
+    return predict(f, model, layers, tokens, PASSES * layers * s["E"] * SYNCS_PER_EXPERT[s["family"]])
+
+
+def probe_processes(f: dict, roots: list[str], at: tuple[str, int, int] | None = None) -> dict:
+    """Rule (2) (module docstring) over the probe shape's processes under `roots` (`at`: another shape's, its
+    prediction from `shape_prediction`)."""
+    pred = shape_prediction(f, *at) if at else (f.get("prediction") or {})
     runs = [r for r in runs_by_shape(roots).get((pred.get("model"), pred.get("layers"), pred.get("tokens")), [])
             if {"eager", "sort_bincount", "sort_split"} <= set(arms(r["c"]))]
     if len(runs) < MIN_PROCESSES:
@@ -269,6 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("probe", help="read probe runs against the prediction written before them")
     b.add_argument("fit_json")
     b.add_argument("run_roots", nargs="+")
+    b.add_argument("--shape", nargs=3, metavar=("MODEL", "LAYERS", "TOKENS"),
+                   help="rule (2) at this shape's processes, its prediction from the fit (every expert hit), instead "
+                        "of the prediction `fit --predict` wrote")
     b.add_argument("--rule", choices=("1", "2"), default="2",
                    help="1: the first probe's rule (per process, its reps; profiles/2026-11-27_h200x2_moe_probe); "
                         "2 (default): the process as unit (module docstring)")
@@ -294,10 +309,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {k:<28} mean residual {v:+6.1f} ms")
             if args.predict:
                 model, layers, tokens = args.predict[0], int(args.predict[1]), int(args.predict[2])
-                s = shape(model)
-                removed = PASSES * layers * s["E"] * SYNCS_PER_EXPERT[s["family"]]
-                f["prediction"] = predict(f, model, layers, tokens, removed)
-                p = f["prediction"]
+                p = f["prediction"] = shape_prediction(f, model, layers, tokens)
+                removed = p["syncs_removed"]
                 print(f"prediction at {model} {layers} L {tokens} ({removed} syncs removed, every expert hit): "
                       f"sort_split over sort_bincount {_fmt(p['split_over_sort_bincount_ms'])} ms, over eager "
                       f"{_fmt(p['split_over_eager_ms'])} ms")
@@ -317,10 +330,15 @@ def main(argv: list[str] | None = None) -> int:
                               f"predicted {_fmt(v['predicted'])}: r {v['r'][0]:.2f} [{v['r'][1]:.2f}, {v['r'][2]:.2f}]")
             print(f"decision (rule 1): {r['decision']}")
         elif args.cmd == "probe":
-            r = probe_processes(f, args.run_roots)
+            at = (args.shape[0], int(args.shape[1]), int(args.shape[2])) if args.shape else None
+            r = probe_processes(f, args.run_roots, at)
             for key in ("over_eager", "over_sort_bincount"):
                 if key in r:
-                    print(f"sort_split {key.replace('_', ' ')}: {_fmt_judged(r[key])}")
+                    size = r[key].get("size")
+                    ci = r[key].get("measured_ci90")
+                    print(f"sort_split {key.replace('_', ' ')}: {_fmt_judged(r[key])}" + (
+                        f"; size {size} (90% [{ci[0]:.0f}, {ci[1]:.0f}] ms against {FLOOR} x predicted)" if ci else
+                        f"; size {size}" if size else ""))
             print(f"decision (rule 2): {r['decision']}")
         else:
             for r in judge_held_out(f, args.run_roots):
