@@ -132,3 +132,21 @@ def test_shape_prediction_is_the_probes_at_its_shape_and_the_committed_run_reads
     assert "size present" in out and "mechanism measured" in out
     with open(os.path.join(run, "probe.txt")) as fh:
         assert fh.read() == out
+
+
+def test_the_third_held_out_shape_reads_as_its_command_says(capsys):
+    """qwen3-30b-a3b 6 L 12k (written before its run, 62f6579): alone, the two-term model confirmed and rule (2) at that
+    shape "mechanism measured"; beside, in one Holm family with the other two held-out shapes, it is inconclusive."""
+    f = tt.read_fit(FIT)
+    third = os.path.join(PROFILES, "2026-11-27_h200x4_moe_q6l12k")
+    alone = mb.judge_held_out(f, [third])
+    assert [(r["shape"], r["verdict"]) for r in alone] == [("qwen3-30b-a3b 6 L 12288", "confirmed")]
+    assert mb.probe_processes(f, [third], ("qwen3-30b-a3b", 6, 12288))["decision"] == "mechanism measured"
+    three = {r["shape"]: r["verdict"] for r in mb.judge_held_out(f, [os.path.join(PROFILES, "2026-11-27_h200x4_moe_backward"),
+                                                                       third])}
+    assert three["qwen3-30b-a3b 6 L 12288"] == "inconclusive" and three["gpt-oss-20b 8 L 8192"] == "confirmed"
+    for args, name in ((["judge", FIT, third], "judge.txt"),
+                       (["probe", FIT, third, "--shape", "qwen3-30b-a3b", "6", "12288"], "probe.txt")):
+        assert run_main(mb.main, args) == 0
+        with open(os.path.join(third, name)) as fh:
+            assert fh.read() == capsys.readouterr().out
