@@ -150,3 +150,20 @@ def test_the_third_held_out_shape_reads_as_its_command_says(capsys):
         assert run_main(mb.main, args) == 0
         with open(os.path.join(third, name)) as fh:
             assert fh.read() == capsys.readouterr().out
+
+
+def test_by_pass_adds_the_held_out_shapes_only_and_the_figure_labels_them():
+    """Notebook 02's MoE figure: the fit's six shapes, then each held-out shape of `gpu/jobs/moe_backward.sh`'s folders
+    (job_roots), never a shape the fit used (the probe's 4 L 16k there), labelled "held out"."""
+    from workbench.report.moe_figure import pass_figure
+
+    f = tt.read_fit(FIT)
+    roots = tt.job_roots(PROFILES, "gpu/jobs/moe_backward.sh")
+    assert sorted(os.path.basename(r) for r in roots) == ["2026-11-27_h200x4_moe_backward", "2026-11-27_h200x4_moe_q6l12k"]
+    assert tt.job_roots(PROFILES, "gpu/jobs/none.sh") == []
+    rows = tt.by_pass(f, FIT, held_out=roots)
+    assert [r["shape"] for r in rows if r["held_out"]] == ["gpt-oss-20b 8 L 8192", "qwen3-30b-a3b 8 L 8192",
+                                                           "qwen3-30b-a3b 6 L 12288"]
+    assert len([r for r in rows if not r["held_out"]]) == 6 == len(tt.by_pass(f, FIT))
+    ticks = pass_figure(rows).data[0].x
+    assert sum("held out" in t for t in ticks) == 3

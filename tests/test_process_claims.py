@@ -154,3 +154,22 @@ def test_the_runs_of_a_designed_per_gpu_job_are_processes_of_its_folder(tmp_path
     assert _process_of(str(plain), str(tmp_path)) is None  # the negative control: no design above it
     root = os.path.join(REPO_ROOT, "profiles")
     assert _process_of(os.path.join(root, "2026-11-27_h200x2_moe_work_b", "g1"), root) == "2026-11-27_h200x2_moe_work_b"
+
+
+def test_a_designed_per_gpu_job_gives_its_estimate_over_processes():
+    """`design_estimates`: a design.json folder's runs are its processes; per shape and arm, exp(mean log speedup)
+    with a 95% t over them (the figures MoE's COMMAND.txt files and the README quote, which `--check` reads), and a
+    shape with one process gives none; folders without design.json give none."""
+    from workbench import analysis as an
+
+    root = os.path.join(REPO_ROOT, "profiles")
+    comps = an.comparisons(root, include_cpu=True, include_incomplete=True, include_void=True)
+    d = pc.design_estimates(root, comps)
+    assert set(d["process_of"]) == {"profiles/2026-11-27_h200x2_moe_probe", "profiles/2026-11-27_h200x2_moe_work_b",
+                                    "profiles/2026-11-27_h200x4_moe_backward", "profiles/2026-11-27_h200x4_moe_q6l12k"}
+    row = d[(d["process_of"] == "profiles/2026-11-27_h200x4_moe_q6l12k") & (d["arm"] == "sort_split")].iloc[0]
+    assert (row["K"], f"{row['speedup']:.3f}", f"{row['ci95_lo']:.3f}", f"{row['ci95_hi']:.3f}") == (
+        8, "1.359", "1.323", "1.397")
+    one = comps[comps["process_of"] == "profiles/2026-11-27_h200x4_moe_q6l12k"].head(1)
+    assert pc.design_estimates(root, one).empty  # one process: no interval over processes
+    assert pc.design_estimates(root, pd.DataFrame()).empty  # no runs at all

@@ -42,7 +42,7 @@ from workbench.analysis.breakdowns import (
 from workbench.analysis.timelines import (
     STREAM_COLUMNS, TIMELINE_CATEGORIES, TIMELINE_COLUMNS, arm_events, layer_timeline, load_trace, meta_builds, pair_timeline,
     step_windows, stream_roles, timeline_pairs, trace_diffs)
-from workbench.analysis.processes import PROCESS_COLUMNS, claim_designs, process_claims
+from workbench.analysis.processes import PROCESS_COLUMNS, claim_designs, design_estimates, process_claims
 from workbench.analysis.heldout import HELDOUT_COLUMNS, heldout_checks
 from workbench.analysis.claims import (
     CLAIM_COLUMNS, claims_table, claims_vs_ours, same_model)
@@ -63,7 +63,7 @@ __all__ = [
     "BREAKDOWN_COLUMNS", "LEVER_COLUMNS", "TOP_KERNEL_COLUMNS", "breakdown", "levers", "top_kernels",
     "STREAM_COLUMNS", "TIMELINE_CATEGORIES", "TIMELINE_COLUMNS", "arm_events", "layer_timeline", "load_trace", "meta_builds",
     "pair_timeline", "step_windows", "stream_roles", "timeline_pairs", "trace_diffs", "CLAIM_COLUMNS",
-    "claims_table", "claims_vs_ours", "same_model", "PROCESS_COLUMNS", "process_claims", "claim_designs",
+    "claims_table", "claims_vs_ours", "same_model", "PROCESS_COLUMNS", "process_claims", "claim_designs", "design_estimates",
     "HELDOUT_COLUMNS", "heldout_checks", "DEFAULT_PROFILES", "KEEP_FROM_INCOMPLETE", "NOT_A_MEASUREMENT",
     "PREVIEW_ROWS", "RECIPE", "REPO", "SWEEP_CONFIDENCE", "breakdown_figure", "claims_figure", "cost_figure",
     "show", "speedup_figure", "speedup_figures", "steps_figure", "sweep_figure", "sweep_fit_figure",

@@ -15,6 +15,10 @@ One owner per number, read, never recomputed here:
   `process_estimate` (one machine: the interval is for one more process there), GPU minutes from its wall times.
 The shape (model, layers, tokens, attention, precision, lengths) comes from the campaign's run folders
 (`analysis.comparisons`), so a claim lines up with the headline's single-run row of the same comparison.
+
+A designed per-GPU job (`gpu/jobs/per_gpu.sh`: its folder's `design.json`; each run below it one process) has no
+processes.json: `design_estimates` gives its per-shape estimate over processes (exp of the mean log speedup, a 95%
+t-interval over them), the figure its COMMAND.txt and the prose quote.
 """
 from __future__ import annotations
 
@@ -139,3 +143,31 @@ def process_claims(root: str, comps: pd.DataFrame | None = None) -> pd.DataFrame
                          "method": e.get("method"), "source": os.path.relpath(os.path.join(d, "processes.json"),
                                                                              base)})
     return pd.DataFrame(rows, columns=PROCESS_COLUMNS)
+
+
+DESIGN_ESTIMATE_COLUMNS = ["process_of", "name", "baseline", "arm", "model", "layers", "tokens", "speedup", "ci95_lo",
+                           "ci95_hi", "K"]
+
+
+def design_estimates(root: str, comps: pd.DataFrame) -> pd.DataFrame:
+    """Per designed per-GPU job (a `design.json` folder; `comps`: `analysis.comparisons(root)`, its `process_of`) and
+    shape, each arm against its baseline over the job's processes (2 or more): exp(mean log speedup) with a 95%
+    t-interval over the processes (`DESIGN_ESTIMATE_COLUMNS`)."""
+    import numpy as np
+
+    from workbench.analysis.loader import profiles_root
+    from workbench.measure import results, stats
+    keys = ["process_of", "name", "baseline", "arm", "model", "layers", "tokens"]
+    if comps.empty or not set(keys + ["speedup"]) <= set(comps.columns):  # no runs (an empty frame has no columns)
+        return pd.DataFrame(columns=DESIGN_ESTIMATE_COLUMNS)
+    base = os.path.dirname(profiles_root(root))
+    c = comps[comps["process_of"].notna() & comps["speedup"].notna()]
+    c = c[c["process_of"].map(lambda p: os.path.isfile(os.path.join(base, str(p), results.DESIGN_FILE))).astype(bool)]
+    rows = []
+    for key, g in c.groupby(keys, sort=True):
+        if len(g) < 2:
+            continue
+        ti = stats.t_interval([float(np.log(v)) for v in g["speedup"]], confidence=0.95)
+        rows.append({**dict(zip(keys, key)), "speedup": float(np.exp(ti["mean"])),
+                     "ci95_lo": float(np.exp(ti["ci"][0])), "ci95_hi": float(np.exp(ti["ci"][1])), "K": len(g)})
+    return pd.DataFrame(rows, columns=DESIGN_ESTIMATE_COLUMNS)

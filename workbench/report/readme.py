@@ -223,9 +223,11 @@ def main(argv=None) -> int:
             problems.append(f"{bd_path}: drawn from other numbers than profiles/ holds (or missing)")
         # the prose may quote any timed comparison profiles/ holds, a failed or void run's too (the prose says so):
         # its speedup is recomputed from the timed steps of its results.csv like any other; and any process-level
-        # claim (`analysis.process_claims`: a design's prediction or a --processes folder's estimate)
+        # claim (`analysis.process_claims`: a design's prediction or a --processes folder's estimate; a designed
+        # per-GPU job's estimate over its processes, `design_estimates`)
         comps = an.comparisons(root, include_cpu=True, include_incomplete=True, include_void=True)
-        claims = an.process_claims(root, comps)[["speedup", "ci95_lo", "ci95_hi"]]  # over processes; comps reused
+        claims = pd.concat([an.process_claims(root, comps)[["speedup", "ci95_lo", "ci95_hi"]],  # over processes
+                            an.design_estimates(root, comps)[["speedup", "ci95_lo", "ci95_hi"]]], ignore_index=True)
         comps = pd.concat([comps, arm_pairs(root), claims.assign(n_pairs=None)], ignore_index=True)
         problems += prose_problems(text, comps, os.path.relpath(readme, repo))
         for other in (os.path.join(root, "README.md"), os.path.join(repo, "docs", "GUIDE.md")):

@@ -145,14 +145,27 @@ def arms(c: dict) -> dict:
     return {a["arm"]: a for a in [c["baseline"], c["optimized"], *c.get("others", [])]}
 
 
-def by_pass(f: dict, fit_json: str) -> list[dict]:
+def by_pass(f: dict, fit_json: str, held_out: list[str] | None = None) -> list[dict]:
     """Per shape of the fit's own runs (`dirs`, relative to the fit's folder): the mean saving of the forward, the
     backward and the step (ms, from the timed steps' CUDA events), the forward's per removed sync (us), the extra GB
-    and the two-term prediction: what notebook 02 draws."""
+    and the two-term prediction: what notebook 02 draws. With `held_out` (run roots), also each shape there the fit
+    did not use, its row marked "held_out": True."""
     root = os.path.dirname(os.path.abspath(fit_json))
     dirs = [os.path.normpath(os.path.join(root, d)) for d in f.get("dirs") or ["."]]
+    fitted = set(f.get("fitted_shapes") or [])
+    groups = [(False, sorted(runs_by_shape(dirs).items(), key=lambda kv: (kv[0][0], kv[0][2])))]
+    if held_out:
+        groups.append((True, [(k, v) for k, v in sorted(runs_by_shape(held_out).items(), key=lambda kv: (kv[0][0], kv[0][2]))
+                              if f"{k[0]} {k[1]} L {k[2]}" not in fitted]))
     rows = []
-    for (model, layers, tokens), runs in sorted(runs_by_shape(dirs).items(), key=lambda kv: (kv[0][0], kv[0][2])):
+    for held, items in groups:
+        rows += _pass_rows(f, items, held)
+    return rows
+
+
+def _pass_rows(f: dict, items: list, held: bool) -> list[dict]:
+    rows = []
+    for (model, layers, tokens), runs in items:
         runs = [r for r in runs if r["c"]["baseline"]["arm"] == "eager" and r["c"]["optimized"]["arm"] == "sort_bincount"]
         if not runs:
             continue
@@ -164,8 +177,24 @@ def by_pass(f: dict, fit_json: str) -> list[dict]:
                      "syncs_removed": d["syncs_per_step"], "fwd_saving_ms": d["fwd_ms"], "bwd_saving_ms": d["bwd_ms"],
                      "step_saving_ms": d["step_ms"], "fwd_us_per_sync": 1000 * d["fwd_ms"] / d["syncs_per_step"],
                      "extra_gb": extra,
-                     "predicted_ms": f["u_ms"] * d["syncs_per_step"] - f["beta_ms_per_gb"] * extra})
+                     "predicted_ms": f["u_ms"] * d["syncs_per_step"] - f["beta_ms_per_gb"] * extra, "held_out": held})
     return rows
+
+
+def job_roots(profiles: str, job: str) -> list[str]:
+    """The folders under `profiles` a designed per-GPU job wrote (its `results.DESIGN_FILE` names `job`)."""
+    from workbench.measure import results
+
+    out = []
+    for dirpath, _dirs, files in sorted(os.walk(profiles)):
+        if results.DESIGN_FILE in files:
+            try:
+                with open(os.path.join(dirpath, results.DESIGN_FILE), encoding="utf-8") as fh:
+                    if json.load(fh).get("job") == job:
+                        out.append(dirpath)
+            except (OSError, ValueError):
+                continue
+    return out
 
 
 def read_fit(path: str) -> dict:
