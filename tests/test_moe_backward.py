@@ -109,8 +109,11 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     assert run_main(mb.main, ["probe", str(old), str(tmp_path)]) == 2
     assert run_main(mb.main, ["fit", str(tmp_path / "missing")]) == 2
     assert run_main(mb.main, ["fit", os.path.dirname(FIT)]) == 2  # the committed fit is a record: --force replaces it
+    for shape_args in (["qwen3-30b-a3b", "x", "1"], ["nomodel", "4", "16"], ["qwen3-30b-a3b", "0", "5"]):
+        assert run_main(mb.main, ["probe", FIT, str(tmp_path), "--shape", *shape_args]) == 2
     err = capsys.readouterr().err
-    assert err.count("error:") == 4 and "Traceback" not in err and "--force" in err
+    assert err.count("error:") == 7 and "Traceback" not in err and "--force" in err
+    assert "LAYERS and TOKENS must be positive integers" in err and "nomodel: not an MoE preset" in err
 
 
 def test_shape_prediction_is_the_probes_at_its_shape_and_the_committed_run_reads_mechanism_measured(capsys):

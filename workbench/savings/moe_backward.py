@@ -264,6 +264,18 @@ def _fmt_judged(r: dict) -> str:
             + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "") + f" -> {r['verdict']}")
 
 
+def _shape_arg(v: list[str], flag: str) -> tuple[str, int, int]:
+    """MODEL LAYERS TOKENS from the command line, LAYERS and TOKENS positive integers, MODEL a preset with a shape."""
+    try:
+        layers, tokens = int(v[1]), int(v[2])
+    except ValueError:
+        layers = tokens = 0
+    if layers < 1 or tokens < 1:
+        raise WorkbenchError(f"{flag} {' '.join(v)}: LAYERS and TOKENS must be positive integers")
+    shape(v[0])  # an unknown model: its own one line
+    return v[0], layers, tokens
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -308,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
             for k, v in sorted(f["resid_by_shape_ms"].items()):
                 print(f"  {k:<28} mean residual {v:+6.1f} ms")
             if args.predict:
-                model, layers, tokens = args.predict[0], int(args.predict[1]), int(args.predict[2])
+                model, layers, tokens = _shape_arg(args.predict, "--predict")
                 p = f["prediction"] = shape_prediction(f, model, layers, tokens)
                 removed = p["syncs_removed"]
                 print(f"prediction at {model} {layers} L {tokens} ({removed} syncs removed, every expert hit): "
@@ -330,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
                               f"predicted {_fmt(v['predicted'])}: r {v['r'][0]:.2f} [{v['r'][1]:.2f}, {v['r'][2]:.2f}]")
             print(f"decision (rule 1): {r['decision']}")
         elif args.cmd == "probe":
-            at = (args.shape[0], int(args.shape[1]), int(args.shape[2])) if args.shape else None
+            at = _shape_arg(args.shape, "--shape") if args.shape else None
             r = probe_processes(f, args.run_roots, at)
             for key in ("over_eager", "over_sort_bincount"):
                 if key in r:
