@@ -30,20 +30,13 @@ set -u
 . "$(dirname "$0")/per_gpu.sh"; per_gpu_setup moe_backward  # OUT, PY, NGPU, gpus.csv
 NAMES=(probe q8l8k o8l8k q6l12k)  # a run's seed offset i is its index here
 RUN=(${RUN:-probe q8l8k o8l8k})  # the runs of a round (RUN="q6l12k": the third held-out shape, 2026-11-27 (10))
-args() {  # name -> the run's arguments (CPU=1: the tiny presets, 1 layer, a sixteenth of the tokens)
-  local m l t extra
+args() {  # name -> the run's arguments (per_gpu_shape: CPU=1 gives the tiny presets)
   case $1 in
-    probe) m=qwen3-30b-a3b l=4 t=16384 extra="--arms eager,sort_bincount,sort_split";;
-    q8l8k) m=qwen3-30b-a3b l=8 t=8192 extra="--headline";;
-    o8l8k) m=gpt-oss-20b l=8 t=8192 extra="--headline";;
-    q6l12k) m=qwen3-30b-a3b l=6 t=12288 extra="--arms eager,sort_bincount,sort_split";;
+    probe) per_gpu_shape qwen3-30b-a3b 4 16384 --arms eager,sort_bincount,sort_split;;
+    q8l8k) per_gpu_shape qwen3-30b-a3b 8 8192 --headline;;
+    o8l8k) per_gpu_shape gpt-oss-20b 8 8192 --headline;;
+    q6l12k) per_gpu_shape qwen3-30b-a3b 6 12288 --arms eager,sort_bincount,sort_split;;
   esac
-  if [ -n "${CPU:-}" ]; then
-    [ $m = gpt-oss-20b ] && m=tiny-gpt-oss || m=tiny-qwen3-moe
-    echo "--model $m --layers 1 --tokens $((t / 16)) --device cpu $extra"
-  else
-    echo "--model $m --layers $l --tokens $t $extra"
-  fi
 }
 STEP_ARGS="--steps 1 --reps 4 --batches 1"
 index() { local j; for j in "${!NAMES[@]}"; do [ "${NAMES[$j]}" = "$1" ] && echo $j; done; }

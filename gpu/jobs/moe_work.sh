@@ -30,15 +30,10 @@ set -u
 . "$(dirname "$0")/per_gpu.sh"; per_gpu_setup moe_work  # OUT, PY, NGPU, gpus.csv
 NAMES=(o2k q4k o4k q8k o8k q16k)  # the families alternate: a round cut early still has both on each GPU
 declare -A TOKENS=([o2k]=2048 [q4k]=4096 [o4k]=4096 [q8k]=8192 [o8k]=8192 [q16k]=16384)
-args() {  # name -> the shape's arguments (CPU=1: the tiny presets, 1 layer, a sixteenth of the tokens)
-  local m=gpt-oss-20b t=${TOKENS[$1]}
+args() {  # name -> the shape's arguments (per_gpu_shape: CPU=1 gives the tiny presets)
+  local m=gpt-oss-20b
   [ "${1:0:1}" = q ] && m=qwen3-30b-a3b
-  if [ -n "${CPU:-}" ]; then
-    [ $m = gpt-oss-20b ] && m=tiny-gpt-oss || m=tiny-qwen3-moe
-    echo "--model $m --layers 1 --tokens $((t / 16)) --device cpu"
-  else
-    echo "--model $m --layers 4 --tokens $t"
-  fi
+  per_gpu_shape $m 4 ${TOKENS[$1]}
 }
 STEP_ARGS="--steps 1 --reps 4 --headline --batches 1"
 rounds() {  # GPU g: R rounds of the six shapes, rotated by r + 3 g

@@ -11,6 +11,17 @@ per_gpu_setup() {
   # its runs are processes of this design, not runs of their own (workbench/measure/results.py DESIGN_FILE)
   echo "{\"job\": \"gpu/jobs/$1.sh\", \"note\": \"each run folder below is one process of this job's design\"}" > $OUT/design.json
 }
+# per_gpu_shape MODEL LAYERS TOKENS [EXTRA...]: a run's shape arguments, what a job's `args NAME` echoes; with CPU=1 the
+#   tiny preset of MODEL's family, 1 layer, a sixteenth of the tokens, on the CPU (the jobs' CPU check, not a result)
+per_gpu_shape() {
+  local m=$1 l=$2 t=$3; shift 3
+  if [ -n "${CPU:-}" ]; then
+    [ $m = gpt-oss-20b ] && m=tiny-gpt-oss || m=tiny-qwen3-moe
+    echo "--model $m --layers 1 --tokens $((t / 16)) --device cpu $*"
+  else
+    echo "--model $m --layers $l --tokens $t $*"
+  fi
+}
 # per_gpu_run G LABEL NAME SEED: one `python -m workbench.ab --opt moe` process on GPU G (the job's `args NAME`, then its
 #   STEP_ARGS) into $OUT/gG/LABEL (.out, .err beside), its start and end in $OUT/jobs.txt
 per_gpu_run() {

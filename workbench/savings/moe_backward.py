@@ -60,8 +60,8 @@ import numpy as np
 from workbench.errors import WorkbenchError
 from workbench.measure import stats
 from workbench.savings.moe_work import moe_runs
-from workbench.savings.moe_two_term import (FIT_FILE, PASSES, SYNCS_PER_EXPERT, arms, fit, gradient_gb, points,
-                                            predict, read_fit, runs_by_shape, shape)
+from workbench.savings.moe_two_term import (FIT_FILE, PASSES, SYNCS_PER_EXPERT, arms, fit, fix_runs, gradient_gb,
+                                            points, predict, read_fit, runs_by_shape, shape)
 
 BAND = (0.8, 1.25)
 FLOOR = 0.5
@@ -218,7 +218,7 @@ def judge_held_out(f: dict, roots: list[str]) -> list[dict]:
     rows = []
     for (model, layers, tokens), runs in sorted(runs_by_shape(roots).items()):
         key = f"{model} {layers} L {tokens}"
-        runs = [r for r in runs if r["c"]["baseline"]["arm"] == "eager" and r["c"]["optimized"]["arm"] == "sort_bincount"]
+        runs = fix_runs(runs)
         if not runs:
             continue
         row = {"shape": key, "processes": len(runs)}

@@ -141,6 +141,12 @@ def runs_by_shape(roots: list[str]) -> dict:
     return out
 
 
+def fix_runs(runs: list[dict]) -> list[dict]:
+    """The runs of `runs_by_shape` that time the seeds' fix against eager (baseline eager, optimized sort_bincount):
+    what the fit's readings by pass and the held-out verdicts read."""
+    return [r for r in runs if r["c"]["baseline"]["arm"] == "eager" and r["c"]["optimized"]["arm"] == "sort_bincount"]
+
+
 def arms(c: dict) -> dict:
     return {a["arm"]: a for a in [c["baseline"], c["optimized"], *c.get("others", [])]}
 
@@ -155,8 +161,8 @@ def by_pass(f: dict, fit_json: str, held_out: list[str] | None = None) -> list[d
     fitted = set(f.get("fitted_shapes") or [])
     groups = [(False, sorted(runs_by_shape(dirs).items(), key=lambda kv: (kv[0][0], kv[0][2])))]
     if held_out:
-        groups.append((True, [(k, v) for k, v in sorted(runs_by_shape(held_out).items(), key=lambda kv: (kv[0][0], kv[0][2]))
-                              if f"{k[0]} {k[1]} L {k[2]}" not in fitted]))
+        held = sorted(runs_by_shape(held_out).items(), key=lambda kv: (kv[0][0], kv[0][2]))
+        groups.append((True, [(k, v) for k, v in held if f"{k[0]} {k[1]} L {k[2]}" not in fitted]))
     rows = []
     for held, items in groups:
         rows += _pass_rows(f, items, held)
@@ -166,7 +172,7 @@ def by_pass(f: dict, fit_json: str, held_out: list[str] | None = None) -> list[d
 def _pass_rows(f: dict, items: list, held: bool) -> list[dict]:
     rows = []
     for (model, layers, tokens), runs in items:
-        runs = [r for r in runs if r["c"]["baseline"]["arm"] == "eager" and r["c"]["optimized"]["arm"] == "sort_bincount"]
+        runs = fix_runs(runs)
         if not runs:
             continue
         d = {k: float(np.mean([r["c"]["baseline"][k] - r["c"]["optimized"][k] for r in runs]))
