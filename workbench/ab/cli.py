@@ -187,6 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="let --out name a folder that holds an earlier run: its run "
                    "files are replaced; and run a shape whose memory lower bound exceeds the device (refused "
                    "otherwise, before anything is built)")
+    p.add_argument("--memory-limit-gib", type=float, default=None, help="the memory a step may use, in GiB (default: "
+                   "the device's: GPU memory, or host RAM on a CPU); the preflight refuses a shape or an arm whose "
+                   "memory estimate exceeds it, and --opt levers picks the activations arm that fits it")
     p.add_argument("--arms", default=None, help="comma-separated arms of one --opt, baseline first "
                    "(repeat one for an A/A: --arms rebuild,rebuild)")
     p.add_argument("--aa", action="store_true", help="A/A: the baseline against itself (the noise floor; its CI "

@@ -69,6 +69,9 @@ class ABConfig:
     """Output folder, new or empty; None: runs/<run_id>."""
     force: bool = False
     """Let `out` name a folder holding an earlier run (its run files are replaced)."""
+    memory_limit_gib: float | None = None
+    """The memory a step may use, in GiB (None: the device's; `workbench.ab.preflight` and the activations lever's
+    choice read it)."""
     arms: str | None = None
     """Comma-separated arms of one --opt, baseline first."""
     aa: bool = False

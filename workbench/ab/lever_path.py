@@ -82,8 +82,8 @@ def _path_of(summary: dict) -> tuple[dict, list[str]]:
 def winning_arms(run_dir: str) -> dict:
     """The path's last point of a `--opt levers` run as keywords for `workbench.apply_optimizations` ({opt: arm}):
     each lever the run chose and the path kept (not in `levers.left_out_of_path`: slower, failed, or a different
-    function by design), at the arm the path ran it (its anchor where `levers.path_arms` says so, else its OPTIMIZED
-    arm). A user's Trainer gets the step the path measured last. Refused in one line for a folder that is no levers
+    function by design), at the arm the path ran it (its anchor or compiled-layer arm where `levers.path_arms` says
+    so, else its own comparison's optimized arm: OPTIMIZED, or the arm `lever_arms` chose for the shape). A user's Trainer gets the step the path measured last. Refused in one line for a folder that is no levers
     run."""
     import json
 
@@ -98,11 +98,13 @@ def winning_arms(run_dir: str) -> dict:
     if not lev or not lev.get("run"):
         raise WorkbenchError(f"{run_dir}: not a `python -m workbench.ab --opt levers` run (no levers in summary.json)")
     left, taken = lev.get("left_out_of_path") or {}, lev.get("path_arms") or {}
+    own = {c.get("opt"): (c.get("optimized") or {}).get("arm") for c in summary.get("comparisons") or []
+           if c.get("name") != PATH}  # a lever's own arm at this shape (`lever_arms`: the activations arm that fits)
     out = {}
     for name in lev["run"]:
         if name == PATH or name in left:
             continue
-        out[name] = (taken.get(name) or {}).get("arm") or opts.module(name).OPTIMIZED
+        out[name] = (taken.get(name) or {}).get("arm") or own.get(name) or opts.module(name).OPTIMIZED
     return out
 
 
@@ -114,12 +116,14 @@ def _breakdown(run_dir: str, cmp_name: str, arm: str, experts: int | None = None
     ev = load_events(path)
     if not (ev["kind"] == "kernel").any():
         return {}, None
-    from workbench.traces.levers import levers
+    from workbench.traces.levers import levers, recompute_per_step
     from workbench.traces import decompose
     comps = decompose.summary(ev).to_dict("records")
     ms = {f"ms_{r['component']}": r["ms"] for r in comps if r["component"] in decompose.COMPONENTS}
     top = decompose.top_kernels(ev, 50).to_dict("records")
-    return ms, held_back(levers(comps, top_kernels=top, experts=experts))
+    rec = recompute_per_step(ev)
+    ms["recompute_ms"] = float(rec.mean()) if len(rec) else 0.0  # a part of the busy components (not an ms_ column)
+    return ms, held_back(levers(comps, top_kernels=top, experts=experts, recompute_ms=ms["recompute_ms"]))
 
 
 def held_back(lever_rows: list[dict]) -> str | None:

@@ -66,6 +66,10 @@ class Selection:
     """{opt: {"arm", "why"}}: a lever the path takes at its anchor arm instead of its OPTIMIZED one (`faster_anchor`)."""
     on_path: list = dataclasses.field(default_factory=list)
     """The lever comparisons the path was built from (`path_levers`), whether or not they run here (`--only path`)."""
+    compiled_arms: dict = dataclasses.field(default_factory=dict)
+    """{opt: its `lever_arms` choice at a path point whose layers are regionally compiled} (the activations lever:
+    a compiled layer saves fewer tensors, so a faster arm may fit there); taken where compile stays on the path
+    (`fit_arms`)."""
     anchors_declined: dict = dataclasses.field(default_factory=dict)
     """{opt: why}: a faster anchor the path does not take, because another lever of the path cannot run beside it
     (`path_conflict`); the lever stays at its OPTIMIZED arm."""
@@ -74,7 +78,9 @@ class Selection:
         return {"predictions": self.predictions, "skipped": self.skipped, "breakdown": self.breakdown,
                 "trace_note": self.trace_note, "run": [c.name for c in self.comparisons],
                 "left_out_of_path": self.left_out, "path_arms": self.path_arms,
-                "anchors_declined": self.anchors_declined}
+                "anchors_declined": self.anchors_declined,
+                "arm_choice": {c.opt: c.arm_choice for c in self.comparisons if getattr(c, "arm_choice", None)},
+                "compiled_arm_choice": self.compiled_arms}
 
 
 def saved_fraction(opt: str) -> float:
@@ -111,7 +117,7 @@ def _decompose_component(lever_component: str) -> str:
 def breakdown_of(events, attention_impl: str | None, experts: int | None = None) -> dict:
     """{components, levers, se_ms, steps} of a traced baseline's events (`experts`: per MoE layer, None if dense)."""
     from workbench.step import flops
-    from workbench.traces.levers import LOSS_COMPONENT, levers, loss_per_step
+    from workbench.traces.levers import LOSS_COMPONENT, RECOMPUTE_COMPONENT, levers, loss_per_step, recompute_per_step
     from workbench.traces import decompose
 
     comps = decompose.summary(events).to_dict("records")
@@ -121,8 +127,11 @@ def breakdown_of(events, attention_impl: str | None, experts: int | None = None)
     top = decompose.top_kernels(events, 50).to_dict("records")
     loss = loss_per_step(events)
     se[LOSS_COMPONENT] = float(loss.std(ddof=1)) / math.sqrt(len(loss)) if len(loss) > 1 else None
+    rec = recompute_per_step(events)
+    se[RECOMPUTE_COMPONENT] = float(rec.std(ddof=1)) / math.sqrt(len(rec)) if len(rec) > 1 else None
     rows = levers(comps, attention_flops=flops.attention_mode(attention_impl), min_share=MIN_SHARE, top_kernels=top,
-                  loss_ms=float(loss.mean()) if len(loss) else None, experts=experts)
+                  loss_ms=float(loss.mean()) if len(loss) else None, experts=experts,
+                  recompute_ms=float(rec.mean()) if len(rec) else None)
     return {"components": comps, "levers": rows, "se_ms": se, "steps": n, "top_kernels": top[:10]}
 
 
@@ -204,8 +213,16 @@ def select(runner, comps: list) -> Selection:
     on_path, stated = path_levers(chosen)
     for o, why in stated.items():
         progress(f"[levers] the path leaves {o} out: {why}")
+    for c in chosen:
+        if c.arm_choice:
+            progress(f"[levers] {c.opt} at this shape: {c.arm_choice['why']}")
+    compiled = compiled_choices(runner, on_path)
+    sel_path_arms: dict = {}
     if len(on_path) > 1:
-        out.append(path_comparison(on_path))
+        arms_for = fit_arms(on_path, compiled, sel_path_arms)
+        path_cmp = path_comparison(on_path, arms_for)
+        _preflight_path(runner, path_cmp)
+        out.append(path_cmp)
     if runner.args.only:  # a part of the plan (a long run split in two: --only path, or the levers alone)
         from workbench.errors import WorkbenchError
         names = [n.strip() for n in runner.args.only.split(",") if n.strip()]
@@ -214,7 +231,55 @@ def select(runner, comps: list) -> Selection:
             raise WorkbenchError(f"--only {bad[0]!r} names no comparison of this levers run; its comparisons: "
                                  f"{', '.join(c.name for c in out)}")
         out = [c for c in out if c.name in names]
-    return Selection(out, preds, skipped, bd, note, left_out=stated, on_path=on_path)
+    return Selection(out, preds, skipped, bd, note, left_out=stated, on_path=on_path, path_arms=sel_path_arms,
+                     compiled_arms=compiled)
+
+
+def compiled_choices(runner, on_path: list) -> dict:
+    """{opt: `lever_arms(..., compiled=True)`} for each lever of the path that chooses its arm by shape, when the
+    compile lever is on the path too (the point where it is switched on has compiled layers)."""
+    from workbench import opts
+    from workbench.opts.protocol import hook
+    from workbench.step.models import load_config
+
+    if "compile" not in [c.opt for c in on_path]:
+        return {}
+    out = {}
+    for c in on_path:
+        fn = hook(opts.module(c.opt), "lever_arms")
+        if fn is not None and c.arm_choice:
+            cfg = load_config(c.model, c.layers, None, runner.args.step.experts)
+            out[c.opt] = fn(runner.args, runner.device, cfg, c.tokens, c.layers, compiled=True)
+    return out
+
+
+def fit_arms(kept: list, compiled: dict, path_arms: dict, anchors: dict | None = None) -> dict:
+    """{opt: arm} a path of the levers `kept` switches each shape-chosen lever to where it differs from its own
+    comparison's arm: its `compiled` choice when the compile lever stays on the path at a compiled arm, recorded in
+    `path_arms` with why; `anchors` ({opt: arm}) come first."""
+    from workbench import opts
+
+    arms_for = dict(anchors or {})
+    comp = next((c for c in kept if c.opt == "compile"), None)
+    if comp is None or comp.optimized == opts.module("compile").BASELINE:
+        return arms_for
+    for c in kept:
+        pick = compiled.get(c.opt)
+        if c.opt in arms_for or pick is None or pick["optimized"] == c.optimized:
+            continue
+        arms_for[c.opt] = pick["optimized"]
+        path_arms[c.opt] = {"arm": pick["optimized"], "why": f"with the layers compiled, {pick['why']}"}
+        progress(f"[levers] the path takes {c.opt} at {pick['optimized']} (compiled layers): {pick['why']}")
+    return arms_for
+
+
+def _preflight_path(runner, path_cmp) -> None:
+    """The path's points' memory estimates against the device (`preflight.check_model`), before the path runs."""
+    from workbench.ab import preflight
+    from workbench.step.models import load_config
+
+    cfg = load_config(path_cmp.model, path_cmp.layers, None, runner.args.step.experts)
+    preflight.check_model(runner.args, runner.device, cfg, [path_cmp])
 
 
 def path_levers(chosen: list) -> tuple[list, dict]:
@@ -250,12 +315,16 @@ def path_comparison(chosen: list, arms_for: dict | None = None):
     from workbench import opts
     from workbench.ab.planner import ArmSpec
 
+    from workbench.opts.protocol import hook
+
     mods = {c.opt: opts.module(c.opt) for c in chosen}
+    mods = dict(sorted(mods.items(), key=lambda kv: bool(hook(kv[1], "PATH_LAST"))))  # PATH_LAST: switched on last
     order = sorted(mods, key=_apply_rank)  # applied in apply order (compile's padding first), labelled by saving
     cur = {o: next(c.baseline for c in chosen if c.opt == o) for o in order}
+    own = {c.opt: c.optimized or mods[c.opt].OPTIMIZED for c in chosen}  # a shape-chosen arm (`lever_arms`)
     arms = [ArmSpec("baseline", dict(cur))]
     for o in mods:
-        cur[o] = (arms_for or {}).get(o, mods[o].OPTIMIZED)
+        cur[o] = (arms_for or {}).get(o, own[o])
         arms.append(ArmSpec(f"+{o}", dict(cur)))
     return dc.replace(chosen[0], opt="levers", name=PATH, arms=arms, baseline="baseline", optimized=arms[-1].label,
                       excluded={}, explicit_arms=False)
@@ -345,7 +414,9 @@ def prune_path(sel: Selection, results: list[dict], path_cmp, device_type: str =
             sel.left_out[c.opt] = why
             progress(f"[levers] the path leaves {c.opt} out: {why}")
     anchors = {c.opt: fa for c in kept if c.opt in by_opt and (fa := faster_anchor(by_opt[c.opt])) is not None}
-    final = {c.opt: anchors[c.opt][0] if c.opt in anchors else opts.module(c.opt).OPTIMIZED for c in kept}
+    fit = fit_arms(kept, sel.compiled_arms, {})
+    final = {c.opt: anchors[c.opt][0] if c.opt in anchors else fit.get(c.opt, c.optimized or
+                                                                          opts.module(c.opt).OPTIMIZED) for c in kept}
     for o in list(anchors):
         clash = opts.conflicts(final, device_type)
         without = opts.conflicts({**final, o: opts.module(o).OPTIMIZED}, device_type)
@@ -366,8 +437,13 @@ def prune_path(sel: Selection, results: list[dict], path_cmp, device_type: str =
     for o, (arm, why) in anchors.items():
         sel.path_arms[o] = {"arm": arm, "why": why}
         progress(f"[levers] the path takes {o} at {why}")
-    arms_for = {o: arm for o, (arm, _) in anchors.items()}
-    if len(kept) == len(chosen) and not arms_for:
+    recorded: dict = {}
+    arms_for = fit_arms(kept, sel.compiled_arms, recorded, {o: arm for o, (arm, _) in anchors.items()})
+    for o in [o for o in sel.path_arms if o not in anchors]:  # a compiled-layer arm is re-decided on the kept levers
+        del sel.path_arms[o]
+    sel.path_arms.update(recorded)
+    if len(kept) == len(chosen) and not anchors and path_cmp is not None and all(
+            path_cmp.arms[-1].arms.get(o) == arm for o, arm in arms_for.items()):
         return path_cmp
     return path_comparison(kept, arms_for) if kept else None
 

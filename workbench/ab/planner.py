@@ -41,6 +41,8 @@ class Comparison:
     """{opt: why} for --opt all: optimizations left out because the model cannot run them."""
     name: str = ""
     """Its name in results: the opt, `opt@layers=8` in a sweep, `nvtx:opt` for the NVTX-cost comparison."""
+    arm_choice: dict | None = None
+    """A lever's `lever_arms` choice for this shape ({optimized, others, why, estimates_gib}), None for the others."""
 
     def __post_init__(self):
         self.name = self.name or self.opt
@@ -215,12 +217,20 @@ def _lever_plan(args, defaults, device) -> list[Comparison]:
         base = lever_baseline(mod, args, device)
         if base == mod.OPTIMIZED:  # the run's recipe already is the lever's optimized arm (--precision bf16)
             continue
-        arms = [ArmSpec(base, {opt: base}), ArmSpec(mod.OPTIMIZED, {opt: mod.OPTIMIZED})]
+        best, others, note = mod.OPTIMIZED, [], None
+        choose = hook(mod, "lever_arms")  # the arm that fits this shape (the activations lever), and the others
+        if choose is not None:
+            pick = choose(args, device, cfg, tokens, layers)
+            best, others, note = pick["optimized"], pick["others"], pick
+            if best == base:
+                continue
+        arms = [ArmSpec(base, {opt: base}), ArmSpec(best, {opt: best})] + [ArmSpec(a, {opt: a}) for a in others]
         anchor = hook(mod, "LEVER_ANCHOR")  # the arm a user would pick instead, timed beside (GPU only)
-        if anchor and device.type == "cuda" and anchor not in (base, mod.OPTIMIZED):
+        if anchor and device.type == "cuda" and anchor not in [a.label for a in arms]:
             arms.append(ArmSpec(anchor, {opt: anchor}))
         comps.append(Comparison(opt=opt, model=model, layers=layers, tokens=tokens, attn=args.step.attn, arms=arms,
-                                baseline=base, optimized=mod.OPTIMIZED))
+                                baseline=base, optimized=best, arm_choice=note))
+    preflight.check_model(args, device, cfg, comps)  # every arm's memory estimate against the device, before a run
     _check_backend_installed(args, comps)
     return comps
 

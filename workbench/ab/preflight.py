@@ -17,8 +17,6 @@ The token budget against the document lengths and a writable, new --out are chec
 (`planner._check_lengths`) and `results.check_out_dir`, also before anything is written."""
 from __future__ import annotations
 
-import os
-
 from workbench.errors import WorkbenchError
 
 FLASH_ATTN = {"flash_attention_2": "is_flash_attn_2_available", "flash_attention_3": "is_flash_attn_3_available"}
@@ -111,20 +109,31 @@ def check_model(args, device, config, comparisons) -> None:
     if args.force:
         return
     from workbench.step import memory_estimate as me
-    limit, where = me.device_bytes(device)
+    limit, where = me.device_bytes(device, args.memory_limit_gib)
     if not limit:
         return
-    from workbench.step import precision
-
-    b = me.DTYPE_BYTES.get(args.step.dtype) or (2 if device.type == "cuda" else 4)
-    adapter_b = b if precision.resolve(device.type, args.step.precision) == precision.BF16 else 4  # fp32 adapters otherwise
-    shards = int(os.environ.get("WORLD_SIZE", "1") or 1)  # under torchrun, FSDP2 shards the weights over the ranks
     for c in comparisons:
-        est = me.estimate(config, c.tokens, layers=c.layers, dtype_bytes=b, checkpointing=args.step.checkpointing,
-                          eager_attention=(c.attn == "eager"), weight_shards=shards, lora_rank=args.step.lora_rank,
-                          adapter_bytes=adapter_b)
-        if est.total_bytes > limit:
-            raise WorkbenchError(
-                f"{c.name}: {c.model} at {c.tokens} tokens needs at least {est.total_bytes / me.GIB:.1f} GiB "
-                f"({est.describe()}), more than this device's {limit / me.GIB:.1f} GiB of {where}; lower --tokens "
-                "or --layers, or add --force to try anyway")
+        for arm, spec_arms in _activation_points(args, c):
+            est = me.estimate_for(args, device, config, c.tokens, c.layers, activations=spec_arms["activations"],
+                                  compiled=spec_arms["compiled"], attn=c.attn)
+            if est.total_bytes > limit:
+                what = f"{c.name}: {c.model} at {c.tokens} tokens" + (f", arm {arm}," if arm else "")
+                raise WorkbenchError(
+                    f"{what} needs at least {est.total_bytes / me.GIB:.1f} GiB ({est.describe()}; activations "
+                    f"{spec_arms['activations']}), more than {limit / me.GIB:.1f} GiB of {where}; lower --tokens or "
+                    "--layers, keep checkpointing on, or add --force to try anyway")
+
+
+def _activation_points(args, c) -> list:
+    """[(arm label or None, {"activations": arm, "compiled": bool})] of a comparison: each arm's activations arm (its
+    own where it sets the activations lever, else the run's --checkpointing) and whether it compiles the layers; one
+    entry per distinct pair, the arm named only where the comparison's arms differ in them."""
+    base = "full" if args.step.checkpointing else "none"
+    seen: dict = {}
+    for spec in getattr(c, "arms", None) or []:
+        key = (spec.arms.get("activations", base), spec.arms.get("compile", "eager") != "eager")
+        seen.setdefault(key, spec.label)
+    if not seen:
+        seen[(base, False)] = None
+    named = len(seen) > 1
+    return [(label if named else None, {"activations": a, "compiled": comp}) for (a, comp), label in seen.items()]

@@ -74,6 +74,14 @@ HOOKS = {h.name: h for h in (
     Hook("LEVER_ANCHOR", None, "str | None",
          "an arm of ARMS a user would pick instead of the lever, timed beside its pair in `--opt levers` on a GPU "
          "(expert_lora: grouped_mm). Read by `workbench.ab.planner`."),
+    Hook("lever_arms", None, "(args, device, config, tokens: int, layers: int | None, compiled: bool = False) -> dict",
+         "{'optimized': arm, 'others': [arm, ...], 'why': str, ...}: the arm `--opt levers` switches the lever to at "
+         "this shape, in place of OPTIMIZED, and the other arms timed beside it (activations: the fastest arm whose "
+         "memory estimate fits the device; `compiled`: at a path point whose layers are regionally compiled). Read by "
+         "`workbench.ab.planner` and `workbench.ab.levers`."),
+    Hook("PATH_LAST", False, "bool",
+         "the levers' path switches this lever on after every other (activations: which arm fits depends on the "
+         "levers before it). Read by `workbench.ab.levers.path_comparison`."),
     Hook("ATTENTION_FLOPS", {}, "dict[str, str]",
          "{arm: attention FLOP count (`workbench.step.flops.ATTENTION_MODES`)} for arms that change which query-key "
          "pairs attention computes (attention: dense -> block_diagonal). Read by `workbench.ab.lever_path`."),

@@ -4,9 +4,20 @@
 
 - weights: the base model's parameters (embeddings, the LM head unless tied, attention projections, the MLP or
   every expert), in the model dtype, divided over the ranks under FSDP2; norms and biases are left out (small).
-- activations: under activation checkpointing, each layer's input (T x hidden) kept for the recompute; without it,
-  per layer the norm outputs, q/k/v and the attention output, and the MLP's gate, up and product (T x top_k x the
-  expert width for a MoE layer).
+- activations, by the activations arm (`workbench.opts.activations`; `checkpointing` True is `full`, False `none`):
+  - `full`: each layer's input (T x hidden) kept for the recompute, plus one layer's saved tensors (live while it
+    recomputes and back-propagates);
+  - `none`: every layer's saved tensors. A dense layer's are counted (`SAVED_BYTES_PER_TOKEN`: the bytes a llama
+    layer saves per token under bf16 autocast with fp32 adapters, from saved_tensors_hooks on layers of different
+    widths, `tests/test_activations.py` recounts them; x dtype_bytes / 2 for another dtype); regionally compiled
+    (`compiled`) it saves fewer (`COMPILED_SAVED_BYTES_PER_TOKEN`). llama-3.1-8b at 32 layers and 8192 tokens:
+    86.2 GB eager, against 89.7 GB measured on the H200 at the levers path's baseline. A MoE layer's are the lower
+    bound: the norm outputs, q/k/v and the attention output, and the MLP's gate, up and product (T x top_k x the
+    expert width);
+  - `selective`: each layer's input and the outputs of its GEMMs and attention (`SELECTIVE_SAVED`), plus one
+    layer's saved tensors (its recompute);
+  - `offload`: two layers' saved tensors on the device (the one back-propagating, the one reloading); the other
+    layers' in pinned host memory (`Estimate.host_bytes`).
 - LoRA state: the adapters (rank r on q/k/v/o and the MLP linears, and on every expert's fused gate_up / down
   parameters through peft's target_parameters: E x r x (in + out) each) in their dtype (fp32 unless --precision
   bf16), four copies live through every step from the second on: the parameters, the runner's snapshot that resets
@@ -43,6 +54,8 @@ class Estimate:
     logits_bytes: int
     eager_scores_bytes: int
     lora_state_bytes: int = 0
+    host_bytes: int = 0
+    """Pinned host memory the step holds (the offload arm's saved activations); not part of `total_bytes`."""
 
     @property
     def total_bytes(self) -> int:
@@ -137,26 +150,90 @@ def lora_params(config, rank: int = 16, layers: int | None = None) -> int:
     return rank * (L * attn + mlp)
 
 
+SAVED_BYTES_PER_TOKEN = {"hidden": 15.0, "q": 10.75, "kv": 0.5, "intermediate": 8.75}
+"""Bytes a dense decoder layer (llama / qwen3: RMSNorms, q/k/v/o, rotary, sdpa, SwiGLU, LoRA on every linear) saves
+for its backward per token and per unit of each width (hidden, q = heads x head_dim, kv = kv_heads x head_dim, the MLP's
+intermediate), eager under bf16 autocast with fp32 adapters: counted with saved_tensors_hooks (unique storages, the
+parameters' left out) on layers whose widths differ one at a time. The norms' fp32 upcasts make the hidden
+coefficient odd; sdpa keeps k and v unexpanded (kv's small coefficient)."""
+COMPILED_SAVED_BYTES_PER_TOKEN = {"hidden": 7.0, "q": 10.75, "kv": 0.5, "intermediate": 6.75}
+"""The same layer regionally compiled (inductor, the compile lever): its partitioner recomputes the norms' and the
+SiLU's pointwise work in the backward instead of saving their inputs. Counted so on a CPU's inductor; on the H200 the
+measured peak is lower still (62.8 GB against 73.1 estimated at llama-3.1-8b 32 layers, 8192 tokens): a bound above."""
+ACTIVATION_ARMS = ("full", "selective", "offload", "none")
+
+
+def saved_per_token(config, dtype_bytes: int = 2, compiled: bool = False) -> float:
+    """Bytes one dense decoder layer saves for its backward per token with no checkpointing (see
+    SAVED_BYTES_PER_TOKEN), at `dtype_bytes` (the counted bf16 figures scaled by dtype_bytes / 2)."""
+    s = shape(config)
+    c = COMPILED_SAVED_BYTES_PER_TOKEN if compiled else SAVED_BYTES_PER_TOKEN
+    widths = {"hidden": s["hidden"], "q": s["heads"] * s["head_dim"], "kv": s["kv_heads"] * s["head_dim"],
+              "intermediate": s["intermediate"]}
+    return sum(c[k] * w for k, w in widths.items()) * dtype_bytes / 2
+
+
+def selective_per_token(config, dtype_bytes: int = 2) -> float:
+    """Bytes one dense decoder layer keeps per token under the selective arm's policy: its input, the outputs of the
+    base GEMMs (q, k, v, o, gate, up, down) and of attention (its output, and a float32 log-sum-exp per head)."""
+    s = shape(config)
+    h, q, kv = s["hidden"], s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"]
+    return (h + (q + 2 * kv + h + 2 * s["intermediate"] + h) + q) * dtype_bytes + 4 * s["heads"]
+
+
+def activation_bytes(config, tokens: int, layers: int, dtype_bytes: int, activations: str,
+                     compiled: bool = False) -> tuple[int, int]:
+    """(device bytes, pinned host bytes) of the saved activations of `layers` layers at `tokens` under activations arm
+    `activations` (`ACTIVATION_ARMS`; the module docstring)."""
+    s = shape(config)
+    T, h, b, L = tokens, s["hidden"], dtype_bytes, layers
+    if activations not in ACTIVATION_ARMS:
+        raise ValueError(f"unknown activations arm {activations!r}; arms: {', '.join(ACTIVATION_ARMS)}")
+    if s["experts"]:  # the lower bound of a MoE layer's saved tensors
+        q, kv = s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"]
+        layer = T * (2 * h + 2 * q + 2 * kv + 3 * s["top_k"] * s["expert_width"]) * b
+    else:
+        layer = int(T * saved_per_token(config, b, compiled))
+    if activations == "none":
+        return L * layer, 0
+    if activations == "full":
+        return L * T * h * b + layer, 0
+    if activations == "selective":
+        return int(L * T * selective_per_token(config, b)) + layer, 0
+    return min(2, L) * layer, max(L - 2, 0) * layer
+
+
 def estimate(config, tokens: int, *, layers: int | None = None, dtype_bytes: int = 4, checkpointing: bool = True,
              eager_attention: bool = False, weight_shards: int = 1, lora_rank: int = 16,
-             adapter_bytes: int = 4) -> Estimate:
-    """The lower bound for one step of `tokens` packed tokens on one device (see the module docstring);
-    `weight_shards`: the ranks the weights are sharded over (FSDP), each holding its share; `adapter_bytes`: the
-    LoRA adapters' element size (4 unless --precision bf16 puts them in the base dtype)."""
+             adapter_bytes: int = 4, activations: str | None = None, compiled: bool = False) -> Estimate:
+    """The estimate for one step of `tokens` packed tokens on one device (see the module docstring);
+    `activations`: the activations arm (None: `full` with `checkpointing`, else `none`), `compiled`: the layers
+    regionally compiled; `weight_shards`: the ranks the weights are sharded over (FSDP), each holding its share;
+    `adapter_bytes`: the LoRA adapters' element size (4 unless --precision bf16 puts them in the base dtype)."""
     s = shape(config)
     L = layers if layers is not None else s["layers"]
     T, h, b = tokens, s["hidden"], dtype_bytes
-    q, kv = s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"]
-    if checkpointing:
-        act = L * T * h * b
-    else:
-        width = s["top_k"] * s["expert_width"] if s["experts"] else s["intermediate"]
-        act = L * T * (2 * h + 2 * q + 2 * kv + 3 * width) * b
+    arm = activations or ("full" if checkpointing else "none")
+    act, host = activation_bytes(config, T, L, b, arm, compiled)
     logits = T * s["vocab"] * LOSS_BYTES_PER_LOGIT
     scores = s["heads"] * T * T * (3 * b if s["sinks"] else EAGER_BYTES_PER_SCORE)
     eager = scores + s["masks"] * T * T * b if eager_attention else 0
     lora = LORA_STATE_COPIES * lora_params(config, lora_rank, L) * adapter_bytes // max(weight_shards, 1)
-    return Estimate(weight_params(config, L) * b // max(weight_shards, 1), act, logits, eager, lora)
+    return Estimate(weight_params(config, L) * b // max(weight_shards, 1), act, logits, eager, lora, host)
+
+
+def estimate_for(args, device, config, tokens: int, layers: int | None, *, activations: str | None = None,
+                 compiled: bool = False, attn: str | None = None) -> Estimate:
+    """`estimate` for a run's config (`workbench.ab.config.ABConfig`: dtype, precision, LoRA rank, checkpointing) on
+    `device`, under FSDP2 over $WORLD_SIZE ranks."""
+    from workbench.step import precision
+
+    b = DTYPE_BYTES.get(args.step.dtype) or (2 if device.type == "cuda" else 4)
+    adapter_b = b if precision.resolve(device.type, args.step.precision) == precision.BF16 else 4
+    shards = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    return estimate(config, tokens, layers=layers, dtype_bytes=b, checkpointing=args.step.checkpointing,
+                    eager_attention=(attn == "eager"), weight_shards=shards, lora_rank=args.step.lora_rank,
+                    adapter_bytes=adapter_b, activations=activations, compiled=compiled)
 
 
 def host_ram_bytes() -> int | None:
@@ -167,8 +244,11 @@ def host_ram_bytes() -> int | None:
         return None
 
 
-def device_bytes(device) -> tuple[int | None, str]:
-    """(the memory a step on `device` can use, its name): a GPU's total memory, or the host's RAM on a CPU."""
+def device_bytes(device, limit_gib: float | None = None) -> tuple[int | None, str]:
+    """(the memory a step on `device` can use, its name): `limit_gib` when given (--memory-limit-gib), else a GPU's
+    total memory, or the host's RAM on a CPU."""
+    if limit_gib is not None:
+        return int(limit_gib * GIB), "--memory-limit-gib"
     if getattr(device, "type", str(device)) == "cuda":
         import torch
         return torch.cuda.get_device_properties(device).total_memory, "GPU memory"

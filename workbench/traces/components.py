@@ -2,9 +2,9 @@
 no torch).
 
 A traced step is split by `workbench.traces.decompose` into busy time by kernel class (`BUSY`) and idle time by
-cause (`IDLE`); `workbench.traces.levers` names three more rows that are not part of that partition (`LEVER_ONLY`):
-attention computed dense over the packed sequence, a gradient built slice by slice and the loss's pointwise work on
-the logits. Every figure that draws a
+cause (`IDLE`); `workbench.traces.levers` names four more rows that are not part of that partition (`LEVER_ONLY`):
+attention computed dense over the packed sequence, a gradient built slice by slice, the checkpointed layers'
+recompute and the loss's pointwise work on the logits. Every figure that draws a
 component (the README's PNGs, `workbench.report.figures`; the notebooks' plotly figures, `workbench.report.tables`)
 takes its colour here, and `levers.py` its lever text, so a component looks and reads the same everywhere.
 
@@ -73,6 +73,10 @@ _ROWS = (
               "a gradient built slice by slice, as a per-expert loop over a fused LoRA-adapted expert weight does "
               "(each expert's w[e] back-propagates through a zero tensor of all experts' size): index every expert at "
               "once (transformers' grouped_mm experts, or the `grouped` arm)"),
+    Component("recompute", "lever", "#EE8866",
+              "checkpointed layers run their forward again in the backward: keep the activations (no checkpointing), "
+              "save the GEMM outputs and recompute only the pointwise work (selective checkpointing), or move the "
+              "saved activations to host memory (offload): the activations lever, the fastest arm that fits"),
     Component("loss (logits, non-GEMM)", "lever", "#661100",
               "the loss materializes the (T, V) logits and passes over them outside the GEMMs (fp32 cast, "
               "log-softmax, its backward, the cast back): a fused linear cross-entropy (Liger, Cut Cross-Entropy) "

@@ -16,6 +16,7 @@ DENSE_ATTENTION = tuple(c.attention_flops for c in COMPONENTS.values() if c.grou
 DENSE_ATTENTION_COMPONENT = attention_component("dense")
 SLICE_GRADIENTS_COMPONENT = "slice gradients (fill + add)"
 LOSS_COMPONENT = "loss (logits, non-GEMM)"
+RECOMPUTE_COMPONENT = "recompute"
 LOSS_CLASSES = ("attention", "glue", "copy", "norm_elementwise", "other")
 """The busy classes of `LOSS_COMPONENT`: everything but GEMM (the lm_head matmuls, which a fused loss keeps) and the
 optimizer."""
@@ -66,6 +67,18 @@ def slice_gradients(top_kernels: list[dict] | None, step_ms: float | None, exper
                      + COMPONENTS[SLICE_GRADIENTS_COMPONENT].lever}
 
 
+def recompute_per_step(events) -> "pd.Series":
+    """Per traced step (index: step), the ms of `RECOMPUTE_COMPONENT`: busy time charged to kernels of the decoder
+    layers' `recompute` pass (`decompose.breakdown(by_layer=True)`; the `wb/Lxx/recompute` ranges of checkpointing):
+    what keeping the activations would save."""
+    from workbench.traces import decompose
+
+    b = decompose.breakdown(events, by_layer=True)
+    steps = sorted(b["step"].unique()) if len(b) else []
+    sel = b[(b["pass"] == "recompute") & (b["group"] == "busy")] if len(b) else b
+    return sel.groupby("step")["ms"].sum().reindex(steps, fill_value=0.0)
+
+
 def loss_per_step(events) -> "pd.Series":
     """Per traced step (index: step), the ms of `LOSS_COMPONENT`: busy time charged to kernels outside every decoder
     layer (`decompose.breakdown(by_layer=True)`, layer "") of the classes `LOSS_CLASSES`. That is the head's work
@@ -81,16 +94,19 @@ def loss_per_step(events) -> "pd.Series":
 
 def levers(components: list[dict], *, attention_flops: str | None = None, min_share: float = 0.05,
            top_kernels: list[dict] | None = None, loss_ms: float | None = None,
-           experts: int | None = None) -> list[dict]:
+           experts: int | None = None, recompute_ms: float | None = None) -> list[dict]:
     """[{component, ms, share, lever}] for the components (rows of `decompose.summary(...)`) other than gemm /
     attention that take at least `min_share` of the step, largest first, with the loss's non-GEMM work
-    (`loss_ms`, the mean of `loss_per_step`) among them; plus attention when it is computed dense; first of all, a
+    (`loss_ms`, the mean of `loss_per_step`) and the layers' recompute (`recompute_ms`, the mean of
+    `recompute_per_step`: a part of the busy components, named for the activations lever) among them; plus attention when it is computed dense; first of all, a
     gradient built slice by slice (`slice_gradients`, from `top_kernels`, on a model of `experts` experts a layer)
     that takes `min_share`."""
     rows = [r for r in components if r.get("component") in LEVERS and (r.get("share") or 0) >= min_share]
     step = next((r.get("ms") for r in components if r.get("component") == "step_ms"), None)
     if loss_ms is not None and step and loss_ms / step >= min_share:
         rows.append({"component": LOSS_COMPONENT, "ms": loss_ms, "share": loss_ms / step})
+    if recompute_ms is not None and step and recompute_ms / step >= min_share:  # the checkpointed layers' recompute
+        rows.append({"component": RECOMPUTE_COMPONENT, "ms": recompute_ms, "share": recompute_ms / step})
     out = [{"component": r["component"], "ms": r["ms"], "share": r["share"],
             "lever": LEVERS.get(r["component"]) or COMPONENTS[r["component"]].lever}
            for r in sorted(rows, key=lambda r: -r["share"])]
