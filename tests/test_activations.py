@@ -198,13 +198,13 @@ def test_preflight_refuses_an_arm_that_cannot_fit_in_one_line(capsys, tmp_path, 
 def test_levers_plan_picks_the_arm_that_fits_the_limit():
     from workbench.ab import cli, planner
 
-    args = cli.parse_args(["--opt", "levers", "--device", "cpu", "--tokens", "256"]).resolved(
+    args = cli.parse_args(["--opt", "levers", "--device", "cpu", "--model", "tiny-llama", "--tokens", "256"]).resolved(
         torch.device("cpu"), cli.CPU_DEFAULTS["_run"])
     comps = planner.plan(args, torch.device("cpu"))
     a = next(c for c in comps if c.opt == "activations")
     assert a.optimized == "none" and set(a.arm_choice["others"]) == {"selective", "offload"}
-    e = a.arm_choice["estimates_gib"]
-    limit_gib = (e["selective"] + e["none"]) / 2 / act.FIT_MARGIN  # none over the margin, selective under it
+    e = a.arm_choice["estimates_bytes"]
+    limit_gib = (e["selective"] + e["none"]) / 2 / act.FIT_MARGIN / 2**30  # none over the margin, selective under it
     args = dataclasses.replace(args, memory_limit_gib=limit_gib)
     a = next(c for c in planner.plan(args, torch.device("cpu")) if c.opt == "activations")
     assert a.optimized == "selective" and "none" not in a.arm_choice["others"]

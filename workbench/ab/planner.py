@@ -42,7 +42,7 @@ class Comparison:
     name: str = ""
     """Its name in results: the opt, `opt@layers=8` in a sweep, `nvtx:opt` for the NVTX-cost comparison."""
     arm_choice: dict | None = None
-    """A lever's `lever_arms` choice for this shape ({optimized, others, why, estimates_gib}), None for the others."""
+    """A lever's `lever_arms` choice for this shape ({optimized, others, why, estimates_bytes}), None for the others."""
 
     def __post_init__(self):
         self.name = self.name or self.opt

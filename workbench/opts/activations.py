@@ -281,8 +281,7 @@ def fitting(estimates: dict, limit_bytes: int | None, host_bytes: dict | None = 
     for arm in SPEED_ORDER:
         need = estimates[arm]
         if limit_bytes and need > FIT_MARGIN * limit_bytes:
-            why[arm] = (f"needs {need / 2**30:.1f} GiB, over {100 * FIT_MARGIN:.0f}% of {limit_bytes / 2**30:.1f} "
-                        "GiB")
+            why[arm] = f"needs {need / 2**30:.3g} GiB, over {100 * FIT_MARGIN:.0f}% of {limit_bytes / 2**30:.3g} GiB"
         elif host_bytes and host_limit and host_bytes.get(arm, 0) > FIT_MARGIN * host_limit:
             why[arm] = (f"needs {host_bytes[arm] / 2**30:.1f} GiB of pinned host memory, over "
                         f"{100 * FIT_MARGIN:.0f}% of the host's {host_limit / 2**30:.1f} GiB")
@@ -293,7 +292,7 @@ def fitting(estimates: dict, limit_bytes: int | None, host_bytes: dict | None = 
 
 def lever_arms(args, device, config, tokens: int, layers: int | None, compiled: bool = False) -> dict:
     """{"optimized": the fastest arm that fits (SPEED_ORDER, `fitting`), "others": the other arms that fit (timed
-    beside it, each with its equivalence and peak memory), "why": one line, "estimates_gib": {arm: GiB}} for one
+    beside it, each with its equivalence and peak memory), "why": one line, "estimates_bytes": {arm: bytes}} for one
     shape; `compiled`: the layer regionally compiled (it saves fewer tensors). `full` is the fallback when nothing
     else fits (the preflight refuses it where even it cannot)."""
     from workbench.step import memory_estimate as me
@@ -306,10 +305,10 @@ def lever_arms(args, device, config, tokens: int, layers: int | None, compiled: 
     best = next((a for a in ok if a != BASELINE), BASELINE)
     left = "; ".join(f"{a} {w}" for a, w in why_not.items())
     why = (f"{best}: the fastest arm predicted ({' > '.join(SPEED_ORDER)}) whose estimate "
-           f"({est[best].total_bytes / 2**30:.1f} GiB) fits {100 * FIT_MARGIN:.0f}% of the device"
-           + (f" ({limit / 2**30:.1f} GiB)" if limit else "") + (f"; left out: {left}" if left else ""))
+           f"({est[best].total_bytes / 2**30:.3g} GiB) fits {100 * FIT_MARGIN:.0f}% of the device"
+           + (f" ({limit / 2**30:.3g} GiB)" if limit else "") + (f"; left out: {left}" if left else ""))
     return {"optimized": best, "others": [a for a in ok if a not in (best, BASELINE)], "why": why,
-            "estimates_gib": {a: round(e.total_bytes / 2**30, 2) for a, e in est.items()}}
+            "estimates_bytes": {a: e.total_bytes for a, e in est.items()}}
 
 
 def _checkpoint_state(model):

@@ -175,10 +175,12 @@ def saved_per_token(config, dtype_bytes: int = 2, compiled: bool = False) -> flo
 
 def selective_per_token(config, dtype_bytes: int = 2) -> float:
     """Bytes one dense decoder layer keeps per token under the selective arm's policy: its input, the outputs of the
-    base GEMMs (q, k, v, o, gate, up, down) and of attention (its output, and a float32 log-sum-exp per head)."""
+    base GEMMs (q, k, v, o, gate, up, down; a MoE layer's experts' at top_k x the expert width) and of attention (its
+    output, and a float32 log-sum-exp per head)."""
     s = shape(config)
     h, q, kv = s["hidden"], s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"]
-    return (h + (q + 2 * kv + h + 2 * s["intermediate"] + h) + q) * dtype_bytes + 4 * s["heads"]
+    width = s["top_k"] * s["expert_width"] if s["experts"] else s["intermediate"]  # a MoE layer: its tokens' experts
+    return (h + (q + 2 * kv + h + 2 * width + h) + q) * dtype_bytes + 4 * s["heads"]
 
 
 def activation_bytes(config, tokens: int, layers: int, dtype_bytes: int, activations: str,
