@@ -209,3 +209,68 @@ def test_levers_plan_picks_the_arm_that_fits_the_limit():
     a = next(c for c in planner.plan(args, torch.device("cpu")) if c.opt == "activations")
     assert a.optimized == "selective" and "none" not in a.arm_choice["others"]
     assert "none needs" in a.arm_choice["why"]
+
+
+# --- a user's Trainer ------------------------------------------------------------------------------------------
+
+def _trainer_losses(model, tmp_path, steps=2, gradient_checkpointing=True):
+    from transformers import DataCollatorWithFlattening, Trainer, TrainingArguments
+
+    g = torch.Generator().manual_seed(0)
+    docs = [{"input_ids": torch.randint(0, 256, (int(k),), generator=g).tolist()}
+            for k in torch.randint(5, 40, (8,), generator=g)]
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=steps,
+                             learning_rate=1e-3, logging_steps=1, report_to="none", use_cpu=True, save_strategy="no",
+                             dataloader_num_workers=0, seed=0, disable_tqdm=True,
+                             gradient_checkpointing=gradient_checkpointing,
+                             gradient_checkpointing_kwargs={"use_reentrant": False})
+    trainer = Trainer(model=model, args=args, train_dataset=docs, data_collator=DataCollatorWithFlattening())
+    trainer.train()
+    return [h["loss"] for h in trainer.state.log_history if "loss" in h]
+
+
+def test_apply_optimizations_keeps_selective_on_under_trainers_gradient_checkpointing(tmp_path):
+    """Trainer(gradient_checkpointing=True) calls the model's gradient_checkpointing_enable before it trains: the
+    selective policy stays on (its forward saved the base GEMMs in both steps) and the losses are the unoptimized
+    run's."""
+    from workbench.api import apply_optimizations
+
+    ref = _trainer_losses(build_model("tiny-llama", lora_rank=4), tmp_path / "ref")
+    model = build_model("tiny-llama", lora_rank=4)
+    handle = apply_optimizations(model, activations="selective")
+    try:
+        got = _trainer_losses(model, tmp_path / "opt")
+        policy = handle.by_opt["activations"].policy
+        assert policy.saved_gemms == 2 * 2 * 7  # 2 steps x 2 layers x 7 LoRA linears: the policy ran each forward
+    finally:
+        handle.revert()
+    assert len(got) == len(ref) == 2
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(ref), rtol=1e-5, atol=1e-6)
+
+
+def test_a_silently_replaced_policy_is_what_the_count_catches(tmp_path):
+    """Negative control: without the arm's hold on gradient_checkpointing_enable, Trainer installs plain
+    checkpointing over the policy and the policy saves nothing."""
+    from workbench.api import apply_optimizations
+    from workbench.step.models import base_model_of
+
+    model = build_model("tiny-llama", lora_rank=4)
+    handle = apply_optimizations(model, activations="selective")
+    vars(base_model_of(model)).pop("gradient_checkpointing_enable")  # what a plain apply would leave
+    try:
+        _trainer_losses(model, tmp_path / "opt")
+        assert handle.by_opt["activations"].policy.saved_gemms == 0
+    finally:
+        handle.revert()
+
+
+def test_none_refuses_trainers_gradient_checkpointing_in_one_line(tmp_path):
+    from workbench.api import apply_optimizations
+
+    model = build_model("tiny-llama", lora_rank=4)
+    handle = apply_optimizations(model, activations="none")
+    try:
+        with pytest.raises(WorkbenchError, match="gradient_checkpointing=True would switch checkpointing back on"):
+            _trainer_losses(model, tmp_path / "opt")
+    finally:
+        handle.revert()
