@@ -172,7 +172,10 @@ def test_h200_refuses_llama_8b_32_layers_16k_without_checkpointing_and_takes_the
     comp16 = me.estimate(cfg, 16384, activations="none", compiled=True, **kw).total_bytes
     assert comp16 < act.FIT_MARGIN * h200  # with the layers compiled, none fits at 16k
     assert est16["full"] < est16["selective"] < est16["none"]
-    assert me.estimate(cfg, 16384, activations="offload", **kw).host_bytes > 30 * 2**30
+    off16 = me.estimate(cfg, 16384, activations="offload", **kw).host_bytes
+    assert off16 > 100 * 2**30  # 32 layers' saved tensors less two
+    ok, why = act.fitting(est16, h200, {"offload": off16}, 128 * 2**30)  # the H200 machine's 128 GiB of RAM
+    assert ok == ["selective", "full"] and "pinned host memory" in why["offload"]
 
 
 def test_preflight_refuses_an_arm_that_cannot_fit_in_one_line(capsys, tmp_path, monkeypatch):

@@ -120,7 +120,7 @@ def check_model(args, device, config, comparisons) -> None:
                 what = f"{c.name}: {c.model} at {c.tokens} tokens" + (f", arm {arm}," if arm else "")
                 raise WorkbenchError(
                     f"{what} needs at least {est.total_bytes / me.GIB:.1f} GiB ({est.describe()}; activations "
-                    f"{spec_arms['activations']}), more than {limit / me.GIB:.1f} GiB of {where}; lower --tokens or "
+                    f"{spec_arms['activations']}), more than this device's {limit / me.GIB:.1f} GiB of {where}; lower --tokens or "
                     "--layers, keep checkpointing on, or add --force to try anyway")
 
 

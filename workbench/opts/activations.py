@@ -62,6 +62,10 @@ SAVED_FRACTION = 1.0
 FIT_MARGIN = 0.90
 """An arm fits when its memory estimate is at most this share of the device's memory: the rest for the allocator's
 fragmentation, temporaries and the equivalence phase's captured gradients."""
+HOST_FIT_MARGIN = 0.5
+"""The offload arm fits the host when its pinned bytes are at most this share of the host's RAM: the rest for the
+process itself (the model's host copies, the runner's snapshots, the data) and the page cache; pinned pages cannot be
+swapped, and a host out of memory kills the run instead of refusing it."""
 PATH_LAST = True
 """The levers' path switches this lever on last: which arm fits depends on the levers before it (a compiled layer
 saves fewer tensors), so its arm is chosen for the point where every other lever is on."""
@@ -276,15 +280,15 @@ def fitting(estimates: dict, limit_bytes: int | None, host_bytes: dict | None = 
             host_limit: int | None = None) -> tuple[list[str], dict]:
     """(the arms that fit, in SPEED_ORDER; {arm: why not} for the others): an arm fits when its estimate
     (`estimates`: {arm: bytes}) is at most FIT_MARGIN of `limit_bytes` and, for offload, its host bytes at most
-    FIT_MARGIN of `host_limit`. Without a limit every arm fits."""
+    HOST_FIT_MARGIN of `host_limit`. Without a limit every arm fits."""
     ok, why = [], {}
     for arm in SPEED_ORDER:
         need = estimates[arm]
         if limit_bytes and need > FIT_MARGIN * limit_bytes:
             why[arm] = f"needs {need / 2**30:.3g} GiB, over {100 * FIT_MARGIN:.0f}% of {limit_bytes / 2**30:.3g} GiB"
-        elif host_bytes and host_limit and host_bytes.get(arm, 0) > FIT_MARGIN * host_limit:
+        elif host_bytes and host_limit and host_bytes.get(arm, 0) > HOST_FIT_MARGIN * host_limit:
             why[arm] = (f"needs {host_bytes[arm] / 2**30:.1f} GiB of pinned host memory, over "
-                        f"{100 * FIT_MARGIN:.0f}% of the host's {host_limit / 2**30:.1f} GiB")
+                        f"{100 * HOST_FIT_MARGIN:.0f}% of the host's {host_limit / 2**30:.1f} GiB")
         else:
             ok.append(arm)
     return ok, why
