@@ -48,7 +48,8 @@ def test_registry_names_levers_and_in_all(levers_env):
     assert reg.lever("packing") is None and reg.in_all("packing") is True  # in_all defaults to True
     assert reg.in_all("lever_copy") is False
     from workbench.traces.levers import LEVER_COMPONENTS, LEVERS as L
-    assert LEVER_COMPONENTS == set(L) | {"attention (dense)", "slice gradients (fill + add)", "loss (logits, non-GEMM)"}
+    assert LEVER_COMPONENTS == set(L) | {"attention (dense)", "slice gradients (fill + add)", "loss (logits, non-GEMM)",
+                                           "recompute"}
 
 
 def test_an_unknown_lever_component_is_one_line(tmp_path):

@@ -109,7 +109,8 @@ def check_model(args, device, config, comparisons) -> None:
     if args.force:
         return
     from workbench.step import memory_estimate as me
-    limit, where = me.device_bytes(device, args.memory_limit_gib)
+    limit, where = (me.device_bytes(device) if args.memory_limit_gib is None
+                    else me.device_bytes(device, args.memory_limit_gib))
     if not limit:
         return
     for c in comparisons:
@@ -119,8 +120,8 @@ def check_model(args, device, config, comparisons) -> None:
             if est.total_bytes > limit:
                 what = f"{c.name}: {c.model} at {c.tokens} tokens" + (f", arm {arm}," if arm else "")
                 raise WorkbenchError(
-                    f"{what} needs at least {est.total_bytes / me.GIB:.1f} GiB ({est.describe()}; activations "
-                    f"{spec_arms['activations']}), more than this device's {limit / me.GIB:.1f} GiB of {where}; lower --tokens or "
+                    f"{what} needs at least {est.total_bytes / me.GIB:.1f} GiB ({est.describe()}) with activations "
+                    f"{spec_arms['activations']}, more than this device's {limit / me.GIB:.1f} GiB of {where}; lower --tokens or "
                     "--layers, keep checkpointing on, or add --force to try anyway")
 
 

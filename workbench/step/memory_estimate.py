@@ -5,8 +5,8 @@
 - weights: the base model's parameters (embeddings, the LM head unless tied, attention projections, the MLP or
   every expert), in the model dtype, divided over the ranks under FSDP2; norms and biases are left out (small).
 - activations, by the activations arm (`workbench.opts.activations`; `checkpointing` True is `full`, False `none`):
-  - `full`: each layer's input (T x hidden) kept for the recompute, plus one layer's saved tensors (live while it
-    recomputes and back-propagates);
+  - `full`: each layer's input (T x hidden) kept for the recompute (a lower bound: one layer's saved tensors are live
+    too while it recomputes, as under `selective`, left out here as the committed bounds have it);
   - `none`: every layer's saved tensors. A dense layer's are counted (`SAVED_BYTES_PER_TOKEN`: the bytes a llama
     layer saves per token under bf16 autocast with fp32 adapters, from saved_tensors_hooks on layers of different
     widths, `tests/test_activations.py` recounts them; x dtype_bytes / 2 for another dtype); regionally compiled
@@ -199,7 +199,7 @@ def activation_bytes(config, tokens: int, layers: int, dtype_bytes: int, activat
     if activations == "none":
         return L * layer, 0
     if activations == "full":
-        return L * T * h * b + layer, 0
+        return L * T * h * b, 0
     if activations == "selective":
         return int(L * T * selective_per_token(config, b)) + layer, 0
     return min(2, L) * layer, max(L - 2, 0) * layer
@@ -248,10 +248,13 @@ def host_ram_bytes() -> int | None:
 
 def device_bytes(device, limit_gib: float | None = None) -> tuple[int | None, str]:
     """(the memory a step on `device` can use, its name): `limit_gib` when given (--memory-limit-gib), else a GPU's
-    total memory, or the host's RAM on a CPU."""
+    total memory (None where torch cannot query the device), or the host's RAM on a CPU."""
     if limit_gib is not None:
         return int(limit_gib * GIB), "--memory-limit-gib"
     if getattr(device, "type", str(device)) == "cuda":
         import torch
-        return torch.cuda.get_device_properties(device).total_memory, "GPU memory"
+        try:
+            return torch.cuda.get_device_properties(device).total_memory, "GPU memory"
+        except (RuntimeError, AssertionError):  # no CUDA build / no such device: the memory is unknown
+            return None, "GPU memory"
     return host_ram_bytes(), "host RAM"
