@@ -106,3 +106,9 @@ def test_the_gate_run_sd_subtracts_the_within_run_variance():
     # processes that differ by their rep noise alone: the point SD is 0, not the noise of their means
     same = [[100.0, 104.0], [104.0, 100.0], [101.0, 103.0]]
     assert gate_stats.run_sd(same)["point_sd_pct"] == 0.0
+
+
+def test_the_committed_held_out_family_is_five_designs_sixteen_checks_five_failures():
+    from workbench import analysis as an
+    f = an.heldout_family("profiles")
+    assert (f["design"].nunique(), len(f), int((f["verdict"] == "fails").sum())) == (5, 16, 5)
