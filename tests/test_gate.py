@@ -269,3 +269,23 @@ def test_variance_upper_bound_is_the_chi_square_bound():
     assert b["var"] == pytest.approx(s2) and b["df"] == 2
     assert b["var_upper"] == pytest.approx(s2 * 2 / sps.chi2.ppf(0.05, 2))
     assert stats.variance_upper_bound([1.0])["var_upper"] is None
+
+
+def test_a_gate_below_its_power_floor_says_it_cannot_gate():
+    noise = power.Noise()
+    design = gate_stats.GateDesign(run_sd_pct=noise.rep_sd_pct)  # the default noise: power 0.3 for 2%
+    tol = gate_stats.tolerance_pct(noise, design, sims=300, seed=0)
+    assert tol < 2.0  # it could catch 2% at all, but rarely: not a gate
+    with pytest.raises(gate.GateInputError, match=r"cannot gate a 2% regression: .*power 0\.\d\d, below the floor 0\.80"):
+        gate.tolerance(None, noise, design, 2.0, sims=300)
+    tol, how = gate.tolerance(None, noise, design, 2.0, sims=300, min_power=0.0)  # a lower floor, stated: it runs
+    assert how["detection_rate"] < gate_stats.POWER_FLOOR
+
+
+def test_the_verdict_line_carries_the_gate_s_power(baseline, aa, tmp_path, capsys):
+    rc = gate.main(["--baseline", baseline, "--aa", *aa, "--out", str(tmp_path / "new")], rerun=_injected(1.0, 0.0, 1))
+    out = capsys.readouterr().out
+    j = json.loads(out.strip().splitlines()[-1])
+    line = next(ln for ln in out.splitlines() if ln.startswith("verdict: "))
+    assert rc == 0 and line == f"verdict: pass (power {j['tolerance']['detection_rate']:.2f} for 2%)"
+    assert j["tolerance"]["detection_rate"] >= gate_stats.POWER_FLOOR

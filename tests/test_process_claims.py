@@ -118,14 +118,18 @@ def test_the_rerun_cell_sits_beside_its_own_comparison_only(claims):
     row = {"opt": "packing", "arm": "cached", "model": "qwen3-0.6b", "layers": 28, "tokens": 16384,
            "attn": "varlen", "precision": "autocast"}
     cell = headline.rerun_cell(claims, row)
-    assert cell.startswith("38 x 4, ") and "PI [" in cell and "another machine" in cell and "min" in cell
-    assert headline.rerun_cell(claims, {**row, "layers": 8}) == "- (single runs only)"  # another shape
-    assert headline.rerun_cell(claims, {**row, "arm": "precomputed"}) == "- (single runs only)"
-    assert "(fp32-adapters)" not in cell and "(autocast)" in headline.rerun_cell(claims, {**row, "precision": "x"})
-    assert " on NVIDIA H100" not in cell and " on NVIDIA H100" in headline.rerun_cell(
-        claims, {**row, "gpu_name": "NVIDIA H200"})  # a claim from another GPU model names its GPU
-    nan_gpu = claims.assign(gpu_name=float("nan"))  # a claim whose shape was not found: no GPU name, no " on nan"
-    assert " on nan" not in headline.rerun_cell(nan_gpu, {**row, "gpu_name": "NVIDIA H200"})
+    assert cell.startswith("1.099x [1.055, 1.145], 38 processes on 6 H100s x 4 reps: **faster**"), cell
+    none = headline.NO_PROCESS_DATA
+    assert headline.rerun_cell(claims, {**row, "layers": 8}) == none  # another shape
+    assert headline.rerun_cell(claims, {**row, "arm": "precomputed"}) == none
+    assert ", fp32-adapters" not in cell and ", autocast" in headline.rerun_cell(claims, {**row, "precision": "x"})
+    nan_gpu = claims.assign(gpu_name=float("nan"))  # a claim whose shape was not found: no GPU name, no "nan"
+    assert "nan" not in headline.rerun_cell(nan_gpu, row)
+    # one process on another machine: packing's committed rule cannot fail a no-effect machine, so no interval
+    other = headline.another_machine_cell(claims, row)
+    assert other.startswith("no interval (its held-out rule fails a no-effect machine") and "PI [" not in other
+    assert "machine means" in other and "over 6 machines" in other and "GPU min" in other
+    assert headline.another_machine_cell(claims, {**row, "layers": 8}) == "-"
 
 
 def test_a_dose_process_is_a_process_of_its_dose_run(tmp_path):

@@ -245,7 +245,7 @@ def test_comparison_table():
     assert "rebuild" in lines[2] and "ref" in lines[2]
     assert "cached" in lines[3] and "yes" in lines[3] and "8.00" in lines[3] and "1.250x [1.200, 1.300]" in lines[3]
     assert "failed" in lines[4]
-    assert "speedup 1.250x [95% CI 1.200-1.300, n=8 pairs]: faster (2 reps, stopped by reps)" in t
+    assert "speedup 1.250x within this run [95% CI 1.200-1.300, n=2 reps]: faster (2 reps, stopped by reps)" in t
     assert "measured 2.00 ms" in t and "(no trace)" in t
 
 

@@ -43,7 +43,7 @@ from workbench.analysis.timelines import (
     STREAM_COLUMNS, TIMELINE_CATEGORIES, TIMELINE_COLUMNS, arm_events, layer_timeline, load_trace, meta_builds, pair_timeline,
     step_windows, stream_roles, timeline_pairs, trace_diffs)
 from workbench.analysis.processes import PROCESS_COLUMNS, claim_designs, design_estimates, process_claims
-from workbench.analysis.heldout import HELDOUT_COLUMNS, heldout_checks
+from workbench.analysis.heldout import HELDOUT_COLUMNS, heldout_checks, heldout_family
 from workbench.analysis.claims import (
     CLAIM_COLUMNS, claims_table, claims_vs_ours, same_model)
 from workbench.analysis.constants import (
@@ -64,7 +64,7 @@ __all__ = [
     "STREAM_COLUMNS", "TIMELINE_CATEGORIES", "TIMELINE_COLUMNS", "arm_events", "layer_timeline", "load_trace", "meta_builds",
     "pair_timeline", "step_windows", "stream_roles", "timeline_pairs", "trace_diffs", "CLAIM_COLUMNS",
     "claims_table", "claims_vs_ours", "same_model", "PROCESS_COLUMNS", "process_claims", "claim_designs", "design_estimates",
-    "HELDOUT_COLUMNS", "heldout_checks", "DEFAULT_PROFILES", "KEEP_FROM_INCOMPLETE", "NOT_A_MEASUREMENT",
+    "HELDOUT_COLUMNS", "heldout_checks", "heldout_family", "DEFAULT_PROFILES", "KEEP_FROM_INCOMPLETE", "NOT_A_MEASUREMENT",
     "PREVIEW_ROWS", "RECIPE", "REPO", "SWEEP_CONFIDENCE", "breakdown_figure", "claims_figure", "cost_figure",
     "show", "speedup_figure", "speedup_figures", "steps_figure", "sweep_figure", "sweep_fit_figure",
     "timeline_figure"]

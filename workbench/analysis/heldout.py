@@ -65,3 +65,33 @@ def heldout_checks(root: str) -> pd.DataFrame:
                              "mixed_environment": h.get("mixed_environment"),
                              "source": os.path.relpath(path, base)})
     return pd.DataFrame(rows, columns=HELDOUT_COLUMNS)
+
+
+def heldout_family(root: str) -> pd.DataFrame:
+    """Every formal held-out check below `root`, once: the revised designs' (`heldout_checks`) and the first design's
+    (an `analysis.json` that names its `design`; the same design, comparison and machine read twice is one check).
+    Columns name, design, machine, M, speedup, pi95_lo, pi95_hi, inside, verdict, source. The family a surviving
+    design belongs to: each failure was followed by a revised design checked on new machines."""
+    from workbench.analysis.loader import profiles_root
+    root = profiles_root(root)
+    cols = ["name", "design", "machine", "M", "speedup", "pi95_lo", "pi95_hi", "inside", "verdict", "source"]
+    rows = heldout_checks(root)[cols].to_dict("records") if os.path.isdir(root) else []
+    base = os.path.dirname(root)
+    for d, dirs, files in os.walk(root):
+        dirs.sort()
+        if "analysis.json" not in files:
+            continue
+        path = os.path.join(d, "analysis.json")
+        with open(path, encoding="utf-8") as fh:
+            a = json.load(fh)
+        if not a.get("design"):
+            continue
+        machine = str(a.get("machine") or "").split(", ")[-1][:12]
+        for name, h in (a.get("heldout") or {}).items():
+            if h.get("ran"):
+                rows.append({"name": name, "design": a["design"], "machine": machine, "M": h["ran"],
+                             "speedup": h["heldout_speedup"], "pi95_lo": h["pi95"][0], "pi95_hi": h["pi95"][1],
+                             "inside": h["inside"], "verdict": "holds" if h["ok"] else "fails",
+                             "source": os.path.relpath(path, base)})
+    df = pd.DataFrame(rows, columns=cols)
+    return df.drop_duplicates(["name", "design", "machine"], keep="first").reset_index(drop=True)

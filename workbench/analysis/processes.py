@@ -31,7 +31,7 @@ import pandas as pd
 PROCESS_COLUMNS = ["name", "baseline", "arm", "model", "layers", "tokens", "attn", "precision", "lengths",
                    "gpu_name", "speedup", "ci95_lo", "ci95_hi", "ci_scope", "pi95_lo", "pi95_hi", "pi_scope",
                    "pi_df", "K", "R", "machines", "sigma_pct", "tau_pct", "omega_pct", "gpu_minutes", "method",
-                   "source"]
+                   "source", "verdict", "pi_power", "pi_published", "pi_why", "machine_spread"]
 THESE = "the processes of the machines that ran"
 ANOTHER = "one process on another machine"
 SAME = "one more process on this machine"
@@ -74,6 +74,26 @@ def claim_designs(root: str) -> dict[str, str]:
     """Per comparison the design file that is its claim below `root`: the highest version naming it (a revision
     supersedes its parent). The one owner of that choice (`process_claims`, `heldout_checks`)."""
     return _newest(_walk(root)[0])
+
+
+def _verdict(ci95, K) -> str:
+    from workbench.measure.stats import verdict
+    return verdict(ci95, int(K)).replace("reps", "processes")
+
+
+def _judge_interval(p: dict, plan: dict | None) -> dict:
+    """A design's rerun verdict (its CI over the processes) and whether its prediction interval for another machine
+    may be published (`measure.heldout_power.publishable`: its held-out rule's power against a no-effect machine),
+    with the machines' spread said descriptively."""
+    from workbench.measure import heldout_power
+    v = _verdict(p["ci95"], p["K"])
+    claim = "faster" if v == "faster" else ("slower" if v == "slower" else "none")
+    if not plan or not plan.get("null"):
+        pub = {"power": None, "publish": False, "why": "no held-out rule committed with it"}
+    else:
+        pub = heldout_power.publishable(p, plan["null"], claim=claim)
+    return {"verdict": v, "pi_power": pub["power"], "pi_published": bool(pub["publish"]), "pi_why": pub["why"],
+            "machine_spread": heldout_power.machine_spread_text(p)}
 
 
 def process_claims(root: str, comps: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -123,7 +143,7 @@ def process_claims(root: str, comps: pd.DataFrame | None = None) -> pd.DataFrame
                          "pi_df": p.get("pi_df"), "K": p["K"], "R": max(p["R"]), "machines": p["J"],
                          "sigma_pct": _pct(c.get("sigma")), "tau_pct": _pct(c.get("tau")),
                          "omega_pct": _pct(p["omega"]), "gpu_minutes": c.get("gpu_minutes", c.get("estimate_gpu_minutes")), "method": p["method"],
-                         "source": os.path.relpath(path, base)})
+                         "source": os.path.relpath(path, base), **_judge_interval(p, c.get("heldout_plan"))})
     for d in plain:
         rec = _read(os.path.join(d, "processes.json"))
         minutes = sum(float(p.get("wall_s") or 0) for p in rec.get("processes", [])) / 60  # the whole processes
@@ -141,7 +161,10 @@ def process_claims(root: str, comps: pd.DataFrame | None = None) -> pd.DataFrame
                          # comparisons: `--opt all`), else the processes' whole wall time
                          "gpu_minutes": round(e["wall_s"] / 60 if e.get("wall_s") else minutes, 1),
                          "method": e.get("method"), "source": os.path.relpath(os.path.join(d, "processes.json"),
-                                                                             base)})
+                                                                             base),
+                         "verdict": _verdict(e["ci95"], e["K"]), "pi_power": None, "pi_published": False,
+                         "pi_why": "one machine: an interval for one more process there, not for another machine",
+                         "machine_spread": "one machine: no machine-to-machine spread measured"})
     return pd.DataFrame(rows, columns=PROCESS_COLUMNS)
 
 

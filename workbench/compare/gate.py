@@ -10,8 +10,9 @@ tolerance that keeps the simulated A/A false-fail rate <= 5%. Before the re-run 
 rate and its simulated power for a --regression-pct slowdown.
 
 It never passes blind: it refuses (exit 2, one line, before the re-run) a baseline timed on a CPU (not a result),
-no --aa or fewer than 3 A/A processes, A/A runs of another commit or GPU, and a tolerance (derived, or given with
---tolerance-pct) that cannot catch the --regression-pct slowdown; after the re-run, a re-run on another GPU and
+no --aa or fewer than 3 A/A processes, A/A runs of another commit or GPU, a tolerance (derived, or given with
+--tolerance-pct) that cannot catch the --regression-pct slowdown, and a gate whose simulated power for that slowdown
+is below 0.8 (`gate_stats.POWER_FLOOR`); its verdict line carries that power ("verdict: pass (power 0.91 for 2%)"); after the re-run, a re-run on another GPU and
 fewer than 2 reps on a side (no verdict).
 
 Why adjacent runs, not one interleaved run. The engine's A/B interleaves arms in one process; interleaving two
@@ -180,10 +181,10 @@ def aa_noise(aa_dirs, comparison: str, gpu: str) -> tuple[power.Noise, dict, dic
 
 
 def tolerance(tolerance_pct: float | None, noise: power.Noise, design: gate_stats.GateDesign, regression_pct: float,
-              *, sims: int = 1000, seed: int = 0) -> tuple[float, dict]:
+              *, sims: int = 1000, seed: int = 0, min_power: float = gate_stats.POWER_FLOOR) -> tuple[float, dict]:
     """(tolerance %, how it was found): the one this noise and design need for a false-fail rate <= 5%, or the given
-    one when it is at least that; refused when it cannot catch a `regression_pct` slowdown. States the simulated
-    false-fail rate and the power for that slowdown."""
+    one when it is at least that; refused when it cannot catch a `regression_pct` slowdown, or catches it with a
+    simulated power below `min_power`. States the simulated false-fail rate and the power for that slowdown."""
     need = gate_stats.tolerance_pct(noise, design, sims=sims, seed=seed)
     if tolerance_pct is not None and tolerance_pct < need:
         raise GateInputError(f"--tolerance-pct {tolerance_pct:g} is below the {need:.2f}% this noise needs for a "
@@ -197,6 +198,11 @@ def tolerance(tolerance_pct: float | None, noise: power.Noise, design: gate_stat
                              "larger --regression-pct")
     ff = gate_stats.simulate_gates(noise, design, tol, sims=sims, seed=seed + 2)["fail_rate"]
     det = gate_stats.detection_rate(noise, design, tol, slowdown_pct=regression_pct, sims=sims, seed=seed + 1)
+    if det < min_power:
+        raise GateInputError(f"this gate cannot gate a {regression_pct:g}% regression: it would catch one "
+                             f"{100 * det:.0f}% of the time (power {det:.2f}, below the floor {min_power:.2f}; run SD "
+                             f"{design.run_sd_pct:.2f}%, rep SD {noise.rep_sd_pct:.2f}%, {design.reps} reps, tolerance "
+                             f"{tol:.2f}%); add A/A processes or reps, or state a larger --regression-pct")
     return tol, {"source": "given" if tolerance_pct is not None else "A/A processes",
                  "noise": {k: getattr(noise, k) for k in ("rep_sd_pct", "step_sd_pct", "drift_pct")},
                  "run_sd_pct": design.run_sd_pct, "regression_pct": regression_pct,
@@ -206,7 +212,8 @@ def tolerance(tolerance_pct: float | None, noise: power.Noise, design: gate_stat
 
 def gate(baseline: str, *, aa=None, budget_s: float | None = None, tolerance_pct: float | None = None,
          regression_pct: float = 2.0, comparison: str | None = None, arm: str | None = None, rerun=subprocess_rerun,
-         out_dir: str | None = None, sims: int = 1000, announce=None) -> dict:
+         out_dir: str | None = None, sims: int = 1000, announce=None,
+         min_power: float = gate_stats.POWER_FLOOR) -> dict:
     """Check the inputs, state the gate's false-fail rate and power (`announce(line)`, before the re-run), re-run
     the baseline's comparison (`rerun(args, out_dir, reps, budget_s) -> run folder`) and judge it.
     Returns {"verdict": "pass" | "fail" | "no verdict", "speedup", "ci95", "tolerance_pct", "moved", ...}."""
@@ -217,7 +224,7 @@ def gate(baseline: str, *, aa=None, budget_s: float | None = None, tolerance_pct
     design, step_ms = design_for(meta, results, comparison, budget_s)
     noise, run, aa_how = aa_noise(aa, comparison, gpu)
     design = dataclasses.replace(design, run_sd_pct=run["run_sd_pct"])
-    tol, how = tolerance(tolerance_pct, noise, design, regression_pct, sims=sims)
+    tol, how = tolerance(tolerance_pct, noise, design, regression_pct, sims=sims, min_power=min_power)
     how.update(aa_how, run_sd=run)
     if announce is not None:
         announce(plan_line(tol, how, design))
@@ -294,13 +301,21 @@ def main(argv=None, rerun=subprocess_rerun) -> int:
     return 1 if r["verdict"] == "fail" else 0
 
 
+def verdict_text(r: dict) -> str:
+    """"pass (power 0.84 for 2%)": the verdict with the simulated power the gate had for its stated regression."""
+    t = r.get("tolerance") or {}
+    if t.get("detection_rate") is None:
+        return str(r["verdict"])
+    return f"{r['verdict']} (power {t['detection_rate']:.2f} for {t['regression_pct']:g}%)"
+
+
 def report(r: dict) -> None:
     """The console lines and the JSON line of a gate result."""
     ci = r["ci95"]
     print(f"{r['comparison']} / {r['arm']}: new over baseline {r['speedup']:.4f}x "
           + (f"[{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "(no CI)")
           + f" ({r['n_base']} and {r['n_new']} reps); tolerance {r['tolerance_pct']:.2f}%")
-    print(f"verdict: {r['verdict']}" + ("" if r["new"] else " (the temporary re-run is deleted; --out keeps it)"))
+    print(f"verdict: {verdict_text(r)}" + ("" if r["new"] else " (the temporary re-run is deleted; --out keeps it)"))
     if r["moved"]:
         print("moved: " + ", ".join(f"{m['component']}" + (f" {m['layer']}/{m['pass']}" if m["layer"] else "")
                                     + f" {m['delta_ms']:+.3f} ms" for m in r["moved"]))

@@ -32,6 +32,8 @@ from workbench.measure import power
 from workbench.measure.engine import Protocol
 
 FALSE_FAIL_RATE = 0.05
+POWER_FLOOR = 0.8
+"""The least simulated power for the stated regression a gate needs to run: below it the gate says it cannot gate."""
 MIN_AA_PROCESSES = 3
 """Same-commit A/A processes the run SD is estimated from, at least."""
 

@@ -24,7 +24,8 @@ DIGEST_KEY = "workbench-data-sha256"
 OPT_ORDER = (*opt_registry.names(), "all")
 VERDICT_COLOURS = {k: palette.VERDICTS[k] for k in ("faster", "slower")}
 NEUTRAL = palette.VERDICTS["no detectable difference"]
-FIGURE_COLUMNS = ["label", "speedup", "ci95_lo", "ci95_hi", "verdict", "n_pairs"]
+FIGURE_COLUMNS = ["label", "speedup", "ci95_lo", "ci95_hi", "verdict", "n_pairs", "unit"]
+"""`unit`: what the interval is over, said on the figure ("within this run, 8 reps"; "a rerun, 38 processes")."""
 
 
 def _k(tokens) -> str:
@@ -62,12 +63,34 @@ def headline_rows(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
                   for o, a, b, m, la, t, at, sp, n, g in zip(d["opt"], d["arm"], d["baseline"], d["model"], d["layers"],
                                                              d["tokens"], d["attn"], d["_split"], d["_ranks"],
                                                              d["gpu_name"])]
+    d["unit"] = [f"within this run, {int(u)} reps" if u == u else f"within this run, {int(n)} pairs"
+                 for u, n in zip(pd.to_numeric(d["n_units"], errors="coerce"), d["n_pairs"])]
     return d[FIGURE_COLUMNS].reset_index(drop=True)
+
+
+def claim_rows(claims: pd.DataFrame) -> pd.DataFrame:
+    """The headline figure's rerun rows (`FIGURE_COLUMNS`), one per process-level claim of a held-out design
+    (`analysis.process_claims` rows whose source is a `prospective*.json`), in the order packing, offload, MoE, all:
+    the estimate and its 95% CI over the processes, drawn above the single runs."""
+    if claims is None or claims.empty:
+        return pd.DataFrame(columns=FIGURE_COLUMNS)
+    c = claims[claims["source"].astype(str).str.contains(r"prospective[^/]*\.json$")].copy()
+    c["_o"] = c["name"].map({o: i for i, o in enumerate(OPT_ORDER)}).fillna(len(OPT_ORDER))
+    c = c.sort_values("_o", kind="stable")
+    c["label"] = [f"a rerun: {n}: {a} vs {b}\n{m} · {int(la)} layers · {_k(t)} tokens · {at} · {_gpu_short(g)}"
+                  for n, a, b, m, la, t, at, g in zip(c["name"], c["arm"], c["baseline"], c["model"], c["layers"],
+                                                      c["tokens"], c["attn"], c["gpu_name"])]
+    c["unit"] = [f"a rerun, {int(k)} processes on {int(j)} machines" for k, j in zip(c["K"], c["machines"])]
+    c["verdict"] = [str(v).replace(" processes", " reps") if str(v).startswith("no verdict") else v
+                    for v in c["verdict"]]
+    c["n_pairs"] = c["K"]
+    c = c.rename(columns={"speedup": "speedup"})
+    return c[FIGURE_COLUMNS].reset_index(drop=True)
 
 
 def digest(rows: pd.DataFrame) -> str:
     """sha256 of the numbers and labels a headline figure draws (rounded as drawn)."""
-    text = "\n".join(f"{r.label}|{r.speedup:.4f}|{r.ci95_lo:.4f}|{r.ci95_hi:.4f}|{r.verdict}|{r.n_pairs}"
+    text = "\n".join(f"{r.label}|{r.speedup:.4f}|{r.ci95_lo:.4f}|{r.ci95_hi:.4f}|{r.verdict}|{r.n_pairs}|{r.unit}"
                      for r in rows.itertuples())
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -108,8 +131,8 @@ def headline_figure(rows: pd.DataFrame, title: str = "Speedup over the baseline,
             c = _colour(r.verdict)
             ax.errorbar([r.speedup], [y], xerr=[[r.speedup - r.ci95_lo], [r.ci95_hi - r.speedup]], fmt="o",
                         color=c, ecolor=c, capsize=4, markersize=6, lw=1.6)
-            ax.text(1.02, y, f"{r.speedup:.3f}x [{r.ci95_lo:.3f}, {r.ci95_hi:.3f}]\n{r.verdict}, "
-                             f"n={int(r.n_pairs)} pairs", va="center", fontsize=8, color=c, transform=right)
+            ax.text(1.02, y, f"{r.speedup:.3f}x [{r.ci95_lo:.3f}, {r.ci95_hi:.3f}]\n{r.verdict}, {r.unit}",
+                    va="center", fontsize=8, color=c, transform=right)
         if hi / lo > LOG_AXIS_ABOVE:  # a wide span (an anchor arm at 8x) would flatten every other CI to a dot
             ax.set_xscale("log")
             ax.set_xlim(lo / (hi / lo) ** 0.03, hi * (hi / lo) ** 0.03)
@@ -125,8 +148,8 @@ def headline_figure(rows: pd.DataFrame, title: str = "Speedup over the baseline,
     ax.set_yticks(ys)
     ax.set_yticklabels(list(rows["label"]) if len(rows) else [""], fontsize=8.5)
     ax.set_ylim(-0.7, n - 0.3)
-    ax.set_xlabel("exp(mean over reps of log(mean baseline step / mean arm step))\nbars: 95% CI (t over reps)",
-                  fontsize=8.5)
+    ax.set_xlabel("exp(mean of log(mean baseline step / mean arm step)) over the unit named beside each row\n"
+                  "bars: 95% CI (t over processes for a rerun, over reps within one run)", fontsize=8.5)
     ax.set_title(title, fontsize=11)
     ax.grid(axis="x", color="#d0d7de", lw=0.6)
     for s in ("top", "right"):

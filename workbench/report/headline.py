@@ -31,15 +31,17 @@ JUDGED = ("confirmed", "refuted", "inconclusive", "input check failed")
 
 
 RECIPE = an.RECIPE
-RERUN_RULE = ("The estimate column is a claim within this run (the rep is the unit). A rerun: K independent processes "
-              "of `python -m workbench.ab ... --processes K` (own seed, own model build, a discarded warm-up rep, R "
-              "timed reps); the estimate exp(mean of the process means) with a 95% t-interval over the processes of "
-              "the machines that ran, and a 95% prediction interval for one process on another machine (each machine its "
-              "own process SD, log-normal across machines, on top of a machine shift; the level calibrated by "
-              "simulation: `workbench/measure/replication_spread.py`; with 2 machines it is wide); GPU minutes from "
-              "the processes' wall times of the estimate (a comparison's own where the runs recorded it: an "
-              "`--opt all` process runs four); the numbers and the held-out design fixed before its run: "
-              "the newest `prospective*.json` naming the comparison (`workbench/analysis/processes.py`).")
+RERUN_RULE = ("The first numeric column is the rerun claim: K independent processes of `python -m workbench.ab ... "
+              "--processes K` (own seed, own model build, a discarded warm-up rep, R timed reps), the estimate "
+              "exp(mean of the process means) with a 95% t-interval over the processes of the machines that ran (the "
+              "design's df: over machines where each machine has its own process SD), its verdict by the same rule "
+              "as a run's; the numbers and the held-out design fixed before its run: the newest `prospective*.json` "
+              "naming the comparison (`workbench/analysis/processes.py`). One process on another machine: a 95% "
+              "prediction interval is shown only where the held-out rule written with it fails a machine with no "
+              "effect (true speedup 1.000) with probability 0.8 or more at its planned M, and, for a faster claim, "
+              "the interval excludes 1 (`workbench/measure/heldout_power.py`); otherwise the machines' own means are "
+              "given as they were measured. The within-run column is one run's claim: the rep is the unit. GPU "
+              "minutes from the processes' wall times of the estimate.")
 
 
 def headline_speedups(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
@@ -97,6 +99,12 @@ def headline_verdicts(verd: pd.DataFrame) -> pd.DataFrame:
 
 
 
+def _units(r) -> str:
+    """"8 reps (16 pairs)": the within-run interval's unit, named."""
+    u = r.get("n_units")
+    return (f"{_f(u, '{:.0f}')} reps" if u is not None and u == u else "") + f" ({_f(r.get('n_pairs'), '{:.0f}')} pairs)"
+
+
 def _verdict_cell(v) -> str:
     s = f"**{v['verdict']}**"
     if v["verdict"] in ("confirmed", "refuted", "inconclusive") and _ratio_text(v):
@@ -125,21 +133,35 @@ def claim_for(claims: pd.DataFrame, r) -> dict | None:
     return None if m.empty else m.iloc[0].to_dict()
 
 
+NO_PROCESS_DATA = "no process-level data: single runs only"
+
+
 def rerun_cell(claims: pd.DataFrame, r) -> str:
-    """The headline's "a rerun" cell: K x R, the estimate with its CI over processes, the prediction interval for
-    one process on another machine, the GPU minutes; "-" where no `--processes` campaign measured the comparison.
-    A claim measured on another GPU model than the row's run (the `all` row: an H200 run, H100 processes) names its
-    GPU."""
+    """The headline's first numeric cell, the rerun claim: the estimate with its 95% CI over K processes (the process
+    is the unit), the machines and their GPU, R reps each; `NO_PROCESS_DATA` where no `--processes` campaign measured
+    the comparison."""
     c = claim_for(claims, r)
     if c is None:
-        return "- (single runs only)"
-    prec = "" if str(c["precision"]) == str(r.get("precision")) else f" ({c['precision']})"
+        return NO_PROCESS_DATA
+    prec = "" if str(c["precision"]) == str(r.get("precision")) else f", {c['precision']}"
     gpu = c.get("gpu_name")
-    row_gpu = r.get("gpu_name")
-    on = (f" on {gpu}" if isinstance(gpu, str) and isinstance(row_gpu, str) and gpu != row_gpu
-          else "")  # not the row's GPU (a claim without a shape has no GPU name: NaN, said nothing)
-    return (f"{int(c['K'])} x {int(c['R'])}{prec}{on}, {c['speedup']:.3f}x [{c['ci95_lo']:.3f}, {c['ci95_hi']:.3f}]; "
-            f"PI [{c['pi95_lo']:.3f}, {c['pi95_hi']:.3f}] ({c['pi_scope']}); {c['gpu_minutes']:.1f} min")
+    gpu = figures._gpu_short(gpu) if isinstance(gpu, str) else "GPU"
+    return (f"{c['speedup']:.3f}x [{c['ci95_lo']:.3f}, {c['ci95_hi']:.3f}], {int(c['K'])} processes on "
+            f"{int(c['machines'])} {gpu}{'s' if int(c['machines']) > 1 else ''} x {int(c['R'])} reps{prec}: "
+            f"**{c['verdict']}**")
+
+
+def another_machine_cell(claims: pd.DataFrame, r) -> str:
+    """One process on another machine: the prediction interval where its held-out rule can fail a no-effect machine
+    (`measure.heldout_power`), else why not and the machines' spread; the GPU minutes of the estimate."""
+    c = claim_for(claims, r)
+    if c is None:
+        return "-"
+    mins = f"; {c['gpu_minutes']:.1f} GPU min" if c.get("gpu_minutes") == c.get("gpu_minutes") else ""
+    if c.get("pi_published"):
+        return (f"PI [{c['pi95_lo']:.3f}, {c['pi95_hi']:.3f}] (its held-out rule fails a no-effect machine with "
+                f"probability {c['pi_power']:.2f}); {c['machine_spread']}{mins}")
+    return f"no interval ({c['pi_why']}); {c['machine_spread']}{mins}"
 
 
 def headline_markdown(ctx: _Ctx, page_path: str, figure_path: str) -> str:
@@ -162,19 +184,22 @@ def headline_markdown(ctx: _Ctx, page_path: str, figure_path: str) -> str:
                                            f"; {r['disagree']} of {r['runs']} runs DISAGREE (see the results page)")
         if r.get("other_gpu"):
             runs += f"; {int(r['other_gpu'])} on another GPU model (not compared)"
-        rows.append([f"{r['opt']}: `{r['arm']}` vs `{r['baseline']}`", _shape_text(r), f"speedup {_ci(r)}",
-                     _n(r), f"**{r['verdict']}**{runs}", rerun_cell(claims, r), ctx.short(r["file"])])
+        gpu = figures._gpu_short(r.get("gpu_name"))
+        rows.append([f"{r['opt']}: `{r['arm']}` vs `{r['baseline']}`", _shape_text(r), rerun_cell(claims, r),
+                     another_machine_cell(claims, r),
+                     f"{_ci(r)} on one {gpu}, {_units(r)}: **{r['verdict']}**{runs}", ctx.short(r["file"])])
     for v in vd.to_dict("records"):
         runs = "" if v["runs"] <= 1 else f"; {v['agree']} of {v['runs']} runs say so"
         rows.append([f"{v['opt']} savings model `{v['formula'].split(',  ')[0]}`", _shape_text(v),
-                     f"predicted {_ms_ci(v['predicted_ms'], v['predicted_ci95_lo'], v['predicted_ci95_hi'])}, "
-                     f"measured {_ms_ci(v['measured_ms'], v['measured_ci95_lo'], v['measured_ci95_hi'])}",
-                     _n(v), _verdict_cell(v) + runs, "-", ctx.short(v["file"])])
+                     NO_PROCESS_DATA.replace("single runs", "one run") + " (the rule adds the process component tau)",
+                     "-", f"predicted {_ms_ci(v['predicted_ms'], v['predicted_ci95_lo'], v['predicted_ci95_hi'])}, "
+                     f"measured {_ms_ci(v['measured_ms'], v['measured_ci95_lo'], v['measured_ci95_hi'])}, "
+                     f"{_units(v)}: " + _verdict_cell(v) + runs, ctx.short(v["file"])])
     if rows:
         lines += _table(["result", "model · layers · tokens · attention backend that ran",
-                         "within this run: estimate [95% CI]", "pairs (reps)", "verdict",
-                         "a rerun: K processes x R reps, estimate [95% CI]; 95% prediction interval; GPU minutes",
-                         "run"], rows)
+                         "a rerun (the process is the unit): estimate [95% CI], K processes on J machines: verdict",
+                         "one process on another machine", "within this run (the rep is the unit): estimate [95% CI]: "
+                         "verdict", "run"], rows)
     else:
         lines += [f"No complete GPU comparison in `{os.path.relpath(ctx.root, ctx.repo)}/` yet.", ""]
     notes = [SPEEDUP_RULE, RERUN_RULE]

@@ -132,9 +132,11 @@ def page_markdown(profiles: str | None = None, include_cpu: bool = False, includ
 
 def figure_rows(profiles: str | None = None, include_cpu: bool = False, include_incomplete: bool = False,
                 repo: str = REPO) -> pd.DataFrame:
-    """The rows the headline figure draws (`figures.headline_rows`)."""
+    """The rows the headline figure draws: the rerun claims first (`figures.claim_rows`), then one run per
+    comparison, within that run (`figures.headline_rows`)."""
     ctx = _Ctx(profiles, include_cpu, include_incomplete, repo, repo)
-    return figures.headline_rows(ctx.comps, _prefer(ctx.verd))
+    return pd.concat([figures.claim_rows(an.process_claims(ctx.root, ctx.comps)),
+                      figures.headline_rows(ctx.comps, _prefer(ctx.verd))], ignore_index=True)
 
 
 
@@ -148,7 +150,7 @@ def _breakdown_rows(root, opts: dict) -> pd.DataFrame:
 def figure_title(profiles: str | None = None, repo: str = REPO) -> str:
     ctx_gpus = sorted({g for g in an.comparisons(profiles or os.path.join(repo, "profiles"))["gpu_name"]
                        if isinstance(g, str)})
-    return "Speedup over the baseline, 95% CI" + (f" ({', '.join(ctx_gpus)})" if ctx_gpus else "")
+    return "Speedup over the baseline, 95% CI: a rerun first, then single runs" + (f" ({', '.join(ctx_gpus)})" if ctx_gpus else "")
 
 
 def render(text: str, profiles: str | None = None, include_cpu: bool = False, include_incomplete: bool = False,

@@ -62,6 +62,15 @@ def arms_frame(comparison: dict) -> pd.DataFrame:
     return pd.DataFrame([a for a in arms if a])
 
 
+def _unit_count(c: dict) -> str:
+    """The CI's independent units, named: "4 reps" (arms run as blocks per rep, the rep is the unit), else
+    "N pairs" (a summary that does not say how many reps: every adjacent pair its own unit)."""
+    reps = c.get("n_reps")
+    if reps is None:
+        reps = (c.get("protocol") or {}).get("reps")
+    return f"{int(reps)} reps" if reps is not None else f"{c.get('n_pairs')} pairs"
+
+
 def comparison_table(comparison: dict) -> str:
     """Title line, one row per arm, then speedup and the savings model against the measured saving."""
     c = comparison
@@ -96,7 +105,7 @@ def comparison_table(comparison: dict) -> str:
     sp, ci = c.get("speedup"), c.get("speedup_ci95")
     tail = f"speedup {_fmt(sp, '{:.3f}')}x" if sp is not None else "speedup -"
     if ci:
-        tail += f" [95% CI {ci[0]:.3f}-{ci[1]:.3f}, n={c.get('n_pairs')} pairs]"
+        tail += f" within this run [95% CI {ci[0]:.3f}-{ci[1]:.3f}, n={_unit_count(c)}]"
     if c.get("verdict"):
         tail += f": {c['verdict']}"
     proto = c.get("protocol") or {}
