@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -151,18 +150,22 @@ def test_out_non_empty_is_refused_and_left_byte_identical(bad_inputs):
     assert after["results.csv"].startswith(b"run_id") and after["notes.txt"] == b"my notes"
 
 
-def test_force_replaces_the_run_files_and_keeps_the_rest(capsys, tmp_path, fakes):
-    """--force: the earlier run's rows are gone (no mixing of two runs in one results.csv), its traces/ too; a file
-    that is not a run file stays."""
+def test_force_replaces_the_run_files_and_refuses_a_folder_with_other_files(capsys, tmp_path, fakes):
+    """--force: the earlier run's rows are gone (no mixing of two runs in one results.csv), its traces/ too. A folder
+    that also holds a file no run wrote (the user's notes) is refused, --force or not, every file untouched."""
     d = tmp_path / "old_run"
     _prior_run(str(d))
+    before = _snapshot(d)
+    rc, summary, err = _run(capsys, ["--opt", "packing", *FAST, "--out", str(d), "--force"])
+    assert rc == 2 and "holds files no workbench run wrote (notes.txt)" in err and len(err.strip().splitlines()) == 1
+    assert _snapshot(d) == before
+    os.remove(d / "notes.txt")
     rc, summary, err = _run(capsys, ["--opt", "packing", *FAST, "--out", str(d), "--force"])
     assert rc == 0, err
     rows = _rows(d / "results.csv")
     assert rows and {r["run_id"] for r in rows} == {summary["run_id"]} != {"OLD"}
     assert json.loads((d / "meta.json").read_text())["run_id"] == summary["run_id"]
     assert not (d / "traces").exists()
-    assert (d / "notes.txt").read_text() == "my notes"
 
 
 def test_default_output_is_runs_run_id_under_the_cwd(capsys, tmp_path, monkeypatch, fakes):
@@ -189,17 +192,15 @@ def _sigterm_run(driver, cwd):
                       "--reps", "300", "--device", "cpu", "--out", str(out)],
                      cwd=cwd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     err = []
-    try:
-        deadline = time.monotonic() + 240
+    try:  # no wall-clock deadline: on a loaded machine the first timed step may come late, never wrongly
         for line in p.stderr:
             err.append(line)
             if "] rep 1 " in line and ": step " in line:
                 p.send_signal(signal.SIGTERM)
                 break
-            assert time.monotonic() < deadline, "".join(err)
         else:
             pytest.fail("no 'rep 1' progress line: " + "".join(err))
-        stdout, rest = p.communicate(timeout=120)
+        stdout, rest = p.communicate()
     finally:
         if p.poll() is None:
             p.kill()
@@ -222,7 +223,7 @@ def test_sigterm_keeps_the_results_and_marks_the_run_incomplete(tmp_path):
     files marked (status "running" forever) or that loses the results."""
     from conftest import Direct, early
     driven = early(__name__)
-    rc, stdout, err, out = driven.result("sigterm", 600) if driven else _sigterm_run(Direct(), tmp_path)
+    rc, stdout, err, out = driven.result("sigterm", None) if driven else _sigterm_run(Direct(), tmp_path)
     assert rc == 143, err
     assert "terminated (SIGTERM)" in err and "Traceback" not in err
     meta = json.loads((out / "meta.json").read_text())

@@ -255,12 +255,11 @@ def _plan(r: _Run) -> None:
 def _open(r: _Run) -> None:
     from workbench.instrument import NvmlSampler
     from workbench.measure.equivalence import describe
-    from workbench.measure.results import RunWriter, clear_run_files, device_info
+    from workbench.measure.results import RunWriter, device_info
     from workbench.step import precision as _prec
 
     a, dctx, device = r.a, r.dctx, r.device
-    if a.force and os.path.isdir(r.out_dir) and r.main_rank:
-        clear_run_files(r.out_dir)
+    replace = bool(a.force and r.main_rank)  # the writer takes the folder's lock, then removes the earlier run's files
     dinfo = device_info(device)
     dtype = _prec.criterion_dtype(a.step.precision, DTYPES[a.step.dtype]
                                   or _prec.model_dtype(a.step.precision, device))
@@ -277,11 +276,11 @@ def _open(r: _Run) -> None:
         from workbench.ab.distributed import RankWriter
         r.writer = RankWriter(r.out_dir, r.run_id, rank=dctx.rank, env=wenv, extra_meta={
             **meta, "distributed": {k: v for k, v in dctx.describe().items() if k != "rank"}},
-            argv=["torchrun", f"--nproc-per-node={dctx.world}", "-m", "workbench.ab", *r.argv])
+            argv=["torchrun", f"--nproc-per-node={dctx.world}", "-m", "workbench.ab", *r.argv], replace=replace)
         dctx.watch(r.writer)  # rank 0: a peer's failure marks the folder failed even while this thread waits
     else:
         r.writer = RunWriter(r.out_dir, r.run_id, argv=["python", "-m", r.prog, *r.argv], env=wenv,
-                             extra_meta=meta)
+                             extra_meta=meta, replace=replace)
     writer = r.writer
     try:  # a Ctrl-C before the comparison loop's own handler: the folder is marked, not left RUNNING
         if r.main_rank:
