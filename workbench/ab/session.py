@@ -168,6 +168,8 @@ class _Run:
     """comparisons, device -> comparisons: another entry point's arms over the plan's shape (`workbench.ab.dose`)."""
     runner_cls: object = None
     """The Runner class (None: `Runner`): another entry point's protocol (`workbench.ab.dose`)."""
+    fault: object = None
+    """The OSError that ended the run (a full disk), or None."""
     rep_verdict: bool = True
     """The run's claim rests on the rep, so a GPU run of fewer reps than a verdict needs is refused (`workbench.ab`);
     False where the unit is the process (`workbench.ab.dose`: its slope)."""
@@ -373,6 +375,11 @@ def _stopped(r: _Run, e: BaseException) -> bool:
         r.reason, r.rc = "interrupted (Ctrl-C)", 130
     elif isinstance(e, Terminated):
         r.reason, r.rc = "terminated (SIGTERM)", 143
+    elif isinstance(e, OSError):  # a full disk, a folder gone: the cause in one line and in the marker file
+        from workbench.measure.results import write_fault
+        r.status, r.reason, r.rc = "failed", write_fault(e), 1
+        failures.append(f"failed: {r.reason}")
+        r.fault = e
     elif isinstance(e, RankFailed):  # distributed: a rank failed (its own error, or a peer's from the store)
         r.status, r.reason, r.rc = "failed", f"rank {e.rank}: {e.msg}", 1
         failures.append(f"failed: {r.reason}")
@@ -381,8 +388,11 @@ def _stopped(r: _Run, e: BaseException) -> bool:
     elif isinstance(e, Exception):  # a crash: one line here, the traceback in errors.log
         r.status, r.reason, r.rc = "failed", f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}", 1
         failures.append(f"crashed: {r.reason}")
-        with open(r.writer.path("errors.log"), "a") as f:
-            f.write(f"--- crashed\n{''.join(traceback.format_exception(e))}\n")
+        try:
+            with open(r.writer.path("errors.log"), "a") as f:
+                f.write(f"--- crashed\n{''.join(traceback.format_exception(e))}\n")
+        except OSError:  # the marker file still names the cause
+            pass
     else:
         return False
     return True
@@ -406,8 +416,20 @@ def _finish(r: _Run, wall_s: float) -> None:
     summary["failures"] = runner.failures
     summary["complete"] = r.status == "complete"
     summary["status"] = r.status
-    r.writer.write_summary(summary)
-    r.writer.finish(r.status, nvml=nvml, failures=runner.failures, **({"reason": r.reason} if r.reason else {}))
+    try:
+        r.writer.write_summary(summary)
+        r.writer.finish(r.status, nvml=nvml, failures=runner.failures, **({"reason": r.reason} if r.reason else {}))
+    except OSError as e:  # the run's last writes failed (a full disk): the cause in the marker file, said once
+        from workbench.measure import markers
+        from workbench.measure.results import write_fault
+        if r.fault is None:
+            r.status, r.reason, r.rc, r.fault = "failed", write_fault(e), 1, e
+            runner.failures.append(f"failed: {r.reason}")
+        summary.update(complete=False, status="failed")
+        try:
+            markers.finish(r.out_dir, "failed", r.writer.heartbeat, reason=r.reason)
+        except OSError:
+            pass
     if r.dctx is not None:
         r.writer.close()
 
@@ -420,6 +442,9 @@ def _exit(r: _Run) -> int:
     emit_json(r.summary)
     if r.status == "incomplete":
         progress(f"{r.reason}: results so far are in {r.out_dir} (meta.json status incomplete)")
+        return r.rc
+    if r.fault is not None:
+        progress(f"failed: {r.reason}; the results written before it are in {r.out_dir}")
         return r.rc
     if r.reason:
         progress(f"failed: {r.reason} (traceback in {os.path.join(r.out_dir, 'errors.log')}); results so far are in "

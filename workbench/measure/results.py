@@ -72,6 +72,17 @@ def _remove_quietly(path: str) -> None:
         pass
 
 
+def write_fault(e: OSError) -> str:
+    """One line naming why a write failed: `could not write DIR/results.csv: No space left on device (the disk is
+    full)`."""
+    import errno
+    what = f"could not write {e.filename}" if e.filename else "a write failed"
+    why = e.strerror or str(e) or type(e).__name__
+    hint = {errno.ENOSPC: " (the disk is full)", errno.EDQUOT: " (the disk quota is used up)",
+            errno.EROFS: " (a read-only file system)", errno.EACCES: " (permissions)"}.get(e.errno, "")
+    return f"{what}: {why}{hint}"
+
+
 def file_record(path: str) -> dict:
     """{bytes, sha256} of a file: what summary.json's `integrity` holds for results.csv."""
     import hashlib
@@ -308,9 +319,19 @@ class RunWriter:
             lock = markers.acquire(out_dir, run_id, note=lambda ln: print(ln, file=sys.stderr, flush=True))
         except markers.LockHeld as e:
             raise WorkbenchError(str(e)) from None
-        if replace:
-            clear_run_files(out_dir)
-        self.heartbeat = markers.Heartbeat(out_dir, record=lock)  # RUNNING first: a folder is never unmarked
+        try:
+            if replace:
+                clear_run_files(out_dir)
+            self.heartbeat = markers.Heartbeat(out_dir, record=lock)  # RUNNING first: a folder is never unmarked
+            self._open(run_id, argv, env, extra_meta)
+        except OSError as e:  # a full disk before the run began: the cause in the marker file, the lock released
+            try:
+                markers.finish(out_dir, "failed", getattr(self, "heartbeat", None), reason=write_fault(e))
+            except OSError:
+                pass
+            raise
+
+    def _open(self, run_id, argv, env, extra_meta) -> None:
         self._summary: dict | None = None
         self._flushed_rows = -1
         self.env = {c: None for c in ENV_COLUMNS}
