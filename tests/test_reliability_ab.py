@@ -59,8 +59,37 @@ def _prior_run(d):
     _write(os.path.join(d, "notes.txt"), "my notes")
 
 
+def _checkpoint(d, weights: str):
+    """A checkpoint folder with a valid config.json and a model.safetensors that is random bytes ("random") or a
+    real file cut in half ("truncated")."""
+    _write(os.path.join(d, "config.json"), json.dumps(_llama_config()))
+    path = os.path.join(d, "model.safetensors")
+    if weights == "random":
+        with open(path, "wb") as f:
+            f.write(os.urandom(4096))
+        return
+    import torch
+    from safetensors.torch import save_file
+    save_file({"model.embed_tokens.weight": torch.zeros(256, 64)}, path)
+    with open(path, "rb+") as f:
+        f.truncate(os.path.getsize(path) // 2)
+
+
 # name -> (module, argv, setup(cwd) or None, words the one line must hold)
 CASES = {
+    "model_random_safetensors": ("workbench.ab", ["--model", "ckpt"], lambda c: _checkpoint(os.path.join(c, "ckpt"),
+                                                                                          "random"),
+                                 ["model.safetensors is not a whole safetensors file"]),
+    "model_truncated_safetensors": ("workbench.ab", ["--model", "ckpt"],
+                                    lambda c: _checkpoint(os.path.join(c, "ckpt"), "truncated"),
+                                    ["model.safetensors is not a whole safetensors file", "cut short"]),
+    "lr_inf": ("workbench.ab", ["--lr", "inf"], None, ["--lr", "finite"]),
+    "lr_absurd": ("workbench.ab", ["--lr", "1e308"], None, ["--lr", "at most 1"]),
+    "sweep_duplicate_values": ("workbench.ab", ["--sweep", "layers=2,2"], None, ["names 2 twice"]),
+    "headline_with_floor_arms": ("workbench.ab", ["--opt", "packing", "--headline", "--arms", "rebuild,precomputed"],
+                                 None, ["--headline", "--arms", "keep one"]),
+    "campaign_bogus_suite": ("workbench.campaign", ["--out", "camp", "--suite", "bogus"], None,
+                             ["unknown suite 'bogus'"]),
     "model_corrupted_config": ("workbench.ab", ["--model", "ckpt"],
                                lambda c: _write(os.path.join(c, "ckpt", "config.json"), '{"model_type": "llama",'),
                                ["config.json is not valid JSON"]),

@@ -218,9 +218,9 @@ def here_gpu() -> str | None:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
 
 
-def check_rerun_here(gpu: str, here=here_gpu) -> None:
+def check_rerun_here(gpu: str) -> None:
     """Refuse, before any re-run, a gate whose re-run would time on no GPU or on another GPU than the baseline's."""
-    name = here()
+    name = here_gpu()
     if name is None:
         raise GateInputError(f"the baseline was timed on {gpu or 'a GPU'} and this machine has no CUDA device: the "
                              "re-run would time on a CPU (not a result); run the gate where the baseline ran")
