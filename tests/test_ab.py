@@ -205,11 +205,12 @@ def test_ctrl_c_keeps_results(capsys, tmp_path, fakes):
     keep = tmp_path / "notes.txt"
     keep.write_text("earlier work")
     fakes.INTERRUPT_AT.append(6)  # 3 equivalence applies, then rep 0: rebuild, cached, Ctrl-C at precomputed
-    # (--force: the folder holds a file of ours; the run must leave it alone)
-    rc, lines, err = _run(capsys, ["--opt", "packing", *FAST, "--reps", "2", "--out", str(tmp_path), "--force"])
+    # (beside the run folder, a file of ours: the run must leave it alone)
+    rc, lines, err = _run(capsys, ["--opt", "packing", *FAST, "--reps", "2", "--out", str(tmp_path / "run")])
     assert rc == 130
     assert "interrupted" in err and "Traceback" not in err
     assert keep.read_text() == "earlier work"
+    tmp_path = tmp_path / "run"
     meta = json.loads((tmp_path / "meta.json").read_text())
     assert meta["status"] == "incomplete"
     rows = _rows(tmp_path / "results.csv")

@@ -6,6 +6,8 @@ import json
 import os
 
 import pytest
+
+from workbench.errors import WorkbenchError
 import torch
 
 from workbench import ab, campaign
@@ -48,7 +50,7 @@ def test_campaign_plan_and_dry_run(tmp_path, capsys):
     assert list(smoke) == ["ab_all", "ab_aa", *campaign.NSYS_JOBS]
     assert "--tokens" in smoke["ab_all"].args and "--device" in smoke["ab_all"].args
     assert "needs a CUDA device" in campaign.skip_reason(smoke["ab_packing_nsys"])
-    with pytest.raises(SystemExit):
+    with pytest.raises(WorkbenchError, match="unknown suite"):
         campaign.plan(str(tmp_path), "nope")
     assert campaign.main(["--out", str(tmp_path), "--suite", "ab", "--dry-run"]) == 0
     out = capsys.readouterr().out

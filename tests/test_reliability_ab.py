@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -60,8 +59,37 @@ def _prior_run(d):
     _write(os.path.join(d, "notes.txt"), "my notes")
 
 
+def _checkpoint(d, weights: str):
+    """A checkpoint folder with a valid config.json and a model.safetensors that is random bytes ("random") or a
+    real file cut in half ("truncated")."""
+    _write(os.path.join(d, "config.json"), json.dumps(_llama_config()))
+    path = os.path.join(d, "model.safetensors")
+    if weights == "random":
+        with open(path, "wb") as f:
+            f.write(os.urandom(4096))
+        return
+    import torch
+    from safetensors.torch import save_file
+    save_file({"model.embed_tokens.weight": torch.zeros(256, 64)}, path)
+    with open(path, "rb+") as f:
+        f.truncate(os.path.getsize(path) // 2)
+
+
 # name -> (module, argv, setup(cwd) or None, words the one line must hold)
 CASES = {
+    "model_random_safetensors": ("workbench.ab", ["--model", "ckpt"], lambda c: _checkpoint(os.path.join(c, "ckpt"),
+                                                                                          "random"),
+                                 ["model.safetensors is not a whole safetensors file"]),
+    "model_truncated_safetensors": ("workbench.ab", ["--model", "ckpt"],
+                                    lambda c: _checkpoint(os.path.join(c, "ckpt"), "truncated"),
+                                    ["model.safetensors is not a whole safetensors file", "cut short"]),
+    "lr_inf": ("workbench.ab", ["--lr", "inf"], None, ["--lr", "finite"]),
+    "lr_absurd": ("workbench.ab", ["--lr", "1e308"], None, ["--lr", "at most 1"]),
+    "sweep_duplicate_values": ("workbench.ab", ["--sweep", "layers=2,2"], None, ["names 2 twice"]),
+    "headline_with_floor_arms": ("workbench.ab", ["--opt", "packing", "--headline", "--arms", "rebuild,precomputed"],
+                                 None, ["--headline", "--arms", "keep one"]),
+    "campaign_bogus_suite": ("workbench.campaign", ["--out", "camp", "--suite", "bogus"], None,
+                             ["unknown suite 'bogus'"]),
     "model_corrupted_config": ("workbench.ab", ["--model", "ckpt"],
                                lambda c: _write(os.path.join(c, "ckpt", "config.json"), '{"model_type": "llama",'),
                                ["config.json is not valid JSON"]),
@@ -151,18 +179,22 @@ def test_out_non_empty_is_refused_and_left_byte_identical(bad_inputs):
     assert after["results.csv"].startswith(b"run_id") and after["notes.txt"] == b"my notes"
 
 
-def test_force_replaces_the_run_files_and_keeps_the_rest(capsys, tmp_path, fakes):
-    """--force: the earlier run's rows are gone (no mixing of two runs in one results.csv), its traces/ too; a file
-    that is not a run file stays."""
+def test_force_replaces_the_run_files_and_refuses_a_folder_with_other_files(capsys, tmp_path, fakes):
+    """--force: the earlier run's rows are gone (no mixing of two runs in one results.csv), its traces/ too. A folder
+    that also holds a file no run wrote (the user's notes) is refused, --force or not, every file untouched."""
     d = tmp_path / "old_run"
     _prior_run(str(d))
+    before = _snapshot(d)
+    rc, summary, err = _run(capsys, ["--opt", "packing", *FAST, "--out", str(d), "--force"])
+    assert rc == 2 and "holds files no workbench run wrote (notes.txt)" in err and len(err.strip().splitlines()) == 1
+    assert _snapshot(d) == before
+    os.remove(d / "notes.txt")
     rc, summary, err = _run(capsys, ["--opt", "packing", *FAST, "--out", str(d), "--force"])
     assert rc == 0, err
     rows = _rows(d / "results.csv")
     assert rows and {r["run_id"] for r in rows} == {summary["run_id"]} != {"OLD"}
     assert json.loads((d / "meta.json").read_text())["run_id"] == summary["run_id"]
     assert not (d / "traces").exists()
-    assert (d / "notes.txt").read_text() == "my notes"
 
 
 def test_default_output_is_runs_run_id_under_the_cwd(capsys, tmp_path, monkeypatch, fakes):
@@ -189,17 +221,15 @@ def _sigterm_run(driver, cwd):
                       "--reps", "300", "--device", "cpu", "--out", str(out)],
                      cwd=cwd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     err = []
-    try:
-        deadline = time.monotonic() + 240
+    try:  # no wall-clock deadline: on a loaded machine the first timed step may come late, never wrongly
         for line in p.stderr:
             err.append(line)
             if "] rep 1 " in line and ": step " in line:
                 p.send_signal(signal.SIGTERM)
                 break
-            assert time.monotonic() < deadline, "".join(err)
         else:
             pytest.fail("no 'rep 1' progress line: " + "".join(err))
-        stdout, rest = p.communicate(timeout=120)
+        stdout, rest = p.communicate()
     finally:
         if p.poll() is None:
             p.kill()
@@ -222,7 +252,7 @@ def test_sigterm_keeps_the_results_and_marks_the_run_incomplete(tmp_path):
     files marked (status "running" forever) or that loses the results."""
     from conftest import Direct, early
     driven = early(__name__)
-    rc, stdout, err, out = driven.result("sigterm", 600) if driven else _sigterm_run(Direct(), tmp_path)
+    rc, stdout, err, out = driven.result("sigterm", None) if driven else _sigterm_run(Direct(), tmp_path)
     assert rc == 143, err
     assert "terminated (SIGTERM)" in err and "Traceback" not in err
     meta = json.loads((out / "meta.json").read_text())

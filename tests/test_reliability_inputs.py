@@ -78,8 +78,12 @@ def test_config_without_weights(tmp_path):
 
 def test_checkpoint_check_accepts_a_directory_with_weights(tmp_path):
     d = _llama_config_dir(tmp_path / "ckpt")
-    (d / "model-00001-of-00002.safetensors").write_bytes(b"")  # only the file name is checked here
-    assert check_checkpoint(str(d))["model_type"] == "llama"
+    header = b'{"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}'
+    (d / "model-00001-of-00002.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + bytes(8))
+    assert check_checkpoint(str(d))["model_type"] == "llama"  # a whole file: its header against its size
+    (d / "model-00001-of-00002.safetensors").write_bytes(b"")  # an empty one is cut short
+    with pytest.raises(WorkbenchError, match="not a whole safetensors file"):
+        check_checkpoint(str(d))
 
 
 def test_presets_are_unchanged_by_the_checks():

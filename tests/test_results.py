@@ -130,10 +130,18 @@ def test_check_out_dir_refuses_what_would_lose_or_mix_results(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "results.csv").write_text("old")
+    with pytest.raises(WorkbenchError, match="not empty; name a new folder$"):  # no meta.json: the user's own file
+        check_out_dir(str(run))
+    with pytest.raises(WorkbenchError, match="holds files no workbench run wrote \\(results.csv\\)"):
+        check_out_dir(str(run), force=True)
+    (run / "meta.json").write_text('{"status": "complete", "files": ["results.csv", "meta.json"]}')
     with pytest.raises(WorkbenchError, match="not empty.*--force"):
         check_out_dir(str(run))
     check_out_dir(str(run), force=True)
     assert (run / "results.csv").read_text() == "old"  # checking changes nothing
+    (run / "notes.txt").write_text("mine")  # a run's folder with the user's own file in it: --force refused
+    with pytest.raises(WorkbenchError, match="no workbench run wrote \\(notes.txt\\)"):
+        check_out_dir(str(run), force=True)
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")

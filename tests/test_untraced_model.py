@@ -96,7 +96,7 @@ def test_a_processes_folder_untraced_keeps_the_slope_uncertainty(tmp_path, capsy
         procs.append({"folder": f"p{k:02d}", "seed": k, "rc": 0})
     (top / "processes.json").write_text(json.dumps({"processes": procs}))
     dose = _dose(tmp_path / "dose", slope_ms=S_MS, se_ms=S_MS / 20, K=5)
-    assert verdicts_cli.main([str(top), "--dose", dose, "--tau-from", "none"]) == 0
+    assert verdicts_cli.main([str(top), "--dose", dose, "--tau-from", "none", "--write"]) == 0
     assert "untraced" in capsys.readouterr().out
     doc = json.loads((top / process_verdicts.OUT_FILE).read_text())
     assert doc["dose"] == [dose]
@@ -140,7 +140,7 @@ def test_a_verdict_on_exactly_the_doses_machines_takes_the_process_se(tmp_path, 
     (the controls). 3 builds removed a step, so the prediction's se is 3 x the slope's."""
     dose = _machine_dose(tmp_path / "dose", ["GPU-aaaaaaaa", "GPU-bbbbbbbb"])
     top = _procs_on(tmp_path / "procs", gpus, np.random.default_rng(3))
-    assert verdicts_cli.main([top, "--dose", dose, "--tau-from", "none"]) == 0
+    assert verdicts_cli.main([top, "--dose", dose, "--tau-from", "none", "--write"]) == 0
     sm = json.load(open(os.path.join(top, process_verdicts.OUT_FILE)))["comparisons"][0]["savings_model"]
     if same:
         assert sm["predicted_se_ms"] == pytest.approx(3 * S_MS / 50) and sm["predicted_df"] == 7

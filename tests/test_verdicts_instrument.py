@@ -246,6 +246,9 @@ def test_a_processes_folder_is_judged_with_the_process_as_the_unit(tmp_path, cap
     cal.write_text(json.dumps({"packing": {"theta": 1.0, "ci95": [0.97, 1.03], "source": "dose-response X",
                                            "commit": "abc"}}))
     assert verdicts_cli.main([str(top), "--calibration", str(cal)]) == 0
+    assert not (top / process_verdicts.OUT_FILE).exists()  # without --write nothing is written
+    capsys.readouterr()
+    assert verdicts_cli.main([str(top), "--calibration", str(cal), "--write"]) == 0
     out = capsys.readouterr().out
     assert "3 processes" in out and "calibrated x1.00" in out
     doc = json.loads((top / process_verdicts.OUT_FILE).read_text())
@@ -255,7 +258,7 @@ def test_a_processes_folder_is_judged_with_the_process_as_the_unit(tmp_path, cap
     assert sm["input_source"] == "calibrated" and sm["theta_source"] == "dose-response X"
     assert sm["verdict"] == "confirmed"
     # each process keeps its own (single-run) verdict in its folder
-    p0 = json.loads((top / "p00" / "summary.json").read_text())["comparisons"][0]["savings_model"]
+    p0 = json.loads((top / "p00" / verdicts_cli.WRITE_FILE).read_text())["comparisons"][0]["savings_model"]
     assert p0["measured_population"] != replication.RERUN
     # negative control: one process's trace 40% off its timed step takes the whole comparison's verdict
     _run(str(top / "p01"), rng, saving_ms=3 * S_MS, traced_off=1.4)
@@ -291,10 +294,10 @@ def test_a_void_comparison_is_not_judged_and_says_why(tmp_path, capsys):
     assert "void" not in capsys.readouterr().out  # judged: the control
     (run / "VOID.json").write_text(json.dumps({"comparisons": {"packing": "the step measured was not the training "
                                                                "step"}, "found_by": "a test", "commit": "abc"}))
-    assert verdicts_cli.main([str(run), "--tau-from", "none"]) == 0
+    assert verdicts_cli.main([str(run), "--tau-from", "none", "--write"]) == 0
     out = capsys.readouterr().out
     assert "void" in out
-    [c] = json.loads((run / "summary.json").read_text())["comparisons"]
+    [c] = json.loads((run / verdicts_cli.WRITE_FILE).read_text())["comparisons"]
     assert c["savings_model"]["verdict"] == "void" and "not the training step" in c["savings_model"]["reason"]
     assert "ratio" not in c["savings_model"] and "predicted_ms" not in c["savings_model"]
     (run / "VOID.json").write_text("{not json")

@@ -61,6 +61,7 @@ import subprocess
 import sys
 import time
 
+from workbench.errors import WorkbenchError
 from workbench.opts import registry as opt_registry
 
 DEFAULT_TIMEOUT_S = 570
@@ -155,7 +156,7 @@ def plan(out: str, suite: str = "all", smoke: bool = False) -> list[Job]:
     names: list[str] = []
     for s in [x.strip() for x in suite.split(",") if x.strip()]:
         if s not in SUITES:
-            raise SystemExit(f"unknown suite {s!r}; choose from {', '.join(SUITES)}")
+            raise WorkbenchError(f"unknown suite {s!r}; choose from {', '.join(SUITES)}")
         names += [n for n in SUITES[s] if n not in names]
     jobs = []
     for n in names:
@@ -338,7 +339,7 @@ def main(argv=None) -> int:
     p.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, help="wall-clock limit per job (s)")
     a = p.parse_args(argv)
     if a.timeout_s <= 0:
-        raise SystemExit("--timeout-s must be positive")
+        raise WorkbenchError("--timeout-s must be positive")
     jobs = plan(a.out, a.suite, a.smoke)
     if a.dry_run:
         for j in jobs:
@@ -354,4 +355,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from workbench.cli import run_main
+    sys.exit(run_main(main))  # a bad --suite: one line, exit 2

@@ -50,6 +50,10 @@ def run_main(main, argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except OSError as e:  # a full disk, a folder gone mid-run: one line naming the cause, not a traceback
+        from workbench.measure.results import write_fault
+        print(f"error: {write_fault(e)}", file=sys.stderr)
+        return 1
 
 
 def progress(msg: str) -> None:

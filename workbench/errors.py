@@ -7,3 +7,8 @@ class WorkbenchError(Exception):
 
 class UnsupportedArm(WorkbenchError):
     """An arm (or backend) that this device or model cannot run."""
+
+
+class EditedRun(WorkbenchError):
+    """A run folder whose results.csv is not the file its summary.json records (size, sha256): edited or cut after
+    the run; every reader refuses it."""

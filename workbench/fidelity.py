@@ -376,7 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "order rotated (default: 3 on a CPU, 6 on a GPU)")
     p.add_argument("--seed", type=int, default=0, help="seeds weights, LoRA and data")
     p.add_argument("--lora-rank", type=int, default=16)
-    p.add_argument("--lr", type=float, default=1e-4)
+    from workbench.ab.cli import LR_MAX, finite_positive
+    p.add_argument("--lr", type=finite_positive(LR_MAX, " (an AdamW step that large diverges)"), default=1e-4,
+                   help="AdamW learning rate of the LoRA parameters")
     p.add_argument("--no-breakdown", action="store_true", help="skip the traced step of each (CUDA only anyway)")
     p.add_argument("--out", default=None, help="folder to write fidelity.json (and, on CUDA, the two traces) into")
     return p

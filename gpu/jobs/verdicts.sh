@@ -15,9 +15,9 @@
 # ~4 steps a block x 2 arms x 5 reps (1 discarded) = ~70 s + ~35 s build + ~40 s counted and traced passes = ~150 s.
 #
 # Analysis (CPU, from the repo root; profiles/calibration.json is what gpu/jobs/dose.sh's analysis writes):
-#   python -m workbench.verdicts $CAMP/verdicts/*/ --calibration profiles/calibration.json
+#   python -m workbench.verdicts $CAMP/verdicts/*/ --calibration profiles/calibration.json --write
 #   python -m workbench.verdicts $CAMP/verdicts/*/          # the same, inputs as traced (the uncalibrated verdict)
-# (then copy the folders into profiles/<date>_h100_verdicts_prospective/; each summary.json holds its rows)
+# (then copy the folders into profiles/<date>_h100_verdicts_prospective/; --write leaves each summary.verdicts.json beside its summary.json)
 # CPU check of the same commands (tiny presets, no GPU events: "no trace" verdicts, not a result; ~3 min):
 #   CAMP=/tmp/camp CPU=1 bash gpu/jobs/verdicts.sh
 set -u

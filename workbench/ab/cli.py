@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from workbench.cli import HelpFormatter, OneLineParser
@@ -63,6 +64,9 @@ GPU_DEFAULTS = {**{o: dict(registry.spec(o)["gpu"]) for o in OPT_NAMES},
 timed steps over 2 batches. `python -m workbench.power` finds this protocol's A/A false-verdict rate at 5% and its
 coverage at 0.95 under the rep effects and drift measured on the H100."""
 
+LR_MAX = 1.0
+"""--lr at most: a LoRA AdamW learning rate above 1 moves every adapter weight by about its own scale a step."""
+
 DTYPE_CHOICES = ("auto", "fp32", "bf16", "fp16")
 """--dtype: auto = bf16 on CUDA, fp32 on the CPU (workbench.step.models.default_dtype); `runner.DTYPES` maps them."""
 
@@ -109,6 +113,19 @@ def _positive(kind):
     return conv
 
 
+def finite_positive(at_most: float | None = None, why: str = ""):
+    """A positive, finite float, at most `at_most` (`why` says why that bound) where given: --lr inf or 1e308 is
+    refused here, before anything runs."""
+    def conv(s):
+        v = _positive(float)(s)
+        if not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {s}")
+        if at_most is not None and v > at_most:
+            raise argparse.ArgumentTypeError(f"must be at most {at_most:g}{why}, got {s}")
+        return v
+    return conv
+
+
 def _non_negative(s):
     try:
         v = int(s)
@@ -151,13 +168,13 @@ def build_parser() -> argparse.ArgumentParser:
                    f"(also at least one pass over the batches + 1; {_per_device('warmup')})")
     p.add_argument("--warmup-max", type=_non_negative, default=None, help="warmup steps at most "
                    f"({_per_device('warmup_max')})")
-    p.add_argument("--settle-pct", type=_positive(float), default=d.settle_pct, help="warmup ends when a step is within this "
+    p.add_argument("--settle-pct", type=finite_positive(), default=d.settle_pct, help="warmup ends when a step is within this "
                    "%% of the previous step on the same batch")
     p.add_argument("--reps", type=_positive(int), default=None, help="repetitions, at least; each runs every arm, "
                    f"order rotated ({_per_device('reps')})")
-    p.add_argument("--target-ci", dest="target_ci_pct", type=_positive(float), default=None, metavar="PCT", help="add reps until the "
+    p.add_argument("--target-ci", dest="target_ci_pct", type=finite_positive(), default=None, metavar="PCT", help="add reps until the "
                    "speedup's 95%% CI half-width is under PCT %%")
-    p.add_argument("--budget-s", type=_positive(float), default=None, metavar="S", help="stop adding reps once a "
+    p.add_argument("--budget-s", type=finite_positive(), default=None, metavar="S", help="stop adding reps once a "
                    "comparison has run S seconds")
     p.add_argument("--max-reps", type=_positive(int), default=d.max_reps, help="reps at most under --target-ci/--budget-s")
     p.add_argument("--sweep", default=None, metavar="KEY=N,N,...", help="one comparison per value: layers=4,8,16,28 "
@@ -199,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", default=ds.precision, choices=PRECISION_CHOICES, help=PRECISION_HELP)
     p.add_argument("--seed", type=int, default=dd.seed, help="seeds weights, LoRA and data")
     p.add_argument("--lora-rank", type=_positive(int), default=ds.lora_rank, help="LoRA rank r of every adapter")
-    p.add_argument("--lr", type=_positive(float), default=ds.lr, help="AdamW learning rate of the LoRA parameters")
+    p.add_argument("--lr", type=finite_positive(LR_MAX, f" (an AdamW step that large diverges)"), default=ds.lr, help="AdamW learning rate of the LoRA parameters")
     p.add_argument("--no-checkpointing", dest="checkpointing", action="store_false",
                    help="keep all activations (no recompute); without it checkpointing=%(default)s")
     p.add_argument("--cross-check", action="store_true", help="on CUDA, the counted pass also counts sync-debug-mode "

@@ -92,6 +92,15 @@ class ABConfig:
             key = self.sweep.partition("=")[0]
             if getattr(self.data if key == "tokens" else self.step, key) is not None:
                 raise WorkbenchError(f"--sweep {key}=... and --{key} both set; keep one")
+        if self.sweep:
+            vals = parse_sweep(self.sweep)[1]
+            dup = sorted({v for v in vals if vals.count(v) > 1})
+            if dup:  # two comparisons of one name whose rows could not be told apart
+                raise WorkbenchError(f"--sweep {self.sweep} names {', '.join(map(str, dup))} twice; give each value "
+                                     "once")
+        if self.headline and self.arms:
+            raise WorkbenchError("--headline picks each comparison's baseline and optimized arm itself, and --arms "
+                                 "names arms; keep one (--arms BASELINE,ARM without --headline to compare a floor arm)")
         if self.out is not None and not self.out.strip():
             raise WorkbenchError("--out is empty; name a folder (or leave --out out for runs/<run_id>)")
         if self.aa and self.arms:

@@ -342,6 +342,9 @@ class Runner:
                 res = self._one_step(c, spec, c.cpu_batches[0])
                 changes = numerics.change_of(spec.arms)  # an arm that changes the numerics on purpose (bf16)
                 different = numerics.different_of(spec.arms)  # one that computes another function by design
+                why = None if different else nonfinite(res)  # a different function's own check B judges finiteness
+                if why:  # a non-finite step is never "equivalent": the arm fails here
+                    raise WorkbenchError(f"diverged at step 1 (the equivalence step): {why}")
                 if spec.label == cmp.baseline:
                     ref = res
                     e = {"equivalent": True, "bitwise": True, "loss_abs_diff": 0.0, "grad_max_abs_diff": 0.0,
@@ -431,6 +434,8 @@ class Runner:
                                 batch=d["batch"], **env)
             for label, e in c.m.failed.items():
                 self._arm_failed(cmp, specs[label], e, c.arm_status, c.out)
+            for label, why in diverged(c.m.samples).items():  # a non-finite loss: that arm fails, never "equivalent"
+                self._arm_failed(cmp, specs[label], WorkbenchError(why), c.arm_status, c.out)
             c.out["protocol"] = {"reps": c.m.reps, "stopped_by": c.m.stopped_by, "steps": a.steps,
                                  "batches": a.data.batches, "discarded_reps": c.m.protocol.discard_reps,
                                  "order": "williams"}
@@ -587,3 +592,29 @@ class Runner:
 
     def nsys_traces(self, cmp, runnable, arm_status) -> dict:
         return passes.nsys_traces(self, cmp, runnable, arm_status)
+
+
+def nonfinite(res: dict) -> str | None:
+    """Why one step's {loss, grads} is not finite (`loss nan`, `gradient of NAME inf`), or None."""
+    import math
+    loss = res.get("loss")
+    if loss is not None and not math.isfinite(float(loss)):
+        return f"loss {float(loss)}"
+    for name, g in (res.get("grads") or {}).items():
+        if g is not None and not bool(torch.isfinite(g).all()):
+            return f"a non-finite gradient of {name}"
+    return None
+
+
+def diverged(samples) -> dict:
+    """{arm: `diverged at timed step N (rep R): loss nan`} for each arm whose timed steps record a non-finite loss,
+    N counting that arm's timed steps from 1 in the order they ran."""
+    import math
+    seen, out = {}, {}
+    for s in samples:
+        arm = s["arm"]
+        seen[arm] = seen.get(arm, 0) + 1
+        loss = s.get("loss")
+        if arm not in out and loss is not None and not math.isfinite(float(loss)):
+            out[arm] = f"diverged at timed step {seen[arm]} (rep {s.get('rep', 0) + 1}): loss {float(loss)}"
+    return out

@@ -168,6 +168,8 @@ class _Run:
     """comparisons, device -> comparisons: another entry point's arms over the plan's shape (`workbench.ab.dose`)."""
     runner_cls: object = None
     """The Runner class (None: `Runner`): another entry point's protocol (`workbench.ab.dose`)."""
+    fault: object = None
+    """The OSError that ended the run (a full disk), or None."""
     rep_verdict: bool = True
     """The run's claim rests on the rep, so a GPU run of fewer reps than a verdict needs is refused (`workbench.ab`);
     False where the unit is the process (`workbench.ab.dose`: its slope)."""
@@ -255,12 +257,11 @@ def _plan(r: _Run) -> None:
 def _open(r: _Run) -> None:
     from workbench.instrument import NvmlSampler
     from workbench.measure.equivalence import describe
-    from workbench.measure.results import RunWriter, clear_run_files, device_info
+    from workbench.measure.results import RunWriter, device_info
     from workbench.step import precision as _prec
 
     a, dctx, device = r.a, r.dctx, r.device
-    if a.force and os.path.isdir(r.out_dir) and r.main_rank:
-        clear_run_files(r.out_dir)
+    replace = bool(a.force and r.main_rank)  # the writer takes the folder's lock, then removes the earlier run's files
     dinfo = device_info(device)
     dtype = _prec.criterion_dtype(a.step.precision, DTYPES[a.step.dtype]
                                   or _prec.model_dtype(a.step.precision, device))
@@ -277,11 +278,11 @@ def _open(r: _Run) -> None:
         from workbench.ab.distributed import RankWriter
         r.writer = RankWriter(r.out_dir, r.run_id, rank=dctx.rank, env=wenv, extra_meta={
             **meta, "distributed": {k: v for k, v in dctx.describe().items() if k != "rank"}},
-            argv=["torchrun", f"--nproc-per-node={dctx.world}", "-m", "workbench.ab", *r.argv])
+            argv=["torchrun", f"--nproc-per-node={dctx.world}", "-m", "workbench.ab", *r.argv], replace=replace)
         dctx.watch(r.writer)  # rank 0: a peer's failure marks the folder failed even while this thread waits
     else:
         r.writer = RunWriter(r.out_dir, r.run_id, argv=["python", "-m", r.prog, *r.argv], env=wenv,
-                             extra_meta=meta)
+                             extra_meta=meta, replace=replace)
     writer = r.writer
     try:  # a Ctrl-C before the comparison loop's own handler: the folder is marked, not left RUNNING
         if r.main_rank:
@@ -374,6 +375,11 @@ def _stopped(r: _Run, e: BaseException) -> bool:
         r.reason, r.rc = "interrupted (Ctrl-C)", 130
     elif isinstance(e, Terminated):
         r.reason, r.rc = "terminated (SIGTERM)", 143
+    elif isinstance(e, OSError):  # a full disk, a folder gone: the cause in one line and in the marker file
+        from workbench.measure.results import write_fault
+        r.status, r.reason, r.rc = "failed", write_fault(e), 1
+        failures.append(f"failed: {r.reason}")
+        r.fault = e
     elif isinstance(e, RankFailed):  # distributed: a rank failed (its own error, or a peer's from the store)
         r.status, r.reason, r.rc = "failed", f"rank {e.rank}: {e.msg}", 1
         failures.append(f"failed: {r.reason}")
@@ -382,8 +388,11 @@ def _stopped(r: _Run, e: BaseException) -> bool:
     elif isinstance(e, Exception):  # a crash: one line here, the traceback in errors.log
         r.status, r.reason, r.rc = "failed", f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}", 1
         failures.append(f"crashed: {r.reason}")
-        with open(r.writer.path("errors.log"), "a") as f:
-            f.write(f"--- crashed\n{''.join(traceback.format_exception(e))}\n")
+        try:
+            with open(r.writer.path("errors.log"), "a") as f:
+                f.write(f"--- crashed\n{''.join(traceback.format_exception(e))}\n")
+        except OSError:  # the marker file still names the cause
+            pass
     else:
         return False
     return True
@@ -407,8 +416,20 @@ def _finish(r: _Run, wall_s: float) -> None:
     summary["failures"] = runner.failures
     summary["complete"] = r.status == "complete"
     summary["status"] = r.status
-    r.writer.write_summary(summary)
-    r.writer.finish(r.status, nvml=nvml, failures=runner.failures, **({"reason": r.reason} if r.reason else {}))
+    try:
+        r.writer.write_summary(summary)
+        r.writer.finish(r.status, nvml=nvml, failures=runner.failures, **({"reason": r.reason} if r.reason else {}))
+    except OSError as e:  # the run's last writes failed (a full disk): the cause in the marker file, said once
+        from workbench.measure import markers
+        from workbench.measure.results import write_fault
+        if r.fault is None:
+            r.status, r.reason, r.rc, r.fault = "failed", write_fault(e), 1, e
+            runner.failures.append(f"failed: {r.reason}")
+        summary.update(complete=False, status="failed")
+        try:
+            markers.finish(r.out_dir, "failed", r.writer.heartbeat, reason=r.reason)
+        except OSError:
+            pass
     if r.dctx is not None:
         r.writer.close()
 
@@ -421,6 +442,9 @@ def _exit(r: _Run) -> int:
     emit_json(r.summary)
     if r.status == "incomplete":
         progress(f"{r.reason}: results so far are in {r.out_dir} (meta.json status incomplete)")
+        return r.rc
+    if r.fault is not None:
+        progress(f"failed: {r.reason}; the results written before it are in {r.out_dir}")
         return r.rc
     if r.reason:
         progress(f"failed: {r.reason} (traceback in {os.path.join(r.out_dir, 'errors.log')}); results so far are in "

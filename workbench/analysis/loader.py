@@ -9,6 +9,7 @@ import re
 
 import pandas as pd
 
+from workbench.errors import EditedRun
 from workbench.measure import markers, results
 from workbench.analysis.constants import DEFAULT_LENGTHS, NOT_A_MEASUREMENT, PREVIEW_ROWS, REPO
 from workbench.paths import profiles_root  # noqa: F401 - re-exported: `workbench.analysis.profiles_root`
@@ -182,6 +183,10 @@ def _read_runs(root: str, dirs: list[str]) -> list[dict]:
                        + (f": {camp['note']}" if camp.get("note") else "")
                        + f"; complete in summary.json: {rec['complete_comparisons'] or 'none'}"
                        + (f"; not complete: {rec['missing_comparisons']}" if rec["missing_comparisons"] else ""))
+        try:  # results.csv against summary.json's record of it: an edited folder is left out, said so
+            rec["integrity"], rec["edited"] = results.verify(d, s, status), None
+        except EditedRun as e:
+            rec["integrity"], rec["edited"] = "edited", str(e)
         if m.get("injected") or camp.get("status") == NOT_A_MEASUREMENT:
             why.append(f"not a measurement: deliberately slowed ({m.get('injected') or camp.get('note')})")
         rec["incomplete_reason"] = "; ".join(why) or None
@@ -213,7 +218,8 @@ def _copies(recs: list[dict]) -> None:
 
 
 def _kept(rec, include_cpu, include_incomplete) -> bool:
-    return (include_cpu or not rec["cpu"]) and (include_incomplete or rec["incomplete_reason"] is None)
+    return (include_cpu or not rec["cpu"]) and (include_incomplete or rec["incomplete_reason"] is None) \
+        and not rec.get("edited")
 
 
 def discover(profiles: str | None = None, include_cpu: bool = False, include_incomplete: bool = False) -> pd.DataFrame:
@@ -232,8 +238,8 @@ def left_out(profiles: str | None = None, include_cpu: bool = False, include_inc
     rows = []
     for r in _scan(profiles) if _recs is None else _recs:
         if not _kept(r, include_cpu, include_incomplete):
-            why = [w for w, on in ((r["cpu_reason"], not include_cpu), (r["incomplete_reason"], not include_incomplete))
-                   if w and on]
+            why = [w for w, on in ((r["cpu_reason"], not include_cpu), (r["incomplete_reason"], not include_incomplete),
+                                   (r.get("edited"), True)) if w and on]
             rows.append({k: r[k] for k in LEFT_OUT_COLUMNS[:-1]} | {"reason": "; ".join(why)})
     return pd.DataFrame(rows, columns=LEFT_OUT_COLUMNS)
 

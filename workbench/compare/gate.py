@@ -150,9 +150,17 @@ def aa_noise(aa_dirs, comparison: str, gpu: str) -> tuple[power.Noise, dict, dic
     if len(aa_dirs) < gate_stats.MIN_AA_PROCESSES:
         raise GateInputError(f"--aa gave {len(aa_dirs)} A/A process(es): the run-to-run SD needs "
                              f"{gate_stats.MIN_AA_PROCESSES} or more; {how}")
-    shas, per, reps = set(), [], []
+    same = [d for i, d in enumerate(aa_dirs) if os.path.realpath(d) in map(os.path.realpath, aa_dirs[:i])]
+    if same:
+        raise GateInputError(f"--aa names {same[0]} more than once: each A/A process is its own run; {how}")
+    shas, per, reps, ids = set(), [], [], {}
     for d in aa_dirs:
         summ, meta = _meta(d)
+        rid = meta.get("run_id") or summ.get("run_id")
+        if rid and rid in ids:  # a copy of one run passed as two processes has no run-to-run spread
+            raise GateInputError(f"--aa {ids[rid]} and {d} are one run (run id {rid}): the run SD needs separate "
+                                 f"processes; {how}")
+        ids[rid] = d
         g = _gpu(d, meta)
         if g != gpu:
             raise GateInputError(f"{d} ran on {g or 'an unnamed GPU'}, the baseline on {gpu}: the A/A runs must come "
@@ -210,6 +218,23 @@ def tolerance(tolerance_pct: float | None, noise: power.Noise, design: gate_stat
                  "detection_rate": det, "sims": sims}
 
 
+def here_gpu() -> str | None:
+    """The name of the GPU a re-run here would time on (CUDA device 0), None without one."""
+    import torch
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+
+
+def check_rerun_here(gpu: str) -> None:
+    """Refuse, before any re-run, a gate whose re-run would time on no GPU or on another GPU than the baseline's."""
+    name = here_gpu()
+    if name is None:
+        raise GateInputError(f"the baseline was timed on {gpu or 'a GPU'} and this machine has no CUDA device: the "
+                             "re-run would time on a CPU (not a result); run the gate where the baseline ran")
+    if gpu and name != gpu:
+        raise GateInputError(f"this machine's GPU is {name}, the baseline's {gpu}: two machines' timings are not a "
+                             "gate; run the gate where the baseline ran")
+
+
 def gate(baseline: str, *, aa=None, budget_s: float | None = None, tolerance_pct: float | None = None,
          regression_pct: float = 2.0, comparison: str | None = None, arm: str | None = None, rerun=subprocess_rerun,
          out_dir: str | None = None, sims: int = 1000, announce=None,
@@ -223,6 +248,8 @@ def gate(baseline: str, *, aa=None, budget_s: float | None = None, tolerance_pct
     comparison, arm = pick_arm(summ, comparison, arm)
     design, step_ms = design_for(meta, results, comparison, budget_s)
     noise, run, aa_how = aa_noise(aa, comparison, gpu)
+    if rerun is subprocess_rerun:  # the real re-run times on this machine: refused now, not after it ran
+        check_rerun_here(gpu)
     design = dataclasses.replace(design, run_sd_pct=run["run_sd_pct"])
     tol, how = tolerance(tolerance_pct, noise, design, regression_pct, sims=sims, min_power=min_power)
     how.update(aa_how, run_sd=run)

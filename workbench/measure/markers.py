@@ -8,7 +8,11 @@
 
 A folder whose RUNNING names a writer that is gone (its pid no longer exists, or is another process with another
 start time, on this host and boot; or its heartbeat older than STALE_S, anywhere) is `died`: killed by SIGKILL or
-the OOM killer, with no chance to say so. `state(folder)` is what every reader uses (`results.load_run`,
+the OOM killer, with no chance to say so.
+
+RUNNING is also the folder's lock: one writer per folder. `acquire(folder)` creates it with O_CREAT | O_EXCL before
+the run writes anything, so of two runs started into one folder exactly one gets it; the other is refused in one line
+naming the live writer (`LockHeld`). A RUNNING whose writer is dead (`writer_dead`) is taken over, said in one line. `state(folder)` is what every reader uses (`results.load_run`,
 `analysis`, so `readme_results`, `report` and the notebooks); a folder of an older writer, with no marker, is read
 from meta.json's status, and its "running" is `died` too (a live writer always has its RUNNING file)."""
 from __future__ import annotations
@@ -58,9 +62,13 @@ def _alive(pid: int) -> bool:
 
 def _write(path: str, text: str) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: no temporary file left behind
+        _remove(tmp)
+        raise
 
 
 def _running_record() -> dict:
@@ -69,12 +77,84 @@ def _running_record() -> dict:
             "heartbeat": time.time(), "heartbeat_s": HEARTBEAT_S}
 
 
-class Heartbeat:
-    """RUNNING written now and refreshed every `period_s` until `stop()`."""
+class LockHeld(Exception):
+    """Another live writer holds the folder (its RUNNING record); the message is one line naming it."""
 
-    def __init__(self, out_dir: str, period_s: float = HEARTBEAT_S):
+
+def describe_writer(record: dict) -> str:
+    """`pid 123 on host h since 2026-01-01 10:00:00 (run r)` of a RUNNING record."""
+    since = record.get("started")
+    return (f"pid {record.get('pid')} on {record.get('host') or 'an unnamed host'}"
+            + (f" since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(since))}"
+               if isinstance(since, (int, float)) else "")
+            + (f" (run {record['run_id']})" if record.get("run_id") else ""))
+
+
+def acquire(out_dir: str, run_id: str | None = None, note=None) -> dict:
+    """Take `out_dir`'s lock: create RUNNING atomically (O_CREAT | O_EXCL) with this writer's record, the folder
+    created first if needed. A RUNNING of a dead writer is taken over (`note(line)` says so); a live one raises
+    LockHeld. Returns the record written."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, RUNNING)
+    record = {**_running_record(), "started": time.time(), **({"run_id": run_id} if run_id else {})}
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                held = json.loads(_read(path) or "{}")
+            except ValueError:
+                held = {}
+            why = writer_dead(held) if held else None
+            if held and why is None:
+                raise LockHeld(f"{out_dir} is being written by a live run: {describe_writer(held)}; wait for it to "
+                               "end or name another folder (--force does not take a live run's folder)") from None
+            if not held and time.time() - _mtime(path) < STALE_S:  # being written this instant, or unreadable
+                raise LockHeld(f"{out_dir} is locked ({RUNNING} unreadable, written {time.time() - _mtime(path):.0f}"
+                               " s ago); wait for its writer or name another folder") from None
+            stale = f"{path}.stale{os.getpid()}"
+            try:
+                os.replace(path, stale)  # one taker wins the rename; the others retry and meet its new lock
+            except FileNotFoundError:
+                continue
+            _remove(stale)
+            if note is not None:
+                note(f"{out_dir}: took over the lock of a dead writer ({describe_writer(held) if held else 'no record'}"
+                     f": {why or 'unreadable, stale'})")
+            continue
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(record) + "\n")
+        except BaseException:
+            _remove(path)
+            raise
+        return record
+    raise LockHeld(f"{out_dir}: could not take the folder's lock (another writer keeps taking it)")
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.path.getmtime(path)
+    except OSError:
+        return 0.0
+
+
+def holder(out_dir: str) -> dict | None:
+    """The live writer's RUNNING record of `out_dir`, or None (no RUNNING, or its writer is dead)."""
+    try:
+        held = json.loads(_read(os.path.join(out_dir, RUNNING)) or "null")
+    except ValueError:
+        return None
+    return held if isinstance(held, dict) and writer_dead(held) is None else None
+
+
+class Heartbeat:
+    """RUNNING refreshed every `period_s` until `stop()`; taken now (`acquire`) unless `record` says this writer
+    holds it already."""
+
+    def __init__(self, out_dir: str, period_s: float = HEARTBEAT_S, record: dict | None = None):
         self.path = os.path.join(out_dir, RUNNING)
-        self.record = _running_record()
+        self.record = record if record is not None else acquire(out_dir)
         self._stop = threading.Event()
         for m in (INCOMPLETE, FAILED):  # a --force rerun: an earlier run's marker is not this run's
             _remove(os.path.join(out_dir, m))
@@ -117,8 +197,12 @@ def finish(out_dir: str, status: str, heartbeat: Heartbeat | None = None, failur
         have = _read(log) or ""
         missing = [ln for ln in lines if ln not in have] or ([] if have else ["failed (no message)"])
         if missing:
-            with open(log, "a") as f:
-                f.write("".join(f"{ln}\n" for ln in missing))
+            try:
+                with open(log, "a") as f:
+                    f.write("".join(f"{ln}\n" for ln in missing))
+            except OSError:  # a full disk: the marker below still names the cause
+                if not have:
+                    _remove(log)
     for m in (INCOMPLETE, FAILED):  # finished twice (a rank's failure, then the session): the last word stands
         _remove(os.path.join(out_dir, m))
     if status in ("incomplete", "failed"):

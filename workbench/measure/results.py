@@ -54,11 +54,43 @@ def new_run_id(tag: str = "") -> str:
 
 def atomic_write_text(path: str, text: str) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, a Ctrl-C: the earlier file stands and no temporary file is left
+        _remove_quietly(tmp)
+        raise
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def write_fault(e: OSError) -> str:
+    """One line naming why a write failed: `could not write DIR/results.csv: No space left on device (the disk is
+    full)`."""
+    import errno
+    what = f"could not write {e.filename}" if e.filename else "a write failed"
+    why = e.strerror or str(e) or type(e).__name__
+    hint = {errno.ENOSPC: " (the disk is full)", errno.EDQUOT: " (the disk quota is used up)",
+            errno.EROFS: " (a read-only file system)", errno.EACCES: " (permissions)"}.get(e.errno, "")
+    return f"{what}: {why}{hint}"
+
+
+def file_record(path: str) -> dict:
+    """{bytes, sha256} of a file: what summary.json's `integrity` holds for results.csv."""
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return {"bytes": os.path.getsize(path), "sha256": h.hexdigest()}
 
 
 def atomic_write_json(path: str, obj) -> None:
@@ -189,6 +221,23 @@ RUN_FILES = ("results.csv", "summary.json", "meta.json", "errors.log", "traces",
              VOID_FILE)
 """What a run writes into its folder (and VOID.json, which a new run's results are not): `--force` removes exactly
 these before a new run."""
+BESIDE_FILES = ("summary.verdicts.json",)
+"""What an analysis asked to write (`--write`) puts beside a run's own files: stale once the run is replaced."""
+UNVERIFIED = "unverified (written before integrity records)"
+"""A run folder whose summary.json records no size and hash of results.csv (written before they were kept)."""
+
+
+def own_files(path: str) -> set[str] | None:
+    """The names in `path` a workbench run may replace under --force: its meta.json's `files` (else RUN_FILES) and
+    BESIDE_FILES; None when `path` holds no meta.json (no workbench run wrote it)."""
+    try:
+        with open(os.path.join(path, "meta.json")) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict):
+        return None
+    return set(meta.get("files") or RUN_FILES) | set(RUN_FILES) | set(BESIDE_FILES)
 
 
 def safe_name(label: str) -> str:
@@ -208,9 +257,22 @@ def check_out_dir(path: str, force: bool = False, given: bool = True) -> None:
     if os.path.exists(path) and not os.path.isdir(path):
         raise WorkbenchError(f"{what} is an existing file; " + ("name a new folder" if given else other))
     if os.path.isdir(path):
-        if os.listdir(path) and not force:
-            raise WorkbenchError(f"{what} is not empty (an earlier run's results?); name a new folder, "
-                                 "or add --force to replace its run files")
+        from workbench.measure import markers
+        live = markers.holder(path)
+        if live is not None:  # one writer per folder, --force or not
+            raise WorkbenchError(f"{what} is being written by a live run: {markers.describe_writer(live)}; wait for "
+                                 f"it to end or {other}")
+        present = os.listdir(path)
+        own = own_files(path) if present else set()
+        if present and not force:
+            raise WorkbenchError(f"{what} is not empty" + (" (an earlier run's results)" if own is not None else "")
+                                 + "; name a new folder" + (", or add --force to replace that run's files"
+                                                            if own is not None else ""))
+        foreign = sorted(set(present) - (own or set()))
+        if foreign:
+            raise WorkbenchError(f"{what} holds files no workbench run wrote ({', '.join(foreign[:3])}"
+                                 + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+                                 + "); --force replaces only a run's own files: name another folder")
         if not os.access(path, os.W_OK | os.X_OK):
             raise WorkbenchError(f"{what} cannot be written (permissions); {other}")
         return
@@ -227,10 +289,14 @@ def check_out_dir(path: str, force: bool = False, given: bool = True) -> None:
 
 
 def clear_run_files(path: str) -> None:
-    """Remove an earlier run's files (RUN_FILES) from `path` (for --force); anything else stays."""
+    """Remove an earlier run's files (RUN_FILES, its meta.json's `files`, BESIDE_FILES) from `path` (for --force),
+    RUNNING left to the lock (`markers.acquire`); anything else stays."""
     import shutil
 
-    for name in RUN_FILES:
+    names = (own_files(path) or set(RUN_FILES) | set(BESIDE_FILES)) - {"RUNNING"}
+    for name in sorted(names):
+        if os.path.basename(name) != name or name in ("", ".", ".."):
+            continue
         p = os.path.join(path, name)
         if os.path.isdir(p):
             shutil.rmtree(p)
@@ -239,15 +305,35 @@ def clear_run_files(path: str) -> None:
 
 
 class RunWriter:
-    """Collects rows and writes the run folder; every `flush()` rewrites results.csv atomically."""
+    """Collects rows and writes the run folder; every `flush()` rewrites results.csv atomically. The folder's lock
+    (RUNNING, `markers.acquire`) is taken before anything else is written (a live writer's folder raises
+    `markers.LockHeld`); `replace`: an earlier run's own files are removed once the lock is held (--force)."""
 
     def __init__(self, out_dir: str, run_id: str, *, argv: list[str] | None = None, env: dict | None = None,
-                 extra_meta: dict | None = None):
+                 extra_meta: dict | None = None, replace: bool = False):
         self.out_dir = out_dir
         self.run_id = run_id
-        os.makedirs(out_dir, exist_ok=True)
+        from workbench.errors import WorkbenchError
         from workbench.measure import markers
-        self.heartbeat = markers.Heartbeat(out_dir)  # RUNNING before any other file: a folder is never unmarked
+        try:
+            lock = markers.acquire(out_dir, run_id, note=lambda ln: print(ln, file=sys.stderr, flush=True))
+        except markers.LockHeld as e:
+            raise WorkbenchError(str(e)) from None
+        try:
+            if replace:
+                clear_run_files(out_dir)
+            self.heartbeat = markers.Heartbeat(out_dir, record=lock)  # RUNNING first: a folder is never unmarked
+            self._open(run_id, argv, env, extra_meta)
+        except OSError as e:  # a full disk before the run began: the cause in the marker file, the lock released
+            try:
+                markers.finish(out_dir, "failed", getattr(self, "heartbeat", None), reason=write_fault(e))
+            except OSError:
+                pass
+            raise
+
+    def _open(self, run_id, argv, env, extra_meta) -> None:
+        self._summary: dict | None = None
+        self._flushed_rows = -1
         self.env = {c: None for c in ENV_COLUMNS}
         self.env.update(env or {})
         self.rows: list[dict] = []
@@ -304,17 +390,28 @@ class RunWriter:
     def flush(self) -> None:
         path = os.path.join(self.out_dir, "results.csv")
         tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=RESULT_COLUMNS + ENV_COLUMNS)
-            w.writeheader()
-            for r in self.rows:
-                w.writerow({k: ("" if v is None or (isinstance(v, float) and not math.isfinite(v)) else v)
-                            for k, v in r.items()})
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=RESULT_COLUMNS + ENV_COLUMNS)
+                w.writeheader()
+                for r in self.rows:
+                    w.writerow({k: ("" if v is None or (isinstance(v, float) and not math.isfinite(v)) else v)
+                                for k, v in r.items()})
+            os.replace(tmp, path)
+        except BaseException:  # a full disk, a Ctrl-C: the earlier results.csv stands, no temporary file left
+            _remove_quietly(tmp)
+            raise
+        self._flushed_rows = len(self.rows)
 
     # -- json ----------------------------------------------------------------------------------------------
     def write_summary(self, summary: dict) -> None:
-        atomic_write_json(os.path.join(self.out_dir, "summary.json"), summary)
+        """summary.json with `integrity`: the size and sha256 of results.csv, flushed first, so every reader can
+        tell a folder whose results.csv was edited or cut after the run (`verify`)."""
+        self.flush()
+        self._summary = summary
+        atomic_write_json(os.path.join(self.out_dir, "summary.json"),
+                          {**summary, "integrity": {"results.csv": file_record(os.path.join(self.out_dir,
+                                                                                            "results.csv"))}})
 
     def write_meta(self) -> None:
         atomic_write_json(os.path.join(self.out_dir, "meta.json"), self.meta)
@@ -324,16 +421,39 @@ class RunWriter:
         self.meta.update(extra)
         self.meta["status"] = status
         self.meta["ended"] = _dt.datetime.now().isoformat(timespec="seconds")
-        self.flush()
+        self.meta["files"] = sorted(n for n in RUN_FILES if n != VOID_FILE)  # what --force may replace later
+        if self._summary is not None and len(self.rows) != self._flushed_rows:
+            self.write_summary(self._summary)  # rows added since: results.csv and its record rewritten together
+        elif self._summary is None:
+            self.flush()
         self.write_meta()
         from workbench.measure import markers
         markers.finish(self.out_dir, status, self.heartbeat, failures=extra.get("failures") or (),
                        reason=extra.get("reason"))
 
 
+def verify(run_dir: str, summary: dict, state: str | None = None) -> str:
+    """"verified", UNVERIFIED (no record: an older folder), or "unverified (...)" for a folder its writer did not
+    finish (running, died): whether results.csv is the file summary.json's `integrity` records. Raises EditedRun
+    (one line) when it is not."""
+    rec = ((summary or {}).get("integrity") or {}).get("results.csv")
+    if not rec:
+        return UNVERIFIED
+    if state in ("running", "died"):  # rows flushed after the last summary: no finished record to check
+        return f"unverified (its writer did not finish: {state})"
+    path = os.path.join(run_dir, "results.csv")
+    have = file_record(path) if os.path.isfile(path) else {"bytes": 0, "sha256": ""}
+    if have != {k: rec.get(k) for k in ("bytes", "sha256")}:
+        from workbench.errors import EditedRun
+        raise EditedRun(f"{run_dir}: results.csv was edited after the run ({have['bytes']} bytes, sha256 "
+                        f"{have['sha256'][:12] or '-'}; summary.json records {rec.get('bytes')} bytes, "
+                        f"{str(rec.get('sha256'))[:12]}): its numbers are not the run's; read the run's own copy")
+    return "verified"
+
+
 def load_run(run_dir: str) -> tuple[pd.DataFrame, dict, dict]:
-    """(results DataFrame, summary dict or {}, meta dict) of a run folder."""
-    df = pd.read_csv(os.path.join(run_dir, "results.csv"))
+    """(results DataFrame, summary dict or {}, meta dict) of a run folder; meta's `integrity` says whether
+    results.csv was checked against summary.json's record (`verify`: an edited one raises EditedRun)."""
 
     def j(name):
         p = os.path.join(run_dir, name)
@@ -344,9 +464,13 @@ def load_run(run_dir: str) -> tuple[pd.DataFrame, dict, dict]:
     meta = j("meta.json")
     from workbench.measure import markers
     state, why = markers.state(run_dir, meta)
+    summary = j("summary.json")
+    integrity = verify(run_dir, summary, state)
+    df = pd.read_csv(os.path.join(run_dir, "results.csv"))
     if meta and state != meta.get("status"):  # a dead writer's "running" (or a marker the JSON lacks) is what shows
         meta = {**meta, "status": state, **({"reason": why} if why and not meta.get("reason") else {})}
-    return df, j("summary.json"), meta
+    meta = {**meta, "integrity": integrity} if meta else meta
+    return df, summary, meta
 
 
 PROCESSES_FILE = "processes.json"

@@ -20,7 +20,9 @@ def main(argv=None) -> int:
     results, summary, meta = load_run(a.run_dir)
     void = void_comparisons(a.run_dir)
     state, why = markers.state(a.run_dir, meta)
-    print(f"{a.run_dir}: {state}" + (f" ({why})" if why else "") + f"; {meta.get('command') or ''}")
+    print(f"{a.run_dir}: {state}" + (f" ({why})" if why else "")
+          + (f"; results.csv {meta['integrity']}" if meta.get("integrity", "verified") != "verified" else "")
+          + f"; {meta.get('command') or ''}")
     for c in summary.get("comparisons", []):
         v = void.get(c.get("name") or c.get("opt"))
         if v:  # no numbers: a void comparison's table is not a result

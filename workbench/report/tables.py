@@ -506,8 +506,10 @@ STATIC_RENDERER = "plotly_mimetype+png"
 (kaleido; nbconvert HTML, static viewers) in one output, no script, nothing loaded from a network."""
 INTERACTIVE_RENDERER = "plotly_mimetype"
 """Where no static PNG can be drawn (no Chrome / Chromium for kaleido): the figure's JSON only, said once."""
-STATIC_NEEDS = ("static figures need kaleido (the [notebooks] extra) and a Chrome or Chromium: `apt-get install "
-                "chromium`, or BROWSER_PATH=/path/to/chrome")
+STATIC_NEEDS = ("static figures need kaleido (the [notebooks] or [dev] extra: pip install -e '.[notebooks]') and a "
+                "Chrome or Chromium for it: `apt-get install chromium`, BROWSER_PATH=/path/to/chrome, or kaleido's own "
+                "(python -c 'import kaleido; kaleido.get_chrome_sync()')")
+"""The install hint for a missing static export: kaleido is in both extras that run notebooks."""
 
 
 def static_export_missing() -> str | None:
@@ -545,7 +547,8 @@ def renderer() -> tuple[str, str | None]:
             raise WorkbenchError(f"WB_PLOTLY_RENDERER={wanted}: {missing}; {STATIC_NEEDS}")
         return wanted, None
     if missing:
-        return INTERACTIVE_RENDERER, (f"figures: interactive only (plotly JSON, no static PNG: {missing}); "
+        return INTERACTIVE_RENDERER, (f"figures: interactive only (plotly JSON, no static PNG: {missing}), so "
+                                      "nbconvert HTML and static viewers show none of them; "
                                       f"{STATIC_NEEDS}")
     return STATIC_RENDERER, None
 

@@ -88,22 +88,27 @@ def _untraced(out: dict, sms: list[tuple[str, dict]], measured: dict, opt: str, 
     return verdicts.judge_untraced(out, opt, untraced.process_model([sm for _, sm in sms], entry, gpus), measured)
 
 
-def annotate(run_dir: str, inputs: verdicts.Inputs | None = None) -> list[dict]:
-    """Verdicts of every process folder, then the process-level ones (DIR/verdicts.json); returns their rows."""
+def annotate(run_dir: str, inputs: verdicts.Inputs | None = None, write: bool = True,
+             process_out: str = "summary.json") -> list[dict]:
+    """Verdicts of every process folder, then the process-level ones; returns their rows. `write`: each process's
+    judged summary as its `process_out` and the process-level DIR/verdicts.json (False: nothing written)."""
     from workbench.measure.results import atomic_write_json, environment_diff, git_sha, load_run, process_dirs
 
     inputs = inputs or verdicts.Inputs()
     dirs = process_dirs(run_dir)
     if not dirs:
         raise FileNotFoundError(f"{run_dir}: no process folder ran to the end (processes.json)")
+    judged = {}
     for d in dirs:
-        verdicts.annotate(d, inputs)
+        judged[d] = verdicts.judged_summary(d, inputs)
+        if write:
+            atomic_write_json(os.path.join(d, process_out), judged[d])
     if len(dirs) < 2:
-        return verdicts.rows(load_run(dirs[0])[1], dirs[0])
+        return verdicts.rows(judged[dirs[0]], dirs[0])
     env = environment_diff(dirs)
     loaded = [load_run(d) for d in dirs]
     gpus = [str((meta.get("device") or {}).get("uuid") or "")[:12] for _, _, meta in loaded]  # as dose.machine_of
-    loaded = [(d, res, summ) for d, (res, summ, _) in zip(dirs, loaded)]
+    loaded = [(d, res, judged[d]) for d, (res, _, _) in zip(dirs, loaded)]
     comps = []
     for c0 in loaded[0][2].get("comparisons", []):
         name = c0.get("name")
@@ -125,5 +130,6 @@ def annotate(run_dir: str, inputs: verdicts.Inputs | None = None) -> list[dict]:
     doc = {"by": "python -m workbench.verdicts", "git_sha": git_sha(), "processes": len(dirs),
            "calibration": inputs.calibration_file, "dose": inputs.dose_dirs or None, "tau_from": None,
            "environment": env, "comparisons": comps}
-    atomic_write_json(os.path.join(run_dir, OUT_FILE), doc)
+    if write:
+        atomic_write_json(os.path.join(run_dir, OUT_FILE), doc)
     return verdicts.rows(doc, run_dir)

@@ -408,12 +408,22 @@ def family_of(cmp_name: str) -> str:
     return str(cmp_name).split("@")[0] if "@" in str(cmp_name) else ""
 
 
-def annotate(run_dir: str, inputs: Inputs | None = None) -> list[dict]:
-    """Fill every comparison of `run_dir`/summary.json (decomposition, breakdown, savings_model with a verdict; a
-    comparison the folder's VOID.json declares void gets the verdict "void" and its reason, nothing judged);
-    rewrite summary.json; return the verdict rows (`rows`). `inputs`: calibration and tau (default: no calibration,
-    tau from `calibration.TAU_SOURCE`)."""
-    from workbench.measure.results import atomic_write_json, git_sha, load_run, void_comparisons
+def annotate(run_dir: str, inputs: Inputs | None = None, out: str | None = "summary.json") -> list[dict]:
+    """`judged_summary` of `run_dir`, written as `run_dir`/`out` (None: nothing written; the run itself writes
+    its own summary.json, `python -m workbench.verdicts --write` summary.verdicts.json beside it) and return the
+    verdict rows (`rows`)."""
+    from workbench.measure.results import atomic_write_json
+    summary = judged_summary(run_dir, inputs)
+    if out:
+        atomic_write_json(os.path.join(run_dir, out), summary)
+    return rows(summary, run_dir)
+
+
+def judged_summary(run_dir: str, inputs: Inputs | None = None) -> dict:
+    """`run_dir`'s summary.json with every comparison filled (decomposition, breakdown, savings_model with a verdict;
+    a comparison the folder's VOID.json declares void gets the verdict "void" and its reason, nothing judged); nothing
+    written. `inputs`: calibration and tau (default: no calibration, tau from `calibration.TAU_SOURCE`)."""
+    from workbench.measure.results import git_sha, load_run, void_comparisons
     inputs = inputs or Inputs()
     results, summary, meta = load_run(run_dir)
     if not summary:
@@ -435,8 +445,7 @@ def annotate(run_dir: str, inputs: Inputs | None = None) -> list[dict]:
     summary["verdicts"] = {"by": "python -m workbench.verdicts", "git_sha": git_sha(),
                            "calibration": inputs.calibration_file, "dose": inputs.dose_dirs or None,
                            "tau_from": inputs.tau_from}
-    atomic_write_json(os.path.join(run_dir, "summary.json"), summary)
-    return rows(summary, run_dir)
+    return summary
 
 
 def rows(summary: dict, folder: str = "") -> list[dict]:

@@ -1,9 +1,10 @@
 """`python -m workbench.verdicts`: judge the savings models of run folders (`workbench.savings.verdicts` for a single
 run, `workbench.savings.process_verdicts` for a `--processes K` folder) and print one table.
 
-    python -m workbench.verdicts RUN_DIR [RUN_DIR ...]     # fills each traced comparison of summary.json
+    python -m workbench.verdicts RUN_DIR [RUN_DIR ...]     # judges each traced comparison; prints, writes nothing
+    python -m workbench.verdicts RUN_DIR --write           # + RUN_DIR/summary.verdicts.json beside summary.json
     python -m workbench.verdicts RUN_DIR --calibration CAL.json --tau-from none
-    python -m workbench.verdicts PROCESSES_DIR               # a --processes K run: DIR/verdicts.json, the process as unit
+    python -m workbench.verdicts PROCESSES_DIR               # a --processes K run: the process as unit
     python -m workbench.verdicts RUN_DIR --dose DOSE_DIR     # that model untraced (workbench.savings.untraced)
     python -m workbench.verdicts RUN_DIR ... --plan          # + the processes a new run needs (workbench.savings.plan)
 """
@@ -16,12 +17,22 @@ import sys
 from workbench.savings import across_runs, calibration, process_verdicts, verdicts
 
 
+WRITE_FILE = "summary.verdicts.json"
+"""What --write puts beside a run's summary.json (`results.BESIDE_FILES`)."""
+
+
 def main(argv=None) -> int:
     from workbench.errors import WorkbenchError
-    p = argparse.ArgumentParser(prog="python -m workbench.verdicts", description=verdicts.__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m workbench.verdicts", description=verdicts.__doc__.split("\n\n")[0]
+                                + "\n\nReads only: no file of a run folder is changed. With --write the judged summary "
+                                "goes beside the run's own, as RUN_DIR/" + WRITE_FILE + " (a --processes K folder: "
+                                "each process's " + WRITE_FILE + " and DIR/verdicts.json); summary.json is never "
+                                "rewritten.", formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders written by python -m workbench.ab (a "
-                   "--processes K folder: the process-level verdict, DIR/verdicts.json)")
+                   "--processes K folder: the process-level verdict)")
+    p.add_argument("--write", action="store_true", help=f"write the verdicts beside each run's files: "
+                   f"RUN_DIR/{WRITE_FILE} (a --processes K folder: also DIR/verdicts.json); without it nothing is "
+                   "written")
     p.add_argument("--calibration", metavar="FILE", default=None, help="θ per model ({model: {theta, ci95, source, "
                    "commit}}, from a dose-response analysis): the prediction is multiplied by θ, its CI a shift "
                    "with its own interval; a model without an entry is used as traced")
@@ -60,7 +71,8 @@ def main(argv=None) -> int:
             print(f"error: {d}: no summary.json (not a run folder of python -m workbench.ab)", file=sys.stderr)
             return 2
         try:
-            rs = process_verdicts.annotate(d, inputs) if is_proc else verdicts.annotate(d, inputs)
+            rs = (process_verdicts.annotate(d, inputs, write=a.write, process_out=WRITE_FILE) if is_proc
+                  else verdicts.annotate(d, inputs, out=WRITE_FILE if a.write else None))
         except WorkbenchError as e:  # e.g. a malformed VOID.json: one line, nothing more written
             print(f"error: {e}", file=sys.stderr)
             return 2

@@ -84,7 +84,41 @@ def check_checkpoint(path: str) -> dict:
         raise WorkbenchError(f"checkpoint directory {path} has a config.json but no weights ("
                              f"{' or '.join(WEIGHT_PATTERNS)}); put the weights there, or pass a preset name (e.g. "
                              "tiny-llama) to build a model with random weights from a config")
+    for f in sorted(glob.glob(os.path.join(glob.escape(path), "*.safetensors"))):
+        why = safetensors_problem(f)
+        if why:
+            raise WorkbenchError(f"{f} is not a whole safetensors file ({why}): the checkpoint is corrupted or was cut "
+                                 "short; re-download or re-save it")
     return raw
+
+
+def safetensors_problem(path: str) -> str | None:
+    """Why `path` is not a whole safetensors file (its header unreadable, or the file shorter or longer than the
+    tensors its header lists), or None; reads the header only."""
+    import struct
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                return f"{size} bytes, shorter than its header"
+            (n,) = struct.unpack("<Q", head)
+            if n > size - 8 or n > 100 * 2**20:
+                return f"a header of {n} bytes in a file of {size}"
+            header = json.loads(f.read(n).decode("utf-8"))
+    except OSError as e:
+        return _one_line(e)
+    except (ValueError, UnicodeDecodeError):
+        return "its header is not JSON"
+    if not isinstance(header, dict):
+        return "its header is not a JSON object"
+    try:
+        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    except (KeyError, TypeError, ValueError, IndexError):
+        return "its header lists a tensor without data offsets"
+    if 8 + n + end != size:
+        return f"{size} bytes where its header lists {8 + n + end}"
+    return None
 
 
 def _interface_names(get_interface) -> list[str]:
