@@ -18,7 +18,7 @@ from workbench.savings import across_runs, calibration, process_verdicts, verdic
 
 def main(argv=None) -> int:
     from workbench.errors import WorkbenchError
-    p = argparse.ArgumentParser(prog="python -m workbench.verdicts", description=verdicts.__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m workbench.verdicts", description=verdicts.__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders written by python -m workbench.ab (a "
                    "--processes K folder: the process-level verdict, DIR/verdicts.json)")
