@@ -212,4 +212,6 @@ def parse_args(argv=None) -> ABConfig:
     ns = build_parser().parse_args(argv)
     if ns._config:  # the nsys child: the parent's whole config
         return ABConfig.from_json(ns._config)
+    from workbench.step.length_files import with_model_tokenizer
+    ns.lengths = with_model_tokenizer(ns.lengths, ns.model)  # a file: text column takes the model's tokenizer
     return ABConfig.from_flat(vars(ns))  # the checks that involve several flags run here, once (ABConfig.__post_init__)

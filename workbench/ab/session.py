@@ -269,6 +269,8 @@ def _open(r: _Run) -> None:
     meta = {"device": dinfo, "args": {k: v for k, v in a.as_dict().items() if k not in ("_capture", "_config")},
             "protocol": protocol.describe(), "equivalence_criterion": describe(dtype),
             "comparisons": [c.name for c in r.comps]}
+    if a.data.lengths is not None and a.data.source.provenance() is not None:  # file: / data: lengths: their source
+        meta["lengths_source"] = a.data.source.provenance()
     wenv = dict(device=device.type, gpu_name=dinfo.get("name") if device.type == "cuda" else None,
                 precision=a.step.precision)
     from workbench import interrupts
