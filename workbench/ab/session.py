@@ -415,11 +415,26 @@ def _finish(r: _Run, wall_s: float) -> None:
         r.writer.close()
 
 
+def _print_recommendation(r: _Run) -> None:
+    """The closing sentences after the closing line (`workbench.ab.recommend`): what each optimization saved and the
+    configuration that won here; never fatal (the run's results are written already)."""
+    from workbench.ab import recommend
+    try:
+        dev = (getattr(getattr(r, "writer", None), "meta", None) or {}).get("device") or {}
+        out = recommend.lines(r.out_dir, r.summary, str(r.summary.get("device") or "").split(":")[0],
+                              dev.get("name") if isinstance(dev, dict) else None)
+    except Exception as e:  # noqa: BLE001 - a reading of written results: say it failed, keep the exit status
+        out = [f"recommendation: not computed ({type(e).__name__}: {e})"]
+    for line in out:
+        print(line, flush=True)
+
+
 def _exit(r: _Run) -> int:
     """The final JSON line (rank 0) and the exit code."""
     if not r.main_rank:
         return r.rc
     print(closing_line(r.summary, len(r.comps)), flush=True)
+    _print_recommendation(r)
     emit_json(r.summary)
     if r.status == "incomplete":
         progress(f"{r.reason}: results so far are in {r.out_dir} (meta.json status incomplete)")

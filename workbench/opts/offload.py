@@ -65,6 +65,16 @@ SPEC = {"order": 2, "apply_order": 3, "savings": "workbench.opts.offload_savings
 ARMS = ("sync_reload", "double_buffer", "no_offload", "none")
 BASELINE = "sync_reload"
 OPTIMIZED = "double_buffer"
+TRANSFORMERS_DEFAULT = "no_offload"
+"""Trainer(gradient_checkpointing=True): torch's checkpoint, nothing offloaded."""
+REFERENCE_ARMS = ("none",)
+"""No checkpointing: the memory reference, never recommended as a speed lever."""
+SLOWER_THAN_DEFAULT = {
+    "sync_reload": "offloading frees activation memory at a cost in step time: llama-3.1-8b 8 L 16k, 1414 ms a step "
+                   "against no_offload's 1380 on an H100 (profiles/2026-11-23_h100_verdicts/ab_traced)",
+    "double_buffer": "offloading frees activation memory at a cost in step time: llama-3.1-8b 8 L 16k, 1397 ms a step "
+                     "against no_offload's 1380 on an H100 (profiles/2026-11-23_h100_verdicts/ab_traced)"}
+"""Arms measured slower than TRANSFORMERS_DEFAULT: `apply_optimizations` warns once when one is asked for."""
 
 log = logging.getLogger(__name__)
 
