@@ -178,3 +178,24 @@ def test_callback_refuses_bad_arguments(tmp_path):
     (tmp_path / "full" / "f").write_text("x")
     with pytest.raises(WorkbenchError, match="force=True"):
         WorkbenchCallback(str(tmp_path / "full"))
+
+
+def _layer_syncs(c):
+    return {(layer, p): v for layer, by in c["syncs_by_layer"].items() if layer.startswith("L") for p, v in by.items()}
+
+
+def test_moe_arms_active_under_trainer_with_their_syncs(tmp_path):
+    """Under Trainer(gradient_checkpointing=True) each arm stays the experts implementation the model runs, with the
+    syncs it promises per layer and pass: grouped 0, sort_bincount 1 (forward and recompute); eager, the negative
+    control, more."""
+    got = {}
+    for arm in ("grouped", "sort_bincount", "eager"):
+        model = build_model("tiny-qwen3-moe", lora_rank=4)
+        h = apply_optimizations(model, moe=arm)
+        c = _trainer(model, tmp_path / arm, tmp_path)
+        assert base_model_of(model).config._experts_implementation == h.by_opt["moe"].info["experts_implementation"]
+        got[arm] = _layer_syncs(c)
+    layers = base_model_of(model).config.num_hidden_layers
+    assert sum(got["grouped"].values()) == 0
+    assert got["sort_bincount"] == {(f"L{i:02d}", p): 1 for i in range(layers) for p in ("forward", "recompute")}
+    assert all(got["eager"][k] > 1 for k in got["sort_bincount"])
