@@ -88,7 +88,10 @@ def test_cli_all_end_to_end(capsys, tmp_path):
     assert "--trace" in cmps["offload"]["savings_model"]["reason"]
     # the tables came before the JSON line, then one human closing line; progress went to stderr only
     assert any(ln.startswith("packing:") for ln in lines[:-1])
-    assert lines[-2] == f"complete: 4/4 comparisons, all arms equivalent -> {out}"
+    at = lines.index(f"complete: 4/4 comparisons, all arms equivalent -> {out}")
+    after = lines[at + 1:-1]  # the closing sentences (`workbench.ab.recommend`): one a comparison, then the pick
+    assert [ln.split(":")[0] for ln in after[:-1]] == list(cmps)
+    assert after[-1] == "recommended: nothing: a CPU run gives no timing verdict (run on a GPU for one)"
     assert all("--settle-pct" in ln for ln in err.splitlines() if "not settled" in ln)  # the cap explained
     assert "equivalence" in err and "{" not in "".join(ln for ln in err.splitlines() if ln.startswith("["))
     # files

@@ -6,12 +6,12 @@ from workbench import ab
 from workbench.ab import cli, passes
 
 FLAGS = {"opt", "model", "layers", "tokens", "attn", "experts", "lengths", "batches", "steps", "warmup", "warmup_max",
-         "settle_pct", "reps", "target_ci_pct", "budget_s", "max_reps", "processes", "process_seeds", "sweep", "nvtx_cost", "only",
+         "settle_pct", "reps", "target_ci_pct", "budget_s", "budget_min", "max_reps", "processes", "process_seeds", "sweep", "nvtx_cost", "only",
          "headline", "device", "trace", "out", "force", "memory_limit_gib", "arms", "aa", "dtype", "precision", "seed", "lora_rank", "lr",
          "checkpointing", "cross_check", "_capture", "_config", "_process_unit"}
 """The config's leaves (flat), one per flag: `--no-checkpointing` sets `checkpointing`, `--target-ci` `target_ci_pct`."""
 OPTIONS = {"--opt", "--model", "--layers", "--tokens", "--attn", "--experts", "--lengths", "--batches", "--steps",
-           "--warmup", "--warmup-max", "--settle-pct", "--reps", "--target-ci", "--budget-s", "--max-reps",
+           "--warmup", "--warmup-max", "--settle-pct", "--reps", "--target-ci", "--budget-s", "--budget-min", "--max-reps",
            "--processes", "--process-seeds", "--sweep", "--nvtx-cost", "--only", "--headline", "--device", "--trace", "--out", "--force",
            "--memory-limit-gib",
            "--arms", "--aa", "--dtype", "--precision", "--seed", "--lora-rank", "--lr", "--no-checkpointing",

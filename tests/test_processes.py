@@ -179,3 +179,38 @@ def test_planned_sums_the_campaigns_a_merge_folded():
     assert processes.planned(one) == 2
     assert processes.planned(" ; ".join([one, one.replace("4000", "4002"), one.replace("2 --seed", "3 --seed")])) == 7
     assert processes.planned("python -m workbench.ab --opt moe") is None
+
+
+def test_abbreviated_processes_is_refused_in_one_line():
+    """argparse's prefix matching is off in every CLI: `--processe 2` is an unknown flag (exit 2, one line), never a
+    run of one process that records processes: 2."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "workbench.ab", "--processe", "2", "--device", "cpu"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().count("\n") == 0 and "--processe" in r.stderr
+
+
+def test_processes_read_from_the_parse(monkeypatch):
+    from workbench.ab import __main__ as ab_main
+    seen = {}
+    monkeypatch.setattr(processes, "main", lambda argv, cfg: seen.update(argv=argv, k=cfg.processes) or 0)
+    assert ab_main._run(["--processes=2", "--device", "cpu"]) == 0
+    assert seen == {"argv": ["--processes=2", "--device", "cpu"], "k": 2}
+
+
+def test_every_parser_refuses_abbreviations():
+    import ast
+    import pathlib
+    from workbench.cli import OneLineParser
+    assert OneLineParser(prog="x").allow_abbrev is False
+    root = pathlib.Path(__file__).resolve().parents[1] / "workbench"
+    loose = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None))
+                    in ("ArgumentParser", "add_parser")
+                    and not any(k.arg == "allow_abbrev" for k in node.keywords)):
+                loose.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert loose == []

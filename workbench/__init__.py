@@ -1,7 +1,8 @@
 """Profiling-driven optimization workbench for LLM fine-tuning.
 
 Entry points: `python -m workbench.run` (one instrumented run), `python -m workbench.ab` (A/B of the
-optimizations). Library: `workbench.apply_optimizations(model, packing=..., offload=..., moe=...)`.
+optimizations). Library: `workbench.apply_optimizations(model, packing=..., offload=..., moe=...)`; profile
+a Trainer / SFTTrainer run with `workbench.WorkbenchCallback(out_dir)` (`workbench.callback`).
 """
 
 __version__ = "0.1.0"
@@ -14,3 +15,10 @@ def apply_optimizations(model, **kwargs):
     """
     from workbench.api import apply_optimizations as _apply
     return _apply(model, **kwargs)
+
+
+def __getattr__(name):
+    if name == "WorkbenchCallback":  # imported on use: transformers' TrainerCallback loads with it
+        from workbench.callback import WorkbenchCallback
+        return WorkbenchCallback
+    raise AttributeError(f"module 'workbench' has no attribute {name!r}")

@@ -1,10 +1,19 @@
 """Public API: make a user's own Hugging Face model faster in their own Trainer or training loop.
 
     from workbench import apply_optimizations
-    opt = apply_optimizations(model, packing="cached", offload="double_buffer", moe="sort_bincount")
-    trainer = Trainer(model=model, data_collator=DataCollatorWithFlattening(), ...)
+    opt = apply_optimizations(model, packing="cached", moe="grouped")
+    trainer = Trainer(model=model, data_collator=DataCollatorWithFlattening(return_flash_attn_kwargs=True), ...)
     trainer.train()
     opt.revert()   # the model is as it was
+
+Both arms were measured faster than what transformers does today (`cached` than the per-layer rebuild, `grouped`
+than transformers' `grouped_mm` experts); the arms to use on your machine are the ones `python -m workbench.ab`
+recommends in its closing lines (`workbench.ab.recommend`). An arm measured slower than transformers' default (an
+optimization's `SLOWER_THAN_DEFAULT`: moe="sort_bincount" or "eager" against grouped_mm; offload="double_buffer", which
+frees activation memory at a cost in step time) is applied when asked for, with one warning line. Under
+`Trainer(gradient_checkpointing=True)` and TRL's padding-free batches every arm is active or refuses in one line
+(`cached` / `precomputed` use the batch's `cu_seq_lens_q/k` and `max_length_q/k`; the offload arms keep their
+checkpointing when `train()` re-enables torch's).
 
 The same `apply` the A/B runner measures (`workbench.opts.<opt>.apply`); each argument is an arm name of that
 optimization (None leaves it alone). Packing needs packed batches with `position_ids` restarting at 0 in every
@@ -76,7 +85,7 @@ def apply_optimizations(model, **arms_and_options) -> Optimizations:
     """Apply the chosen arm of each optimization to `model` (HF or peft-wrapped) in place.
 
     One keyword per optimization of the registry (`workbench.opts.registry`), its value an arm name (None leaves it
-    alone), e.g. packing="cached", offload="double_buffer", moe="sort_bincount"; each module's `ARMS` lists its arms
+    alone), e.g. packing="cached", moe="grouped"; each module's `ARMS` lists its arms
     (`python -m workbench.ab --help` too). The other keywords are options that go to the `apply` of the optimization
     that takes them (e.g. `backend="sdpa"` for packing, `min_free_mib=` for offload, `gemm="triton"` for moe);
     `<opt>_options={...}` passes them to one optimization explicitly.
@@ -127,10 +136,29 @@ def apply_optimizations(model, **arms_and_options) -> Optimizations:
     clash = _opts.conflict(arms, device.type)
     if clash is not None:
         raise WorkbenchError(f"apply_optimizations: {clash[1]}")
+    _warn_slower(mods, arms)
     handles = _opts.apply_all(model, arms, per_opt).handles  # the one loop that applies arms (ab uses it too)
     out = Optimizations(handles)
     out.different_function = different
     return out
+
+
+_WARNED: set = set()
+"""(opt, arm) pairs already warned about in this process (`_warn_slower`: once each)."""
+
+
+def _warn_slower(mods: dict, arms: dict) -> None:
+    """One warning line a process for each asked-for arm its module measured slower than transformers' default
+    (`SLOWER_THAN_DEFAULT`)."""
+    import warnings
+    from workbench.opts.protocol import hook
+    for o, arm in arms.items():
+        why = hook(mods[o], "SLOWER_THAN_DEFAULT").get(arm)
+        if why and (o, arm) not in _WARNED:
+            _WARNED.add((o, arm))
+            default = hook(mods[o], "TRANSFORMERS_DEFAULT") or mods[o].BASELINE
+            warnings.warn(f"{o}={arm!r} was measured slower than {default} (what transformers does by default): "
+                          f"{why}; applied as asked", UserWarning, stacklevel=3)
 
 
 def winning_arms(run_dir: str) -> dict:

@@ -330,7 +330,7 @@ def main(argv=None) -> int:
     from workbench.cli import emit_json
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    p = argparse.ArgumentParser(prog="python -m workbench.campaign", description=__doc__,
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m workbench.campaign", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="campaign folder (one subfolder per job, commands.json, logs/)")
     p.add_argument("--suite", default="all", help=f"{' | '.join(SUITES)}, or a comma list (default all)")

@@ -24,6 +24,10 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse whose usage errors raise WorkbenchError: `run_main` prints them as one `error: ...` line, exit 2
     (instead of argparse's usage block followed by the error). The one parser class of every CLI."""
 
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)  # `--processe 2` is an unknown flag, never a silent --processes
+        super().__init__(*args, **kwargs)
+
     def error(self, message):
         raise WorkbenchError(f"{message} (see {self.prog} --help)")
 

@@ -67,7 +67,8 @@ def parse_args(argv=None) -> RunConfig:
     a = build_parser().parse_args(argv)  # --help and argparse's errors before torch is imported
     from workbench.step.models import check_attn, check_experts, load_config
 
-    cfg = RunConfig(data=DataConfig(lengths=a.lengths, tokens=a.tokens, seed=a.seed),
+    from workbench.step.length_files import with_model_tokenizer
+    cfg = RunConfig(data=DataConfig(lengths=with_model_tokenizer(a.lengths, a.model), tokens=a.tokens, seed=a.seed),
                     step=StepConfig(model=a.model, layers=a.layers, attn=a.attn, experts=a.experts,
                                     lora_rank=a.lora_rank, checkpointing=a.checkpointing),
                     steps=a.steps, warmup=a.warmup, device=a.device, ranges=not a.no_ranges,

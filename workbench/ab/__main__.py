@@ -12,12 +12,12 @@ def _help(argv=None) -> int:
 
 def _run(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    from workbench.ab import processes
-    if (processes.split_argv(argv)[0] or 1) > 1:  # K processes of this command, then the process-level estimate
-        return processes.main(argv)
     from workbench.ab import preflight
     from workbench.ab.cli import parse_args
-    args = parse_args(argv)
+    args = parse_args(argv)  # the one parse: every flag, --processes included, read from its result
+    if args.processes > 1:  # K processes of this command, then the process-level estimate
+        from workbench.ab import processes
+        return processes.main(argv, args)
     preflight.check_early(args)  # every mistake the flags and presets show, before torch is imported
     from workbench.ab.session import main  # imported here: a bad $WORKBENCH_OPTS is one line, not a traceback
     return main(argv, args)

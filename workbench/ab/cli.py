@@ -176,7 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "speedup's 95%% CI half-width is under PCT %%")
     p.add_argument("--budget-s", type=finite_positive(), default=None, metavar="S", help="stop adding reps once a "
                    "comparison has run S seconds")
-    p.add_argument("--max-reps", type=_positive(int), default=d.max_reps, help="reps at most under --target-ci/--budget-s")
+    p.add_argument("--budget-min", type=float, default=None, metavar="M", help="the whole run's budget in minutes: "
+                   "each comparison's timing runs 4 reps, then adds reps while its share of what is left lasts (or "
+                   "until --target-ci); progress lines show the time left (workbench/ab/budget.py). Default: 12 for "
+                   "--opt all on one GPU without --reps/--target-ci/--budget-s, else none; 0: none")
+    p.add_argument("--max-reps", type=_positive(int), default=d.max_reps, help="reps at most under --target-ci/--budget-s/"
+                   "--budget-min")
     p.add_argument("--sweep", default=None, metavar="KEY=N,N,...", help="one comparison per value: layers=4,8,16,28 "
                    "or tokens=8192,16384")
     p.add_argument("--nvtx-cost", nargs="?", const="add", default=d.nvtx_cost, choices=("off", "add", "only"),
@@ -232,4 +237,6 @@ def parse_args(argv=None) -> ABConfig:
     ns = build_parser().parse_args(argv)
     if ns._config:  # the nsys child: the parent's whole config
         return ABConfig.from_json(ns._config)
+    from workbench.step.length_files import with_model_tokenizer
+    ns.lengths = with_model_tokenizer(ns.lengths, ns.model)  # a file: text column takes the model's tokenizer
     return ABConfig.from_flat(vars(ns))  # the checks that involve several flags run here, once (ABConfig.__post_init__)

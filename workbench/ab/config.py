@@ -45,8 +45,11 @@ class ABConfig:
     """--target-ci: add reps until the speedup's 95% CI half-width is under this %."""
     budget_s: float | None = None
     """Stop adding reps once a comparison has run this many seconds."""
+    budget_min: float | None = None
+    """--budget-min: the whole run's budget in minutes (`workbench.ab.budget`): each comparison's timing adds reps
+    while its share lasts; 0: none; None: the default (12 min for --opt all on one GPU, `budget.default_budget_min`)."""
     max_reps: int = MAX_REPS
-    """Reps at most under target_ci_pct / budget_s."""
+    """Reps at most under target_ci_pct / budget_s / budget_min."""
     processes: int = 1
     """Independent processes of this same run (`workbench.ab.processes`): > 1 gives the process-level estimate, its CI
     and a prediction interval for a rerun."""
@@ -112,8 +115,10 @@ class ABConfig:
                                  f"--arms {dup},{dup})")
         if self.data.seed < 0:
             raise WorkbenchError(f"--seed must be >= 0, got {self.data.seed}")
-        if self.target_ci_pct is None and self.budget_s is None and self.max_reps != MAX_REPS:
-            raise WorkbenchError("--max-reps applies with --target-ci or --budget-s")
+        if self.budget_min is not None and (self.budget_min < 0 or self.budget_min != self.budget_min):
+            raise WorkbenchError(f"--budget-min must be >= 0 (0: no budget), got {self.budget_min}")
+        if self.target_ci_pct is None and self.budget_s is None and not self.budget_min and self.max_reps != MAX_REPS:
+            raise WorkbenchError("--max-reps applies with --target-ci, --budget-s or --budget-min")
         if self.reps is not None and self.max_reps < self.reps and (self.target_ci_pct or self.budget_s):
             raise WorkbenchError(f"--max-reps {self.max_reps} is below --reps {self.reps} (the reps at least); "
                                  "raise --max-reps or lower --reps")

@@ -370,7 +370,7 @@ def run_labels(runs: list[str]) -> dict[str, str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m workbench.lever_path", description=__doc__,
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m workbench.lever_path", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", help="--opt levers run folders")
     p.add_argument("--out", required=True, help="folder for path.csv and path.png")

@@ -42,8 +42,8 @@ a commit before that (profiles/2026-11-26_h100_replication) pass `skip_reps=1` t
 
 
 def split_argv(argv: list[str]) -> tuple[int | None, list[str]]:
-    """(K, the argv without --processes) from a `python -m workbench.ab` argv; K is None when the flag is absent
-    (K = 1: one plain run)."""
+    """(K, the argv without --processes) from a recorded `python -m workbench.ab` command (a campaign's record; the
+    CLI itself reads K from its parse); K is None when the flag is absent (K = 1: one plain run)."""
     out, k, i = [], None, 0
     while i < len(argv):
         a = argv[i]
@@ -161,13 +161,15 @@ def write_record(out: str, record: dict) -> None:
         json.dump(record, f, indent=1, default=float)
 
 
-def main(argv: list[str]) -> int:
-    """Run K processes of `python -m workbench.ab` (argv with --processes K), then the process-level estimates."""
-    k, rest = split_argv(argv)
+def main(argv: list[str], cfg=None) -> int:
+    """Run K processes of `python -m workbench.ab` (argv with --processes K), then the process-level estimates. `cfg`:
+    argv already parsed (`workbench.ab.cli.parse_args`), whose `processes` is K."""
     from workbench.ab import preflight
     from workbench.ab.cli import parse_args
 
-    cfg = parse_args(rest)  # every flag checked here, once, before any process starts
+    if cfg is None:
+        cfg = parse_args(argv)  # every flag checked here, once, before any process starts
+    k, rest = cfg.processes, without(argv, "--processes")
     preflight.check_early(cfg)
     out = cfg.out or os.path.join("runs", time.strftime("processes_%Y%m%d_%H%M%S"))
     if os.path.isdir(out) and os.listdir(out) and not cfg.force:

@@ -86,8 +86,23 @@ class Runner:
         self._arm_attention: dict = {}
         """{arm: attention implementation} of the comparison running (`session` records what each arm ran)."""
 
+    budget = None
+    """The run's `workbench.ab.budget.RunBudget` (--budget-min), set by the session; None: no run budget."""
+
     def _progress(self, msg: str):
-        progress(msg)
+        progress(msg + (f"  [{self.budget.suffix()}]" if self.budget is not None else ""))
+
+    def timing_protocol(self):
+        """The timing phase's protocol: `protocol()`, under a run budget with this comparison's share as `budget_s`
+        (the smaller of it and --budget-s) and the reps floor (`budget.MIN_REPS`, unless --reps named one)."""
+        p = self.protocol()
+        if self.budget is None:
+            return p
+        import dataclasses
+        share = self.budget.timing_share_s()
+        reps = self.budget.reps_floor or p.reps
+        return dataclasses.replace(p, reps=reps, budget_s=share if p.budget_s is None else min(share, p.budget_s),
+                                   max_reps=max(p.max_reps, reps))
 
     def data_seed(self) -> int:
         """The seed of this process's batches (workbench.ab.distributed: offset per rank under torchrun)."""
@@ -399,7 +414,8 @@ class Runner:
         def on_sample(s):
             self.writer.add_sample(cmp.name, s, **env)
             bar.update(1)
-            bar.set_postfix_str(f"rep {s['rep'] + 1} {s['arm']} {s['step_ms']:.0f} ms", refresh=False)
+            bar.set_postfix_str(f"rep {s['rep'] + 1} {s['arm']} {s['step_ms']:.0f} ms"
+                                + (f", {self.budget.suffix()}" if self.budget is not None else ""), refresh=False)
             if bar.disable:
                 self._progress(f"{tag} rep {s['rep'] + 1} {s['arm']}: step {s['step'] + 1}/{a.steps} "
                                f"(batch {s['batch']}) {s['step_ms']:.1f} ms")
@@ -424,10 +440,12 @@ class Runner:
                                f"[{r['ci95'][0]:.4f}, {r['ci95'][1]:.4f}] (n={r['n_units']} reps) {v}")
 
         if c.base_spec is not None and c.arm_status[cmp.baseline]["status"] == "ok" and len(c.live) >= 1:
-            c.m = engine.measure([s.label for s in c.live], open_session, a.data.batches, self.protocol(),
+            c.m = engine.measure([s.label for s in c.live], open_session, a.data.batches, self.timing_protocol(),
                                  baseline=cmp.baseline,
                                  optimized=cmp.optimized if cmp.optimized in specs else None,
                                  on_sample=on_sample, on_warmup=on_warmup, on_rep=on_rep)
+            if self.budget is not None:
+                self.budget.end_timing()
             bar.close()
             for d in c.m.discarded:  # the warm-up rep: recorded (rep -1), never a `step_ms` row, never a statistic
                 self.writer.add(cmp.name, d["arm"], "discarded_step_ms", d["step_ms"], "ms", rep=-1, step=d["step"],

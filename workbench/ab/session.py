@@ -173,6 +173,9 @@ class _Run:
     rep_verdict: bool = True
     """The run's claim rests on the rep, so a GPU run of fewer reps than a verdict needs is refused (`workbench.ab`);
     False where the unit is the process (`workbench.ab.dose`: its slope)."""
+    budget: tuple | None = None
+    """(minutes, whether it is the default, whether --reps was given) of the run budget (`workbench.ab.budget`);
+    None: no run budget."""
 
 
 def run_planned(argv, a, *, prog: str, replan, runner_cls=None, rep_verdict: bool = True) -> int:
@@ -193,6 +196,10 @@ def _main(argv, a, dctx, run: _Run | None = None) -> int:
     device = dctx.device if dctx is not None else resolve_device(a.device)
     r = run or _Run(argv=argv, a=None, dctx=dctx, device=device, main_rank=dctx is None or dctx.is_main)
     r.device = device
+    if dctx is None and r.runner_cls is None and r.replan is None:  # the plain A/B (not a dose, not under torchrun)
+        from workbench.ab.budget import default_budget_min
+        minutes = default_budget_min(a, device.type)
+        r.budget = (minutes, a.budget_min is None, a.reps is not None) if minutes else None
     r.a = _resolve(a, device, r.main_rank, rep_verdict=r.rep_verdict)
     if r.a._capture:
         if r.a.step.model is None or r.a.data.tokens is None:
@@ -270,6 +277,8 @@ def _open(r: _Run) -> None:
     meta = {"device": dinfo, "args": {k: v for k, v in a.as_dict().items() if k not in ("_capture", "_config")},
             "protocol": protocol.describe(), "equivalence_criterion": describe(dtype),
             "comparisons": [c.name for c in r.comps]}
+    if a.data.lengths is not None and a.data.source.provenance() is not None:  # file: / data: lengths: their source
+        meta["lengths_source"] = a.data.source.provenance()
     wenv = dict(device=device.type, gpu_name=dinfo.get("name") if device.type == "cuda" else None,
                 precision=a.step.precision)
     from workbench import interrupts
@@ -320,7 +329,17 @@ def _comparisons(r: _Run) -> None:
         summary["levers"] = writer.meta["levers"] = r.levers.describe()
         writer.meta["comparisons"] = [c.name for c in comps]
         writer.write_meta()
+    if r.budget is not None:
+        from workbench.ab.budget import MIN_REPS, RunBudget
+        minutes, default, reps_given = r.budget
+        runner.budget = RunBudget(minutes * 60, [len(c.arms) for c in comps])
+        runner.budget.reps_floor = None if reps_given else MIN_REPS
+        progress(runner.budget.start_line(getattr(runner, "device_name", None), default))
+        writer.meta["budget"] = {"minutes": minutes, "default": default, "reps_floor": runner.budget.reps_floor}
+        writer.write_meta()
     for i, cmp in enumerate(comps, 1):
+        if runner.budget is not None:
+            runner.budget.begin_comparison()
         if r.levers is not None and cmp.name == lever_run.PATH:  # without the levers that made the step slower
             cmp = lever_run.prune_path(r.levers, summary["comparisons"], cmp, r.device.type)
             summary["levers"] = writer.meta["levers"] = r.levers.describe()
@@ -344,6 +363,8 @@ def _comparisons(r: _Run) -> None:
             res = {"name": cmp.name, "opt": cmp.opt, "model": cmp.model, "status": "failed", "errors": [msg],
                    "equivalent": False}
         res["wall_s"] = round(time.perf_counter() - t0, 1)
+        if runner.budget is not None:
+            runner.budget.end_comparison()
         summary["comparisons"].append(res)
         writer.write_summary({**summary, "complete": False, "status": "running"})
         if res.get("baseline") is not None and r.main_rank:
@@ -413,6 +434,11 @@ def _finish(r: _Run, wall_s: float) -> None:
             for c in summary["comparisons"]}
     summary["out"] = r.out_dir
     summary["wall_s"] = wall_s
+    budget = getattr(r.runner, "budget", None)
+    if budget is not None:
+        summary["budget"] = {"minutes": budget.total_s / 60, "wall_min": budget.elapsed_s() / 60,
+                             "within": budget.elapsed_s() <= budget.total_s,
+                             "timing_shares_min": [x / 60 for x in budget.shares_s]}
     summary["failures"] = runner.failures
     summary["complete"] = r.status == "complete"
     summary["status"] = r.status
@@ -434,11 +460,30 @@ def _finish(r: _Run, wall_s: float) -> None:
         r.writer.close()
 
 
+def _print_recommendation(r: _Run) -> None:
+    """The closing sentences after the closing line (`workbench.ab.recommend`): what each optimization saved and the
+    configuration that won here; never fatal (the run's results are written already)."""
+    from workbench.ab import recommend
+    try:
+        dev = (getattr(getattr(r, "writer", None), "meta", None) or {}).get("device") or {}
+        device_type = str(r.summary.get("device") or "").split(":")[0]
+        out = recommend.lines(r.out_dir, r.summary, device_type,
+                              dev.get("name") if isinstance(dev, dict) and device_type == "cuda" else None)
+    except Exception as e:  # noqa: BLE001 - a reading of written results: say it failed, keep the exit status
+        out = [f"recommendation: not computed ({type(e).__name__}: {e})"]
+    budget = getattr(r.runner, "budget", None)
+    if budget is not None:
+        out.append(budget.closing_line())
+    for line in out:
+        print(line, flush=True)
+
+
 def _exit(r: _Run) -> int:
     """The final JSON line (rank 0) and the exit code."""
     if not r.main_rank:
         return r.rc
     print(closing_line(r.summary, len(r.comps)), flush=True)
+    _print_recommendation(r)
     emit_json(r.summary)
     if r.status == "incomplete":
         progress(f"{r.reason}: results so far are in {r.out_dir} (meta.json status incomplete)")

@@ -81,7 +81,7 @@ MFU_COLUMNS = ["folder", "name", "model", "layers", "tokens", "attn", "attention
 
 
 _COUNTED: dict = {}
-FILE_LENGTHS = ("data", "json", "jsonl")
+FILE_LENGTHS = ("data", "json", "jsonl", "file")
 """--lengths kinds read from files: a replay over them is not cached (the files may change between two readings)."""
 
 

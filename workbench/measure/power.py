@@ -305,7 +305,7 @@ def process_components_from_runs(run_dirs: list[str], comparison: str) -> dict:
 
 def main(argv=None) -> int:
     g = GPU_PROTOCOL
-    p = argparse.ArgumentParser(prog="python -m workbench.power", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m workbench.power", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--from", dest="from_run", default=None, nargs="+", metavar="RUN_DIR",
                    help="estimate rep / batch / step SDs from the first run folder's timed steps (an A/A run is "

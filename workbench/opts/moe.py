@@ -77,6 +77,15 @@ ARMS = ("eager", "sort_bincount", "grouped", "hf_grouped_mm", "hf_batched_mm", "
 BASELINE = "eager"
 OPTIMIZED = "sort_bincount"
 OPT_IN_ARMS = ("hf_batched_mm", "liger_experts", "sort_split")
+TRANSFORMERS_DEFAULT = "hf_grouped_mm"
+"""transformers' default experts implementation (`grouped_mm`, sync-free): what a recommendation must beat."""
+SLOWER_THAN_DEFAULT = {
+    "eager": "the per-expert loop: gpt-oss-20b 4 L 8k, 1870 ms a step against hf_grouped_mm's 1310 on an H100 "
+             "(profiles/2026-11-23_h100_verdicts/ab_traced), 1644 against 1204 on an H200",
+    "sort_bincount": "a fix of the eager loop, not of grouped_mm: gpt-oss-20b 4 L 8k, 1672 ms a step against "
+                     "hf_grouped_mm's 1310 on an H100 (profiles/2026-11-23_h100_verdicts/ab_traced), 1481 against "
+                     "1204 on an H200"}
+"""Arms measured slower than TRANSFORMERS_DEFAULT: `apply_optimizations` warns once when one is asked for."""
 """Arms run only when named (--arms): hf_batched_mm would need ~1 TiB at the GPU default shapes; liger_experts needs
 liger-kernel and a GPU; sort_split is a probe of sort_bincount's backward, not a fix the seeds name."""
 GEMMS = ("auto", "torch", "triton", "dense")

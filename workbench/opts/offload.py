@@ -16,6 +16,9 @@ Arms (baseline first):
 - `no_offload`: transformers' checkpointing with torch's non-reentrant checkpoint (the speed limit).
 - `none`: no checkpointing (the memory reference).
 
+Under `Trainer(gradient_checkpointing=True)` (TRL's default) the arm keeps its checkpointing: transformers' re-enable
+at `train()` is taken over, said once (`_hold_checkpointing`).
+
 The offload arms plug a checkpoint function into transformers (`_set_gradient_checkpointing(
 gradient_checkpointing_func=...)`, via `workbench.step.harness.enable_checkpointing`). transformers 5.17 calls it as
 `fn(partial(super().__call__, **kwargs), hidden_states)`, 5.23 as `fn(partial(forward, self, **kwargs),
@@ -62,6 +65,16 @@ SPEC = {"order": 2, "apply_order": 3, "savings": "workbench.opts.offload_savings
 ARMS = ("sync_reload", "double_buffer", "no_offload", "none")
 BASELINE = "sync_reload"
 OPTIMIZED = "double_buffer"
+TRANSFORMERS_DEFAULT = "no_offload"
+"""Trainer(gradient_checkpointing=True): torch's checkpoint, nothing offloaded."""
+REFERENCE_ARMS = ("none",)
+"""No checkpointing: the memory reference, never recommended as a speed lever."""
+SLOWER_THAN_DEFAULT = {
+    "sync_reload": "offloading frees activation memory at a cost in step time: llama-3.1-8b 8 L 16k, 1414 ms a step "
+                   "against no_offload's 1380 on an H100 (profiles/2026-11-23_h100_verdicts/ab_traced)",
+    "double_buffer": "offloading frees activation memory at a cost in step time: llama-3.1-8b 8 L 16k, 1397 ms a step "
+                     "against no_offload's 1380 on an H100 (profiles/2026-11-23_h100_verdicts/ab_traced)"}
+"""Arms measured slower than TRANSFORMERS_DEFAULT: `apply_optimizations` warns once when one is asked for."""
 
 log = logging.getLogger(__name__)
 
@@ -650,6 +663,36 @@ def _checkpoint_state(model):
     return restore
 
 
+def _hold_checkpointing(model, arm: str, fn, info: dict):
+    """Keep `arm`'s checkpointing when transformers re-enables its own: `Trainer.train()` with
+    `gradient_checkpointing=True` (TRL's `SFTConfig` default) calls the model's `activation_checkpointing_enable`
+    (`gradient_checkpointing_enable`), which installs torch's checkpoint through `_set_gradient_checkpointing` over
+    the arm's function. The model's `_set_gradient_checkpointing` is wrapped (an instance attribute; the returned
+    callable removes it): an enable installs `fn` instead (`none`: keeps checkpointing off), said once in a log
+    line and counted in `info["checkpointing_taken_over"]`; a disable passes through (the user turned it off)."""
+    from workbench.step.models import base_model_of
+    base = base_model_of(model)
+    original = base._set_gradient_checkpointing
+
+    @functools.wraps(original)
+    def set_gradient_checkpointing(enable: bool = True, gradient_checkpointing_func=None, every_n_layers: int = 1):
+        if not enable:
+            return original(enable=False)
+        if gradient_checkpointing_func is not fn:
+            if not info.get("checkpointing_taken_over"):
+                log.warning(f"offload={arm!r}: transformers enabled gradient checkpointing with its own function "
+                            f"(Trainer's gradient_checkpointing=True); the {arm!r} arm's checkpointing stays "
+                            + ("off" if fn is None else "installed, every layer") + " (its checkpoint kwargs are not "
+                            "used)")
+            info["checkpointing_taken_over"] = info.get("checkpointing_taken_over", 0) + 1
+        if fn is None:
+            return original(enable=False)
+        return original(enable=True, gradient_checkpointing_func=fn)
+
+    base._set_gradient_checkpointing = set_gradient_checkpointing
+    return lambda: base.__dict__.pop("_set_gradient_checkpointing", None)
+
+
 def apply(model, arm: str, *, min_free_mib: float = 512.0, timing: bool = False, host_pool: HostPool | None = None,
           preserve_rng_state: bool = True) -> Handle:
     """Set the model's checkpointing for `arm`; `handle.revert()` restores what was there before.
@@ -665,17 +708,20 @@ def apply(model, arm: str, *, min_free_mib: float = 512.0, timing: bool = False,
     handle.undo.append(_checkpoint_state(model))
     handle.offloader = None
     if arm == "none":
+        fn = None
         disable_checkpointing(model)
-        return handle
-    if arm == "no_offload":
-        enable_checkpointing(model)
-        return handle
-    device = next(model.parameters()).device
-    ctl = Offloader(find_decoder_layers(model), n_buffers=2 if arm == "double_buffer" else 1, device=device,
-                    host_pool=host_pool, min_free_mib=min_free_mib, timing=timing,
-                    preserve_rng_state=preserve_rng_state, info=handle.info)
-    enable_checkpointing(model, ctl)
-    handle.offloader = ctl
+    elif arm == "no_offload":
+        from torch.utils.checkpoint import checkpoint
+        fn = functools.partial(checkpoint, use_reentrant=False)
+        enable_checkpointing(model, fn)
+    else:
+        device = next(model.parameters()).device
+        fn = Offloader(find_decoder_layers(model), n_buffers=2 if arm == "double_buffer" else 1, device=device,
+                       host_pool=host_pool, min_free_mib=min_free_mib, timing=timing,
+                       preserve_rng_state=preserve_rng_state, info=handle.info)
+        enable_checkpointing(model, fn)
+        handle.offloader = fn
+    handle.undo.append(_hold_checkpointing(model, arm, fn, handle.info))
     return handle
 
 

@@ -10,12 +10,16 @@ Arms (module contract in `workbench.opts`):
   sdpa / eager backends then build the dense block-diagonal mask with Unsloth's pre-#4243 recipe (document lengths
   `tolist()`: 1 more sync, and a Python loop over documents). Flex builds a BlockMask with `create_block_mask`.
 - `cached`: the same build, once per batch: the first layer builds, every later layer and the recompute reuse it.
+  A batch that carries transformers' padding-free keys (`cu_seq_lens_q/k`, `max_length_q/k`: TRL's padding-free
+  collator, `DataCollatorWithFlattening(return_flash_attn_kwargs=True)`) is not built from at all: its keys are the
+  metadata (`meta_from_batch_keys`, 0 syncs), and the sdpa / eager mask is built from them on the device.
   A lookup hits only for the very same `position_ids` tensor object at the same version (`_version`), and the cache
   is emptied at the start of every model forward and at the end of the backward that used it, so nothing outlives
   the step that needs it.
 - `precomputed`: `Handle.prepare_batch` builds everything on the CPU at collate time (from the batch's
   `position_ids`, before the copy to the device); `Handle.inputs_fn` hands it to the model as `cu_seq_lens_q/k`,
   Python-int `max_length_q/k` (transformers' padding-free convention) and `wb_packed` (a `PackedMeta`). 0 syncs.
+  A batch that already carries the padding-free keys (TRL's) needs no `prepare_batch`: the keys are used as they are.
 
 Backends (one registered attention function per backend, `wb_packing_<backend>`; the arm is held on each attention
 module as `_wb_packing`):
@@ -34,7 +38,8 @@ the attention function receives `attention_mask=None` and builds (or looks up) t
 
 Syncs per build, c (multi-document batch): varlen 3, sdpa 4, eager 4, flex 3 (see `SYNCS_PER_BUILD`); a batch of one
 document is not packed, and the build stops after the packed check (varlen 1, sdpa / eager 2, flex 1).
-Per step: rebuild c * L * passes (passes = 2 under checkpointing: forward + recompute), cached c, precomputed 0.
+Per step: rebuild c * L * passes (passes = 2 under checkpointing: forward + recompute), cached c, precomputed 0;
+cached and precomputed 0 on a batch with the padding-free keys.
 
 Dose (`apply(model, "cached", dose=u)`, for `workbench.ab.dose`): the cached arm with only u of its L*p - 1 cache hits
 per step, granted in `packing_savings.dose_order`; every other call rebuilds as `rebuild` does. Syncs per step
@@ -153,6 +158,54 @@ def dense_mask_loop(doc_lens: list[int], T: int, device, window: int | None = No
     return mask_TT
 
 
+PADDING_FREE_KEYS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
+"""transformers' padding-free batch keys (`DataCollatorWithFlattening(return_flash_attn_kwargs=True)`, TRL's
+padding-free collator): cumulative document lengths (a tensor, built on the CPU at collate time) and the longest
+document (a Python int)."""
+
+
+def meta_from_batch_keys(kwargs: dict, position_ids: torch.Tensor) -> PackedMeta | None:
+    """The packed metadata the batch already carries (`PADDING_FREE_KEYS`), None when it carries none. No device
+    read: `cu_seq_lens_q` is used as it is, `max_length_q` is a host int, and the per-token document index the masks
+    need is computed on the device (`doc_ids_from_cu_seqlens`)."""
+    cu_q, cu_k, max_q, max_k = (kwargs.get(k) for k in PADDING_FREE_KEYS)
+    if cu_q is None and max_q is None:
+        return None
+    if cu_q is None or max_q is None or not isinstance(cu_q, torch.Tensor) or cu_q.dim() != 1:
+        raise WorkbenchError("packed batch keys: cu_seq_lens_q (a 1-d tensor) and max_length_q (an int) come together "
+                             "(transformers' padding-free convention)")
+    if (cu_k is not None and tuple(cu_k.shape) != tuple(cu_q.shape)) or (
+            isinstance(max_k, int) and isinstance(max_q, int) and max_k != max_q):
+        raise WorkbenchError("packed batch keys: cu_seq_lens_k / max_length_k differ from the _q keys (self-attention "
+                             "over one packed row takes the same documents)")
+    if isinstance(max_q, torch.Tensor):
+        if max_q.device.type != "cpu":
+            raise WorkbenchError("packed batch keys: max_length_q is a device tensor (reading it back is a sync); "
+                                 "the padding-free convention makes it a Python int")
+        max_q = int(max_q)
+    T = position_ids.shape[-1]
+    cu = cu_q.to(device=position_ids.device, dtype=torch.int32, non_blocking=True)
+    return PackedMeta(cu_seqlens=cu, max_seqlen=int(max_q), tokens=T, doc_ids=doc_ids_from_cu_seqlens(cu, T))
+
+
+def doc_ids_from_cu_seqlens(cu_seqlens: torch.Tensor, T: int) -> torch.Tensor:
+    """(T,) document index of each token from (D+1,) cumulative lengths, on their device, sync-free."""
+    t_T = torch.arange(T, device=cu_seqlens.device, dtype=cu_seqlens.dtype)
+    return torch.searchsorted(cu_seqlens[1:].contiguous(), t_T, right=True).to(torch.int32)
+
+
+def dense_mask_from_doc_ids(doc_ids_T: torch.Tensor, window: int | None = None) -> torch.Tensor:
+    """(T, T) bool block-diagonal causal mask (sliding window W: q - k < W) from per-token document indices,
+    sync-free; the same mask as `dense_mask_loop` over the same documents."""
+    T = doc_ids_T.shape[0]
+    t_T = torch.arange(T, device=doc_ids_T.device)
+    d_TT = t_T.view(T, 1) - t_T.view(1, T)
+    mask_TT = (doc_ids_T.view(T, 1) == doc_ids_T.view(1, T)) & (d_TT >= 0)
+    if window is not None:
+        mask_TT &= d_TT < window
+    return mask_TT
+
+
 def _doc_ids_from_position_ids(position_ids: torch.Tensor) -> torch.Tensor:
     """(T,) document index per token, sync-free: documents start where position_ids hits its minimum."""
     pos_T = position_ids.reshape(-1)
@@ -224,7 +277,10 @@ def _variant(meta: PackedMeta, backend: str, window: int | None, dtype: torch.dt
         got = create_block_mask(_doc_mask_mod(meta.doc_ids), 1, None, T, T, device=device, BLOCK_SIZE=FLEX_BLOCK,
                                 _compile=torch.device(device).type == "cuda")
     else:
-        mask_TT = dense_mask_loop(_host_doc_lens(meta), T, device, window)
+        if meta.doc_lens is None and meta.doc_ids is not None:  # from the batch's keys: no host read
+            mask_TT = dense_mask_from_doc_ids(meta.doc_ids.to(device), window)
+        else:
+            mask_TT = dense_mask_loop(_host_doc_lens(meta), T, device, window)
         if backend == "sdpa":
             got = mask_TT.view(1, 1, T, T)
         else:  # eager: additive float mask, 0 where attended, the dtype's min elsewhere
@@ -243,7 +299,9 @@ class PackingState:
         self.arm, self.backend = arm, backend
         self.entry: PackedMeta | None = None
         self.builds = 0
-        """Metadata builds so far (tests and reports)."""
+        """Metadata builds from position_ids so far (tests and reports)."""
+        self.from_batch_keys = 0
+        """Batches whose metadata came from their padding-free keys (`PADDING_FREE_KEYS`; cached / precomputed)."""
         self.dose, self.rank, self.calls = dose, rank or {}, {}
         """Dose only: the cache hits allowed per step (None: all), {(id of an attention module, its k-th call in a
         step): the order hits are granted in}, {id of an attention module: its calls so far this step}."""
@@ -288,14 +346,20 @@ def _meta_for_call(st: PackingState, module, position_ids, kwargs, backend: str,
     if st.arm == "precomputed":
         meta = kwargs.get("wb_packed")
         if meta is None:
-            raise WorkbenchError("packing arm 'precomputed' needs its batches prepared by Handle.prepare_batch and "
-                                 "passed with Handle.inputs_fn (no wb_packed metadata reached the attention)")
+            meta = _meta_of_batch_keys(st, position_ids, kwargs)
+        if meta is None:
+            raise WorkbenchError("packing arm 'precomputed' needs the batch's packed metadata: the padding-free keys "
+                                 "cu_seq_lens_q/k and max_length_q/k (DataCollatorWithFlattening("
+                                 "return_flash_attn_kwargs=True), TRL's padding-free collator), or batches prepared by "
+                                 "Handle.prepare_batch and passed with Handle.inputs_fn")
         if meta.tokens != position_ids.shape[-1]:
             raise WorkbenchError(f"precomputed packing metadata is for {meta.tokens} tokens, the batch has "
                                  f"{position_ids.shape[-1]}")
         variant = None if backend == "varlen" else _variant(meta, backend, window, dtype, device)
         return meta, variant
     meta = st.lookup(position_ids) if st.arm == "cached" and st.may_reuse(module) else None
+    if meta is None and st.arm == "cached" and st.dose is None:
+        meta = _meta_of_batch_keys(st, position_ids, kwargs)
     if meta is not None and (backend == "varlen" or (backend, window, dtype if backend == "eager" else None)
                              in meta.variants):
         return meta, (None if backend == "varlen" else _variant(meta, backend, window, dtype, device))
@@ -307,6 +371,19 @@ def _meta_for_call(st: PackingState, module, position_ids, kwargs, backend: str,
                 st.store(position_ids, meta)
         variant = None if backend == "varlen" else _variant(meta, backend, window, dtype, device)
     return meta, variant
+
+
+def _meta_of_batch_keys(st: PackingState, position_ids, kwargs) -> PackedMeta | None:
+    """The batch's own padding-free metadata (`meta_from_batch_keys`), cached for the step like a build; None when
+    the batch carries no keys."""
+    meta = st.lookup(position_ids)
+    if meta is not None:
+        return meta
+    meta = meta_from_batch_keys(kwargs, position_ids)
+    if meta is not None:
+        st.from_batch_keys += 1
+        st.store(position_ids, meta)
+    return meta
 
 
 # --- attention functions -----------------------------------------------------------------------------------------

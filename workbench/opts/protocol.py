@@ -105,6 +105,16 @@ HOOKS = {h.name: h for h in (
          "regional compile's fullgraph layer); None where it can. Read by "
          "`workbench.ab.levers` before the path runs: the path declines an anchor that conflicts, and leaves out a "
          "lever that conflicts at its own arm."),
+    Hook("TRANSFORMERS_DEFAULT", None, "str | None",
+         "the arm that is what transformers does today (moe: hf_grouped_mm, its grouped_mm experts; offload: "
+         "no_offload, plain checkpointing); None: BASELINE. A recommendation names only an arm decided faster than it. "
+         "Read by `workbench.ab.recommend`."),
+    Hook("REFERENCE_ARMS", (), "tuple[str, ...]",
+         "arms that are references, not levers (offload: none, no checkpointing: the memory reference): never "
+         "recommended. Read by `workbench.ab.recommend`."),
+    Hook("SLOWER_THAN_DEFAULT", {}, "dict[str, str]",
+         "{arm: the measurement that found it slower than TRANSFORMERS_DEFAULT}: `apply_optimizations` applies such an "
+         "arm only when asked, with one warning line a process. Read by `workbench.api`."),
     Hook("DOSE", None, "dict | None",
          "{'arm': an arm of ARMS whose apply takes `dose=u` (u units of the fix, 0 = BASELINE's function and syncs, "
          "dose_units = the arm's), 'unit': what one unit is}: a dose-response. Read by `workbench.ab.dose`."),
@@ -191,6 +201,16 @@ def problems(mod) -> list[str]:
         v = hook(mod, name)
         if not (isinstance(v, tuple) and all(isinstance(x, str) for x in v)):
             out.append(f"{name} is not a tuple of names: {v!r}")
+    for name in ("REFERENCE_ARMS",):
+        v = hook(mod, name)
+        if not (isinstance(v, tuple) and all(isinstance(x, str) and x in arms for x in v)):
+            out.append(f"{name} is not a tuple of arms of ARMS: {v!r}")
+    td = hook(mod, "TRANSFORMERS_DEFAULT")
+    if td is not None and td not in arms:
+        out.append(f"TRANSFORMERS_DEFAULT {td!r} is no arm of ARMS")
+    slower = hook(mod, "SLOWER_THAN_DEFAULT")
+    if not (isinstance(slower, dict) and all(a in arms and isinstance(w, str) and w for a, w in slower.items())):
+        out.append(f"SLOWER_THAN_DEFAULT is not {{arm of ARMS: a sentence}}: {slower!r}")
     stray = [a for a in hook(mod, "OPT_IN_ARMS") if a not in arms or a in (mod.BASELINE, mod.OPTIMIZED)]
     if stray:
         out.append(f"OPT_IN_ARMS {stray!r} are not further arms of ARMS")

@@ -109,7 +109,7 @@ def measure(paths: list[str], shots: str | None, exe: str) -> dict[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m workbench.notebook_pages", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m workbench.notebook_pages", description=__doc__.split("\n\n")[0])
     p.add_argument("notebooks", nargs="*", help="default: notebooks/*.ipynb")
     p.add_argument("--img", default=os.path.join(REPO, "notebooks", "img"),
                    help="folder for the screenshots (default: notebooks/img)")

@@ -175,7 +175,7 @@ def _write(path: str, text: str) -> bool:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m workbench.readme_results", description=__doc__,
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m workbench.readme_results", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--readme", default=os.path.join(REPO, "README.md"))
     p.add_argument("--profiles", default=os.path.join(REPO, "profiles"))

@@ -279,18 +279,18 @@ def _shape_arg(v: list[str], flag: str) -> tuple[str, int, int]:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m workbench.savings.moe_backward",
+    ap = argparse.ArgumentParser(allow_abbrev=False, prog="python -m workbench.savings.moe_backward",
                                  description=" ".join(__doc__.split("\n\n")[0].split()),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    a = sub.add_parser("fit", help=f"the two-term fit over the plain moe runs under DIRs (writes DIRS[0]/{FIT_FILE})")
+    a = sub.add_parser("fit", allow_abbrev=False, help=f"the two-term fit over the plain moe runs under DIRs (writes DIRS[0]/{FIT_FILE})")
     a.add_argument("dirs", nargs="+")
     a.add_argument("--force", action="store_true", help="replace an existing fit (a record: runs after its written "
                    "time are judged against it)")
     a.add_argument("--predict", nargs=3, metavar=("MODEL", "LAYERS", "TOKENS"),
                    help="also write the probe's prediction at this shape (syncs removed: eager's count there, "
                         "2 L E c_family)")
-    b = sub.add_parser("probe", help="read probe runs against the prediction written before them")
+    b = sub.add_parser("probe", allow_abbrev=False, help="read probe runs against the prediction written before them")
     b.add_argument("fit_json")
     b.add_argument("run_roots", nargs="+")
     b.add_argument("--shape", nargs=3, metavar=("MODEL", "LAYERS", "TOKENS"),
@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--rule", choices=("1", "2"), default="2",
                    help="1: the first probe's rule (per process, its reps; profiles/2026-11-27_h200x2_moe_probe); "
                         "2 (default): the process as unit (module docstring)")
-    c = sub.add_parser("judge", help="the two-term model on held-out shapes (plain moe runs under RUN_ROOTS)")
+    c = sub.add_parser("judge", allow_abbrev=False, help="the two-term model on held-out shapes (plain moe runs under RUN_ROOTS)")
     c.add_argument("fit_json")
     c.add_argument("run_roots", nargs="+")
     args = ap.parse_args(argv)

@@ -280,7 +280,7 @@ def table(results: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m workbench.straggler", description=__doc__,
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m workbench.straggler", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--one", required=True, help="the 1-GPU run folder (python -m workbench.ab ...)")
     p.add_argument("--two", required=True, help="the 2-GPU run folder (torchrun --nproc-per-node 2 -m workbench.ab "

@@ -23,7 +23,7 @@ WRITE_FILE = "summary.verdicts.json"
 
 def main(argv=None) -> int:
     from workbench.errors import WorkbenchError
-    p = argparse.ArgumentParser(prog="python -m workbench.verdicts", description=verdicts.__doc__.split("\n\n")[0]
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m workbench.verdicts", description=verdicts.__doc__.split("\n\n")[0]
                                 + "\n\nReads only: no file of a run folder is changed. With --write the judged summary "
                                 "goes beside the run's own, as RUN_DIR/" + WRITE_FILE + " (a --processes K folder: "
                                 "each process's " + WRITE_FILE + " and DIR/verdicts.json); summary.json is never "

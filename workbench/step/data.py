@@ -94,6 +94,8 @@ class LengthSource:
         parts = rest.split(":") if rest else []
         self.kind = kind
         self._docs: list[Document] | None = None
+        self.file = None
+        """`file:` sources: the `workbench.step.length_files.FileLengths` read."""
         try:
             known = self._parse(kind, parts)
         except WorkbenchError as e:
@@ -125,6 +127,9 @@ class LengthSource:
             self._docs = [Document(None, n) for n in length_data.read_json_lengths(":".join(parts))]
         elif kind == "jsonl" and len(parts) >= 2:
             self._docs = _read_jsonl_texts(parts[0], ":".join(parts[1:]))
+        elif kind == "file":
+            from workbench.step.length_files import FileLengths
+            self.file = FileLengths(":".join(parts))
         else:
             return False
         return True
@@ -133,10 +138,33 @@ class LengthSource:
     def finite(self) -> bool:
         return self._docs is not None
 
+    def provenance(self) -> dict | None:
+        """Where the lengths come from, for meta.json's `lengths_source`: a `file:` source's file (path, size, sha256,
+        column, tokenizer: `length_files`), a `data:NAME` distribution's file and provenance note; None for the
+        synthetic forms (their spec says it all)."""
+        if self.file is not None:
+            return self.file.provenance()
+        if self.kind == "data":
+            name = self.spec.partition(":")[2]
+            return {"kind": "data", "name": name, "path": length_data.length_path(name),
+                    "provenance_file": length_data.provenance_path(name), "description": length_data.describe(name),
+                    "documents": len(self.empirical)}
+        return None
+
     def draw(self, total_tokens: int, max_len: int, rng: random.Random) -> list[Document]:
         """Documents summing to at least `total_tokens`; a finite source gives each of its documents once."""
+        if self.file is not None and self.file.needs_tokenizer:
+            raise WorkbenchError(f"--lengths {self.spec}: column {self.file.column!r} holds text and no tokenizer is "
+                                 "named (file:PATH:COLUMN:TOKENIZER_DIR, or --model a local checkpoint directory)")
         if self._docs is not None:
             return list(self._docs)
+        if self.file is not None:  # as data:NAME: rows drawn with replacement (seeded), longer ones truncated
+            docs, got = [], 0
+            while got < total_tokens:
+                ids, n = rng.choice(self.file.docs)
+                docs.append(Document(None if ids is None else ids[:max_len], min(n, max_len)))
+                got += docs[-1].length
+            return docs
         docs: list[Document] = []
         got = 0
         while got < total_tokens:
@@ -257,6 +285,9 @@ def collate(docs: list[Document], vocab_size: int, rng: torch.Generator) -> Pack
     import torch  # here, not at the top: the CLIs check --lengths (LengthSource) before torch is imported
     ids, pos, lens = [], [], []
     for d in docs:
+        if d.tokens is not None and max(d.tokens) >= vocab_size:  # another tokenizer's ids (a file's input_ids)
+            raise WorkbenchError(f"a document's token id {max(d.tokens)} is outside the model's vocabulary "
+                                 f"({vocab_size}): the ids come from another tokenizer; use a length or text column")
         t = torch.tensor(d.tokens, dtype=torch.long) if d.tokens is not None else \
             torch.randint(0, vocab_size, (d.length,), generator=rng)
         ids.append(t)

@@ -22,7 +22,8 @@ PROVENANCE_SUFFIX = ".provenance.md"
 DEFAULT_LENGTHS = "lognormal:5.5:0.8:16"
 """The `--lengths` default of every CLI (synthetic; `workbench.step.config.DataConfig.lengths`)."""
 LENGTH_FORMS = {"fixed": "fixed:N", "uniform": "uniform:LO:HI", "lognormal": "lognormal:MU:SIGMA[:MIN]",
-                "data": "data:NAME", "json": "json:PATH", "jsonl": "jsonl:PATH:TOKENIZER_DIR"}
+                "data": "data:NAME", "json": "json:PATH", "file": "file:PATH[:COLUMN[:TOKENIZER_DIR]]",
+                "jsonl": "jsonl:PATH:TOKENIZER_DIR"}
 """The `--lengths` forms, by kind (`workbench.step.data.LengthSource` parses them)."""
 
 
@@ -71,7 +72,9 @@ def lengths_help(data_dir: str = DATA_DIR) -> str:
     """The one help text of `--lengths` (every CLI that takes it): the forms, the default, the data:NAME names."""
     return ("document lengths: fixed:N (every document N tokens), uniform:LO:HI (integers, LO <= HI), "
             f"lognormal:MU:SIGMA[:MIN] (natural-log mean and spread, lengths at least MIN; the default {DEFAULT_LENGTHS} "
-            "is synthetic), " + help_text(data_dir) + ", json:PATH (a JSON list of lengths), jsonl:PATH:TOKENIZER_DIR "
+            "is synthetic), " + help_text(data_dir) + ", json:PATH (a JSON list of lengths), file:PATH[:COLUMN[:TOKENIZER_DIR]] "
+            "(your own dataset: JSONL, Parquet or Arrow; a length, token-ids or text column, text tokenized with the "
+            "model's tokenizer; workbench/step/length_files.py), jsonl:PATH:TOKENIZER_DIR "
             "(JSONL of {\"text\": ...}, tokenized with a local tokenizer, once per process); checked before any model "
             "is built")
 
