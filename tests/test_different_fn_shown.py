@@ -143,7 +143,7 @@ def test_path_levers_leaves_a_stated_different_function_out(monkeypatch):
     monkeypatch.setenv("WORKBENCH_OPTS", "fixtures.lever_attention,fixtures.lever_different")
     import types
     from workbench.ab import levers as lever_run
-    chosen = [types.SimpleNamespace(opt=o, name=o) for o in ("lever_attention", "lever_different")]
+    chosen = [types.SimpleNamespace(opt=o, name=o, optimized=None) for o in ("lever_attention", "lever_different")]
     on, out = lever_run.path_levers(chosen)
     assert [c.opt for c in on] == ["lever_attention"] and out == {"lever_different": lever_run.DIFFERENT_FN}
     # prune_path keeps out what was left out when planned, with no result of its own yet (--only path) ...
