@@ -251,7 +251,7 @@ def test_folder_savings_reads_a_plain_run_as_one_process():
 
 
 def test_a_merged_folder_is_not_counted_beside_its_campaigns():
-    """gpu/jobs/moe_same_host.sh commits each GPU's campaigns and their processes_merge union side by side
+    """studies/moe_two_term/moe_same_host.sh commits each GPU's campaigns and their processes_merge union side by side
     (profiles/2026-11-27_h200x2_moe_same_host): the campaigns are the runs, 4 of 2 processes per shape, not 5 runs
     of 16 processes (the union's 8 again)."""
     shapes = br.collect(ROOT)

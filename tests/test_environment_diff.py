@@ -153,7 +153,7 @@ def test_a_dose_folder_whose_processes_differ_says_so(tmp_path):
 
 def test_the_torch_backend_can_be_forced_for_the_ab(monkeypatch):
     """$WORKBENCH_NVTX_BACKEND=torch.cuda.nvtx takes torch's ranges although the package is installed (the A/B of
-    gpu/jobs/nvtx_ab.sh); unset, the package's; another value is one line."""
+    studies/heldout_replication/nvtx_ab.sh); unset, the package's; another value is one line."""
     import pytest
     from workbench.errors import WorkbenchError
     from workbench.instrument import ranges

@@ -338,10 +338,10 @@ class _RowGradients(torch.utils._python_dispatch.TorchDispatchMode):
 
 @pytest.mark.parametrize("preset", ["tiny-gpt-oss", "tiny-qwen3-moe"])
 def test_row_gradients_per_arm_are_what_the_backward_term_counts(preset):
-    """Issue 39's backward term (workbench.savings.moe_two_term): eager zero-fills an (N,H) gradient per expert hit
+    """Issue 39's backward term (studies.moe_two_term.moe_two_term): eager zero-fills an (N,H) gradient per expert hit
     (index backward), sort_bincount an (S,H) one per expert hit (slice_backward), sort_split none (one cat of
     (S,H)); sort_split's output and gradients are bitwise sort_bincount's."""
-    from workbench.savings.moe_two_term import row_gradient_elements
+    from studies.moe_two_term.moe_two_term import row_gradient_elements
 
     E, N, k = 6, 24, 2
     mod = experts_module(preset, torch.float32, num_experts=E)

@@ -1,8 +1,8 @@
-"""Issue 41's verdicts from the folder `gpu/jobs/fourgpu.sh` writes (run on the CPU afterwards), by the rules fixed in
+"""Issue 41's verdicts from the folder `studies/four_gpu/fourgpu.sh` writes (run on the CPU afterwards), by the rules fixed in
 `profiles/2026-11-23_h200x2_fsdp2/prospective_4gpu.json` before the run:
 
-    python gpu/analyze_fourgpu.py --prospective       # (before the run) write prospective_4gpu.json: rules + projections
-    python gpu/analyze_fourgpu.py DIR                 # DIR = the job's folder ($CAMP/fourgpu, committed as profiles/...)
+    python studies/four_gpu/analyze_fourgpu.py --prospective       # (before the run) write prospective_4gpu.json: rules + projections
+    python studies/four_gpu/analyze_fourgpu.py DIR                 # DIR = the job's folder ($CAMP/fourgpu, committed as profiles/...)
 
 Writes DIR/fourgpu_verdicts.json and prints one block per question:
 1. the straggler projections at 4 ranks (`straggler.judge_projection` on `straggler.measured_at_ranks` of DIR/d4/p*),
@@ -24,7 +24,7 @@ import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 sys.path.insert(0, ROOT)
 
 TWO_GPU = os.path.join(ROOT, "profiles", "2026-11-23_h200x2_fsdp2")

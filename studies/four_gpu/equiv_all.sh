@@ -5,9 +5,9 @@
 # LoRA gradient was lost): FSDP2 x 2 against one process at bf16 (autocast) for the `all` model (qwen3-30b-a3b 8 L 8k,
 # arm rebuild+sync_reload+eager), the check that crashed in the 4-GPU run, then the whole-weight expert gradient
 # ops counted on rank 0 of 2 (they must now match one process's: backward_ops). Writes $CAMP/equiv_all/.
-#   CAMP=/tmp/camp bash gpu/jobs/equiv_all.sh                        # GPU
-#   EQUIV_ALL_CPU=1 CAMP=/tmp/camp bash gpu/jobs/equiv_all.sh        # the same commands on the CPU, tiny preset
-# Analysis (CPU, afterwards): python gpu/analyze_fourgpu.py DIR reads DIR/equiv_n*.json: copy $CAMP/equiv_all/
+#   CAMP=/tmp/camp bash studies/four_gpu/equiv_all.sh                        # GPU
+#   EQUIV_ALL_CPU=1 CAMP=/tmp/camp bash studies/four_gpu/equiv_all.sh        # the same commands on the CPU, tiny preset
+# Analysis (CPU, afterwards): python studies/four_gpu/analyze_fourgpu.py DIR reads DIR/equiv_n*.json: copy $CAMP/equiv_all/
 # equiv_n2_all.json beside the 4-GPU folder's files (profiles/2026-11-26_h100x4_fourgpu/) and run it again.
 set -u
 OUT="$CAMP/equiv_all"

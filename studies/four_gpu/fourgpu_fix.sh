@@ -5,7 +5,7 @@
 # FSDP2's hooks ran inside the offload Function and every LoRA gradient was lost; found from the 4-GPU run of
 # profiles/2026-11-26_h100x4_fourgpu/). Everything FSDP2 ran with offload before the fix is void: the 2-GPU d2_rest
 # offload / all savings (H200) and this host's d4 offload. So, on one host, in this order:
-#   1. equiv_all     gpu/jobs/equiv_all.sh: FSDP2 x 2 vs one process at bf16 for the `all` model (the check that
+#   1. equiv_all     studies/four_gpu/equiv_all.sh: FSDP2 x 2 vs one process at bf16 for the `all` model (the check that
 #                    crashed), and the whole-weight expert-gradient ops on rank 0 of 2 (backward_ops)   (~100 s)
 #   2. offload at 1, 2 and 4 ranks (llama-3.1-8b 8 L 16k, --headline, sync_reload vs double_buffer, 4 reps + the
 #      discarded one, warmup capped at 3 steps): o1 on GPU 0 alone, o2 on GPUs 0,1 (FSDP2), o4 on all four (FSDP2).
@@ -14,7 +14,7 @@
 #      against o4 by straggler.judge_projection                                                          (~220 s)
 #   3. anomaly       the `all` baseline traced again, 1 rank (GPU 0) and 2 ranks (GPUs 1,2) at the same time, as in
 #                    fourgpu.sh: after the fix the 2-rank step must do the expert-gradient work too        (~60 s)
-# Analysis (CPU): python gpu/analyze_fourgpu.py profiles/2026-11-26_h100x4_fourgpu --fix DIR   (DIR = $CAMP/fourgpu_fix)
+# Analysis (CPU): python studies/four_gpu/analyze_fourgpu.py profiles/2026-11-26_h100x4_fourgpu --fix DIR   (DIR = $CAMP/fourgpu_fix)
 set -u
 OUT="$CAMP/fourgpu_fix"
 mkdir -p "$OUT/logs"
@@ -39,7 +39,7 @@ if [ "${FOURGPU_CPU:-0}" = 1 ]; then DEV="--device cpu"; fi
   nvidia-smi -L 2>/dev/null; } > "$OUT/logs/env.txt" 2>&1
 
 log "start equiv_all"
-CAMP="$OUT" bash gpu/jobs/equiv_all.sh > "$OUT/logs/equiv_all.log" 2>&1
+CAMP="$OUT" bash studies/four_gpu/equiv_all.sh > "$OUT/logs/equiv_all.log" 2>&1
 log "end equiv_all rc $?"
 
 OFF="--opt offload --headline --reps 4 --warmup-max 3 --seed 0 $DEV"

@@ -1,20 +1,19 @@
 #!/usr/bin/env bash
-# Detached lease plan (the `.gpu/lease_plan.sh` the COMMAND.txt files name; committed here since 2026-11-27 (7), when a new
-# checkout lost the git-ignored copy): runs the named jobs in order until LEASE_S seconds after start, each under a
+# Detached lease plan (the `.gpu/lease_plan.sh` some COMMAND.txt files name): runs the named jobs in order until LEASE_S seconds after start, each under a
 # timeout of the time left (a job with less than its minimum left is skipped); one-GPU jobs on GPU 0, a job with
-# PIN="" on every GPU (it pins its own children). Progress in $CAMP/progress; gpu/poll.sh brings it back.
+# PIN="" on every GPU (it pins its own children). Progress in $CAMP/progress; studies/gpu_lease/poll.sh brings it back.
 # Launch (device tool, kind nvidia-h100-x1 or a 4-GPU kind, carry [".gpu"], this call only):
-#   source .gpu/env.sh; rm -rf /tmp/camp; PLAN="job ..." LEASE_S=1560 nohup setsid bash gpu/lease_plan.sh > /tmp/lease.log 2>&1 &
-#   sleep 25; cat /tmp/lease.log /tmp/camp/gpus.csv; bash gpu/poll.sh 520
+#   source .gpu/env.sh; rm -rf /tmp/camp; PLAN="job ..." LEASE_S=1560 nohup setsid bash studies/gpu_lease/lease_plan.sh > /tmp/lease.log 2>&1 &
+#   sleep 25; cat /tmp/lease.log /tmp/camp/gpus.csv; bash studies/gpu_lease/poll.sh 520
 # Poll (later calls, carry nothing: carrying .gpu again replaces it on the device under the running job):
-#   bash gpu/poll.sh 540
+#   bash studies/gpu_lease/poll.sh 540
 # Never edit tracked code while a lease runs: each call copies the working tree, and later processes import it.
 set -u
 CAMP=${CAMP:-/tmp/camp}; mkdir -p $CAMP
 # run from a copy of the staged packages: a later call that carries .gpu/ replaces it on the device under a running job
 rm -rf /tmp/gpusite && cp -r .gpu/site /tmp/gpusite 2>/dev/null && export PYTHONPATH="$PWD:/tmp/gpusite"
 T0=$(date +%s); T_END=$((T0 + ${LEASE_S:-1560}))
-KNOWN="GPU-04e06adb GPU-06824968 GPU-153e5048 GPU-1d93a817 GPU-224ce504 GPU-2b561707 GPU-2d130361 GPU-3037372f GPU-37258bfc GPU-3e294211 GPU-4910c858 GPU-4a49351c GPU-6039e3fc GPU-63901068 GPU-67f63166 GPU-6a7ad8ef GPU-757c1e71 GPU-7af0835e GPU-87e923f4 GPU-8b641676 GPU-9ef935a7 GPU-9f3ae0dd GPU-a88e16ff GPU-d4a55c68 GPU-e106b5f5 GPU-e9306d56 GPU-eafa0ddf "  # the GPUs profiles/ names (refresh: grep -rhoE 'GPU-[0-9a-f]{8}' profiles | sort -u)
+KNOWN=" $(grep -rhoE 'GPU-[0-9a-f]{8}' profiles 2>/dev/null | sort -u | tr '\n' ' ')"  # the GPUs profiles/ names, read from its run folders
 nvidia-smi --query-gpu=index,name,uuid --format=csv,noheader > $CAMP/gpus.csv 2>/dev/null || echo "no nvidia-smi" > $CAMP/gpus.csv
 n=$(wc -l < $CAMP/gpus.csv); new=0; newl=""
 while IFS=, read -r i name uuid; do u=$(echo $uuid | cut -c1-12); case " $KNOWN " in *" $u "*) ;; *) new=$((new+1)); newl="$newl $u";; esac; done < $CAMP/gpus.csv
@@ -23,12 +22,12 @@ git rev-parse HEAD > $CAMP/sha 2>/dev/null || cp .gpu/sha $CAMP/sha 2>/dev/null
 job() {  # name -> min_seconds and command
   case $1 in
     dose_same10) MIN=300; CMD="python -m workbench.ab.dose --opt packing --model qwen3-14b --layers 8 --tokens 16384 --reps 2 --batches 1 --steps 2 --warmup 2 --timing none --processes 10 --seed 50 --trace none --out $CAMP/dose_same";;
-    v_pack_llama10) MIN=200; CMD="CAMP=$CAMP/v_pack_llama10 ONLY=packing_llama8 VERDICT_K=10 TRACE=none SEED=800 MOE=0 OFFLOAD=0 bash gpu/jobs/verdicts.sh";;
-    seeds_moe) MIN=300; CMD="CAMP=$CAMP/seeds_moe bash gpu/jobs/process_seeds.sh";;
-    moe_host) MIN=600; PIN=""; CMD="CAMP=$CAMP bash gpu/jobs/moe_same_host.sh";;
-    moe_work) MIN=300; PIN=""; CMD="CAMP=$CAMP bash gpu/jobs/moe_work.sh";;
-    moe_backward) MIN=300; PIN=""; CMD="CAMP=$CAMP bash gpu/jobs/moe_backward.sh";;
-    moe_q6l12k) MIN=150; PIN=""; CMD="CAMP=$CAMP RUN=q6l12k SEED_OFFSET=500 bash gpu/jobs/moe_backward.sh";;
+    v_pack_llama10) MIN=200; CMD="CAMP=$CAMP/v_pack_llama10 ONLY=packing_llama8 VERDICT_K=10 TRACE=none SEED=800 MOE=0 OFFLOAD=0 bash studies/savings_models/verdicts.sh";;
+    seeds_moe) MIN=300; CMD="CAMP=$CAMP/seeds_moe bash studies/moe_two_term/process_seeds.sh";;
+    moe_host) MIN=600; PIN=""; CMD="CAMP=$CAMP bash studies/moe_two_term/moe_same_host.sh";;
+    moe_work) MIN=300; PIN=""; CMD="CAMP=$CAMP bash studies/moe_two_term/moe_work.sh";;
+    moe_backward) MIN=300; PIN=""; CMD="CAMP=$CAMP bash studies/moe_two_term/moe_backward.sh";;
+    moe_q6l12k) MIN=150; PIN=""; CMD="CAMP=$CAMP RUN=q6l12k SEED_OFFSET=500 bash studies/moe_two_term/moe_backward.sh";;
     cpu_smoke) MIN=5; CMD="python -c 'import torch; print(torch.cuda.is_available())'";;
     *) MIN=-1;;
   esac

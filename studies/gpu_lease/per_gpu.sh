@@ -9,7 +9,7 @@ per_gpu_setup() {
   [ "$NGPU" -ge 1 ] || { echo "no GPU (set NGPU with CPU=1 for the CPU check)"; exit 2; }
   nvidia-smi --query-gpu=index,name,uuid --format=csv > $OUT/gpus.csv 2>/dev/null || echo "no nvidia-smi" > $OUT/gpus.csv
   # its runs are processes of this design, not runs of their own (workbench/measure/results.py DESIGN_FILE)
-  echo "{\"job\": \"gpu/jobs/$1.sh\", \"note\": \"each run folder below is one process of this job's design\"}" > $OUT/design.json
+  echo "{\"job\": \"$0\", \"note\": \"each run folder below is one process of this job's design\"}" > $OUT/design.json
 }
 # per_gpu_shape MODEL LAYERS TOKENS [EXTRA...]: a run's shape arguments, what a job's `args NAME` echoes; with CPU=1 the
 #   tiny preset of MODEL's family, 1 layer, a sixteenth of the tokens, on the CPU (the jobs' CPU check, not a result)

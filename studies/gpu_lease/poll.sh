@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu/lease_plan.sh's poll: wait up to $1 seconds for the lease plan's DONE, printing progress; then pack /tmp/camp (no traces) into $OUT/camp.tgz.
+# studies/gpu_lease/lease_plan.sh's poll: wait up to $1 seconds for the lease plan's DONE, printing progress; then pack /tmp/camp (no traces) into $OUT/camp.tgz.
 CAMP=${CAMP:-/tmp/camp}; T=$(( $(date +%s) + ${1:-500} ))
 while [ $(date +%s) -lt $T ] && ! grep -q '^DONE' $CAMP/progress 2>/dev/null; do sleep 10; done
 cat $CAMP/progress 2>/dev/null; date +%s

@@ -3,11 +3,11 @@
 # the H200 g1_rest run's per-rep wall time; unmeasured on an H100)
 # Issue 37: the headline's fourth row (`all`: cached+double_buffer+sort_bincount vs rebuild+sync_reload+eager) has no
 # process-level claim. Run this on TWO machines (two leases; the machine's UUID names the folder), then write the
-# held-out design from both (as profiles/2026-11-26_h100_prospective2/prospective_v3.py does for MoE) BEFORE a third
+# held-out design from both (studies/heldout_replication/design_spread.py) BEFORE a third
 # machine runs it again with ALL_SEED=700 (M = 4).
 # Writes $CAMP/all_processes/<GPU-uuid-prefix>/ (a --processes folder) and jobs.txt.
 # Analysis (CPU): python -m workbench.report $CAMP/all_processes/<uuid>   (its processes.json holds the estimate)
-# CPU check (tiny presets, not a result): CAMP=/tmp/camp ALL_K=2 bash gpu/jobs/all_processes.sh
+# CPU check (tiny presets, not a result): CAMP=/tmp/camp ALL_K=2 bash studies/heldout_replication/all_processes.sh
 set -u
 U=$(nvidia-smi -i ${CUDA_VISIBLE_DEVICES:-0} --query-gpu=uuid --format=csv,noheader 2>/dev/null | head -1 | cut -c1-12)
 OUT=$CAMP/all_processes/${U:-cpu}

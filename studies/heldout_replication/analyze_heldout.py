@@ -1,9 +1,9 @@
 """Issue 37's held-out check on a third machine, and the gate's same-commit decisions, applying the rules fixed
 beforehand in profiles/2026-11-26_h100_replication/prospective.json (commit it names in git log). Run from the repo
-root on a CPU, after `bash gpu/jobs/heldout.sh` ran on the GPU:
+root on a CPU, after `bash studies/heldout_replication/heldout.sh` ran on the GPU:
 
-    python gpu/analyze_heldout.py CAMPAIGN_DIR            # CAMPAIGN_DIR = $CAMP/heldout; writes CAMPAIGN_DIR/analysis.json
-    python gpu/analyze_heldout.py CAMPAIGN_DIR --out F    # the JSON to F instead
+    python studies/heldout_replication/analyze_heldout.py CAMPAIGN_DIR            # CAMPAIGN_DIR = $CAMP/heldout; writes CAMPAIGN_DIR/analysis.json
+    python studies/heldout_replication/analyze_heldout.py CAMPAIGN_DIR --out F    # the JSON to F instead
 
 1. Held-out processes (CAMPAIGN_DIR/packing, moe, offload: M processes each on this third machine): each process's
    mean per-rep log ratio, judged by `replication.heldout_new_machine_check` against the committed prediction and
@@ -29,7 +29,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.getcwd())
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repository root
 from workbench.ab.processes import per_rep_log_ratios  # noqa: E402
 from workbench.analysis.loader import step_samples  # noqa: E402
 from workbench.compare import gate_stats  # noqa: E402
@@ -89,7 +89,7 @@ def machine_gate(aa, skip_aa, baseline, new, skip, all_runs):
 
 
 def machine_name(folder):
-    """'E (GPU-224ce504)' from FOLDER/gpu.csv's UUID (its first 12 characters), or the folder's name."""
+    """'E (GPU-xxxxxxxx)' from FOLDER/gpu.csv's UUID (its first 12 characters), or the folder's name."""
     path = os.path.join(folder, "gpu.csv")
     rows = open(path, encoding="utf-8").read().splitlines()[1:] if os.path.isfile(path) else []
     uuids = [r.split(",")[-1].strip() for r in rows if "GPU-" in r]

@@ -1,9 +1,9 @@
 """Issue 37's held-out check on a FOURTH machine, by the rule fixed beforehand in
 profiles/2026-11-26_h100_replication/prospective_v2.json (the commit that added it, in git log). Run from the repo
-root on a CPU, after `bash gpu/jobs/prospective2.sh` ran on the GPU:
+root on a CPU, after `bash studies/heldout_replication/prospective2.sh` ran on the GPU:
 
-    python gpu/analyze_heldout_v2.py CAMPAIGN_DIR            # CAMPAIGN_DIR = $CAMP/prospective2; writes analysis_v2.json there
-    python gpu/analyze_heldout_v2.py CAMPAIGN_DIR --out F    # the JSON to F instead
+    python studies/heldout_replication/analyze_heldout_v2.py CAMPAIGN_DIR            # CAMPAIGN_DIR = $CAMP/prospective2; writes analysis_v2.json there
+    python studies/heldout_replication/analyze_heldout_v2.py CAMPAIGN_DIR --out F    # the JSON to F instead
 
 1. The machine: CAMPAIGN_DIR/gpu.csv's UUID must start with none of the design's `machines` (A, B, C: already in the
    estimate); a folder without a readable UUID, or from one of them, is refused (`error: ...`, exit 2, nothing
@@ -24,7 +24,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.getcwd())
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repository root
 from workbench.ab.processes import per_rep_log_ratios  # noqa: E402
 from workbench.cli import run_main  # noqa: E402
 from workbench.errors import WorkbenchError  # noqa: E402
@@ -33,7 +33,7 @@ from workbench.measure.results import process_dirs as procs  # noqa: E402
 from workbench.measure import replication  # noqa: E402
 
 DESIGN = os.path.join("profiles", "2026-11-26_h100_replication", "prospective_v2.json")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 
 
 def machine_uuid(camp: str, known: dict) -> tuple[str, str]:

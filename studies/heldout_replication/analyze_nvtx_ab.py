@@ -1,7 +1,7 @@
-"""Issue 37: the A/B of the NVTX backends (gpu/jobs/nvtx_ab.sh), judged by the rule fixed before its run. From the
+"""Issue 37: the A/B of the NVTX backends (studies/heldout_replication/nvtx_ab.sh), judged by the rule fixed before its run. From the
 repo root on a CPU:
 
-    python gpu/analyze_nvtx_ab.py CAMPAIGN_DIR        # CAMPAIGN_DIR = $CAMP/nvtx_ab; writes CAMPAIGN_DIR/analysis.json
+    python studies/heldout_replication/analyze_nvtx_ab.py CAMPAIGN_DIR        # CAMPAIGN_DIR = $CAMP/nvtx_ab; writes CAMPAIGN_DIR/analysis.json
 
 Per comparison (CAMPAIGN_DIR/<opt>/{nvtx,torch}_sNNN: one run folder per backend and seed), each process's
 mean per-rep log speedup (`processes.per_rep_log_ratios`, every timed rep: the engine discards its own warm-up rep);
@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.getcwd())
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repository root
 from workbench.ab.processes import per_rep_log_ratios  # noqa: E402
 from workbench.cli import run_main  # noqa: E402
 from workbench.errors import WorkbenchError  # noqa: E402

@@ -2,7 +2,7 @@
 profiles/2026-11-26_h100_prospective4/protocol_test.json: is packing's reading inside an `--opt all --headline`
 process (its first comparison) different from a standalone `--opt packing --headline` process on the same machine?
 
-    python gpu/analyze_protocol.py --standalone $CAMP/prospective5/packing_only --inside $CAMP/prospective5/all \
+    python studies/heldout_replication/analyze_protocol.py --standalone $CAMP/prospective5/packing_only --inside $CAMP/prospective5/all \
         [--out FILE]
 
 Each side: the clean processes of a `--processes` folder (`results.process_dirs`), each process's mean per-rep log
@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.getcwd())
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repository root
 from workbench.ab.processes import per_rep_log_ratios  # noqa: E402
 from workbench.cli import run_main  # noqa: E402
 from workbench.errors import WorkbenchError  # noqa: E402

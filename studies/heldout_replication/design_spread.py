@@ -1,11 +1,11 @@
 """Write a held-out design (issue 37) for ONE comparison from the processes of two or more machines, BEFORE the run
 that judges it: the generic form of the frozen prospective_v3.py / prospective_v4.py records. Run from the repo root:
 
-    python gpu/design_spread.py --comparison all --machine G=profiles/2026-11-26_h100_all_processes_g \
+    python studies/heldout_replication/design_spread.py --comparison all --machine G=profiles/2026-11-26_h100_all_processes_g \
         --machine H=profiles/<date>_h100_prospective4/all --version 5 --seed 800 \
         --out profiles/<date>_h100_prospective4/prospective_v5.json
     # then commit the JSON (its rule_commit), run the held-out command it states on a machine none of its machines,
-    # and judge it: python gpu/analyze_heldout_v2.py $CAMP/<folder> --design <the JSON>
+    # and judge it: python studies/heldout_replication/analyze_heldout_v2.py $CAMP/<folder> --design <the JSON>
 
 Each --machine NAME=FOLDER[:SKIP] names a `--processes` folder (its processes.json; SKIP timed reps left out at the
 start of each process, 0 for runs whose engine discards its own warm-up rep) of that machine; its GPU UUID is read
@@ -23,7 +23,7 @@ import os
 import re
 import sys
 
-sys.path.insert(0, os.getcwd())
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repository root
 from workbench.ab.processes import per_rep_log_ratios  # noqa: E402
 from workbench.cli import run_main  # noqa: E402
 from workbench.errors import WorkbenchError  # noqa: E402
@@ -111,7 +111,7 @@ def design(comparison: str, machines: dict, M: int, seed: int, version: int, uui
     return {"rule": RULE, "rule_commit": "the commit that adds this file, before any run it judges (git log)",
             "version": version, "machines": {m: g["uuid"] for m, g in got.items()},
             "gpu_name": sorted({g["gpu_name"] for g in got.values()}),
-            "written_by": "python gpu/design_spread.py " + " ".join(sys.argv[1:]),
+            "written_by": "python studies/heldout_replication/design_spread.py " + " ".join(sys.argv[1:]),
             "comparisons": {comparison: {
                 "baseline": base, "arm": arm, "model": "spread",
                 "folders": {m: [os.path.relpath(d, root) for d in g["dirs"]] for m, g in got.items()},

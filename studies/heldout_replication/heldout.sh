@@ -11,8 +11,8 @@
 # Parts run in that order (HELDOUT_PARTS picks and orders a subset); each writes $CAMP/heldout/<part>/ (the
 # --processes folder: pNN/ run folders, processes.json). The machine's name and UUID go to $CAMP/heldout/gpu.csv.
 # Analysis, on a CPU afterwards (from the repo root):
-#   python gpu/analyze_heldout.py $CAMP/heldout        # prints the verdicts, writes $CAMP/heldout/analysis.json
-# CPU check of the same commands (tiny presets, not a result): CAMP=/tmp/camp PACKING_M=2 SMALL_M=2 AA_K=3 GATE_M=1 bash gpu/jobs/heldout.sh
+#   python studies/heldout_replication/analyze_heldout.py $CAMP/heldout        # prints the verdicts, writes $CAMP/heldout/analysis.json
+# CPU check of the same commands (tiny presets, not a result): CAMP=/tmp/camp PACKING_M=2 SMALL_M=2 AA_K=3 GATE_M=1 bash studies/heldout_replication/heldout.sh
 set -u
 OUT=${HELDOUT_OUT:-$CAMP/heldout}  # prospective2.sh: $CAMP/prospective2
 SEED=${HELDOUT_SEED:-200}  # the held-out parts' first seed (prospective2.sh: 400, never used before)

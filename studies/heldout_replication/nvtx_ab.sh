@@ -4,14 +4,14 @@
 # COMMAND.txt) ran some processes of one campaign with the nvtx package and the rest with torch.cuda.nvtx. Here the two
 # backends are the arms of a paired design on ONE machine: for each seed, one process with the package and one with
 # $WORKBENCH_NVTX_BACKEND=torch.cuda.nvtx (workbench/instrument/ranges.py), their order alternating by seed; the same
-# seed gives both the same batches. Decision rule (gpu/analyze_nvtx_ab.py, fixed before the run): per comparison, the
+# seed gives both the same batches. Decision rule (studies/heldout_replication/analyze_nvtx_ab.py, fixed before the run): per comparison, the
 # 95% t-interval over seeds of (log speedup with torch.cuda.nvtx - log speedup with nvtx); "the backend moves the
 # speedup" when it excludes 0, else "no effect shown" with the interval as its bound.
 # Writes $CAMP/nvtx_ab/{packing,moe}/{nvtx,torch}_sNNN/ (one run folder each: its own process and model build, the
 # discarded warm-up rep) and jobs.txt.
-# Analysis (CPU, from the repo root): python gpu/analyze_nvtx_ab.py $CAMP/nvtx_ab
+# Analysis (CPU, from the repo root): python studies/heldout_replication/analyze_nvtx_ab.py $CAMP/nvtx_ab
 # CPU check (tiny presets; on a CPU both backends are "off": not a result):
-#   CAMP=/tmp/camp NVTX_AB_SEEDS="600 601" NVTX_AB_OPTS=packing bash gpu/jobs/nvtx_ab.sh
+#   CAMP=/tmp/camp NVTX_AB_SEEDS="600 601" NVTX_AB_OPTS=packing bash studies/heldout_replication/nvtx_ab.sh
 set -u
 OUT=$CAMP/nvtx_ab
 mkdir -p $OUT

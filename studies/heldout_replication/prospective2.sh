@@ -5,8 +5,8 @@
 # offload parts with seeds never used (400..), written to $CAMP/prospective2/ (gpu.csv: the machine's UUID, which
 # must be none of A's, B's or C's: the analysis refuses it otherwise).
 # Analysis, on a CPU afterwards (from the repo root):
-#   python gpu/analyze_heldout_v2.py $CAMP/prospective2     # prints the verdicts, writes analysis_v2.json there
+#   python studies/heldout_replication/analyze_heldout_v2.py $CAMP/prospective2     # prints the verdicts, writes analysis_v2.json there
 # CPU check of the same commands (tiny presets, not a result):
-#   CAMP=/tmp/camp PACKING_M=2 SMALL_M=2 bash gpu/jobs/prospective2.sh
+#   CAMP=/tmp/camp PACKING_M=2 SMALL_M=2 bash studies/heldout_replication/prospective2.sh
 set -u
-HELDOUT_OUT=$CAMP/prospective2 HELDOUT_SEED=400 HELDOUT_PARTS="packing moe offload" bash gpu/jobs/heldout.sh
+HELDOUT_OUT=$CAMP/prospective2 HELDOUT_SEED=400 HELDOUT_PARTS="packing moe offload" bash studies/heldout_replication/heldout.sh

@@ -5,8 +5,8 @@
 # used (500..), written to $CAMP/prospective3/ (gpu.csv: the machine's UUID, which must be none of A's, B's, C's or
 # D's: the analysis refuses it otherwise).
 # Analysis, on a CPU afterwards (from the repo root):
-#   python gpu/analyze_heldout_v2.py $CAMP/prospective3 --design profiles/2026-11-26_h100_prospective2/prospective_v3.json
+#   python studies/heldout_replication/analyze_heldout_v2.py $CAMP/prospective3 --design profiles/2026-11-26_h100_prospective2/prospective_v3.json
 # CPU check of the same commands (tiny presets, not a result):
-#   CAMP=/tmp/camp SMALL_M=2 bash gpu/jobs/prospective3.sh
+#   CAMP=/tmp/camp SMALL_M=2 bash studies/heldout_replication/prospective3.sh
 set -u
-HELDOUT_OUT=$CAMP/prospective3 HELDOUT_SEED=500 HELDOUT_PARTS="moe" bash gpu/jobs/heldout.sh
+HELDOUT_OUT=$CAMP/prospective3 HELDOUT_SEED=500 HELDOUT_PARTS="moe" bash studies/heldout_replication/heldout.sh

@@ -6,18 +6,18 @@
 # second machine of the `all` row's estimate (a v5 from G and this machine, judged on a third).
 # Writes $CAMP/prospective4/gpu.csv and $CAMP/prospective4/all/ (a --processes folder), jobs.txt.
 # Analysis, on a CPU afterwards (from the repo root):
-#   python gpu/analyze_heldout_v2.py $CAMP/prospective4 --design profiles/2026-11-26_h100_all_processes_g/prospective_v4.json
+#   python studies/heldout_replication/analyze_heldout_v2.py $CAMP/prospective4 --design profiles/2026-11-26_h100_all_processes_g/prospective_v4.json
 #   python -m workbench.report $CAMP/prospective4/all/p00          # one process's tables
-# CPU check of the same commands (tiny presets, not a result): CAMP=/tmp/camp ALL_M=2 bash gpu/jobs/prospective4.sh
+# CPU check of the same commands (tiny presets, not a result): CAMP=/tmp/camp ALL_M=2 bash studies/heldout_replication/prospective4.sh
 #
-# RAN 2026-11-26 (6) on machine H (GPU-4a49351c): 3 of 4 processes (profiles/2026-11-26_h100_prospective4/). The same
+# RAN 2026-11-26 (6) on machine H: 3 of 4 processes (profiles/2026-11-26_h100_prospective4/). The same
 # job is v5's held-out run (profiles/2026-11-26_h100_prospective4/prospective_v5.json: `all` from G and H) and packing's
 # fourth held-out process count for v4, on a machine none of A-H, with v5's seeds:
-#   P_NAME=prospective5 P_SEED=800 CAMP=/tmp/camp bash gpu/jobs/prospective4.sh          (~23.4 GPU minutes)
+#   P_NAME=prospective5 P_SEED=800 CAMP=/tmp/camp bash studies/heldout_replication/prospective4.sh          (~23.4 GPU minutes)
 # Analysis (CPU), each design's rule as committed (each refuses a machine it pooled):
 #   for v in profiles/2026-11-26_h100_prospective4/prospective_v5.json profiles/2026-11-26_h100_all_processes_g/prospective_v4.json \
 #            profiles/2026-11-26_h100_prospective2/prospective_v3.json profiles/2026-11-26_h100_replication/prospective_v2.json; do
-#     python gpu/analyze_heldout_v2.py $CAMP/prospective5 --design $v; done
+#     python studies/heldout_replication/analyze_heldout_v2.py $CAMP/prospective5 --design $v; done
 #   (v5: all; v4: packing; v3: moe; v2: offload; an interrupted run: python -m workbench.ab.processes $CAMP/prospective5/all first)
 set -u
 OUT=$CAMP/${P_NAME:-prospective4}

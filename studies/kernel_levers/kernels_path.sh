@@ -70,7 +70,7 @@
 # graph-break guards (a failure is one line, the path's earlier points stay timed); on the CPU check below it is refused
 # at the first step (workbench/opts/compile.py specialising_attention: flex's CPU backward loops over documents).
 # CPU check of the same commands (tiny presets, not a result; ~10 min on 2 cores, the compile arm dominates):
-#   CAMP=/tmp/camp KP_CPU=1 bash gpu/jobs/kernels_path.sh
+#   CAMP=/tmp/camp KP_CPU=1 bash studies/kernel_levers/kernels_path.sh
 set -u
 OUT=$CAMP/kernels_path
 mkdir -p $OUT

@@ -1,7 +1,7 @@
 """The readings of MoE's two-term model (`moe_two_term`, its fit written before the runs these read; issue 39), and
 the command.
 
-The probe (gpu/jobs/moe_probe.sh): eager, sort_bincount and sort_split in one process at qwen3-30b-a3b 4 L 16k, the
+The probe (studies/moe_two_term/moe_probe.sh): eager, sort_bincount and sort_split in one process at qwen3-30b-a3b 4 L 16k, the
 shape where the term is largest. Its prediction, from the fit (`moe_two_term`; FIT_FILE in the campaign folder, written by
 064f85a before the run): sort_split saves beta * (sort_bincount's - sort_split's whole-gradient GB) over
 sort_bincount, and u * syncs_removed + beta * (eager's - sort_split's GB) over eager.
@@ -12,7 +12,7 @@ predicted (point) with the measured saving's 95% rep interval:
     otherwise              "inconclusive"
 judged on sort_split over sort_bincount (the contrast that moves only the backward's row gradients); sort_split
 over eager is reported beside. It read "inconclusive": r 0.90 [0.45, 1.35] and 0.88 [0.78, 0.98].
-Rule (2), for the next probe (gpu/jobs/moe_backward.sh), the process as unit (MIN_PROCESSES or more, else "not
+Rule (2), for the next probe (studies/moe_two_term/moe_backward.sh), the process as unit (MIN_PROCESSES or more, else "not
 read"). Two contrasts, each process's mean saving of sort_split over (a) eager and (b) sort_bincount, judged with
 `verdicts.judge` against the fit (90%, the band [0.8, 1.25]) and Holm over the two:
     (a) predicted u x syncs removed + beta x (eager's - sort_split's GB): with the slices' backward gone, the saving is
@@ -35,7 +35,7 @@ A probe on another GPU model than the fit's reads "not judged".
 Rule (2) at another shape (`probe --shape MODEL LAYERS TOKENS`): the same rule, the fit's predictions at that shape with
 every expert hit (`shape_prediction`, as `fit --predict` writes them for the probe shape). Written 2026-11-27 (10), after
 the probe's rule (2) read "mechanism measured" (profiles/2026-11-27_h200x4_moe_backward) and before the run it reads:
-qwen3-30b-a3b 6 L 12288 (gpu/jobs/moe_backward.sh RUN="q6l12k"; its predictions and planned chances in that header).
+qwen3-30b-a3b 6 L 12288 (studies/moe_two_term/moe_backward.sh RUN="q6l12k"; its predictions and planned chances in that header).
 
 The two-term model as a revision, judged prospectively (`judge`): sort_bincount over eager on every shape under the
 roots the fit did not use (`fitted_shapes`), MIN_PROCESSES or more, the process as unit, predicted u x syncs removed
@@ -44,9 +44,9 @@ A run from before the fit was written (`written_utc` against the run_id's time) 
 (`verdicts.exploratory`); another GPU model than the fit's reads "not judged". The prediction carries the fit's
 GPUs (an H200 pair) to the judged run's: the between-lease component is not in its se.
 
-    python -m workbench.savings.moe_backward fit DIR [DIR ...] [--predict MODEL LAYERS TOKENS]   # -> DIR/moe_backward.json
-    python -m workbench.savings.moe_backward probe FIT_JSON DIR [DIR ...] [--rule 1|2]
-    python -m workbench.savings.moe_backward judge FIT_JSON DIR [DIR ...]
+    python -m studies.moe_two_term.moe_backward fit DIR [DIR ...] [--predict MODEL LAYERS TOKENS]   # -> DIR/moe_backward.json
+    python -m studies.moe_two_term.moe_backward probe FIT_JSON DIR [DIR ...] [--rule 1|2]
+    python -m studies.moe_two_term.moe_backward judge FIT_JSON DIR [DIR ...]
 """
 from __future__ import annotations
 
@@ -59,8 +59,8 @@ import numpy as np
 
 from workbench.errors import WorkbenchError
 from workbench.measure import stats
-from workbench.savings.moe_work import moe_runs
-from workbench.savings.moe_two_term import (FIT_FILE, PASSES, SYNCS_PER_EXPERT, arms, fit, fix_runs, gradient_gb,
+from studies.moe_two_term.moe_work import moe_runs
+from studies.moe_two_term.moe_two_term import (FIT_FILE, PASSES, SYNCS_PER_EXPERT, arms, fit, fix_runs, gradient_gb,
                                             points, predict, read_fit, runs_by_shape, shape)
 
 BAND = (0.8, 1.25)
@@ -279,7 +279,7 @@ def _shape_arg(v: list[str], flag: str) -> tuple[str, int, int]:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m workbench.savings.moe_backward",
+    ap = argparse.ArgumentParser(prog="python -m studies.moe_two_term.moe_backward",
                                  description=" ".join(__doc__.split("\n\n")[0].split()),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Issue 39, MoE's mechanism probe (written 2026-11-27 (9) before its run): eager, sort_bincount and sort_split in one
 # process at qwen3-30b-a3b 4 L 16k, one process a GPU (seeds 6000 + g). The prediction and the rule are in
-# workbench/savings/moe_backward.py and profiles/2026-11-27_h200x2_moe_work_b/moe_backward.json (committed before).
-#   CAMP=/tmp/camp bash gpu/jobs/moe_probe.sh          (every GPU nvidia-smi lists; NGPU=1 for one)
-# Ran once (profiles/2026-11-27_h200x2_moe_probe, REPS=4, rule (1)); the next probe is gpu/jobs/moe_backward.sh (rule (2)).
-# Analysis: python -m workbench.savings.moe_backward probe profiles/2026-11-27_h200x2_moe_work_b/moe_backward.json DIR
-# CPU check (tiny preset, not a result): CPU=1 NGPU=1 CAMP=/tmp/camp bash gpu/jobs/moe_probe.sh
+# studies/moe_two_term/moe_backward.py and profiles/2026-11-27_h200x2_moe_work_b/moe_backward.json (committed before).
+#   CAMP=/tmp/camp bash studies/moe_two_term/moe_probe.sh          (every GPU nvidia-smi lists; NGPU=1 for one)
+# Ran once (profiles/2026-11-27_h200x2_moe_probe, REPS=4, rule (1)); the next probe is studies/moe_two_term/moe_backward.sh (rule (2)).
+# Analysis: python -m studies.moe_two_term.moe_backward probe profiles/2026-11-27_h200x2_moe_work_b/moe_backward.json DIR
+# CPU check (tiny preset, not a result): CPU=1 NGPU=1 CAMP=/tmp/camp bash studies/moe_two_term/moe_probe.sh
 set -u
 OUT=${CAMP:-/tmp/camp}/moe_probe; mkdir -p $OUT
 NGPU=${NGPU:-$(nvidia-smi -L 2>/dev/null | wc -l)}; [ "$NGPU" -ge 1 ] || NGPU=1

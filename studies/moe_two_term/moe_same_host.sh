@@ -12,7 +12,7 @@
 #                --batches 1 --trace none --seed S --processes N --out ...        (verdicts.sh's moe_l8_4k)
 #   verdict B: the same with --model qwen3-30b-a3b --layers 4 --tokens 8192                 (verdicts.sh's moe_q30_l4)
 #   seeds:     gpt-oss-20b 4 L 8k, --steps 1 --reps 4 --headline --batches 1 --trace none, one process with
-#              --process-seeds same --seed 900 and one with --process-seeds each --seed 910+g (gpu/jobs/process_seeds.sh's
+#              --process-seeds same --seed 900 and one with --process-seeds each --seed 910+g (studies/moe_two_term/process_seeds.sh's
 #              question, now balanced over the GPUs instead of back to back on one: a GPU's effect enters both
 #              variances alike, which costs the test power and removes the drift confound that script names)
 # Seeds: dose 2000 + 100 g + k, A 3000 + 100 g + k, B 4000 + 100 g + k (k counts that part's processes on GPU g):
@@ -29,9 +29,9 @@
 # over the dose's processes where the verdict ran on exactly the dose's GPUs (this design), else over machines; band
 # [0.8, 1.25] at 90%, one comparison per folder. The seeds rule as process_seeds.sh wrote it: F = var(each) / var(same)
 # of the log process-mean savings, one-sided, p < 0.05 reads "the seed drives the spread".
-# Analysis (CPU, DIR = this job's $OUT copied into profiles/; gpu/jobs/moe_same_host_merge.sh DIR does the merges and runs
+# Analysis (CPU, DIR = this job's $OUT copied into profiles/; studies/moe_two_term/moe_same_host_merge.sh DIR does the merges and runs
 # the three commands below into DIR/dose_analysis.txt, verdicts.txt and seeds.txt):
-#   bash gpu/jobs/moe_same_host_merge.sh DIR       # DIR/dose, DIR/moe_l8_4k, DIR/moe_q30_l4
+#   bash studies/moe_two_term/moe_same_host_merge.sh DIR       # DIR/dose, DIR/moe_l8_4k, DIR/moe_q30_l4
 #   python -m workbench.savings.dose DIR/dose
 #   python -m workbench.verdicts DIR/moe_l8_4k DIR/moe_q30_l4 --dose DIR/dose
 #   python -c "import glob, math, statistics as st; from scipy import stats; from workbench.analysis.between_runs import folder_savings as f
@@ -44,7 +44,7 @@
 # pair and an H200 pair, if so they come: the claim is then for those four GPUs, named in each gpus.csv). One lease's
 # seeds part is 2 + 2 processes, F on (1, 1) df: it is read only with the second lease's (4 + 4).
 # CPU check (tiny presets on the CPU, 2 "GPUs", not a result; ~6 min):
-#   CAMP=/tmp/camp CPU=1 NGPU=2 D_A=2 D_B=0 V1=2 V2=0 bash gpu/jobs/moe_same_host.sh && bash gpu/jobs/moe_same_host_merge.sh /tmp/camp/moe_host
+#   CAMP=/tmp/camp CPU=1 NGPU=2 D_A=2 D_B=0 V1=2 V2=0 bash studies/moe_two_term/moe_same_host.sh && bash studies/moe_two_term/moe_same_host_merge.sh /tmp/camp/moe_host
 # GPU smoke test of the plumbing (tiny presets on every GPU, ~2 min, not a result): TINY=1 D_A=1 D_B=0 V1=2 V2=0 ...
 set -u
 for v in ${V1:-2} ${V2:-2}; do  # --processes 1 runs in place, not as a campaign that processes_merge can fold

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# gpu/jobs/moe_same_host.sh's analysis (CPU): each part's per-GPU campaigns folded into one folder per part, beside the
+# studies/moe_two_term/moe_same_host.sh's analysis (CPU): each part's per-GPU campaigns folded into one folder per part, beside the
 # per-GPU ones (which stay as they ran), then the commands its header fixed, into DIR/dose_analysis.txt, verdicts.txt, seeds.txt:
 #   DIR/dose        python -m workbench.ab.dose_merge   (a copy of the first dose campaign, the others merged in)
 #   DIR/moe_l8_4k   python -m workbench.ab.processes_merge   (likewise; also moe_q30_l4)
 # (the seeds part's runs are one process each, run in place: read by folder_savings where they lie)
-# A part with no campaign that ran is skipped and named. Usage: bash gpu/jobs/moe_same_host_merge.sh DIR [DIR2 ...]
+# A part with no campaign that ran is skipped and named. Usage: bash studies/moe_two_term/moe_same_host_merge.sh DIR [DIR2 ...]
 # (DIR2 ...: more leases' moe_host folders, fresh seeds by SEED_OFFSET; their campaigns join DIR's)
 set -u
-DIR=${1:?usage: bash gpu/jobs/moe_same_host_merge.sh DIR [DIR2 ...] (moe_host folders)}
+DIR=${1:?usage: bash studies/moe_two_term/moe_same_host_merge.sh DIR [DIR2 ...] (moe_host folders)}
 ALL=("$@")
 PY=${PY:-python}
 merge() {  # part tool glob...

@@ -24,7 +24,7 @@ qwen3-30b-a3b 4 L 16k (E 128, k 8) against 18 GB at gpt-oss-20b 4 L 8k (E 32, k 
     twice and written once by autograd's sum: 4 accesses, so beta ~ 4 / memory bandwidth (1.15 ms a GB: 3.5 TB/s,
     73% of an H200's 4.8 TB/s peak).
 
-    python -m workbench.savings.moe_backward fit DIR [DIR ...] [--predict MODEL LAYERS TOKENS]   # -> DIR/moe_backward.json
+    python -m studies.moe_two_term.moe_backward fit DIR [DIR ...] [--predict MODEL LAYERS TOKENS]   # -> DIR/moe_backward.json
 
 The readings that judge it (the probe's rules, the held-out verdicts) and the command: `moe_backward`.
 """
@@ -76,7 +76,7 @@ def gradient_gb(arm: str, model: str, layers: int, tokens: int, syncs_removed: f
 
 def points(dirs: list[str]) -> list[dict]:
     """moe_work's points (each plain moe run: saving, syncs removed), each with its extra_gb."""
-    from workbench.savings import moe_work
+    from studies.moe_two_term import moe_work
 
     out = []
     for p in moe_work.points(dirs):
@@ -92,7 +92,7 @@ def fit(pts: list[dict]) -> dict:
     "beta_ci90", "df", "n", "resid_by_shape"}."""
     from scipy import stats as sps
 
-    from workbench.savings.moe_work import _ols
+    from studies.moe_two_term.moe_work import _ols
 
     if len(pts) < 3:
         raise WorkbenchError(f"{len(pts)} processes: the two-term fit needs 3 or more")
@@ -129,7 +129,7 @@ def predict(f: dict, model: str, layers: int, tokens: int, syncs_removed: float)
 def runs_by_shape(roots: list[str]) -> dict:
     """{(model, layers, tokens): [run]} over the plain moe runs under `roots` (`moe_work.moe_runs`: each run_id once),
     comparisons that ran to the end: run = {"folder", "results", "c", "run_id", "gpu_name"}."""
-    from workbench.savings.moe_work import moe_runs
+    from studies.moe_two_term.moe_work import moe_runs
 
     out: dict = {}
     for d, results, summary, meta in moe_runs(roots):
@@ -188,7 +188,8 @@ def _pass_rows(f: dict, items: list, held: bool) -> list[dict]:
 
 
 def job_roots(profiles: str, job: str) -> list[str]:
-    """The folders under `profiles` a designed per-GPU job wrote (its `results.DESIGN_FILE` names `job`)."""
+    """The folders under `profiles` a designed per-GPU job wrote (its `results.DESIGN_FILE` names `job`; matched by the
+    script's file name, so a record made before the script moved folders still matches)."""
     from workbench.measure import results
 
     out = []
@@ -196,7 +197,7 @@ def job_roots(profiles: str, job: str) -> list[str]:
         if results.DESIGN_FILE in files:
             try:
                 with open(os.path.join(dirpath, results.DESIGN_FILE), encoding="utf-8") as fh:
-                    if json.load(fh).get("job") == job:
+                    if os.path.basename(json.load(fh).get("job") or "") == os.path.basename(job):
                         out.append(dirpath)
             except (OSError, ValueError):
                 continue

@@ -1,6 +1,6 @@
 """Why MoE's untraced model missed qwen3-30b-a3b: does the time saved per removed sync grow with the GPU work each
 expert iteration holds? (issue 39, done-when 2: "refuted with its mechanism measured"; rule written 2026-11-27 (8)
-before the run that reads it, gpu/jobs/moe_work.sh).
+before the run that reads it, studies/moe_two_term/moe_work.sh).
 
 The untraced model (`untraced.py`, revision (7)) carries one saving per removed sync, u, from the dose's shape
 (gpt-oss-20b 4 L 8k: 0.085 ms on the H200 pair) to every shape. On that pair it was refuted on qwen3-30b-a3b 4 L 8k
@@ -32,7 +32,7 @@ equal W, something else differs between them (their experts' code, their host wo
     FLAT_B: over the 4x range of W a family spans in the job, |b| <= 0.1 moves s by at most 15%, inside the band.
     beside (not the rule's): b within each family.
 
-    python -m workbench.savings.moe_work DIR [DIR ...]     # every plain moe run under the DIRs; writes DIR/moe_work.json
+    python -m studies.moe_two_term.moe_work DIR [DIR ...]     # every plain moe run under the DIRs; writes DIR/moe_work.json
 """
 from __future__ import annotations
 
@@ -175,7 +175,7 @@ def fit(pts: list[dict]) -> dict:
                            "n": len(sub)}
     return {"b": b, "b_ci90": [float(v) for v in bci], "c": c, "c_ci90": [float(v) for v in cci], "df": df,
             "n": len(pts), "gpus": gpus, "a": float(beta[0]), "work": work, "family": family, "decision": decision,
-            "within": within, "rule": "workbench.savings.moe_work.fit (written 2026-11-27 (8) before its run)"}
+            "within": within, "rule": "studies.moe_two_term.moe_work.fit (written 2026-11-27 (8) before its run)"}
 
 
 def lines(pts: list[dict], f: dict) -> list[str]:
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     from workbench.cli import emit_json, parser
     from workbench.measure.results import atomic_write_json
 
-    ap = parser("workbench.savings.moe_work", __doc__.split("\n\n")[0])
+    ap = parser("studies.moe_two_term.moe_work", __doc__.split("\n\n")[0])
     ap.add_argument("dirs", nargs="+", help="folders holding plain `python -m workbench.ab --opt moe` runs (searched "
                                             "below); the fit goes to FIRST_DIR/moe_work.json")
     a = ap.parse_args(argv)

@@ -4,7 +4,7 @@
 # on an H200 pair (0.054 ms a sync against the dose's 0.085: ratio 0.64 [0.52, 0.78]; gpt-oss-20b 8 L 4k 0.073, 0.86,
 # inconclusive; profiles/2026-11-27_h200x2_moe_same_host). Which mechanism: does a removed sync save more where each
 # expert iteration holds more GPU work (qwen3-30b-a3b's experts are 10.5x smaller a token), or does the family differ
-# at equal work? workbench/savings/moe_work.py holds the rule (its docstring), fixed in this commit.
+# at equal work? studies/moe_two_term/moe_work.py holds the rule (its docstring), fixed in this commit.
 # Design: the two families at three token counts each, matched in tokens per expert (256, 512, 1024), so W spans 4x
 # within each family and the families overlap in W (qwen3 16k 9.7 GFLOP, gpt-oss 2k 12.7):
 #   o2k o4k o8k: python -m workbench.ab --opt moe --model gpt-oss-20b   --layers 4 --tokens 2048|4096|8192
@@ -21,11 +21,11 @@
 # a family gap like the pilot's (c = log 0.68 = -0.39) is read "families differ"; "flat" needs |b| below ~0.04.
 # Several leases feed one reading (a short one cut early, then full ones), each with its own SEED_OFFSET (0, 50, 1000, 1050: seeds stay fresh):
 # the fit's GPU terms take each GPU's level out; the analysis reads every lease's folder.
-# The campaign's next lease (a 2- or 4-GPU kind; gpu/lease_plan.sh's launch line with these in front; the first, cut lease
+# The campaign's next lease (a 2- or 4-GPU kind; studies/gpu_lease/lease_plan.sh's launch line with these in front; the first, cut lease
 # is profiles/2026-11-27_h200x2_moe_work_a, SEED_OFFSET 0):  SEED_OFFSET=50 R=3 PLAN="moe_work" LEASE_S=1560 nohup setsid bash ...
 # Analysis (CPU; DIR = this job's $OUT copied into profiles/):
-#   python -m workbench.savings.moe_work DIR [DIR2 ...]         # -> DIR/moe_work.json and its lines (save as DIR/moe_work.txt)
-# CPU check (tiny presets, not a result): CAMP=/tmp/camp CPU=1 NGPU=1 R=1 bash gpu/jobs/moe_work.sh
+#   python -m studies.moe_two_term.moe_work DIR [DIR2 ...]         # -> DIR/moe_work.json and its lines (save as DIR/moe_work.txt)
+# CPU check (tiny presets, not a result): CAMP=/tmp/camp CPU=1 NGPU=1 R=1 bash studies/moe_two_term/moe_work.sh
 set -u
 . "$(dirname "$0")/per_gpu.sh"; per_gpu_setup moe_work  # OUT, PY, NGPU, gpus.csv
 NAMES=(o2k q4k o4k q8k o8k q16k)  # the families alternate: a round cut early still has both on each GPU

@@ -15,7 +15,7 @@
 #   python -c "import math, statistics as st; from scipy import stats; from workbench.analysis.between_runs import folder_savings as f
 #     v = {m: [math.log(x) for x in f('DIR/' + m)['moe']] for m in ('same', 'each')}; F = st.variance(v['each']) / st.variance(v['same'])
 #     print({m: st.stdev(x) for m, x in v.items()}, F, stats.f.sf(F, len(v['each']) - 1, len(v['same']) - 1))"
-# CPU check (tiny preset, not a result): CAMP=/tmp/camp CPU=1 bash gpu/jobs/process_seeds.sh
+# CPU check (tiny preset, not a result): CAMP=/tmp/camp CPU=1 bash studies/moe_two_term/process_seeds.sh
 set -u
 OUT=$CAMP/process_seeds
 mkdir -p $OUT

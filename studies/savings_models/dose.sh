@@ -25,7 +25,7 @@
 # (then copy the two folders without traces/ into profiles/<date>_h100_dose/; notebook 02 reads them)
 # CPU check of the same commands (tiny presets, no GPU events so no c, not a result; about 10 min on 2 loaded cores):
 #   CAMP=/tmp/camp PACKING="--opt packing --layers 2" MOE="--opt moe --layers 2" MODES=none,torch \
-#     BUDGET_S=1800 bash gpu/jobs/dose.sh
+#     BUDGET_S=1800 bash studies/savings_models/dose.sh
 set -u
 OUT=$CAMP/dose
 mkdir -p $OUT

@@ -11,7 +11,7 @@
 #   python -m workbench.ab.dose_merge profiles/2026-11-26_h100_dose/moe $CAMP/dose_traced/moe_s2?
 #   python -m workbench.savings.dose profiles/2026-11-26_h100_dose/<opt> --calibration profiles/2026-11-26_h100_dose/calibration.json
 # CPU check (tiny presets, no GPU events so no c, not a result; ~4 min):
-#   CAMP=/tmp/camp PACKING="--opt packing --layers 2" MOE="--opt moe --layers 2" bash gpu/jobs/dose_traced.sh
+#   CAMP=/tmp/camp PACKING="--opt packing --layers 2" MOE="--opt moe --layers 2" bash studies/savings_models/dose_traced.sh
 set -u
 OUT=$CAMP/dose_traced
 mkdir -p $OUT

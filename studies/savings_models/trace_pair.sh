@@ -10,7 +10,7 @@
 #       $CAMP/trace_pair/nsys/traces/moe/eager.events.parquet --keep tests/data/trace_pair
 #   git add tests/data/trace_pair/{torch,nsys}.events.parquet   # then tests/test_trace_parity.py stops skipping
 # CPU check of the same commands (tiny preset, no kernels, not a result):
-#   CAMP=/tmp/camp MODEL=tiny-gpt-oss LAYERS_TOKENS=" " TOOLS=torch bash gpu/jobs/trace_pair.sh   (about 90 s)
+#   CAMP=/tmp/camp MODEL=tiny-gpt-oss LAYERS_TOKENS=" " TOOLS=torch bash studies/savings_models/trace_pair.sh   (about 90 s)
 set -u
 OUT=$CAMP/trace_pair
 mkdir -p $OUT

@@ -1,25 +1,23 @@
-"""gpu/analyze_protocol.py: issue 37's pre-registered protocol test (packing standalone vs inside `--opt all` on one
+"""studies/heldout_replication/analyze_protocol.py: issue 37's pre-registered protocol test (packing standalone vs inside `--opt all` on one
 machine), on synthetic `--processes` folders with a known difference, its negative control (no difference), and its
 refusals."""
-import importlib.util
 import json
 import math
 import os
 
 import numpy as np
+from workbench.paths import REPO_ROOT
 import pytest
 
 from tests.synthetic_runs import GPU, write_run
 from workbench.cli import run_main
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = REPO_ROOT
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("analyze_protocol", os.path.join(ROOT, "gpu", "analyze_protocol.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from studies.heldout_replication import analyze_protocol
+    return analyze_protocol
 
 
 def _campaign(path, slowdowns, seed, uuid="GPU-aaaa"):

@@ -1,30 +1,30 @@
-"""gpu/design_spread.py: a held-out design for one comparison from two or more machines' --processes folders (the
+"""studies/heldout_replication/design_spread.py: a held-out design for one comparison from two or more machines' --processes folders (the
 generic form of the frozen prospective_v3.py / v4.py records), checked against the committed v3 it must reproduce."""
-import importlib.util
 import json
 import os
 
+from workbench.paths import REPO_ROOT
 import pytest
 
 from workbench.cli import run_main
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = REPO_ROOT
 P = os.path.join(ROOT, "profiles")
 A = "A=" + os.path.join("profiles", "2026-11-26_h100_replication", "moe_a") + ":1"
+with open(os.path.join(P, "2026-11-26_h100_replication", "prospective.json"), encoding="utf-8") as _f:
+    MACHINE_A = json.load(_f)["machines"]["A"]  # machine A's GPU, as the committed design names it
 D = "D=" + os.path.join("profiles", "2026-11-26_h100_prospective2", "moe")
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("design_spread", os.path.join(ROOT, "gpu", "design_spread.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from studies.heldout_replication import design_spread
+    return design_spread
 
 
 def test_it_reproduces_the_committed_v3_design_from_the_same_folders(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     out = tmp_path / "prospective_v3.json"
-    assert run_main(_tool().main, ["--comparison", "moe", "--machine", A, "--machine", D, "--uuid", "A=GPU-3e294211",
+    assert run_main(_tool().main, ["--comparison", "moe", "--machine", A, "--machine", D, "--uuid", "A=" + MACHINE_A,
                                    "--seed", "500", "--version", "3", "--out", str(out)]) == 0
     got = json.loads(out.read_text())["comparisons"]["moe"]
     with open(os.path.join(P, "2026-11-26_h100_prospective2", "prospective_v3.json"), encoding="utf-8") as f:
@@ -38,7 +38,7 @@ def test_it_reproduces_the_committed_v3_design_from_the_same_folders(tmp_path, m
 @pytest.mark.parametrize("argv, msg", [
     (["--machine", D], "at least 2 machines"),
     (["--machine", A, "--machine", D], "no GPU UUID"),  # A's runs recorded none, and no --uuid
-    (["--machine", A, "--machine", D, "--uuid", "A=GPU-3e294211", "--comparison", "nope"], "no comparison 'nope'"),
+    (["--machine", A, "--machine", D, "--uuid", "A=" + MACHINE_A, "--comparison", "nope"], "no comparison 'nope'"),
     (["--machine", D, "--machine", "E=" + D.split("=")[1]], "same GPU"),  # one machine's folder named twice
 ])
 def test_what_it_refuses_in_one_line(tmp_path, monkeypatch, capsys, argv, msg):

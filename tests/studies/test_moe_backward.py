@@ -1,18 +1,19 @@
-"""MoE's two-term model (workbench/savings/moe_two_term.py) and its readings (moe_backward.py): the fit recovers u
+"""MoE's two-term model (studies/moe_two_term/moe_two_term.py) and its readings (moe_backward.py): the fit recovers u
 and beta, the probe's rules reach each decision (a per-family constant, which the fit alone cannot tell from the
 backward term, reads "not this mechanism" at the probe), held-out shapes only, runs from before the fit never
 confirm, and the committed readings."""
 import os
 
 import numpy as np
+from workbench.paths import REPO_ROOT
 import pytest
 
 from workbench.cli import run_main
 from workbench.errors import WorkbenchError
-from workbench.savings import moe_backward as mb
-from workbench.savings import moe_two_term as tt
+from studies.moe_two_term import moe_backward as mb
+from studies.moe_two_term import moe_two_term as tt
 
-PROFILES = os.path.join(os.path.dirname(__file__), "..", "profiles")
+PROFILES = os.path.join(REPO_ROOT, "profiles")
 FIT = os.path.join(PROFILES, "2026-11-27_h200x2_moe_work_b", tt.FIT_FILE)
 SHAPES = [("gpt-oss-20b", 2048), ("gpt-oss-20b", 4096), ("gpt-oss-20b", 8192),
           ("qwen3-30b-a3b", 4096), ("qwen3-30b-a3b", 8192), ("qwen3-30b-a3b", 16384)]
@@ -156,12 +157,12 @@ def test_the_third_held_out_shape_reads_as_its_command_says(capsys):
 
 
 def test_by_pass_adds_the_held_out_shapes_only_and_the_figure_labels_them():
-    """Notebook 02's MoE figure: the fit's six shapes, then each held-out shape of `gpu/jobs/moe_backward.sh`'s folders
+    """Notebook 02's MoE figure: the fit's six shapes, then each held-out shape of `studies/moe_two_term/moe_backward.sh`'s folders
     (job_roots), never a shape the fit used (the probe's 4 L 16k there), labelled "held out"."""
-    from workbench.report.moe_figure import pass_figure
+    from studies.moe_two_term.moe_figure import pass_figure
 
     f = tt.read_fit(FIT)
-    roots = tt.job_roots(PROFILES, "gpu/jobs/moe_backward.sh")
+    roots = tt.job_roots(PROFILES, "studies/moe_two_term/moe_backward.sh")
     assert sorted(os.path.basename(r) for r in roots) == ["2026-11-27_h200x4_moe_backward", "2026-11-27_h200x4_moe_q6l12k"]
     assert tt.job_roots(PROFILES, "gpu/jobs/none.sh") == []
     rows = tt.by_pass(f, FIT, held_out=roots)

@@ -1,12 +1,13 @@
-"""MoE's mechanism rule (workbench/savings/moe_work.py): each decision it can give is reachable, and data generated
+"""MoE's mechanism rule (studies/moe_two_term/moe_work.py): each decision it can give is reachable, and data generated
 under one mechanism is not read as another (the negative controls)."""
 import math
 
 import numpy as np
+from workbench.paths import REPO_ROOT
 import pytest
 
 from workbench.errors import WorkbenchError
-from workbench.savings import moe_work
+from studies.moe_two_term import moe_work
 
 GRID = [("gpt-oss-20b", t) for t in (2048, 4096, 8192)] + [("qwen3-30b-a3b", t) for t in (4096, 8192, 16384)]
 
@@ -72,7 +73,7 @@ def test_it_reads_the_committed_same_host_runs(tmp_path):
     import os
     import shutil
 
-    src = os.path.join(os.path.dirname(__file__), "..", "profiles", "2026-11-27_h200x2_moe_same_host")
+    src = os.path.join(REPO_ROOT, "profiles", "2026-11-27_h200x2_moe_same_host")
     for p in ("moe_q30_l4", "moe_l8_4k"):
         shutil.copytree(os.path.join(src, p), tmp_path / p)
     pts = moe_work.points([str(tmp_path)])

@@ -3,7 +3,7 @@
     from workbench import analysis as an
     an.heldout_checks("profiles")   # design, machine, M, held-out estimate, PI, fraction inside, spread, verdict
 
-Each file is what `python gpu/analyze_heldout_v2.py DIR --design FILE --out DIR/analysis_vN.json` wrote: one
+Each file holds one
 design's rule (a `prospective_vN.json`, committed before the run) applied unchanged to M new processes on a machine
 the design did not pool. The numbers are read, never recomputed here. `claim` says whether the design is still the
 comparison's claim (`processes.claim_designs`: the newest revision naming it) or a superseded one judged for the

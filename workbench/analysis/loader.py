@@ -194,7 +194,7 @@ def _read_runs(root: str, dirs: list[str]) -> list[dict]:
 def _copies(recs: list[dict]) -> None:
     """Mark each process folder of a merged campaign that copies another (the same run_id twice below the root) as
     left out, `copy_of` naming the kept one: a merge (`processes_merge`, `dose_merge`) copies processes in, and
-    gpu/jobs/moe_same_host.sh commits the campaigns beside their merge. The tables count a process once, where it
+    studies/moe_two_term/moe_same_host.sh commits the campaigns beside their merge. The tables count a process once, where it
     ran (a folder outside a merged campaign first); the verdicts read a merged folder by its path."""
     by: dict = {}
     for r in recs:

@@ -16,7 +16,7 @@ One owner per number, read, never recomputed here:
 The shape (model, layers, tokens, attention, precision, lengths) comes from the campaign's run folders
 (`analysis.comparisons`), so a claim lines up with the headline's single-run row of the same comparison.
 
-A designed per-GPU job (`gpu/jobs/per_gpu.sh`: its folder's `design.json`; each run below it one process) has no
+A designed per-GPU job (`studies/gpu_lease/per_gpu.sh`: its folder's `design.json`; each run below it one process) has no
 processes.json: `design_estimates` gives its per-shape estimate over processes (exp of the mean log speedup, a 95%
 t-interval over them), the figure its COMMAND.txt and the prose quote.
 """

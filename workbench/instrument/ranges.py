@@ -35,7 +35,7 @@ missing, CUDA is there), or nothing (neither: a CPU build without the package)."
 
 FORCE_TORCH_NVTX_ENV = "WORKBENCH_NVTX_BACKEND"
 """Set to `torch.cuda.nvtx` to take torch's ranges although the package is there: the A/B of the two backends
-(`gpu/jobs/nvtx_ab.sh`, issue 37: the staging bug ran some processes of one campaign on each)."""
+(`studies/heldout_replication/nvtx_ab.sh`, issue 37: the staging bug ran some processes of one campaign on each)."""
 
 
 def nvtx_backend() -> str:

@@ -352,7 +352,7 @@ def load_run(run_dir: str) -> tuple[pd.DataFrame, dict, dict]:
 PROCESSES_FILE = "processes.json"
 """A `--processes K` folder's record of its processes (`workbench.ab.processes` writes it)."""
 DESIGN_FILE = "design.json"
-"""A folder of plain runs that are processes of one designed experiment (a per-GPU job: gpu/jobs/per_gpu.sh writes
+"""A folder of plain runs that are processes of one designed experiment (a per-GPU job: studies/gpu_lease/per_gpu.sh writes
 it, {"job", "note"}): each run below it is one process of that campaign (`analysis.loader` `process_of`), not a run
 of its own in the speedup figures."""
 
