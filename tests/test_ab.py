@@ -124,7 +124,7 @@ def test_torch_trace_runs_the_verdicts(packing_trace_run):
     # a CPU trace has no GPU events: the verdict says so, and the measured saving (with its CI) is still there
     assert sm["verdict"] == "no trace" and "CPU" in sm["reason"]
     assert sm["measured_ms"] is not None and sm["measured_n_pairs"] >= 1
-    assert json.loads((out / "summary.json").read_text())["verdicts"]["by"] == "python -m workbench.verdicts"
+    assert json.loads((out / "summary.json").read_text())["verdicts"]["by"] == "workbench verdicts"
 
 
 @pytest.mark.skipif(not _have_all(), reason="the packing module is not in place")

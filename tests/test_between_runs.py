@@ -148,7 +148,7 @@ def test_the_plan_prints_the_chance_with_and_without_it(tmp_path, capsys):
 
 
 def test_the_verdicts_cli_reads_the_committed_file_by_default_and_none_leaves_it_out(tmp_path, capsys):
-    """`python -m workbench.verdicts ... --plan` on the committed 8-process packing run: its plan's chance is printed
+    """`workbench verdicts ... --plan` on the committed 8-process packing run: its plan's chance is printed
     over the pilot's uncertainty (54% confirmed, the figure the plan of 2026-11-27 (5) committed) and again with
     packing's between-run component from profiles/between_runs.json; `--between-runs none` prints only the first; a
     malformed file is refused in one line, before any folder is judged or written."""

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from workbench.measure import replication
-from workbench.savings import dose, untraced
+from workbench.savings import dose_fit as dose, untraced
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "profiles")
 FOLDERS = ("2026-11-26_h100_dose/packing", "2026-11-27_h100_dose_pack_more/dose_pack13",

@@ -141,7 +141,7 @@ def _dose_folder(root, without_nvtx=()):
 
 
 def test_a_dose_folder_whose_processes_differ_says_so(tmp_path):
-    from workbench.savings import dose
+    from workbench.savings import dose_fit as dose
 
     a = dose.analyse(_dose_folder(str(tmp_path / "m"), without_nvtx=(1,)))
     assert a["modes"]["none"]["K"] == 3  # the slopes stand beside the flag

@@ -47,3 +47,33 @@ def test_module_basenames_are_unique():
         by_name[os.path.basename(p)].append(os.path.relpath(p, REPO_ROOT))
     repeated = {n: ps for n, ps in by_name.items() if len(ps) > 1 and n not in SHARED_NAMES}
     assert repeated == {}
+
+
+def test_every_command_line_is_a_workbench_command_and_help_lists_it(capsys):
+    from workbench import commands
+    mains = set()
+    for p in _modules():
+        if '__name__ == "__main__"' in open(p, encoding="utf-8").read():
+            mod = os.path.relpath(p, REPO_ROOT)[:-3].replace(os.sep, ".")
+            mains.add(mod.removesuffix(".__main__"))
+    mains.discard("workbench")  # the dispatcher itself
+    assert mains == {module for module, _what in commands.COMMANDS.values()}
+    assert commands.main(["--help"]) == 0
+    listed = capsys.readouterr().out
+    assert all(f"  {name} " in listed for name in commands.COMMANDS)
+
+
+def test_a_command_runs_its_module_and_an_unknown_one_is_one_line(capsys):
+    from workbench import commands
+    assert commands.main(["levers"]) == 0 and "copy" in capsys.readouterr().out
+    assert commands.main(["nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown command 'nope'") and len(err.strip().splitlines()) == 1
+
+
+def test_python_dash_m_workbench_is_the_console_script():
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "workbench", "gate", "--help"], capture_output=True, text=True,
+                       cwd=REPO_ROOT)
+    assert r.returncode == 0 and r.stdout.startswith("usage: workbench gate")

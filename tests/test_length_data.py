@@ -154,7 +154,7 @@ def test_lengths_has_one_default_and_one_help_text():
     is per device (None until resolved): the GPU's is that default, the CPU's short documents (issue 38, item 3)."""
     from workbench import fidelity, run
     from workbench.ab import cli as ab_cli
-    from workbench.ab.config import ABConfig
+    from workbench.ab.ab_config import ABConfig
     from workbench.step.config import DataConfig, RunConfig
 
     assert RunConfig().data.lengths == DataConfig().lengths == length_data.DEFAULT_LENGTHS

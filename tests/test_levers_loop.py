@@ -47,7 +47,7 @@ def test_registry_names_levers_and_in_all(levers_env):
     assert (reg.lever("lever_copy"), reg.lever("lever_experts")) == ("copy", "slice gradients (fill + add)")
     assert reg.lever("packing") is None and reg.in_all("packing") is True  # in_all defaults to True
     assert reg.in_all("lever_copy") is False
-    from workbench.traces.levers import LEVER_COMPONENTS, LEVERS as L
+    from workbench.traces.lever_advice import LEVER_COMPONENTS, LEVERS as L
     assert LEVER_COMPONENTS == set(L) | {"attention (dense)", "slice gradients (fill + add)", "loss (logits, non-GEMM)"}
 
 
@@ -58,7 +58,7 @@ def test_an_unknown_lever_component_is_one_line(tmp_path):
     env = {**os.environ, "WORKBENCH_OPTS": "badlever", "PYTHONPATH": os.pathsep.join([str(tmp_path), ROOT])}
     r = subprocess.run([sys.executable, "-m", "workbench.ab", "--help"], env=env, capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    assert "'teleport' is no component of workbench.traces.levers" in r.stderr
+    assert "'teleport' is no component of workbench.traces.lever_advice" in r.stderr
 
 
 def test_opt_all_leaves_the_levers_out(levers_env):

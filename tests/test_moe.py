@@ -298,7 +298,7 @@ class _SliceGradients(torch.utils._python_dispatch.TorchDispatchMode):
 
 @pytest.mark.parametrize("preset", ["tiny-gpt-oss", "tiny-qwen3-moe"])
 def test_per_expert_loops_build_whole_weight_gradients_slice_by_slice(preset):
-    """The cost the H100 breakdown shows as zero-fills + adds (workbench.traces.levers.slice_gradients): a per-expert loop
+    """The cost the H100 breakdown shows as zero-fills + adds (workbench.traces.lever_advice.slice_gradients): a per-expert loop
     over a LoRA-adapted fused expert weight back-propagates each w[e] through a zero tensor of the whole weight,
     E_hit per weight per layer; indexing every expert at once (grouped, transformers' grouped_mm) builds none."""
     from workbench.step.models import LORA_TARGET_EXPERT_PARAMETERS, model_inputs

@@ -11,7 +11,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from workbench.analysis import processes as pc
+from workbench.analysis import process_level as pc
 from workbench.paths import REPO_ROOT
 from workbench.report import headline
 

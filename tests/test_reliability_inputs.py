@@ -254,7 +254,7 @@ def test_the_planner_checks_the_device_default_model_too():
     import torch
 
     from workbench.ab.cli import CPU_DEFAULTS
-    from workbench.ab.config import ABConfig
+    from workbench.ab.ab_config import ABConfig
     from workbench.ab.planner import plan
     cpu = torch.device("cpu")
     with pytest.raises(WorkbenchError, match="--layers 5: tiny-qwen3 has 2 layers"):

@@ -260,7 +260,7 @@ def one_step_agreement(model, cpu_batch, dev_batch, *, lr: float, cuda: bool, se
     harness; in bf16, where that fails, both against an fp32 run of the harness step). `trainer_batch` (a CPU batch)
     feeds Trainer another batch: the negative control. `step_precision`: the harness step's (resolved)."""
     from workbench.measure import equivalence
-    from workbench.step import precision
+    from workbench.step import precision_mode as precision
     from workbench.step.harness import train_step
     from workbench.step.models import lora_parameters
 
@@ -413,7 +413,7 @@ def _mean(x):
 
 def run(a) -> dict:
     """The whole measurement for parsed arguments `a`; returns the JSON object."""
-    from workbench.step import precision
+    from workbench.step import precision_mode as precision
     from workbench.step.data import make_batches, to_device
     from workbench.step.harness import enable_checkpointing
     from workbench.step.models import build_model, lora_resetter, resolve_device

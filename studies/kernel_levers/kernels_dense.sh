@@ -19,7 +19,7 @@
 #   cp -r $CAMP/kernels_dense profiles/<date>_h100_kernels_dense
 #   python -m workbench.report profiles/<date>_h100_kernels_dense/liger
 #   python -m workbench.report profiles/<date>_h100_kernels_dense/fused_ce
-#   python -m workbench.readme_results      # the results page picks the folders up
+#   workbench readme_results      # the results page picks the folders up
 # CPU check of the same commands (tiny preset; liger's own arm is refused on a CPU, cce too; not a result):
 #   CAMP=/tmp/camp MODEL=tiny-llama LAYERS=2 TOKENS=256 ATTN=sdpa TRITON_INTERPRET=1 bash studies/kernel_levers/kernels_dense.sh
 #   (flex has no CPU backward: sdpa there)

@@ -55,7 +55,7 @@
 #     memory in its first backward (66.2 GiB allocated + 8 GiB asked, 7.3 GiB reserved but unallocated): one more
 #     T x T tensor than the CPU count, and the fragmentation, are past what the bound says. At 4096 tokens the bound is
 #     51.4 GiB and each T x T tensor 2 GiB. A run cut by its cap keeps its folder marked INCOMPLETE and the
-#     path's timed points stay readable (workbench.lever_path reads an interrupted path from results.csv).
+#     path's timed points stay readable (workbench lever_path reads an interrupted path from results.csv).
 # gptoss_balance: `balanced` is a stated different function (moe_balance.DIFFERENT_FUNCTION), judged by
 # workbench/measure/numerics.py judge_different, fixed before this run: its hooks with the change off equivalent to
 # `routed` under the bf16 criterion, its loss and LoRA gradients finite and non-zero; the run exits 0 when both hold.
@@ -63,7 +63,7 @@
 # (workbench/ab/levers.py left_out_reason, fixed before this run).
 # Writes $CAMP/kernels_path/{llama16k,nemo,qwen_moe,gptoss_balance}/ (ab run folders) and jobs.txt.
 # Analysis (CPU, from the repo root):
-#   python -m workbench.lever_path $CAMP/kernels_path/llama16k $CAMP/kernels_path/nemo \
+#   workbench lever_path $CAMP/kernels_path/llama16k $CAMP/kernels_path/nemo \
 #       --out profiles/<date>_h100_kernels_path        # path.csv (mfu, mfu_nemo, held_back_by), path.png
 #   python -m workbench.report $CAMP/kernels_path/qwen_moe; python -m workbench.report $CAMP/kernels_path/gptoss_balance
 # The path combines the attention lever's flex with regional compile: on the GPU left to compile's recompile /

@@ -22,7 +22,7 @@
 # pilots of profiles/2026-11-27_h100_verdicts_untraced, a new dose of 20, 16 verdict processes): confirmed 22%
 # (gpt-oss-20b 8 L, pilot ratio 1.15) and 28% (qwen3-30b-a3b, 0.89), refuted 9% and 5%; one 2-GPU lease alone (10 dose,
 # 8 + 8) 10% and 10%. MoE's process spread (15-21%) is the reason; an undecided outcome is reported as such. Read with
-#   cp -r profiles/2026-11-27_h100_verdicts_untraced/moe_* /tmp/mp/; python -m workbench.verdicts /tmp/mp/moe_l8_4k /tmp/mp/moe_q30_l4 --dose profiles/2026-11-27_h100_dose_moe_rule
+#   cp -r profiles/2026-11-27_h100_verdicts_untraced/moe_* /tmp/mp/; workbench verdicts /tmp/mp/moe_l8_4k /tmp/mp/moe_q30_l4 --dose profiles/2026-11-27_h100_dose_moe_rule
 #   python -c "import json; from workbench.savings import plan; [print(s, plan.assurance({'comparison': 'moe', 'verdict': 'inconclusive', 'family_size': 1, **json.load(open(f'/tmp/mp/{s}/verdicts.json'))['comparisons'][0]['savings_model']}, 16, dose=20)) for s in ('moe_l8_4k', 'moe_q30_l4')]"
 #
 # The rule, fixed now: the untraced form, revision "2026-11-27 (7)" (workbench/savings/untraced.py, this commit): u's se
@@ -32,8 +32,8 @@
 # Analysis (CPU, DIR = this job's $OUT copied into profiles/; studies/moe_two_term/moe_same_host_merge.sh DIR does the merges and runs
 # the three commands below into DIR/dose_analysis.txt, verdicts.txt and seeds.txt):
 #   bash studies/moe_two_term/moe_same_host_merge.sh DIR       # DIR/dose, DIR/moe_l8_4k, DIR/moe_q30_l4
-#   python -m workbench.savings.dose DIR/dose
-#   python -m workbench.verdicts DIR/moe_l8_4k DIR/moe_q30_l4 --dose DIR/dose
+#   python -m workbench.savings.dose_fit DIR/dose
+#   workbench verdicts DIR/moe_l8_4k DIR/moe_q30_l4 --dose DIR/dose
 #   python -c "import glob, math, statistics as st; from scipy import stats; from workbench.analysis.between_runs import folder_savings as f
 #     v = {m: [math.log(x) for d in sorted(glob.glob('DIR/g*/seeds_' + m)) for x in f(d).get('moe', [])] for m in ('same', 'each')}
 #     F = st.variance(v['each']) / st.variance(v['same']); print({m: (len(x), st.stdev(x)) for m, x in v.items()}, F, stats.f.sf(F, len(v['each']) - 1, len(v['same']) - 1))"

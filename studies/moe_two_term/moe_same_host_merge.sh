@@ -25,10 +25,10 @@ merge dose workbench.ab.dose_merge $(each 'dose_*')
 merge moe_l8_4k workbench.ab.processes_merge $(each 'moe_l8_4k_*')
 merge moe_q30_l4 workbench.ab.processes_merge $(each 'moe_q30_l4_*')
 # then the analysis the run's header fixed (into DIR/*.txt): the dose, both verdicts against it, and the seeds question
-[ -e "$DIR/dose/dose_run.json" ] && $PY -m workbench.savings.dose "$DIR/dose" > "$DIR/dose_analysis.txt" 2>&1 && head -n 3 "$DIR/dose_analysis.txt"
+[ -e "$DIR/dose/dose_run.json" ] && $PY -m workbench.savings.dose_fit "$DIR/dose" > "$DIR/dose_analysis.txt" 2>&1 && head -n 3 "$DIR/dose_analysis.txt"
 V=(); for p in moe_l8_4k moe_q30_l4; do [ -e "$DIR/$p/processes.json" ] && V+=("$DIR/$p"); done
 if [ ${#V[@]} -gt 0 ] && [ -e "$DIR/dose/dose_analysis.json" ]; then
-  $PY -m workbench.verdicts "${V[@]}" --dose "$DIR/dose" > "$DIR/verdicts.txt" 2>&1; head -n 3 "$DIR/verdicts.txt"
+  $PY -m workbench verdicts "${V[@]}" --dose "$DIR/dose" > "$DIR/verdicts.txt" 2>&1; head -n 3 "$DIR/verdicts.txt"
 fi
 $PY - "${ALL[@]}" > "$DIR/seeds.txt" 2>&1 <<'PYEOF'
 import glob, math, statistics as st, sys

@@ -20,8 +20,8 @@
 # GPU minutes for K = 3 per mode: say so in the note rather than shrink the shape.
 #
 # Analysis (CPU, from the repo root):
-#   python -m workbench.savings.dose $CAMP/dose/packing --calibration profiles/calibration.json
-#   python -m workbench.savings.dose $CAMP/dose/moe --calibration profiles/calibration.json
+#   python -m workbench.savings.dose_fit $CAMP/dose/packing --calibration profiles/calibration.json
+#   python -m workbench.savings.dose_fit $CAMP/dose/moe --calibration profiles/calibration.json
 # (then copy the two folders without traces/ into profiles/<date>_h100_dose/; notebook 02 reads them)
 # CPU check of the same commands (tiny presets, no GPU events so no c, not a result; about 10 min on 2 loaded cores):
 #   CAMP=/tmp/camp PACKING="--opt packing --layers 2" MOE="--opt moe --layers 2" MODES=none,torch \
@@ -53,7 +53,7 @@ run packing $((BUDGET_S * 2 / 3)) $MODES ${PACKING_K:-3} $PACKING --reps 2 --bat
 run moe $((BUDGET_S - ($(date +%s) - T0))) ${MOE_MODES:-$MODES} ${MOE_K:-3} $MOE --levels 3 --reps 2 --batches 1 --steps 1 --warmup 1 --warmup-max 4
 for name in packing moe; do
   [ -f $OUT/$name/dose_run.json ] || continue
-  python -m workbench.savings.dose $OUT/$name --calibration $OUT/calibration.json > $OUT/$name.analysis.txt 2>&1
+  python -m workbench.savings.dose_fit $OUT/$name --calibration $OUT/calibration.json > $OUT/$name.analysis.txt 2>&1
   echo "$(date +%s) analysis $name rc=$?" >> $OUT/jobs.txt
 done
 echo "$(date +%s) done" >> $OUT/jobs.txt

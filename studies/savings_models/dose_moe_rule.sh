@@ -14,7 +14,7 @@
 #   cp -r $CAMP/dose_moe_rule profiles/<date>_h100_dose_moe_rule
 #   python -m workbench.ab.dose_merge profiles/<date>_h100_dose_moe_rule profiles/2026-11-26_h100_dose/moe   (its 8 untimed and 2 profiler-on
 #     processes; it refuses another shape or levels; INTO's traced process, the 6-step one, stays the rule's)
-#   python -m workbench.savings.dose profiles/<date>_h100_dose_moe_rule --calibration profiles/<date>_h100_dose_moe_rule/calibration.json
+#   python -m workbench.savings.dose_fit profiles/<date>_h100_dose_moe_rule --calibration profiles/<date>_h100_dose_moe_rule/calibration.json
 # CPU check (tiny preset, no GPU events so no c, not a result): CAMP=/tmp/camp MOE="--opt moe --layers 2" bash studies/savings_models/dose_moe_rule.sh
 set -u
 OUT=$CAMP/dose_moe_rule

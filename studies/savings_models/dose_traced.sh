@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU minutes: about 10 on one H100 (3 packing processes ~1.3 min each, 3 MoE processes ~2 min each, each traced)
-# Issue 39: theta's traced input c at the process level. `python -m workbench.savings.dose` prints, beside its
+# Issue 39: theta's traced input c at the process level. `python -m workbench.savings.dose_fit` prints, beside its
 # decision, c over every traced process of a dose folder (`c_over_processes`); profiles/2026-11-26_h100_dose holds 2
 # traced packing processes (1 df) and 3 MoE ones with one traced step each (c 39.7-75.3 ms per layer). Each
 # invocation below is one process whose levels are timed untimed (`--timing none`) and then traced (`--trace torch`:
@@ -9,7 +9,7 @@
 # Writes $CAMP/dose_traced/{packing,moe}_sNN/ (dose folders) and jobs.txt. Afterwards (CPU, from the repo root):
 #   python -m workbench.ab.dose_merge profiles/2026-11-26_h100_dose/packing $CAMP/dose_traced/packing_s2?
 #   python -m workbench.ab.dose_merge profiles/2026-11-26_h100_dose/moe $CAMP/dose_traced/moe_s2?
-#   python -m workbench.savings.dose profiles/2026-11-26_h100_dose/<opt> --calibration profiles/2026-11-26_h100_dose/calibration.json
+#   python -m workbench.savings.dose_fit profiles/2026-11-26_h100_dose/<opt> --calibration profiles/2026-11-26_h100_dose/calibration.json
 # CPU check (tiny presets, no GPU events so no c, not a result; ~4 min):
 #   CAMP=/tmp/camp PACKING="--opt packing --layers 2" MOE="--opt moe --layers 2" bash studies/savings_models/dose_traced.sh
 set -u

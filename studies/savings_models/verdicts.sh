@@ -15,8 +15,8 @@
 # ~4 steps a block x 2 arms x 5 reps (1 discarded) = ~70 s + ~35 s build + ~40 s counted and traced passes = ~150 s.
 #
 # Analysis (CPU, from the repo root; profiles/calibration.json is what studies/savings_models/dose.sh's analysis writes):
-#   python -m workbench.verdicts $CAMP/verdicts/*/ --calibration profiles/calibration.json
-#   python -m workbench.verdicts $CAMP/verdicts/*/          # the same, inputs as traced (the uncalibrated verdict)
+#   workbench verdicts $CAMP/verdicts/*/ --calibration profiles/calibration.json
+#   workbench verdicts $CAMP/verdicts/*/          # the same, inputs as traced (the uncalibrated verdict)
 # (then copy the folders into profiles/<date>_h100_verdicts_prospective/; each summary.json holds its rows)
 # CPU check of the same commands (tiny presets, no GPU events: "no trace" verdicts, not a result; ~3 min):
 #   CAMP=/tmp/camp CPU=1 bash studies/savings_models/verdicts.sh
@@ -29,18 +29,18 @@ COMMON="--headline --batches 1 --trace ${TRACE:-torch} --seed ${SEED:-300}"
 # TRACE=none SEED=400 (2026-11-27, written before its run): the untraced form's prospective judgement
 # (workbench/savings/untraced.py, MODEL_REVISION there, committed before the run): packing and MoE on the VERDICT_K=3
 # shapes, timed and counted only, fresh seeds 400-402; judged by
-#   python -m workbench.verdicts $CAMP/verdicts/*/ --dose profiles/2026-11-26_h100_dose/packing profiles/2026-11-27_h100_dose_moe_rule
+#   workbench verdicts $CAMP/verdicts/*/ --dose profiles/2026-11-26_h100_dose/packing profiles/2026-11-27_h100_dose_moe_rule
 # under the verdict rules as committed (band [0.8, 1.25] at 90%, one Holm family per run folder). No trace: about
 # 2/3 of the traced minutes (~15 on one H100 for packing and MoE at K = 3).
-# The planned runs (2026-11-27 (2), written before their run, from `python -m workbench.verdicts ... --plan` over the
+# The planned runs (2026-11-27 (2), written before their run, from `workbench verdicts ... --plan` over the
 # K = 3 pilots in profiles/2026-11-27_h100_verdicts_untraced/ and _verdicts_offload/; fresh seeds 500+, each judged on
 # its own processes, never pooled with the pilot's):
 #   packing qwen3-14b 4 L, untraced, 8 processes (~7 min):
 #     ONLY=packing_q14l4 VERDICT_K=8 TRACE=none SEED=500 bash studies/savings_models/verdicts.sh
-#     python -m workbench.verdicts $CAMP/verdicts/packing_q14l4 --dose profiles/2026-11-26_h100_dose/packing
+#     workbench verdicts $CAMP/verdicts/packing_q14l4 --dose profiles/2026-11-26_h100_dose/packing
 #   offload qwen3-14b and qwen3-8b 8 L, traced, 6 processes each (the plan: 6 and 4; ~16 min):
 #     ONLY="offload_q14 offload_q8" VERDICT_K=6 SEED=500 PACKING=0 MOE=0 bash studies/savings_models/verdicts.sh
-#     python -m workbench.verdicts $CAMP/verdicts/offload_q14 $CAMP/verdicts/offload_q8
+#     workbench verdicts $CAMP/verdicts/offload_q14 $CAMP/verdicts/offload_q8
 #   The other untraced shapes (packing qwen3-8b, both MoE) cannot be decided by more verdict processes at their pilot
 #   ratios: the dose slope's own interval spans a band edge (plan.py says so), so no run is planned for them here.
 # Planned with a sharper dose (2026-11-27 (3), written before their run, from `--plan`'s with_dose over the same pilots):
@@ -50,7 +50,7 @@ COMMON="--headline --batches 1 --trace ${TRACE:-torch} --seed ${SEED:-300}"
 #       --steps 2 --warmup 2 --timing none --processes 16 --seed 20 --trace none --out $CAMP/dose_pack_more
 #     (merged into a copy of the packing dose folder: python -m workbench.ab.dose_merge <copy> $CAMP/dose_pack_more)
 #     ONLY=packing_q8 VERDICT_K=4 TRACE=none SEED=600 MOE=0 OFFLOAD=0 bash studies/savings_models/verdicts.sh
-#     python -m workbench.verdicts $CAMP/verdicts/packing_q8 --dose <the merged copy>
+#     workbench verdicts $CAMP/verdicts/packing_q8 --dose <the merged copy>
 #     The plan's smallest pair (23 dose, 2 verdict) decides at the pilot's ratio 1.18 with p = 0.049 against 0.05:
 #     a coin's chance. 24 and 4 give p = 0.042; the ratio sits near the band's upper edge (1.25), so a confirmation
 #     is not promised by any size.
@@ -61,7 +61,7 @@ COMMON="--headline --batches 1 --trace ${TRACE:-torch} --seed ${SEED:-300}"
 #   judged on the committed dose (dose_pack_more did not run): 1.25, inconclusive. plan.py now takes a pilot's SDs at
 #   their 80% upper bounds (PILOT_SD_CONFIDENCE); from these runs it plans qwen3-14b 4 L at 17 new dose + 21 verdict
 #   processes, qwen3-8b at none (more than 40 + 30). Still planned and not run: v_plan_off (offload q14 / q8, K = 6, ~20 min).
-# Planned 2026-11-27 (5), written before its run, from `python -m workbench.verdicts profiles/2026-11-27_h100_verdicts_planned/
+# Planned 2026-11-27 (5), written before its run, from `workbench verdicts profiles/2026-11-27_h100_verdicts_planned/
 #   packing_q14l4 --dose profiles/2026-11-26_h100_dose/packing --plan` (the corrected planner: pilot SDs at their 80% upper
 #   bounds): packing qwen3-14b 4 L, 17 new dose processes and 21 verdict processes, untraced, fresh seeds, judged on its own
 #   21 processes (never pooled with the 8 above) against the committed dose merged with the 17 new processes:
@@ -69,7 +69,7 @@ COMMON="--headline --batches 1 --trace ${TRACE:-torch} --seed ${SEED:-300}"
 #       dose_pack4; the dose_pack_more command with other seeds: 20 and 21 are the committed dose's)
 #     ONLY=packing_q14l4 VERDICT_K=21 TRACE=none SEED=700 MOE=0 OFFLOAD=0 bash studies/savings_models/verdicts.sh
 #     cp -r profiles/2026-11-26_h100_dose/packing <merged>; python -m workbench.ab.dose_merge <merged> $CAMP/dose_pack13 $CAMP/dose_pack4
-#     python -m workbench.verdicts $CAMP/verdicts/packing_q14l4 --dose <merged>
+#     workbench verdicts $CAMP/verdicts/packing_q14l4 --dose <merged>
 #   Decision rule as committed (band [0.8, 1.25] at 90%). The plan promises "confirmed" only at the pilot's ratio 1.09 and
 #   its SDs at their upper bounds; a different ratio or wider spread can leave it inconclusive, and that is reported.
 # Outcome 2026-11-27 (5) (profiles/2026-11-27_h100_verdicts_planned, machine S): v_plan_off ran (1186 s): offload qwen3-14b 0.88
@@ -112,8 +112,8 @@ if [ "${VERDICT_K:-1}" -gt 1 ]; then
   #   python -m workbench.ab.dose --opt packing --model qwen3-14b --layers 8 --tokens 16384 --reps 2 --batches 1 --steps 2
   #     --warmup 2 --timing none --processes 10 --seed 50 --trace none --out $CAMP/dose_same         (lease_plan dose_same10, ~13 min)
   #   ONLY=packing_llama8 VERDICT_K=10 TRACE=none SEED=800 MOE=0 OFFLOAD=0 bash studies/savings_models/verdicts.sh (lease_plan v_pack_llama10, ~11 min)
-  #   python -m workbench.savings.dose $CAMP/dose_same
-  #   python -m workbench.verdicts $CAMP/verdicts/packing_llama8 --dose $CAMP/dose_same
+  #   python -m workbench.savings.dose_fit $CAMP/dose_same
+  #   workbench verdicts $CAMP/verdicts/packing_llama8 --dose $CAMP/dose_same
   # judged on its own processes against that lease's dose alone (one machine: the process se), under the rule as
   # committed (revision "2026-11-27 (6)"). What it claims: the model with its input measured on the user's GPU predicts
   # the saving at another shape on that GPU. Cut by the lease, the processes that ran are judged (python -m

@@ -51,8 +51,8 @@ import importlib
 _HOME = {
     "main": "session", "_main": "session", "Terminated": "session", "_verdicts": "session",
     "_install_sigterm": "session",
-    "parse_args": "cli", "parse_sweep": "config", "ABConfig": "config", "OPT_CHOICES": "cli", "HF_ATTN": "cli", "ARMS_HELP": "cli",
-    "SWEEPABLE": "config", "CPU_DEFAULTS": "cli", "GPU_DEFAULTS": "cli", "DOC": "cli",
+    "parse_args": "cli", "parse_sweep": "ab_config", "ABConfig": "ab_config", "OPT_CHOICES": "cli", "HF_ATTN": "cli", "ARMS_HELP": "cli",
+    "SWEEPABLE": "ab_config", "CPU_DEFAULTS": "cli", "GPU_DEFAULTS": "cli", "DOC": "cli",
     "DTYPE_CHOICES": "cli",
     "plan": "planner", "ArmSpec": "planner", "Comparison": "planner",
     "Runner": "runner", "_Session": "arm", "_free": "arm", "_fresh": "arm", "_plain": "arm",

@@ -28,7 +28,7 @@ FLASH_ATTN = {"flash_attention_2": "is_flash_attn_2_available", "flash_attention
 def check_shape(args, opt: str, model: str) -> None:
     """The flags against `model`'s own shape, for comparison `opt` (an optimization, `all` or `levers`); a model
     whose shape cannot be read here passes (`load_config` refuses it with its own line)."""
-    from workbench.ab.config import parse_sweep
+    from workbench.ab.ab_config import parse_sweep
     from workbench.opts import registry
     from workbench.step.presets import PRESETS, own_shape
 
@@ -114,7 +114,7 @@ def check_model(args, device, config, comparisons) -> None:
     limit, where = me.device_bytes(device)
     if not limit:
         return
-    from workbench.step import precision
+    from workbench.step import precision_mode as precision
 
     b = me.DTYPE_BYTES.get(args.step.dtype) or (2 if device.type == "cuda" else 4)
     adapter_b = b if precision.resolve(device.type, args.step.precision) == precision.BF16 else 4  # fp32 adapters otherwise

@@ -10,7 +10,7 @@ summary.json: `results.process_dirs`) are copied to INTO/pNN with the next free 
 INTO's processes.json with `merged_from`; a SRC process that did not end cleanly is left out and counted in the note.
 Then INTO's estimates and environment are computed again over all its clean processes (`processes.aggregate`,
 `results.environment_diff`: processes on several GPUs read as a mixed `gpu` environment, which is what they are).
-A mismatch is refused in one line before anything is copied. Then: `python -m workbench.verdicts INTO ...`.
+A mismatch is refused in one line before anything is copied. Then: `workbench verdicts INTO ...`.
 """
 from __future__ import annotations
 

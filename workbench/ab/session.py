@@ -256,7 +256,7 @@ def _open(r: _Run) -> None:
     from workbench.instrument import NvmlSampler
     from workbench.measure.equivalence import describe
     from workbench.measure.results import RunWriter, clear_run_files, device_info
-    from workbench.step import precision as _prec
+    from workbench.step import precision_mode as _prec
 
     a, dctx, device = r.a, r.dctx, r.device
     if a.force and os.path.isdir(r.out_dir) and r.main_rank:

@@ -46,7 +46,7 @@ resolved them in summary.json), beside the comparison, its arms and the GPU. A k
 and batches (`--process-seeds same`) are not runs of a population of them."""
 
 OUT_FILE = BETWEEN_RUNS_FILE
-"""Written into the profiles root by the CLI; `python -m workbench.verdicts --plan` reads it back
+"""Written into the profiles root by the CLI; `workbench verdicts --plan` reads it back
 (`workbench.savings.plan.read_between_runs`)."""
 
 

@@ -17,7 +17,7 @@ import re
 
 import pandas as pd
 
-from workbench.analysis.processes import claim_designs
+from workbench.analysis.process_level import claim_designs
 
 HELDOUT_COLUMNS = ["name", "design", "claim", "machine", "M", "planned_M", "speedup", "shift_pct", "pi95_lo",
                    "pi95_hi", "inside", "inside_null_q05", "spread", "verdict", "mixed_environment", "source"]

@@ -1,4 +1,4 @@
-"""python -m workbench.diff RUN_A RUN_B [--comparison NAME] [--arm ARM] [--by component|layer]
+"""workbench diff RUN_A RUN_B [--comparison NAME] [--arm ARM] [--by component|layer]
 
 Two run folders of the same comparison and arm (an earlier and a later commit, two machines, two settings): each
 traced component's change in ms per step (B - A) with its 95% CI over the traced steps (paired by batch when both
@@ -53,7 +53,7 @@ def table(d: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = OneLineParser(prog="python -m workbench.diff", description=__doc__.split("\n\n")[1])
+    p = OneLineParser(prog="workbench diff", description=__doc__.split("\n\n")[1])
     p.add_argument("run_a", metavar="RUN_A")
     p.add_argument("run_b", metavar="RUN_B")
     p.add_argument("--comparison", default=None, help="comparison name (default: the only one both runs traced)")

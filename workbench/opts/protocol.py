@@ -135,7 +135,7 @@ class Spec(_SpecRequired, total=False):
     apply_order: int
     """Where `workbench.apply_optimizations` applies it (reverted in reverse); default `order`."""
     lever: str
-    """The `workbench.traces.levers` component it addresses (one of `levers.LEVER_COMPONENTS`): a lever optimization,
+    """The `workbench.traces.lever_advice` component it addresses (one of `levers.LEVER_COMPONENTS`): a lever optimization,
     run by `--opt levers`."""
     in_all: bool
     """Part of `--opt all` (default True; the levers say False)."""

@@ -13,7 +13,7 @@ A traced prediction is re-read on each machine: its own between-run component (`
 every process of a shape's runs traced one) is added to the prediction's variance likewise. A dose-fed prediction
 carries the dose's machines in its se already (`savings.dose.machine_component`).
 
-    python -m workbench.verdicts RUN_DIR ...    # prints it under the table for each process-level row, where
+    workbench verdicts RUN_DIR ...    # prints it under the table for each process-level row, where
                                                 # PROFILES/between_runs.json gives the row's optimization an omega
 """
 from __future__ import annotations

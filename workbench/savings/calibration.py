@@ -2,8 +2,8 @@
 the validity precondition on each arm's trace, the calibrated factor θ on a model's traced input, and the process
 component tau of a single run's measured saving (torch-free).
 
-    python -m workbench.verdicts RUN_DIR --calibration CAL.json     # θ per model from a dose-response analysis
-    python -m workbench.verdicts RUN_DIR --tau-from analysis.json   # tau per comparison (default: TAU_SOURCE)
+    workbench verdicts RUN_DIR --calibration CAL.json     # θ per model from a dose-response analysis
+    workbench verdicts RUN_DIR --tau-from analysis.json   # tau per comparison (default: TAU_SOURCE)
 
 - The precondition (`instrument_reason`): each judged arm's traced step (the mean `wb/step` window of its trace)
   lies within INSTRUMENT_TOL of its timed step, or the verdict reads NO_VERDICT_INSTRUMENT with both numbers.

@@ -1,6 +1,6 @@
 """A sync-driven savings model's input measured without the instrument: the dose-response (issue 39, item 2).
 
-    python -m workbench.savings.dose DIR [--calibration FILE]     # DIR: a `python -m workbench.ab.dose` folder
+    python -m workbench.savings.dose_fit DIR [--calibration FILE]     # DIR: a `python -m workbench.ab.dose` folder
 
     # u = units of the fix (packing: metadata builds avoided per step; moe: MoE layers switched to sort_bincount),
     # K = processes per timing mode, c = the model's traced input per unit (ms), slope = measured saving per unit (ms)
@@ -291,7 +291,7 @@ def estimate(points: dict, c: dict | None) -> dict:
     inter = (modes.get(tracer) or {}).get("interaction") or {}
     decision, why = decide(theta.get("ci95"), inter.get("ci95"), (none or {}).get("slope_ms") or math.nan)
     return {"modes": modes, "decision": {"decision": decision, "why": why, "tracer": tracer,
-                                         "rule": "workbench.savings.dose.decide", "linear": (none or {}).get("linear")}}
+                                         "rule": "workbench.savings.dose_fit.decide", "linear": (none or {}).get("linear")}}
 
 
 def analyse(dose_dir: str) -> dict:
@@ -389,7 +389,7 @@ def table(a: dict) -> str:
 def main(argv=None) -> int:
     from workbench.cli import emit_json, parser
 
-    p = parser("workbench.savings.dose", __doc__.split("\n\n")[0])
+    p = parser("workbench.savings.dose_fit", __doc__.split("\n\n")[0])
     p.add_argument("dir", help="a python -m workbench.ab.dose folder")
     p.add_argument("--calibration", default=None, metavar="FILE", help="merge theta, its CI and the decision into "
                    "this JSON under the optimization's name")

@@ -29,7 +29,7 @@ at the pilot's ratio (a process of either run counted alike; a dose process cost
 both). More reps within each dose process would shrink the within-process part of the slope's SD too; the plan does
 not count on that.
 
-    python -m workbench.verdicts RUN_DIR [...] --dose DOSE_DIR [...] --plan
+    workbench verdicts RUN_DIR [...] --dose DOSE_DIR [...] --plan
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The straggler term: does a one-GPU saving carry to N data-parallel ranks, plus the collective wait it removes?
 
-    python -m workbench.straggler --one RUN_1GPU --two RUN_2GPU            # verdict per comparison, JSON last
-    python -m workbench.straggler --one RUN_1GPU --two RUN_2GPU --write    # + straggler.json in the 2-GPU folder
+    workbench straggler --one RUN_1GPU --two RUN_2GPU            # verdict per comparison, JSON last
+    workbench straggler --one RUN_1GPU --two RUN_2GPU --write    # + straggler.json in the 2-GPU folder
 
     # N = ranks; S_N = the saving (baseline - optimized step ms) measured on N ranks; W = the exposed wait
 
@@ -280,7 +280,7 @@ def table(results: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m workbench.straggler", description=__doc__,
+    p = argparse.ArgumentParser(prog="workbench straggler", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--one", required=True, help="the 1-GPU run folder (python -m workbench.ab ...)")
     p.add_argument("--two", required=True, help="the 2-GPU run folder (torchrun --nproc-per-node 2 -m workbench.ab "

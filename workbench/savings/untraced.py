@@ -2,7 +2,7 @@
 shape, carried to the judged shape by an exact count (issue 39 item 4: a revision written down, with its commit,
 before the runs that judge it).
 
-    python -m workbench.verdicts RUN_DIR [RUN_DIR ...] --dose DOSE_DIR [DOSE_DIR ...]
+    workbench verdicts RUN_DIR [RUN_DIR ...] --dose DOSE_DIR [DOSE_DIR ...]
 
     predicted = n · u      n  the judged comparison's count per step, exact (the model module's `untraced_count`:
                               packing's builds removed L·p - b from the run's layers and checkpointing; MoE's syncs
@@ -51,7 +51,7 @@ one GPU against a dose of several machines is not this design."""
 
 
 def read_dose(dirs: list[str] | None) -> dict:
-    """{opt: entry} from dose folders' dose_analysis.json (`python -m workbench.savings.dose`): entry = {"dir",
+    """{opt: entry} from dose folders' dose_analysis.json (`python -m workbench.savings.dose_fit`): entry = {"dir",
     "slope_ms", "slope_se_ms", "df", "K", "unit", "syncs_removed_per_unit", "linear", "commit"}, the untimed mode's
     slope. A folder without the file, without an untimed slope with its se, of an optimization whose model has no
     untraced form, or a second folder of the same optimization is a one-line error."""
@@ -63,7 +63,7 @@ def read_dose(dirs: list[str] | None) -> dict:
                 a = json.load(f)
         except (OSError, ValueError) as e:
             raise WorkbenchError(f"--dose {d}: cannot read {DOSE_FILE} ({type(e).__name__}: {e}); run python -m "
-                                 f"workbench.savings.dose {d} first") from None
+                                 f"workbench.savings.dose_fit {d} first") from None
         none = (a.get("modes") or {}).get("none") or {}
         opt = a.get("opt")
         if not opt or none.get("slope_ms") is None or not none.get("slope_se") or not none.get("df"):

@@ -16,7 +16,7 @@ which runs its forward under `forward_context(precision, device_type)`). Nothing
 runs another precision (the precision lever) says so on its handle (`workbench.opts.Handle.precision`), and the fp32
 equivalence reference runs fp32-adapters. In your own loop:
 
-    with workbench.step.precision.forward_context("autocast", "cuda"):
+    with workbench.step.precision_mode.forward_context("autocast", "cuda"):
         loss = model(**batch).loss
     loss.backward()
 """

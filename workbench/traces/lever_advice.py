@@ -107,9 +107,9 @@ def levers(components: list[dict], *, attention_flops: str | None = None, min_sh
 
 
 def main(argv=None) -> int:
-    """`python -m workbench.levers`: each component and its lever."""
+    """`workbench levers`: each component and its lever."""
     from workbench.cli import parser
-    parser("workbench.levers", __doc__ + "\nPrints each component and its lever.").parse_args(argv)
+    parser("workbench levers", __doc__ + "\nPrints each component and its lever.").parse_args(argv)
     width = max(map(len, LEVERS))
     for component, lever in LEVERS.items():
         print(f"{component:<{width}}  {lever}")

@@ -306,7 +306,7 @@ class DistRunner(Runner):
                                 "max start - start_r, transfer = duration - wait (workbench/traces/dist_waits.py). "
                                 "Summed, these waits overlap (collectives wait on their own streams while "
                                 "compute goes on, and two streams wait at once): not step time lost. The "
-                                "exposed wait, what the skew costs the step, is `python -m workbench.straggler "
+                                "exposed wait, what the skew costs the step, is `workbench straggler "
                                 "--reduce`'s (dist_waits.exposed_waits)")
         elif self.args.trace == "torch":
             d["wait_note"] = ("no collective kernels in the traces: the wait estimate needs NCCL kernels (GPUs); "
