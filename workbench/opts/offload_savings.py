@@ -1,5 +1,5 @@
 """The offload savings model: the analytic saving (L-1)·min(c, g) of double-buffered reloads (plus the first reload
-behind the queued work), its inputs from a trace, and the model of a run (`workbench.savings.common` states the contract;
+behind the queued work), its inputs from a trace, and the model of a run (`workbench.savings.contract` states the contract;
 torch-free).
 
 In situ (`workbench.savings.verdicts`; inputs per traced step, their spread the uncertainty):

@@ -130,7 +130,7 @@ class Spec(_SpecRequired, total=False):
     no optimization)."""
 
     savings: str
-    """The dotted path of its torch-free savings-model module (`workbench.savings.common` states its contract);
+    """The dotted path of its torch-free savings-model module (`workbench.savings.contract` states its contract);
     absent: not modelled."""
     apply_order: int
     """Where `workbench.apply_optimizations` applies it (reverted in reverse); default `order`."""

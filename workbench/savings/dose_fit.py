@@ -45,6 +45,7 @@ import pandas as pd
 
 from workbench.errors import WorkbenchError
 from workbench.measure import replication, stats
+from workbench.savings import common, contract
 
 BAND = (0.8, 1.25)
 """theta's band: the model's input agrees with the untimed dose-response (the verdicts' band)."""
@@ -137,42 +138,10 @@ def traced_c(run_dir: str) -> dict:
     if not ev:
         raise WorkbenchError(f"{run_dir}: no traces of the dose levels (run `workbench.ab.dose` with --trace torch)")
     tracer = _json(os.path.join(run_dir, "meta.json")).get("args", {}).get("trace")
-    if opt == "packing":
-        from workbench.opts.packing_savings import packing_builds
-        per_step, per_level = [], {}
-        for a, e in ev.items():
-            b = packing_builds(e)
-            if b.empty:
-                continue
-            s = b.groupby("step")[["s_ms", "idle_ms"]].mean()
-            per_step += list(s["s_ms"])
-            per_level[arms[a]] = {"s_ms": float(s["s_ms"].mean()), "idle_ms": float(s["idle_ms"].mean())}
-        t = stats.t_interval(per_step)
-        return {"value_ms": t["mean"], "se_ms": t["se"], "df": t["df"], "ci95": t["ci"], "n_steps": t["n"],
-                "per_level": per_level, "tracer": tracer,
-                "source": f"s per build (GPU idle + build kernels), {tracer} traces, per traced step over the levels"}
-    if opt == "moe":
-        from workbench.opts.moe_savings import moe_model
-        from workbench.traces.analysis import readbacks_per_step
-        syncs = syncs_per_level(run_dir)
-        by_u = {arms[a]: a for a in ev}
-        u0, umax = min(by_u), max(by_u)
-        per_level, models = {}, {}
-        for u, a in sorted(by_u.items()):
-            if u == u0:
-                continue
-            models[u] = moe_model(ev[by_u[u0]], ev[a], syncs_base=syncs.get(u0) or 0.0, syncs_arm=syncs.get(u) or 0.0,
-                                  readbacks_removed=readbacks_per_step(ev[by_u[u0]]) - readbacks_per_step(ev[a]))
-            per_level[u] = {"predicted_ms": models[u]["predicted_ms"], "predicted_se_ms": models[u]["predicted_se_ms"]}
-        top, units = models[umax], umax - u0
-        c = top["predicted_ms"] / units
-        se = top["predicted_se_ms"] / units if top["predicted_se_ms"] is not None else None
-        df = top["n_steps"] - 1 if top["n_steps"] and top["n_steps"] > 1 else None
-        tq = stats.t_quantile(0.975, df)
-        return {"value_ms": c, "se_ms": se, "df": df, "ci95": None if se is None else [c - tq * se, c + tq * se],
-                "n_steps": top["n_steps"], "per_level": per_level, "tracer": tracer,
-                "source": f"moe model ({top['formula']}) between u = {u0} and u = {umax}, {tracer} traces, / {units}"}
-    raise WorkbenchError(f"no traced input per unit for --opt {opt}")
+    fn = contract.hook(common.module(opt), "dose_traced_input")
+    if fn is None:
+        raise WorkbenchError(f"no traced input per unit for --opt {opt} (its savings model has no dose_traced_input)")
+    return fn(ev, arms, syncs_per_level(run_dir), tracer)
 
 
 def c_over_processes(per_process: dict, slope: dict | None) -> dict | None:
