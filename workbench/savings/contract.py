@@ -11,7 +11,8 @@ from typing import Callable, NamedTuple, Protocol
 
 
 class SavingsModel(Protocol):
-    """The required members (`REQUIRED`), as a typing Protocol for readers and type checkers."""
+    """The required members (`REQUIRED`), as a typing Protocol for readers and type checkers; the optional ones
+    are `HOOKS`."""
 
     FORMULA: str
     """The model as judged, e.g. "(L*p - b) * s"."""
@@ -20,17 +21,13 @@ class SavingsModel(Protocol):
     lacks)."""
     TRACED_ARMS: tuple[str, ...]
     """The arms whose traces its inputs come from: "baseline", and "arm" (the optimized)."""
-    MODEL_REVISION: str
-    """What the model is and what changed, set in the commit that changes FORMULA or an input, before the runs that
-    judge it; each verdict row names it and the commit that set it."""
-
     def from_run(self, traced: dict, c: dict, meta: dict, *, baseline: str, arm: str) -> dict:
         """The model from a run's traces ({arm: events frame}), the comparison's summary.json dict and meta.json:
         predicted_ms, its se, CI and n_steps, plus formula, inputs ({name: {value, source}}) and terms ({term: ms});
         raises `common.InputCheckFailed` when two sources of an input disagree."""
 
 
-REQUIRED = {"FORMULA": str, "MODEL_TERMS": tuple, "TRACED_ARMS": tuple, "MODEL_REVISION": str, "from_run": Callable}
+REQUIRED = {"FORMULA": str, "MODEL_TERMS": tuple, "TRACED_ARMS": tuple, "from_run": Callable}
 """The members every savings module has, with their types."""
 
 
@@ -42,6 +39,9 @@ class Hook(NamedTuple):
 
 
 HOOKS = {h.name: h for h in (
+    Hook("MODEL_REVISION", None, "str | None",
+         "what the model is and what changed, set in the commit that changes FORMULA or an input, before the runs "
+         "that judge it; each verdict row names it and the commit that set it (None: \"none stated\")."),
     Hook("UNTRACED_FORMULA", None, "str | None",
          "the untraced form of the model (`workbench.savings.untraced`): a count per step times the untimed dose "
          "slope per unit. With it, `untraced_count` and `count_per_dose_unit` are required too."),
@@ -61,7 +61,7 @@ UNTRACED_GROUP = ("UNTRACED_FORMULA", "untraced_count", "count_per_dose_unit")
 """The untraced form: all three members or none."""
 
 
-def hook(mod, name: str):
+def member(mod, name: str):
     """Optional member `name` of savings module `mod` (`HOOKS`), or its declared default. An undeclared name is a
     KeyError: every hook the workbench reads is declared here."""
     return getattr(mod, name, HOOKS[name].default)
@@ -85,10 +85,13 @@ def problems(mod) -> list[str]:
         bad = [a for a in mod.TRACED_ARMS if a not in ("baseline", "arm")]
         if bad or not mod.TRACED_ARMS:
             out.append(f"TRACED_ARMS must name 'baseline' and/or 'arm': {mod.TRACED_ARMS!r}")
-    present = [m for m in UNTRACED_GROUP if hook(mod, m) is not None]
+    rev = member(mod, "MODEL_REVISION")
+    if rev is not None and not (isinstance(rev, str) and rev.strip()):
+        out.append(f"MODEL_REVISION is not a non-empty str: {rev!r}")
+    present = [m for m in UNTRACED_GROUP if member(mod, m) is not None]
     if present and len(present) < len(UNTRACED_GROUP):
         out.append(f"an untraced form needs all of {', '.join(UNTRACED_GROUP)}; it has only {', '.join(present)}")
     for name in ("untraced_count", "count_per_dose_unit", "dose_traced_input"):
-        if hook(mod, name) is not None and not callable(hook(mod, name)):
+        if member(mod, name) is not None and not callable(member(mod, name)):
             out.append(f"{name} is not callable")
     return out

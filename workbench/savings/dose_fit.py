@@ -138,7 +138,7 @@ def traced_c(run_dir: str) -> dict:
     if not ev:
         raise WorkbenchError(f"{run_dir}: no traces of the dose levels (run `workbench.ab.dose` with --trace torch)")
     tracer = _json(os.path.join(run_dir, "meta.json")).get("args", {}).get("trace")
-    fn = contract.hook(common.module(opt), "dose_traced_input")
+    fn = contract.member(common.module(opt), "dose_traced_input")
     if fn is None:
         raise WorkbenchError(f"no traced input per unit for --opt {opt} (its savings model has no dose_traced_input)")
     return fn(ev, arms, syncs_per_level(run_dir), tracer)

@@ -71,7 +71,7 @@ def read_dose(dirs: list[str] | None) -> dict:
                                  "over at least 2 processes)")
         if opt in out:
             raise WorkbenchError(f"--dose {d}: a second dose folder for {opt} (first: {out[opt]['dir']})")
-        if contract.hook(common.module(opt), "untraced_count") is None:
+        if contract.member(common.module(opt), "untraced_count") is None:
             raise WorkbenchError(f"--dose {d}: {opt}'s savings model has no untraced form (untraced_count)")
         mc = none.get("machines") or {}  # an analysis before machine_component has none: the process se, as then
         se, df = ((float(mc["slope_se"]), float(mc["df"])) if mc.get("slope_se") else
