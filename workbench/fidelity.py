@@ -185,8 +185,8 @@ def run_trainer(model, cpu_batches, *, steps: int, lr: float, cuda: bool, seed: 
 
     The model leaves as it came (`ACCELERATE_MARKS` restored): accelerate wraps its forward in autocast and marks it
     prepared, and a mark left behind makes the next Trainer's accelerate skip the wrapper, so that Trainer would run
-    without autocast (its fp32 adapters as fp32 GEMMs: what the fidelity runs of 2026-11-23 measured after their
-    first Trainer). `grad_hooks` ({name: param}) captures each LoRA gradient right after backward accumulates it,
+    without autocast (its fp32 adapters as fp32 GEMMs, in every Trainer after
+    the first). `grad_hooks` ({name: param}) captures each LoRA gradient right after backward accumulates it,
     before Trainer clips it: the dict gets {name: fp32 copy}. `bf16` (default: `cuda`) is TrainingArguments' flag.
     """
     from transformers import TrainingArguments

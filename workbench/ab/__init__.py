@@ -42,7 +42,7 @@ The package, along the data flow (each room one job):
     passes   torch.profiler and nsys passes
     summary  per-arm dicts and result rows
 
-`from workbench import ab` keeps the old names (`ab.main`, `ab.Runner`, `ab.plan`, ...): they load on first use.
+`from workbench import ab` exposes the main names (`ab.main`, `ab.Runner`, `ab.plan`, ...): they load on first use.
 """
 from __future__ import annotations
 

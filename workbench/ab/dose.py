@@ -1,4 +1,4 @@
-"""`python -m workbench.ab.dose`: a savings model's input measured without the instrument, a dose-response (issue 39).
+"""`python -m workbench.ab.dose`: a savings model's input measured without the instrument, a dose-response.
 
     python -m workbench.ab.dose --opt packing --model qwen3-14b --layers 8 --tokens 16384 \\
         --timing none,torch,nsys --processes 3 --reps 4 --trace torch --out DIR

@@ -1,4 +1,4 @@
-"""Fold dose folders run later, or on other machines, into one dose folder (issue 39: more processes per model).
+"""Fold dose folders run later, or on other machines, into one dose folder (more processes per model).
 
     python -m workbench.ab.dose_merge INTO SRC [SRC ...]    # INTO, SRC: `python -m workbench.ab.dose` folders
 

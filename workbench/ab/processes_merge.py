@@ -1,4 +1,4 @@
-"""Fold `--processes` campaigns of one command into one campaign folder (issue 39: one shape's processes run on the
+"""Fold `--processes` campaigns of one command into one campaign folder (one shape's processes run on the
 GPUs of one host in parallel, or in two leases, judged as one process population).
 
     python -m workbench.ab.processes_merge INTO SRC [SRC ...]    # INTO, SRC: `python -m workbench.ab ... --processes K` folders

@@ -1,5 +1,5 @@
 """The between-run component of a measured saving: how far a rerun of one shape, in another lease (on another
-machine), moves the saving beyond what one run's processes show (issue 39).
+machine), moves the saving beyond what one run's processes show.
 
 A process-level verdict measures a saving over the K processes of one run: the population of processes on that
 machine. Twice a planned run's ratio landed outside its pilot's 90% interval (offload qwen3-14b: 0.74 [0.65, 0.83] ->

@@ -1,4 +1,4 @@
-"""Held-out checks already run (issue 37): every `analysis_vN.json` below a profiles root, one row per comparison.
+"""Held-out checks already run: every `analysis_vN.json` below a profiles root, one row per comparison.
 
     from workbench import analysis as an
     an.heldout_checks("profiles")   # design, machine, M, held-out estimate, PI, fraction inside, spread, verdict

@@ -1,4 +1,4 @@
-"""How each speedup and savings-model verdict moves with the document-length distribution (issue 25).
+"""How each speedup and savings-model verdict moves with the document-length distribution.
 
     # D = documents in a packed batch
 

@@ -1,4 +1,4 @@
-"""Process-level claims: what a rerun of a headline comparison would show (issue 37), one row per comparison that a
+"""Process-level claims: what a rerun of a headline comparison would show, one row per comparison that a
 `python -m workbench.ab ... --processes K` campaign measured.
 
     from workbench import analysis as an

@@ -13,7 +13,7 @@ both runs (same seeded data: they cancel), and a run effect of SD `run_sd_pct` p
 percentile of (1 - CI high) over simulated A/A gates (an upper confidence bound on it, so the simulation's own
 error does not leak into the rate), floored at 0: the simulated false-fail rate is <= 5% by construction.
 
-The run SD (issue 37). A rerun of the same commit moves a whole run by more than its reps show: on sync-heavy
+The run SD. A rerun of the same commit moves a whole run by more than its reps show: on sync-heavy
 shapes 2-3% (H200 `repeat_a` / `repeat_b`), against a rep SD near 1%. So the run SD is measured, not assumed:
 `run_sd` takes K >= 3 same-commit A/A processes of the comparison on the gate's machine; per process y_k = mean over
 reps of log(rep mean step ms) and w_k = its within-run variance (var / R_k); the run variance is the upper 95%

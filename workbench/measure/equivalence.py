@@ -247,7 +247,7 @@ def judge_sharded(sharded: dict, one: dict, one_fp32: dict, batch_norms: dict | 
 
     A gradient that one side has and another lacks (or of another shape) is a mismatch: never equivalent.
     `mismatched_why` says which side lacks which tensors; with no tensor compared the verdict is not equivalent and
-    `why_not_compared` says why in one line (issue 41: the sharded run had no LoRA gradient at all)."""
+    `why_not_compared` says why in one line (the sharded run had no LoRA gradient at all)."""
     floor = RTOL[torch.float32]
     per, ok, mismatched = {}, True, []
     worst, worst_ratio = None, 0.0

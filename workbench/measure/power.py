@@ -65,7 +65,7 @@ class Noise:
     """Linear drift over the run, % of step time per rep."""
     process_sd_pct: float = 0.0
     """tau: SD of a whole process's shift of the compared arm's log step time (the log speedup), %: one draw per
-    process. 0 inside one run; the H100/H200 repeats put it at 0.69 of the per-rep log-ratio SD (issue 37)."""
+    process. 0 inside one run; the H100/H200 repeats put it at 0.69 of the per-rep log-ratio SD."""
     carryover_pct: float = 0.0
     """A block that runs right after the last arm's block is this % slower (with 3 or more arms a third arm, not
     compared, that leaves the device slower)."""

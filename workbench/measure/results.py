@@ -144,7 +144,7 @@ def cpu_model() -> str | None:
 def sync_roundtrip_us(device, n: int = 200) -> float | None:
     """Median wall time of one device-to-host round trip (a one-element `.item()` after a tiny kernel), in us, over
     `n` after 20 warm ones; None off CUDA. Measured once at process start, outside every timed step: the host-side
-    covariate of a sync-heavy comparison's machine effect (issue 37: packing's rebuild arm costs 635-771 ms a step
+    covariate of a sync-heavy comparison's machine effect (packing's rebuild arm costs 635-771 ms a step
     across H100s whose cached arm costs 600-636 ms)."""
     import statistics
     import time

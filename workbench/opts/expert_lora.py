@@ -1,4 +1,4 @@
-"""LoRA on fused MoE experts without a materialized whole-weight delta or gradient ("split LoRA", issue 22).
+"""LoRA on fused MoE experts without a materialized whole-weight delta or gradient ("split LoRA").
 
     # N = tokens, k = experts per token, S = N*k routed rows, E = experts, K = in features, N_out = out features,
     # r = LoRA rank

@@ -26,8 +26,7 @@ TRACED_ARMS = ("baseline", "arm")
 MODEL_REVISION = ("2026-11-26: syncs_removed * drain_stall_per_sync + launch_gap_removed + gemm_kernel_removed (both "
                   "arms' traces); the formula of 54f840f (2026-11-25), unchanged")
 """The model revision a verdict row names, with the commit that set this value (`savings.model_revision`):
-bump it (date: what changed) in the commit that changes FORMULA or an input, before the runs that judge it
-(issue 39 item 4)."""
+bump it (date: what changed) in the commit that changes FORMULA or an input, before the runs that judge it."""
 
 
 def moe_saving(*, syncs_removed: float, drain_stall_per_sync_ms: float, launch_gap_removed_ms: float,

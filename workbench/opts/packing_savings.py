@@ -29,8 +29,7 @@ TRACED_ARMS = ("baseline",)
 MODEL_REVISION = ("2026-11-26: (L*p - b) * s, s = GPU idle per build + build kernel time (rebuild arm's trace); the "
                   "formula of 54f840f (2026-11-25), unchanged")
 """The model revision a verdict row names, with the commit that set this value (`savings.model_revision`):
-bump it (date: what changed) in the commit that changes FORMULA or an input, before the runs that judge it
-(issue 39 item 4)."""
+bump it (date: what changed) in the commit that changes FORMULA or an input, before the runs that judge it."""
 
 
 _META_RE = re.compile(r"^wb/(L\d+)/attn/meta$")

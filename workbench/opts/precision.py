@@ -1,4 +1,4 @@
-"""Adapter precision as a lever: peft's fp32 adapters vs autocast vs adapters in the base dtype (issue 22).
+"""Adapter precision as a lever: peft's fp32 adapters vs autocast vs adapters in the base dtype.
 
 Arms (module contract in `workbench.opts`), the precisions of `workbench.step.precision_mode` applied to a built model in place:
 - `fp32-adapters` (baseline): peft's default, fp32 LoRA weights on the base (bf16 on a GPU), no autocast. Every LoRA

@@ -1,4 +1,4 @@
-"""The dose-response figure (issue 39 item 5): per timing mode, the measured saving against the dose with the fitted
+"""The dose-response figure: per timing mode, the measured saving against the dose with the fitted
 line and its 95% CI band, beside the traced prediction c * u with its CI band.
 
     from workbench.savings import dose_fit as dose

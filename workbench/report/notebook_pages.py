@@ -22,7 +22,7 @@ REPO = REPO_ROOT
 TEMPLATE = os.path.join(REPO, "notebooks", "offline.html.j2")
 WIDTH_PX = 1400
 MAX_PAGE_PX = 8000
-"""The tallest page a reader is asked to scroll through (issue 28)."""
+"""The tallest page a reader is asked to scroll through."""
 CHROMIUMS = ("chromium", "chromium-browser", "google-chrome", "chrome")
 REMOTE = re.compile(r"<(?:script|link)[^>]+(?:src|href)=[\"']?(?:https?:)?//", re.I)
 """A script or stylesheet loaded from a network."""

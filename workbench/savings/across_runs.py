@@ -1,5 +1,4 @@
-"""What a process-level verdict would read for a rerun on another machine: beside the verdict, never replacing it
-(issue 39).
+"""What a process-level verdict would read for a rerun on another machine: beside the verdict, never replacing it.
 
 A process-level verdict measures the saving over the K processes of one run: one lease, one machine. Its interval
 is that run's; runs of one shape in different leases differ by more than their processes do

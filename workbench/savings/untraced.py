@@ -1,5 +1,5 @@
 """A sync-driven savings model fed by no trace: the saving per unit that a dose-response measured untimed on its own
-shape, carried to the judged shape by an exact count (issue 39 item 4: a revision written down, with its commit,
+shape, carried to the judged shape by an exact count (a revision written down, with its commit,
 before the runs that judge it).
 
     workbench verdicts RUN_DIR [RUN_DIR ...] --dose DOSE_DIR [DOSE_DIR ...]
@@ -43,7 +43,7 @@ MODEL_REVISION = ("2026-11-27 (7): n * u, u = the untimed dose slope per counted
                   "processes as before; over processes too where a --processes verdict ran on exactly the dose's "
                   "machines (the same-host design: those GPUs are the claim's own, not a sample of others)")
 """The revision a row names, with the commit that set it (`common._revision_commit`), written before its runs.
-(6) -> (7), written 2026-11-27 before the run it serves (studies/moe_two_term/moe_same_host.sh): the dose and the verdict
+This revision: the dose and the verdict
 processes spread alike over the GPUs of one host. The machine-level se answers "on another machine"; where the
 verdict ran on the very GPUs the dose did, each GPU's effect is in both the prediction and the saving, and the claim
 is for those GPUs, so the process se is the one that fits. Every reading judged under (6) is unchanged: a verdict on

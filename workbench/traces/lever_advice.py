@@ -50,8 +50,8 @@ def slice_gradients(top_kernels: list[dict] | None, step_ms: float | None, exper
     """The whole-tensor gradient per slice (FILL + ADD kernels, each at least MIN_SLICE_GRAD_CALLS and at least
     `experts` per step), from `decompose.top_kernels` rows: {component, ms, share (of the step), fills, adds, lever};
     None when absent, and None for a model without experts (`experts` None or 1): the pattern is a per-expert loop's,
-    and a dense step's own fills and adds (residual gradients, gradient buffers: 259 fills and 1211 adds per step on
-    llama-3.1-8b at 32 layers, H100 2026-11-27) are no such loop."""
+    and a dense step's own fills and adds (residual gradients, gradient buffers: hundreds of fills and over a thousand
+    adds per step on a dense 8B model at full depth) are no such loop."""
     if not top_kernels or not step_ms or not experts or experts < 2:
         return None
     fills = [k for k in top_kernels if FILL in str(k.get("name"))]
