@@ -474,7 +474,7 @@ def test_lengths_are_checked_against_the_budgets_the_comparisons_use():
         ab.plan(a, torch.device("cpu"))
 
 
-# --- write what was built, read what was written (issue 36) -------------------------------------------------------
+# --- write what was built, read what was written -------------------------------------------------------
 
 def test_summary_writes_each_batch_and_each_arms_flops_and_the_analysis_reads_them(capsys, tmp_path, fakes):
     """summary.json holds each batch's document lengths (the batches the run packed) and, per arm, the FLOPs of each

@@ -1,4 +1,4 @@
-"""The between-run component of a measured saving (workbench/analysis/between_runs.py, issue 39): runs of one shape
+"""The between-run component of a measured saving (workbench/analysis/between_runs.py): runs of one shape
 in different leases, a one-way ANOVA of their process means by run, pooled over shapes; and the plan's chance with it
 (workbench/savings/plan.py `assurance(..., omega=)`)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Processes of one record that ran in different environments say so (issue 37: the `nvtx` wheel deleted mid-campaign,
+"""Processes of one record that ran in different environments say so (the `nvtx` wheel deleted mid-campaign,
 so p00-p01 ran with it and p02-p05 without): `results.environment_diff`, and where it is used (`--processes K`'s
 summary, the process verdicts, the dose analysis), and the NVTX backend a run records. Tiny synthetic folders, no
 model runs; each check has its negative control (identical environments: no flag)."""

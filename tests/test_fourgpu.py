@@ -1,4 +1,4 @@
-"""Issue 41's instruments (the 4-GPU job `studies/four_gpu/fourgpu.sh`) on the CPU: FSDP2 against one process at bf16
+"""Instruments (the 4-GPU job `studies/four_gpu/fourgpu.sh`) on the CPU: FSDP2 against one process at bf16
 (`workbench.ab.distributed.equiv_bf16`: a run of the tests' one torchrun launch, 2 ranks, gloo, tiny preset;
 `equivalence.judge_sharded` on constructed gradients, a perturbed one failing), the bandwidth of ranks copying at
 once and the offload model's contention term (exact arithmetic), the projection rule of

@@ -1,4 +1,4 @@
-"""The held-out checks of the revised designs (issue 37): `analysis.heldout_checks` reads every committed
+"""The held-out checks of the revised designs: `analysis.heldout_checks` reads every committed
 `analysis_vN.json` as written (nothing recomputed), says which design is still the comparison's claim, and the results
 page lists them."""
 import json

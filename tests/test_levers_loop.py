@@ -1,4 +1,4 @@
-"""Closing the loop (issue 22): lever optimizations in the registry, `--opt levers` on a CPU (equivalence, counts,
+"""Closing the loop: lever optimizations in the registry, `--opt levers` on a CPU (equivalence, counts,
 the path), arms that change the numerics judged against fp32 (with negative controls), predictions from a
 breakdown, the verdict's arithmetic, and `workbench.ab.lever_path`. Fake levers: tests/fixtures/lever_*.py, registered
 through $WORKBENCH_OPTS."""
@@ -225,7 +225,7 @@ def test_predictions_from_a_traced_breakdown(levers_env):
     assert run == ["lever_attention"] and set(why) == {"lever_copy"}
 
 
-# --- the path leaves out a lever that made the step slower (issue 40) ---------------------------------------------
+# --- the path leaves out a lever that made the step slower ---------------------------------------------
 
 def _res(verdict, status="ok", ci=(0.8, 0.9)):
     return {"name": "x", "opt": "x", "status": status,
@@ -266,7 +266,7 @@ def test_the_path_leaves_a_slower_lever_out(monkeypatch, capsys, tmp_path):
 
 
 def test_what_holds_the_paths_last_measured_point_back():
-    """Issue 40's goals: where one is missed, the last point's breakdown names what holds it back. The H100 path of
+    """Goals: where one is missed, the last point's breakdown names what holds it back. The H100 path of
     2026-11-27 failed at +compile, after +precision: the held-back line belongs to the last point the path measured
     (+precision, with its trace), never to a failed point without one; the levers largest first (a slice-gradient
     lever, which `levers` puts first, after a larger pointwise one); and the MFU the point would reach with GEMM alone

@@ -338,7 +338,7 @@ class _RowGradients(torch.utils._python_dispatch.TorchDispatchMode):
 
 @pytest.mark.parametrize("preset", ["tiny-gpt-oss", "tiny-qwen3-moe"])
 def test_row_gradients_per_arm_are_what_the_backward_term_counts(preset):
-    """Issue 39's backward term (studies.moe_two_term.moe_two_term): eager zero-fills an (N,H) gradient per expert hit
+    """Backward term (studies.moe_two_term.moe_two_term): eager zero-fills an (N,H) gradient per expert hit
     (index backward), sort_bincount an (S,H) one per expert hit (slice_backward), sort_split none (one cat of
     (S,H)); sort_split's output and gradients are bitwise sort_bincount's."""
     from studies.moe_two_term.moe_two_term import row_gradient_elements
@@ -369,7 +369,7 @@ def test_row_gradients_per_arm_are_what_the_backward_term_counts(preset):
         assert torch.equal(a, b)
 
 
-# --- issue 40: Liger's fused MoE arm (refusals on a CPU) and forced-balanced routing --------------------------------
+# ---: Liger's fused MoE arm (refusals on a CPU) and forced-balanced routing --------------------------------
 
 def test_liger_experts_refusals(monkeypatch):
     import importlib.util as iu

@@ -1,4 +1,4 @@
-"""The ecosystem's kernels as levers (issue 40): `workbench.opts.liger` and `workbench.opts.fused_ce`.
+"""The ecosystem's kernels as levers: `workbench.opts.liger` and `workbench.opts.fused_ce`.
 
 On a CPU these check the plumbing: what Liger's `model=` path patches and that revert restores exactly that (a forgotten
 revert is caught), the torch rms_norm control arm, the refusals, the fused forward's loss against transformers' own

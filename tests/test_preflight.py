@@ -246,7 +246,7 @@ def test_estimate_terms_are_exact_for_a_small_shape():
     assert me.estimate(cfg, 1000, weight_shards=2).weights_bytes == me.weight_params(cfg) * 4 // 2  # FSDP2, 2 ranks
 
 
-# --- the help and the library modules' command lines (issue 24, "the README and the help") ---------------------
+# --- the help and the library modules' command lines ---------------------
 
 def test_help_shows_every_default(capsys):
     from workbench.ab.cli import parse_args

@@ -1,4 +1,4 @@
-"""The headline's process-level claims (issue 37, item 8): `analysis.process_claims` reads the committed held-out
+"""The headline's process-level claims: `analysis.process_claims` reads the committed held-out
 design (`profiles/2026-11-26_h100_replication/prospective.json`) as the one owner of the numbers, and that file is
 what `prospective.py` computes from the committed processes (nothing edited by hand); a plain `--processes` campaign
 gives a same-machine interval; the headline's "a rerun" cell sits only beside the comparison at its shape."""

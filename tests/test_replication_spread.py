@@ -1,4 +1,4 @@
-"""workbench.measure.replication_spread: a new machine whose process SD is its own (issue 37's revised prediction).
+"""workbench.measure.replication_spread: a new machine whose process SD is its own (the revised prediction).
 
 The negative control is the old held-out F test (`replication.heldout_new_machine_check`: the new machine's process
 variance against the pooled MSW): where the machines' process SDs differ (log-normal, eta = 1) it fails far more

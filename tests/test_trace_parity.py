@@ -1,4 +1,4 @@
-"""Trace-source parity (issue 39 item 1): two traces of one step, one from each tool, give the same per-class totals
+"""Trace-source parity: two traces of one step, one from each tool, give the same per-class totals
 within 2% (`workbench.traces.parity`).
 
 The committed pair (tests/data/trace_pair/{torch,nsys}.events.parquet) comes from the GPU job studies/savings_models/trace_pair.sh;

@@ -1,4 +1,4 @@
-"""Issue 41's verdicts from the folder `studies/four_gpu/fourgpu.sh` writes (run on the CPU afterwards), by the rules fixed in
+"""Verdicts from the folder `studies/four_gpu/fourgpu.sh` writes (run on the CPU afterwards), by the rules fixed in
 `profiles/2026-11-23_h200x2_fsdp2/prospective_4gpu.json` before the run:
 
     python studies/four_gpu/analyze_fourgpu.py --prospective       # (before the run) write prospective_4gpu.json: rules + projections
@@ -176,7 +176,7 @@ MECHANISM = (
     "fix FSDP2 does the same whole-weight fill + add work as one process (CPU counts below), so the 2-rank step is "
     "expected to lose its advantage. The same bug touched every FSDP2 run of the offload arms with transformers 5.17 "
     "(d2_rest offload and all of profiles/2026-11-23_h200x2_fsdp2, d4 offload here).")
-"""The anomaly's mechanism (issue 41), found on the CPU after the 4-GPU run (`anomaly_gpu_witnesses` reads the same
+"""The anomaly's mechanism, found on the CPU after the 4-GPU run (`anomaly_gpu_witnesses` reads the same
 story from the committed GPU summaries; anomaly_cpu_ops.json holds the CPU op counts)."""
 
 WITNESS_KERNELS = {"flash_bwd": "attention backward (one per layer)", "silu_backward": "expert SiLU backward (one per "
@@ -238,7 +238,7 @@ def main(argv=None) -> int:
     res = {"prospective": os.path.relpath(PROSPECTIVE, ROOT), "rule_commit": pro["rule_commit"],
            "projections": projections(a.dir, pro), "offload_with_contention": contention(a.dir, pro),
            "equivalence_bf16": equivalence_results(a.dir), "anomaly": anomaly(a.dir)}
-    res["invalidated"] = {  # found after the run (issue 41's anomaly): stated, the verdicts above left as computed
+    res["invalidated"] = {  # found after the run (the anomaly): stated, the verdicts above left as computed
         "offload": "the 4-rank (and 2-rank) offload runs used transformers 5.17 with the offload checkpoint before "
                    "the fix: under FSDP2 both arms computed no LoRA gradient (MECHANISM); their measured saving and "
                    "the verdicts on it (projection and contention) do not describe the training step",

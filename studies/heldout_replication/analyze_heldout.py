@@ -1,4 +1,4 @@
-"""Issue 37's held-out check on a third machine, and the gate's same-commit decisions, applying the rules fixed
+"""Held-out check on a third machine, and the gate's same-commit decisions, applying the rules fixed
 beforehand in profiles/2026-11-26_h100_replication/prospective.json (commit it names in git log). Run from the repo
 root on a CPU, after `bash studies/heldout_replication/heldout.sh` ran on the GPU:
 

@@ -1,4 +1,4 @@
-"""Issue 37's held-out check on a FOURTH machine, by the rule fixed beforehand in
+"""Held-out check on a FOURTH machine, by the rule fixed beforehand in
 profiles/2026-11-26_h100_replication/prospective_v2.json (the commit that added it, in git log). Run from the repo
 root on a CPU, after `bash studies/heldout_replication/prospective2.sh` ran on the GPU:
 

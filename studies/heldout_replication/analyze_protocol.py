@@ -1,4 +1,4 @@
-"""Issue 37's protocol test, by the rule fixed before its run in
+"""Protocol test, by the rule fixed before its run in
 profiles/2026-11-26_h100_prospective4/protocol_test.json: is packing's reading inside an `--opt all --headline`
 process (its first comparison) different from a standalone `--opt packing --headline` process on the same machine?
 

@@ -1,4 +1,4 @@
-"""Write a held-out design (issue 37) for ONE comparison from the processes of two or more machines, BEFORE the run
+"""Write a held-out design for ONE comparison from the processes of two or more machines, BEFORE the run
 that judges it: the generic form of the frozen prospective_v3.py / prospective_v4.py records. Run from the repo root:
 
     python studies/heldout_replication/design_spread.py --comparison all --machine G=profiles/2026-11-26_h100_all_processes_g \

@@ -1,4 +1,4 @@
-"""The readings of MoE's two-term model (`moe_two_term`, its fit written before the runs these read; issue 39), and
+"""The readings of MoE's two-term model (`moe_two_term`, its fit written before the runs these read;), and
 the command.
 
 The probe (studies/moe_two_term/moe_probe.sh): eager, sort_bincount and sort_split in one process at qwen3-30b-a3b 4 L 16k, the

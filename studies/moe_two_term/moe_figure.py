@@ -1,4 +1,4 @@
-"""MoE's saving split by pass (issue 39): per shape, the forward's and the backward's saving (bars, ms a step, the
+"""MoE's saving split by pass: per shape, the forward's and the backward's saving (bars, ms a step, the
 timed steps' own CUDA events) beside the two-term model's prediction for the step (marker); shapes the fit did not use
 (`by_pass(..., held_out=ROOTS)`) are labelled "held out".
 

@@ -1,5 +1,5 @@
 """MoE's saving in two terms: a removed sync saves u, and sort_bincount's backward writes more whole-size row
-gradients than HF's eager loop, at beta a GB (issue 39; written 2026-11-27 (9) after the mechanism campaign's
+gradients than HF's eager loop, at beta a GB (written 2026-11-27 (9) after the mechanism campaign's
 rule read "inconclusive: the saving per sync shrinks with W", and before the probe run that judges it).
 
 What the campaign showed beside its rule (profiles/2026-11-27_h200x2_moe_work_{a,b}, 41 processes, the timed step's

@@ -1,5 +1,5 @@
 """Why MoE's untraced model missed qwen3-30b-a3b: does the time saved per removed sync grow with the GPU work each
-expert iteration holds? (issue 39, done-when 2: "refuted with its mechanism measured"; rule written 2026-11-27 (8)
+expert iteration holds? (done-when 2: "refuted with its mechanism measured"; rule written 2026-11-27 (8)
 before the run that reads it, studies/moe_two_term/moe_work.sh).
 
 The untraced model (`untraced.py`, revision (7)) carries one saving per removed sync, u, from the dose's shape

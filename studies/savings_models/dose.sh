@@ -5,7 +5,7 @@
 # none: NVTX only; torch: the same timed steps under torch.profiler; nsys: the process under nsys, the reps in its
 # capture range), 3 processes per mode, modes interleaved per process; one torch-traced pass of every level in the
 # first untimed process gives the model's traced input c per unit. Decision rule fixed before this run in
-# workbench/savings/dose.py (decide). Writes $CAMP/dose/{packing,moe}/ (dose_run.json, <mode>/pNN/ run folders).
+# workbench/savings/dose_fit.py (decide). Writes $CAMP/dose/{packing,moe}/ (dose_run.json, <mode>/pNN/ run folders).
 #
 # Arithmetic (from the replication campaign: ~50 s per packing process of 2 arms x (6 + 1 discarded) reps on
 # qwen3-14b = ~18 s build/equivalence + 14 arm blocks x ~2.3 s (6-7 steps of ~0.35 s)). Here --batches 1 (warmup

@@ -2,7 +2,7 @@
 # GPU minutes: about 8 on one H100 (2 MoE dose processes: the first times its levels untimed and then traces each level
 # for 6 steps, ~5 min; the second untimed only, ~2.5 min; from moe_s20/s21 of 2026-11-26 (6): ~3.2 min a process at 3
 # traced steps)
-# Issue 39: MoE's theta under the committed rule (workbench/savings/dose.py `decide`, unchanged). In
+# Issue 39: MoE's theta under the committed rule (workbench/savings/dose_fit.py `decide`, unchanged). In
 # profiles/2026-11-26_h100_dose/moe the rule reads c from the traced process its dose_run.json names (none/p00: ONE
 # traced step a level, so c has no CI and the decision can only say "inconclusive (no bounded theta)"); the traced
 # processes added later do not change which one the rule reads, and choosing one of them now, after seeing their c,

@@ -39,7 +39,7 @@ RERUN_RULE = ("The estimate column is a claim within this run (the rep is the un
               "simulation: `workbench/measure/replication_spread.py`; with 2 machines it is wide); GPU minutes from "
               "the processes' wall times of the estimate (a comparison's own where the runs recorded it: an "
               "`--opt all` process runs four); the numbers and the held-out design fixed before its run: "
-              "the newest `prospective*.json` naming the comparison (`workbench/analysis/processes.py`).")
+              "the newest `prospective*.json` naming the comparison (`workbench/analysis/process_level.py`).")
 
 
 def headline_speedups(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
