@@ -4,6 +4,8 @@ import ast
 import collections
 import os
 
+import pytest
+
 from workbench.paths import REPO_ROOT
 
 PACKAGE = os.path.join(REPO_ROOT, "workbench")
@@ -63,6 +65,7 @@ def test_every_command_line_is_a_workbench_command_and_help_lists_it(capsys):
     assert all(f"  {name} " in listed for name in commands.COMMANDS)
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # runpy: the module was imported before, by this test process
 def test_a_command_runs_its_module_and_an_unknown_one_is_one_line(capsys):
     from workbench import commands
     assert commands.main(["levers"]) == 0 and "copy" in capsys.readouterr().out

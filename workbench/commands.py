@@ -30,6 +30,7 @@ COMMANDS = {
     "power": ("workbench.measure.power", "the protocol's false-verdict rate and power, by simulation"),
     "levers": ("workbench.traces.lever_advice", "each step component and the lever that would move it"),
     "lever_path": ("workbench.ab.lever_path", "the levers' path of a run: step time, speedup, MFU per point"),
+    "kineto_export": ("workbench.traces.kineto_export", "saved events as a Kineto trace (HTA, TensorBoard, Perfetto)"),
     "trace_parity": ("workbench.traces.parity", "one step traced by torch.profiler and by nsys, compared"),
     "bandwidth": ("workbench.instrument.bandwidth", "pinned host-device copy bandwidth per rank"),
     "witness": ("workbench.bench.witness", "a sync witness: the dispatch counter against CUDA's sync debug mode"),

@@ -92,7 +92,10 @@ stats --report nvtx_sum,cuda_gpu_kern_sum X.nsys-rep` for tables) and its `.sqli
 `workbench.traces.load_events` reads either). Ranges are named `wb/L07/fwd`,
 `wb/L07/attn/meta`, `wb/L07/recompute`, `wb/L07/bwd`, `wb/L07/reload`. For GPU torch traces, Meta's
 [HolisticTraceAnalysis](https://github.com/facebookresearch/HolisticTraceAnalysis) gives temporal / idle
-breakdowns and `TraceDiff` between arms: `TraceAnalysis(trace_dir="profiles/RUN/traces/packing")`.
+breakdowns and `TraceDiff` between arms (it reads every trace of a folder as one rank's, so give it one arm's folder):
+the committed headline arms as Kineto traces, `TraceAnalysis(trace_dir="profiles/2026-11-23_h100_verdicts/ab_traced/kineto/packing/rebuild")`
+(one step each, written from the saved events by `workbench kineto_export X.events.parquet --steps 1`); a fresh run's
+`traces/<comparison>/<arm>.pt.trace.json.gz` copied into a folder of its own (`tests/test_kineto_export.py` opens both).
 
 **Why the step breakdown is not HTA's** (it reads Nsight exports too, only our NVTX domain's step windows, and
 separates sync drains, exposed copies and launch gaps): [docs/GUIDE.md](docs/GUIDE.md#why-the-step-breakdown-is-not-htas).

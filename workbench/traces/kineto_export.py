@@ -1,7 +1,7 @@
 """An events frame (`workbench.traces.events`) written back as a Kineto-format Chrome trace (`.json.gz`), the format
 torch.profiler writes and HTA (HolisticTraceAnalysis), TensorBoard's profiler plugin and Perfetto open.
 
-    python -m workbench.traces.kineto_export EVENTS [EVENTS ...]     # each X.events.parquet -> X.kineto.json.gz
+    workbench kineto_export EVENTS [EVENTS ...] [--steps N]   # each X.events.parquet -> X.kineto.json.gz
 
 For run folders that keep only the parsed events: the export holds every event the frame holds (host ranges, runtime
 calls, kernels, copies, syncs, with their streams and correlation ids), not the raw trace's extra fields (shapes,
@@ -58,12 +58,15 @@ def to_kineto(events: pd.DataFrame, *, rank: int = 0) -> dict:
             "displayTimeUnit": "ms", "traceEvents": out}
 
 
-def export(events_path: str, out_path: str | None = None) -> str:
-    """Write `events_path`'s frame as a Kineto trace beside it (`SUFFIX`), or at `out_path`; returns the path."""
+def export(events_path: str, out_path: str | None = None, *, steps: int | None = None) -> str:
+    """Write `events_path`'s frame (its first `steps` traced steps, `traces.analysis.first_steps`; None: all) as a
+    Kineto trace beside it (`SUFFIX`), or at `out_path`; returns the path."""
+    from workbench.traces.analysis import first_steps
     from workbench.traces.events import load_events
 
     out_path = out_path or events_path.rsplit(".events.", 1)[0] + SUFFIX
-    doc = to_kineto(load_events(events_path))
+    events = load_events(events_path)
+    doc = to_kineto(first_steps(events, steps) if steps else events)
     with gzip.open(out_path, "wt", encoding="utf-8", compresslevel=9) as f:
         json.dump(doc, f, separators=(",", ":"))
     return out_path
@@ -75,12 +78,15 @@ def main(argv=None) -> int:
 
     p = parser("workbench kineto_export", __doc__.split("\n\n")[0])
     p.add_argument("events", nargs="+", help="saved events files (X.events.parquet or X.events.csv.gz)")
+    p.add_argument("--steps", type=int, default=None, help="only the first N traced steps (default: every step)")
     a = p.parse_args(argv)
+    if a.steps is not None and a.steps < 1:
+        raise WorkbenchError(f"--steps {a.steps}: give 1 or more")
     for path in a.events:
         if not os.path.isfile(path) or ".events." not in os.path.basename(path):
             raise WorkbenchError(f"{path}: not a saved events file (X.events.parquet / X.events.csv.gz)")
     for path in a.events:
-        print(export(path))
+        print(export(path, steps=a.steps))
     return 0
 
 
