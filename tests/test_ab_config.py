@@ -24,7 +24,7 @@ SET_BY_THE_CHILD = {"opt", "model", "layers", "tokens", "attn", "device", "trace
 
 
 def test_the_flag_set_is_frozen():
-    from workbench.ab.config import FIELDS
+    from workbench.ab.ab_config import FIELDS
     assert set(FIELDS) == FLAGS  # the config's leaves are the CLI's flags
     assert set(cli.parse_args([]).as_dict()) == FLAGS
     parser = cli.build_parser()
@@ -35,7 +35,7 @@ def test_the_flag_set_is_frozen():
 def test_the_config_is_a_tree_with_one_name_per_leaf():
     """ABConfig and RunConfig compose the same DataConfig and StepConfig; a leaf has one name in both."""
     import dataclasses
-    from workbench.ab.config import ABConfig
+    from workbench.ab.ab_config import ABConfig
     from workbench.step.config import DataConfig, RunConfig, StepConfig, leaf_names
     for cls in (ABConfig, RunConfig):
         types = {f.name: f.type for f in dataclasses.fields(cls)}
@@ -53,7 +53,7 @@ def test_the_config_is_a_tree_with_one_name_per_leaf():
 
 def test_the_precision_is_resolved_once_by_the_config():
     import torch
-    from workbench.ab.config import ABConfig
+    from workbench.ab.ab_config import ABConfig
     a = cli.parse_args([]).resolved(torch.device("cpu"), cli.CPU_DEFAULTS["_run"])
     assert a.step.precision == "fp32-adapters" and a.data.batches == cli.CPU_DEFAULTS["_run"]["batches"]
     b = ABConfig().resolved(torch.device("cuda"), cli.GPU_DEFAULTS["_run"])

@@ -166,3 +166,26 @@ def test_the_savings_model_is_found_through_the_spec_alone(tmp_path, monkeypatch
     assert savings.formula("fakeopt") == "0 (the fake saves nothing)" and savings.model_terms("fakeopt") == ()
     assert savings.module("plainopt") is None and savings.formula("plainopt") is None  # no `savings`: not modelled
     assert savings.module("all") is None  # not an optimization
+
+
+FOURTH_OPT_TESTS = ["tests/test_ab.py::test_cli_all_end_to_end",
+                    "tests/test_ab.py::test_every_cpu_comparison_of_opt_all_packs_several_documents_per_batch",
+                    "tests/test_fourgpu.py::test_backward_ops_counts_the_eager_experts_whole_weight_gradient_exactly",
+                    "tests/test_opt_protocol.py", "tests/test_savings_contract.py"]
+"""The optimization tests that read the set of optimizations (`--opt all`, the registry, the contracts); less
+test_opt_protocol's broken-module test, which sets $WORKBENCH_OPTS itself."""
+
+
+def test_the_optimization_tests_pass_with_a_fourth_optimization_in_all():
+    """A fourth optimization, added as docs/GUIDE.md says (a module with a SPEC, `in_all` on), breaks no test: the
+    optimization tests run again in a fresh process with tests/fixtures/fourth_opt.py registered."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "WORKBENCH_OPTS": "fixtures.fourth_opt",
+           "PYTHONPATH": os.pathsep.join([repo, os.path.join(repo, "tests")])}
+    check = subprocess.run([sys.executable, "-c", "from workbench.opts import registry; print(registry.in_all_names())"],
+                           env=env, capture_output=True, text=True, cwd=repo)
+    assert "fourth_opt" in check.stdout, check.stderr  # registered, and in --opt all
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *FOURTH_OPT_TESTS,
+                        "--deselect", "tests/test_opt_protocol.py::test_the_cli_says_a_broken_module_in_one_line"],
+                       env=env, capture_output=True, text=True, cwd=repo)
+    assert r.returncode == 0, r.stdout[-3000:]

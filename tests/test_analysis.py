@@ -689,7 +689,7 @@ def test_repeats_z_and_mean_z2(tmp_path):
     other = c.copy()
     other.loc[other["folder"] == os.path.join("p", "repeat_b"), "git_sha"] = "another-sha"
     assert an.repeats(other).empty
-    mixed = c.copy()  # another NVTX backend (issue 37: the nvtx package deleted mid-campaign) is not a clean repeat
+    mixed = c.copy()  # another NVTX backend (the nvtx package deleted mid-campaign) is not a clean repeat
     mixed.loc[mixed["folder"] == os.path.join("p", "repeat_b"), "nvtx_backend"] = "torch.cuda.nvtx"
     assert an.repeats(mixed).empty
     few = c.copy()

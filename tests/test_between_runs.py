@@ -1,4 +1,4 @@
-"""The between-run component of a measured saving (workbench/analysis/between_runs.py, issue 39): runs of one shape
+"""The between-run component of a measured saving (workbench/analysis/between_runs.py): runs of one shape
 in different leases, a one-way ANOVA of their process means by run, pooled over shapes; and the plan's chance with it
 (workbench/savings/plan.py `assurance(..., omega=)`)."""
 from __future__ import annotations
@@ -148,7 +148,7 @@ def test_the_plan_prints_the_chance_with_and_without_it(tmp_path, capsys):
 
 
 def test_the_verdicts_cli_reads_the_committed_file_by_default_and_none_leaves_it_out(tmp_path, capsys):
-    """`python -m workbench.verdicts ... --plan` on the committed 8-process packing run: its plan's chance is printed
+    """`workbench verdicts ... --plan` on the committed 8-process packing run: its plan's chance is printed
     over the pilot's uncertainty (54% confirmed, the figure the plan of 2026-11-27 (5) committed) and again with
     packing's between-run component from profiles/between_runs.json; `--between-runs none` prints only the first; a
     malformed file is refused in one line, before any folder is judged or written."""
@@ -251,7 +251,7 @@ def test_folder_savings_reads_a_plain_run_as_one_process():
 
 
 def test_a_merged_folder_is_not_counted_beside_its_campaigns():
-    """gpu/jobs/moe_same_host.sh commits each GPU's campaigns and their processes_merge union side by side
+    """studies/moe_two_term/moe_same_host.sh commits each GPU's campaigns and their processes_merge union side by side
     (profiles/2026-11-27_h200x2_moe_same_host): the campaigns are the runs, 4 of 2 processes per shape, not 5 runs
     of 16 processes (the union's 8 again)."""
     shapes = br.collect(ROOT)

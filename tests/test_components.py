@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from workbench.report import palette
-from workbench.traces import components, decompose, levers
+from workbench.traces import components, decompose, lever_advice as levers
 
 MIN_DELTA_E = 20.0
 """The least CIE76 distance between two colours that one figure draws (about where two swatches stop being mistaken

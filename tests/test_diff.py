@@ -1,4 +1,4 @@
-"""The run diff (`workbench.compare.rundiff`, `python -m workbench.diff`): A/A traces flag (almost) nothing, an injected sync
+"""The run diff (`workbench.compare.rundiff`, `workbench diff`): A/A traces flag (almost) nothing, an injected sync
 per layer is flagged as sync_stall in exactly those layers, the components close on the step change, bad input is
 one line and exit 2."""
 import json
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from synthetic_runs import ARM, COMPARISON, write_run
-from workbench.compare import diff, rundiff
+from workbench.compare import rundiff_cli as diff, rundiff
 from workbench.cli import run_main
 from workbench.traces.events import load_events
 
@@ -90,7 +90,7 @@ def test_bad_input_is_one_line_and_rc_2(runs, capsys, argv):
 
 
 def test_module_bad_input_is_one_line_on_stderr():
-    r = subprocess.run([sys.executable, "-m", "workbench.compare.diff", "/nonexistent/a", "/nonexistent/b"],
+    r = subprocess.run([sys.executable, "-m", "workbench.compare.rundiff_cli", "/nonexistent/a", "/nonexistent/b"],
                        capture_output=True, text=True, cwd=os.path.join(os.path.dirname(__file__), ".."))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and r.stdout == ""
 

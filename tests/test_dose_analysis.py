@@ -1,5 +1,5 @@
 """The dose-response analysis on synthetic data with a known slope, c and theta: the slope over processes, Fieller's
-theta, the profiler x dose interaction, the linearity check and the decision rule (`workbench.savings.dose`).
+theta, the profiler x dose interaction, the linearity check and the decision rule (`workbench.savings.dose_fit`).
 
     # u = units of the fix, K = processes, R = reps, c = the traced input per unit (ms)
 """
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from workbench.measure import replication, stats
-from workbench.savings import dose
+from workbench.savings import dose_fit as dose
 
 LEVELS = (0, 4, 8, 11, 15)
 
@@ -111,7 +111,7 @@ def test_the_figure_draws_each_mode_and_the_traced_prediction():
 
 def test_fine_needs_theta_inside_the_band_not_a_wide_ci_that_reaches_it():
     """The revised rule (after profiles/2026-11-26_h100_dose): a CI that merely overlaps the band is no "fine"."""
-    from workbench.savings import dose
+    from workbench.savings import dose_fit as dose
 
     assert dose.decide((0.9, 1.1), (-0.01, 0.01), 1.0)[0] == dose.FINE
     assert dose.decide((0.03, 4.3), (-0.7, 1.4), 1.1)[0] == dose.INCONCLUSIVE  # the first H100 run's packing theta

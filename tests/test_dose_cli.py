@@ -8,7 +8,7 @@ import pytest
 from workbench.ab import dose as dose_cli
 from workbench.errors import WorkbenchError
 from workbench.measure import engine
-from workbench.savings import dose
+from workbench.savings import dose_fit as dose
 
 
 def test_levels_are_even_over_the_units():

@@ -1,4 +1,4 @@
-"""The dose slope with the machine as its unit (workbench/savings/dose.py `machine_component`, issue 39): the packing
+"""The dose slope with the machine as its unit (workbench/savings/dose_fit.py `machine_component`): the packing
 dose's 21 processes ran on five H100s whose slopes differ, so the untraced prediction's se is taken over machines
 (untraced.MODEL_REVISION 2026-11-27 (6)); an analysis written before it keeps the process se."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from workbench.measure import replication
-from workbench.savings import dose, untraced
+from workbench.savings import dose_fit as dose, untraced
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "profiles")
 FOLDERS = ("2026-11-26_h100_dose/packing", "2026-11-27_h100_dose_pack_more/dose_pack13",

@@ -1,4 +1,4 @@
-"""Processes of one record that ran in different environments say so (issue 37: the `nvtx` wheel deleted mid-campaign,
+"""Processes of one record that ran in different environments say so (the `nvtx` wheel deleted mid-campaign,
 so p00-p01 ran with it and p02-p05 without): `results.environment_diff`, and where it is used (`--processes K`'s
 summary, the process verdicts, the dose analysis), and the NVTX backend a run records. Tiny synthetic folders, no
 model runs; each check has its negative control (identical environments: no flag)."""
@@ -141,7 +141,7 @@ def _dose_folder(root, without_nvtx=()):
 
 
 def test_a_dose_folder_whose_processes_differ_says_so(tmp_path):
-    from workbench.savings import dose
+    from workbench.savings import dose_fit as dose
 
     a = dose.analyse(_dose_folder(str(tmp_path / "m"), without_nvtx=(1,)))
     assert a["modes"]["none"]["K"] == 3  # the slopes stand beside the flag
@@ -153,7 +153,7 @@ def test_a_dose_folder_whose_processes_differ_says_so(tmp_path):
 
 def test_the_torch_backend_can_be_forced_for_the_ab(monkeypatch):
     """$WORKBENCH_NVTX_BACKEND=torch.cuda.nvtx takes torch's ranges although the package is installed (the A/B of
-    gpu/jobs/nvtx_ab.sh); unset, the package's; another value is one line."""
+    studies/heldout_replication/nvtx_ab.sh); unset, the package's; another value is one line."""
     import pytest
     from workbench.errors import WorkbenchError
     from workbench.instrument import ranges

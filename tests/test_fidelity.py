@@ -174,7 +174,7 @@ def test_cli_last_line_json(tmp_path):
     assert res["equivalent"] is True and res["breakdown"] is None and res["precision"] == "fp32-adapters"
     assert res["trainer"]["max_grad_norm"] == 1.0 and len(res["ratio_ci95"]) == 2
     assert json.load(open(tmp_path / "fidelity.json"))["trainer_step_ms"] == res["trainer_step_ms"]
-    # a CPU ratio gives no ±3% verdict: labelled as the A/B runner labels CPU timings (issue 38, item 11)
+    # a CPU ratio gives no ±3% verdict: labelled as the A/B runner labels CPU timings
     assert res["within_3pct"] is None and "not a result (CPU timing)" in r.stdout and "within ±" not in r.stdout
 
 

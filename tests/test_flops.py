@@ -259,7 +259,7 @@ def test_committed_runs_get_model_flops_and_mfu_from_their_own_batches():
     assert r["model_tflop_per_step"] == pytest.approx(sum(f["model"] for f in per) / len(per) / 1e12)
 
 
-# --- NeMo's convention beside ours (issue 40) ----------------------------------------------------------------------
+# --- NeMo's convention beside ours ----------------------------------------------------------------------
 
 def test_causal_attention_pairs_and_nemo_flops_exact():
     from workbench.step import flops

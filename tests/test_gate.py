@@ -1,7 +1,7 @@
 """The regression gate (`workbench.compare.gate`, `workbench.compare.gate_stats`): its A/A false-fail rate over 100 simulated gates
 is at most 5% (power's simulator, seeded), its detection rate for a 2% slowdown is computed and reported, the run SD
 comes from 3 or more same-commit A/A processes (an upper bound that covers the true run SD, where the point estimate
-does not), the gate refuses what it cannot measure before the re-run (issue 38, item 2), and the whole gate runs on a
+does not), the gate refuses what it cannot measure before the re-run, and the whole gate runs on a
 CPU with the re-run injected (synthetic run folders)."""
 import json
 import os
@@ -231,7 +231,7 @@ def test_an_aa_folder_too_small_to_estimate_noise_is_refused(baseline, tmp_path)
         gate.gate(baseline, aa=aa, rerun=_never)
 
 
-# --- the run SD (issue 37, item 5) -------------------------------------------------------------------------------
+# --- the run SD -------------------------------------------------------------------------------
 
 def test_run_sd_upper_bound_covers_the_true_run_sd_and_the_point_estimate_does_not():
     """K = 3 processes, a true run SD of 2% and a within-run SD of the mean of 0.5%: the upper bound lies at or above
@@ -249,7 +249,7 @@ def test_run_sd_upper_bound_covers_the_true_run_sd_and_the_point_estimate_does_n
 
 def test_a_run_shift_twice_the_rep_sd_breaks_the_old_assumption_and_the_measured_run_sd_holds():
     """The gate that took the run SD to be the rep SD fails same-commit reruns too often when reruns move twice as
-    much (issue 37: 17-21%); a tolerance derived at the measured (true, here) run SD keeps the rate at 5%."""
+    much (17-21%); a tolerance derived at the measured (true, here) run SD keeps the rate at 5%."""
     noise = power.Noise()
     assumed = gate_stats.GateDesign()  # run SD = rep SD
     true = gate_stats.GateDesign(run_sd_pct=2 * noise.rep_sd_pct)

@@ -1,4 +1,4 @@
-"""One kernel name and one class, whatever the tracer (issue 39 item 1): the normaliser (`workbench.traces.names`)
+"""One kernel name and one class, whatever the tracer: the normaliser (`workbench.traces.names`)
 and the classifier (`workbench.traces.classify`) on real kernel names taken from both tools' committed traces
 (tests/data/kernel_classes.csv: torch.profiler names from profiles/, Nsight `demangledName`s from the H100 fixture),
 with negative controls."""

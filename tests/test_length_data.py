@@ -1,4 +1,4 @@
-"""data/: real document-length distributions, their provenance, `--lengths data:NAME` (issue 25)."""
+"""data/: real document-length distributions, their provenance, `--lengths data:NAME`."""
 import collections
 import json
 import os
@@ -151,10 +151,10 @@ def test_ab_help_lists_the_names_and_says_the_default_is_synthetic(capsys, monke
 
 def test_lengths_has_one_default_and_one_help_text():
     """Every CLI that takes --lengths shows the one help text (`length_data.lengths_help`) and the one default; ab's
-    is per device (None until resolved): the GPU's is that default, the CPU's short documents (issue 38, item 3)."""
+    is per device (None until resolved): the GPU's is that default, the CPU's short documents."""
     from workbench import fidelity, run
     from workbench.ab import cli as ab_cli
-    from workbench.ab.config import ABConfig
+    from workbench.ab.ab_config import ABConfig
     from workbench.step.config import DataConfig, RunConfig
 
     assert RunConfig().data.lengths == DataConfig().lengths == length_data.DEFAULT_LENGTHS

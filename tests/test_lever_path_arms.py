@@ -77,7 +77,7 @@ def test_the_precision_lever_starts_from_the_runs_recipe(run_precision, lever_ba
 
 @pytest.mark.parametrize("prec", precision.ARMS)
 def test_qkv_reach_flex_in_one_dtype(monkeypatch, prec):
-    from workbench.step import precision as P
+    from workbench.step import precision_mode as P
     seen = []
     real = attention._flex_kernel
 
@@ -316,7 +316,7 @@ def test_each_point_carries_nemos_mfu_as_the_run_wrote_it():
 
 
 def test_lever_path_says_what_the_path_left_out_and_the_anchors_it_declined(tmp_path):
-    """`python -m workbench.lever_path` prints, under a run's points, each lever the path left out and each anchor it
+    """`workbench lever_path` prints, under a run's points, each lever the path left out and each anchor it
     declined, with the reason summary.json holds; a run with neither prints no such line (the control)."""
     from workbench.ab import lever_path
 

@@ -1,4 +1,4 @@
-"""Closing the loop (issue 22): lever optimizations in the registry, `--opt levers` on a CPU (equivalence, counts,
+"""Closing the loop: lever optimizations in the registry, `--opt levers` on a CPU (equivalence, counts,
 the path), arms that change the numerics judged against fp32 (with negative controls), predictions from a
 breakdown, the verdict's arithmetic, and `workbench.ab.lever_path`. Fake levers: tests/fixtures/lever_*.py, registered
 through $WORKBENCH_OPTS."""
@@ -47,7 +47,7 @@ def test_registry_names_levers_and_in_all(levers_env):
     assert (reg.lever("lever_copy"), reg.lever("lever_experts")) == ("copy", "slice gradients (fill + add)")
     assert reg.lever("packing") is None and reg.in_all("packing") is True  # in_all defaults to True
     assert reg.in_all("lever_copy") is False
-    from workbench.traces.levers import LEVER_COMPONENTS, LEVERS as L
+    from workbench.traces.lever_advice import LEVER_COMPONENTS, LEVERS as L
     assert LEVER_COMPONENTS == set(L) | {"attention (dense)", "slice gradients (fill + add)", "loss (logits, non-GEMM)",
                                            "recompute"}
 
@@ -59,7 +59,7 @@ def test_an_unknown_lever_component_is_one_line(tmp_path):
     env = {**os.environ, "WORKBENCH_OPTS": "badlever", "PYTHONPATH": os.pathsep.join([str(tmp_path), ROOT])}
     r = subprocess.run([sys.executable, "-m", "workbench.ab", "--help"], env=env, capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    assert "'teleport' is no component of workbench.traces.levers" in r.stderr
+    assert "'teleport' is no component of workbench.traces.lever_advice" in r.stderr
 
 
 def test_opt_all_leaves_the_levers_out(levers_env):
@@ -226,7 +226,7 @@ def test_predictions_from_a_traced_breakdown(levers_env):
     assert run == ["lever_attention"] and set(why) == {"lever_copy"}
 
 
-# --- the path leaves out a lever that made the step slower (issue 40) ---------------------------------------------
+# --- the path leaves out a lever that made the step slower ---------------------------------------------
 
 def _res(verdict, status="ok", ci=(0.8, 0.9)):
     return {"name": "x", "opt": "x", "status": status,
@@ -267,7 +267,7 @@ def test_the_path_leaves_a_slower_lever_out(monkeypatch, capsys, tmp_path):
 
 
 def test_what_holds_the_paths_last_measured_point_back():
-    """Issue 40's goals: where one is missed, the last point's breakdown names what holds it back. The H100 path of
+    """Goals: where one is missed, the last point's breakdown names what holds it back. The H100 path of
     2026-11-27 failed at +compile, after +precision: the held-back line belongs to the last point the path measured
     (+precision, with its trace), never to a failed point without one; the levers largest first (a slice-gradient
     lever, which `levers` puts first, after a larger pointwise one); and the MFU the point would reach with GEMM alone

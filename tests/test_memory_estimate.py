@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from workbench.ab import preflight
-from workbench.ab.config import ABConfig
+from workbench.ab.ab_config import ABConfig
 from workbench.errors import WorkbenchError
 from workbench.step import memory_estimate as me
 from workbench.step.models import load_config

@@ -63,7 +63,7 @@ def test_every_preset_has_a_family():
 
 
 DRIFT = ("past_key_values", "is_gradient_checkpointing")
-"""Deprecations transformers announced that our own code once triggered (issue 38, item 7)."""
+"""Deprecations transformers announced that our own code once triggered."""
 
 
 def _drift_warnings(fn) -> list[str]:

@@ -298,7 +298,7 @@ class _SliceGradients(torch.utils._python_dispatch.TorchDispatchMode):
 
 @pytest.mark.parametrize("preset", ["tiny-gpt-oss", "tiny-qwen3-moe"])
 def test_per_expert_loops_build_whole_weight_gradients_slice_by_slice(preset):
-    """The cost the H100 breakdown shows as zero-fills + adds (workbench.traces.levers.slice_gradients): a per-expert loop
+    """The cost the H100 breakdown shows as zero-fills + adds (workbench.traces.lever_advice.slice_gradients): a per-expert loop
     over a LoRA-adapted fused expert weight back-propagates each w[e] through a zero tensor of the whole weight,
     E_hit per weight per layer; indexing every expert at once (grouped, transformers' grouped_mm) builds none."""
     from workbench.step.models import LORA_TARGET_EXPERT_PARAMETERS, model_inputs
@@ -338,10 +338,10 @@ class _RowGradients(torch.utils._python_dispatch.TorchDispatchMode):
 
 @pytest.mark.parametrize("preset", ["tiny-gpt-oss", "tiny-qwen3-moe"])
 def test_row_gradients_per_arm_are_what_the_backward_term_counts(preset):
-    """Issue 39's backward term (workbench.savings.moe_two_term): eager zero-fills an (N,H) gradient per expert hit
+    """Backward term (studies.moe_two_term.moe_two_term): eager zero-fills an (N,H) gradient per expert hit
     (index backward), sort_bincount an (S,H) one per expert hit (slice_backward), sort_split none (one cat of
     (S,H)); sort_split's output and gradients are bitwise sort_bincount's."""
-    from workbench.savings.moe_two_term import row_gradient_elements
+    from studies.moe_two_term.moe_two_term import row_gradient_elements
 
     E, N, k = 6, 24, 2
     mod = experts_module(preset, torch.float32, num_experts=E)
@@ -369,7 +369,7 @@ def test_row_gradients_per_arm_are_what_the_backward_term_counts(preset):
         assert torch.equal(a, b)
 
 
-# --- issue 40: Liger's fused MoE arm (refusals on a CPU) and forced-balanced routing --------------------------------
+# ---: Liger's fused MoE arm (refusals on a CPU) and forced-balanced routing --------------------------------
 
 def test_liger_experts_refusals(monkeypatch):
     import importlib.util as iu

@@ -1,6 +1,6 @@
 """Every notebook runs headless (nbclient, a python3 kernel of this interpreter) against (a) the committed profiles
 and (b) a fresh tiny CPU A/B run with a torch trace made here (WB_INCLUDE_CPU=1); each starts with the command that
-produced its data, and is committed executed (`python -m workbench.readme_results --notebooks`): its outputs are
+produced its data, and is committed executed (`workbench readme_results --notebooks`): its outputs are
 there, current with profiles/, and hold no path of the machine that ran them."""
 from __future__ import annotations
 
@@ -203,7 +203,7 @@ def test_notebook_runs_on_committed_profiles(name, kernel_env):
     from workbench.report.notebook_outputs import normalize_outputs
     normalize_outputs(nb)
     committed = nbformat.read(os.path.join(ROOT, "notebooks", name), as_version=4)
-    assert _stdout(nb) == _stdout(committed), "committed outputs are stale: python -m workbench.readme_results " \
+    assert _stdout(nb) == _stdout(committed), "committed outputs are stale: workbench readme_results " \
                                               "--notebooks"
     for what, fresh, old in (("figure", _figures(nb), _figures(committed)), ("table", _tables(nb), _tables(committed))):
         stale = [i for i, (x, y) in enumerate(zip(fresh, old)) if x != y]  # indices only: the outputs are large

@@ -1,4 +1,4 @@
-"""Arms that compute a different function by design (issue 40: forced-balanced routing, `opts/moe_balance.py`):
+"""Arms that compute a different function by design (forced-balanced routing, `opts/moe_balance.py`):
 stated in the module's DIFFERENT_FUNCTION before any run, judged by `workbench.measure.numerics.judge_different`
 ((a) the arm's own code path with the change off is equivalent to the baseline, (b) its loss and LoRA gradients are
 finite and non-zero), reported as "different function (stated)", and the run completes. Negative controls: a broken

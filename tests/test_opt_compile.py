@@ -1,4 +1,4 @@
-"""Regional torch.compile (workbench/opts/compile.py, issue 40): batches padded to fixed tokens, the layers compiled in
+"""Regional torch.compile (workbench/opts/compile.py): batches padded to fixed tokens, the layers compiled in
 place once, a recompile (a shape change across batches) or a graph break fails the arm in one line, revert restores the
 eager layers. CPU: inductor with the C compiler; tiny-llama with one layer keeps the one compile short."""
 import shutil

@@ -109,7 +109,7 @@ class _WholeWeightTensors(torch.utils._python_dispatch.TorchDispatchMode):
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_split_builds_no_whole_weight_tensor_and_no_slice_gradient(preset):
-    """eager: per_layer * E_hit select_backwards (the slice-gradient pattern of workbench.traces.levers.slice_gradients),
+    """eager: per_layer * E_hit select_backwards (the slice-gradient pattern of workbench.traces.lever_advice.slice_gradients),
     each a whole-weight zero tensor and an add; grouped_mm: none, but the folded weight and its whole gradient;
     split: no whole-weight tensor in the backward, and in the forward only the fold peft's parametrization check
     computes (and drops) in every arm."""
@@ -203,7 +203,7 @@ def test_non_moe_model_is_unsupported_with_one_line():
 
 
 def test_spec_names_the_slice_gradient_lever_outside_opt_all():
-    from workbench.traces import levers
+    from workbench.traces import lever_advice as levers
     from workbench.opts import registry as opt_registry
 
     spec = opt_registry.spec("expert_lora")

@@ -1,4 +1,4 @@
-"""The ecosystem's kernels as levers (issue 40): `workbench.opts.liger` and `workbench.opts.fused_ce`.
+"""The ecosystem's kernels as levers: `workbench.opts.liger` and `workbench.opts.fused_ce`.
 
 On a CPU these check the plumbing: what Liger's `model=` path patches and that revert restores exactly that (a forgotten
 revert is caught), the torch rms_norm control arm, the refusals, the fused forward's loss against transformers' own
@@ -301,7 +301,7 @@ def test_cce_matches_eager_on_cuda():
 
 
 def test_loss_lever_row():
-    from workbench.traces.levers import LOSS_COMPONENT, LEVER_COMPONENTS, levers
+    from workbench.traces.lever_advice import LOSS_COMPONENT, LEVER_COMPONENTS, levers
 
     comps = [{"component": "step_ms", "ms": 100.0, "share": 1.0}, {"component": "gemm", "ms": 60.0, "share": 0.6}]
     rows = levers(comps, loss_ms=8.0, min_share=0.05)
@@ -350,7 +350,7 @@ def test_loss_per_step_counts_the_head_outside_gemm():
     """Busy time outside every decoder layer, GEMM and optimizer excluded (a synthetic trace with known answers)."""
     from synthetic_traces import Trace
 
-    from workbench.traces.levers import loss_per_step
+    from workbench.traces.lever_advice import loss_per_step
 
     t = Trace()
     t.range("wb/step", 0, 100)

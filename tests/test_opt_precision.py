@@ -1,11 +1,11 @@
 """opts/precision (the adapter-precision lever): each arm applied in place is bitwise the model `--precision` builds
-(the shared code of workbench.step.precision), on a bf16 base (the GPU's) and in fp32 on the CPU; a negative control; the
+(the shared code of workbench.step.precision_mode), on a bf16 base (the GPU's) and in fp32 on the CPU; a negative control; the
 deviation of the numerics-changing arms from the fp32 reference; revert; zero syncs."""
 import pytest
 import torch
 
 from workbench.measure import equivalence
-from workbench.step import precision
+from workbench.step import precision_mode as precision
 from workbench.step.data import batch_from_lengths
 from workbench.step.harness import enable_checkpointing, train_step
 from workbench.instrument import SyncCounter, instrument_layers

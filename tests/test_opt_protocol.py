@@ -57,7 +57,7 @@ def test_every_hook_read_is_declared_and_every_declared_hook_is_read():
     getattr_re = re.compile(r"getattr\((?:[^(),]|\([^()]*\))+,\s*\"(\w+)\"")
     # (the patterns find the forms they police: a negative control)
     assert getattr_re.findall('getattr(_module_or_none(o), "BACKENDS", ())') == ["BACKENDS"]
-    assert hook_re.findall('fn = opt_hook(opts_registry.module(opt), "comparison_options")') == ["comparison_options"]
+    assert hook_re.findall('fn = opt_hook(optimizations.module(opt), "comparison_options")') == ["comparison_options"]
     read, stray = set(), []
     for path, src in _sources():
         read |= set(hook_re.findall(src))

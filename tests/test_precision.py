@@ -1,4 +1,4 @@
-"""workbench.step.precision: resolution, what each precision builds, the harness's forward under autocast, checkpoint
+"""workbench.step.precision_mode: resolution, what each precision builds, the harness's forward under autocast, checkpoint
 recompute keeping the autocast state (torch's and the offload arms'), and the A/B runner judging an autocast run
 by the bf16 criterion (the packing arms on CPU bf16 autocast; a negative control that fails)."""
 import json
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from workbench.measure import equivalence
-from workbench.step import precision
+from workbench.step import precision_mode as precision
 from workbench.step.data import make_batches
 from workbench.step.harness import enable_checkpointing, make_optimizer, train_step
 from workbench.step.models import build_model, lora_parameters, model_inputs

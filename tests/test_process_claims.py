@@ -1,4 +1,4 @@
-"""The headline's process-level claims (issue 37, item 8): `analysis.process_claims` reads the committed held-out
+"""The headline's process-level claims: `analysis.process_claims` reads the committed held-out
 design (`profiles/2026-11-26_h100_replication/prospective.json`) as the one owner of the numbers, and that file is
 what `prospective.py` computes from the committed processes (nothing edited by hand); a plain `--processes` campaign
 gives a same-machine interval; the headline's "a rerun" cell sits only beside the comparison at its shape."""
@@ -11,7 +11,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from workbench.analysis import processes as pc
+from workbench.analysis import process_level as pc
 from workbench.paths import REPO_ROOT
 from workbench.report import headline
 
@@ -147,13 +147,13 @@ def test_a_dose_process_is_a_process_of_its_dose_run(tmp_path):
 
 
 def test_the_runs_of_a_designed_per_gpu_job_are_processes_of_its_folder(tmp_path):
-    """gpu/jobs/per_gpu.sh writes design.json: the plain runs under JOB/g0/ (every shape of the design) are processes
+    """studies/gpu_lease/per_gpu.sh writes design.json: the plain runs under JOB/g0/ (every shape of the design) are processes
     of JOB, as the committed mechanism campaigns' are (notebook 01 draws none of them as runs of their own)."""
     from workbench.analysis.loader import _process_of
     job, plain = tmp_path / "job", tmp_path / "runs"
     for d in (job / "g0" / "r0_o2k", plain / "r"):
         d.mkdir(parents=True)
-    (job / "design.json").write_text('{"job": "gpu/jobs/moe_work.sh"}')
+    (job / "design.json").write_text('{"job": "studies/moe_two_term/moe_work.sh"}')
     assert _process_of(str(job / "g0"), str(tmp_path)) == "job"
     assert _process_of(str(plain), str(tmp_path)) is None  # the negative control: no design above it
     root = os.path.join(REPO_ROOT, "profiles")

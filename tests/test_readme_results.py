@@ -55,14 +55,14 @@ def test_page_on_committed_profiles_every_number_names_its_file():
     assert "1.002x [0.980, 1.024] | yes | no detectable difference (±2.4%) | 24 (6) |" in aa  # 6 reps: a verdict
     rep = page[page.index("## Repeat runs"): page.index("## Savings models")]
     # clean repeats only (same commit, batches, steps, trace mode, arm set; >= 4 reps each): 6 pairs in profiles/
-    # agreement is a test (p < 0.05 counted against the 5% it would be), not mean z² against 1 (issue 37); tau by REML
+    # agreement is a test (p < 0.05 counted against the 5% it would be), not mean z² against 1; tau by REML
     assert "mean z²" not in rep and re.search(r"\*\*\d+ of \d+\*\* do", rep) and "| tau beyond null |" in rep
     assert len(_rows_with_numbers(rep)) >= 5
     assert "rebuild 791.5 -> 881.2 ms (+11.3%)" in page  # the counter's cost on the packing baseline
     for name in ("nvtx:packing", "nvtx:offload", "nvtx:moe", "nvtx:all"):
         assert f"| {name} |" in page
     sweep = next(line for line in page.splitlines() if "L=4: 8.4 [0.2, 16.7] ms" in line)  # the engine's sweep, CIs
-    # 4-rep points (3 df) carry no weights (issue 37): OLS with a robust se, the same verdict
+    # 4-rep points (3 df) carry no weights: OLS with a robust se, the same verdict
     assert "(L-1) form" not in sweep and "**inconclusive**: fit at L=1: -0.6 ms, 90% CI [-29.9, 28.7]" in sweep
     left = page[page.index("## Left out"): page.index("## Commands")]
     cut = next(line for line in left.splitlines() if "/nvtx_cost)" in line)

@@ -47,7 +47,7 @@ def test_nonexistent_checkpoint_dir(tmp_path):
 
 def test_empty_checkpoint_dir_is_not_found(tmp_path):
     msg = _raises(load_config, str(tmp_path), match="is a directory but not a Hugging Face checkpoint")
-    assert "no config.json" in msg and "not found" not in msg  # it exists: issue 38, item 11
+    assert "no config.json" in msg and "not found" not in msg  # it exists:, item 11
 
 
 def test_corrupted_config_json(tmp_path):
@@ -195,7 +195,7 @@ def test_cli_help_lists_presets_and_lengths_forms():
     assert "(default: 1024)" in r.stdout  # ArgumentDefaultsHelpFormatter
 
 
-# --- `python -m workbench.ab`: the flags against the model's own shape, before torch (issue 38, item 4) ----------
+# --- `python -m workbench.ab`: the flags against the model's own shape, before torch ----------
 
 AB_BAD = [
     (["--opt", "moe", "--model", "tiny-qwen3"], "--opt moe applies to qwen3_moe, gpt_oss models; tiny-qwen3 is a qwen3"),
@@ -258,7 +258,7 @@ def test_the_planner_checks_the_device_default_model_too():
     import torch
 
     from workbench.ab.cli import CPU_DEFAULTS
-    from workbench.ab.config import ABConfig
+    from workbench.ab.ab_config import ABConfig
     from workbench.ab.planner import plan
     cpu = torch.device("cpu")
     with pytest.raises(WorkbenchError, match="--layers 5: tiny-qwen3 has 2 layers"):

@@ -1,4 +1,4 @@
-"""workbench.measure.replication's machine level (issue 37: a rerun on another machine). `machine_prediction`'s
+"""workbench.measure.replication's machine level (a rerun on another machine). `machine_prediction`'s
 interval covers a process on a new machine about 95% of the time, where the pooled process-level interval
 (`process_estimate` over every process, machines ignored) under-covers: the negative control; one machine gives
 `process_estimate`'s interval; `heldout_new_machine_check` passes under its null at about its level and fails for a

@@ -273,7 +273,7 @@ def test_figures_from_results(tmp_path):
 
 
 def test_device_info_records_the_host_covariates_of_a_machine_effect():
-    """meta.json's device names the host CPU model and kernel (issue 37: machine effects had no covariate but the
+    """meta.json's device names the host CPU model and kernel (machine effects had no covariate but the
     UUID); the sync round trip is a CUDA measurement, None on a CPU, and environment_diff does not compare it (it
     differs between every two processes)."""
     from workbench.measure.results import device_info, environment, sync_roundtrip_us

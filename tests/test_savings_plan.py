@@ -1,4 +1,4 @@
-"""The plan for a new run of an inconclusive verdict (workbench/savings/plan.py, issue 39): the processes a fresh run
+"""The plan for a new run of an inconclusive verdict (workbench/savings/plan.py): the processes a fresh run
 needs, from the inconclusive one as a pilot, under the verdict test as committed."""
 import math
 

@@ -1,7 +1,7 @@
-"""Trace-source parity (issue 39 item 1): two traces of one step, one from each tool, give the same per-class totals
+"""Trace-source parity: two traces of one step, one from each tool, give the same per-class totals
 within 2% (`workbench.traces.parity`).
 
-The committed pair (tests/data/trace_pair/{torch,nsys}.events.parquet) comes from the GPU job gpu/jobs/trace_pair.sh;
+The committed pair (tests/data/trace_pair/{torch,nsys}.events.parquet) comes from the GPU job studies/savings_models/trace_pair.sh;
 until it is committed that test skips. Meanwhile the real H100 Nsight capture (tests/fixtures) is checked through
 each tool's naming of its kernels: the same step, classified from the names torch.profiler would store and from the
 names the nsys loader stores, must give identical totals, and the old short names must not (negative control)."""
@@ -24,7 +24,7 @@ def test_committed_pair_agrees_within_2_percent():
     paths = {s: os.path.join(PAIR, f"{s}.events.parquet") for s in ("torch", "nsys")}
     missing = [p for p in paths.values() if not os.path.exists(p)]
     if missing:
-        pytest.skip(f"the trace pair is not committed yet ({', '.join(missing)}): gpu/jobs/trace_pair.sh makes it")
+        pytest.skip(f"the trace pair is not committed yet ({', '.join(missing)}): studies/savings_models/trace_pair.sh makes it")
     import pandas as pd
     ev = {s: pd.read_parquet(p) for s, p in paths.items()}
     assert set(ev["torch"]["source"]) == {"torch"} and set(ev["nsys"]["source"]) == {"nsys"}

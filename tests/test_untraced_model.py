@@ -1,5 +1,5 @@
 """The untraced form of the sync-driven models (workbench.savings.untraced, `--dose`): the untimed dose slope per
-unit times the judged shape's exact count, no trace read (issue 39 item 4)."""
+unit times the judged shape's exact count, no trace read."""
 from __future__ import annotations
 
 import json

@@ -223,7 +223,7 @@ def test_linear_fit_value_at_one():
 
 
 def test_levers_rank_the_non_matrix_components():
-    from workbench.traces.levers import levers
+    from workbench.traces.lever_advice import levers
     comps = [dict(component="gemm", ms=50.0, share=0.5), dict(component="launch_gap", ms=30.0, share=0.3),
              dict(component="sync_stall", ms=2.0, share=0.02), dict(component="norm_elementwise", ms=18.0, share=0.18)]
     lv = levers(comps)
@@ -244,7 +244,7 @@ def _fill_add_kernels(adds, add_ms, fills, fill_ms):
 def test_slice_gradients_lever_from_the_top_kernels():
     """Zero-fills and adds of whole tensors, many per step, are named first (with their counts and share of the
     step); a few fills and adds (an optimizer's, a loss's) are not."""
-    from workbench.traces.levers import levers, slice_gradients
+    from workbench.traces.lever_advice import levers, slice_gradients
     comps = [dict(component="gemm", ms=100.0, share=0.1), dict(component="norm_elementwise", ms=800.0, share=0.8),
              dict(component="step_ms", ms=1000.0, share=1.0)]
     top = _fill_add_kernels(adds=4080.0, add_ms=600.0, fills=4054.0, fill_ms=150.0)
@@ -261,7 +261,7 @@ def test_a_dense_models_fills_and_adds_are_no_per_expert_loop():
     """The H100 llama-3.1-8b breakdowns of 2026-11-27 (32 layers: 259 fills and 1211 adds a step, 6% of it) named the
     per-expert pattern on a model without experts. Now only a model with experts gets it, and only from as many fills
     a step as one layer has experts; the same kernels on a MoE model of 64 experts are still named (the control)."""
-    from workbench.traces.levers import experts_of, levers, slice_gradients
+    from workbench.traces.lever_advice import experts_of, levers, slice_gradients
     comps = [dict(component="gemm", ms=500.0, share=0.3), dict(component="norm_elementwise", ms=340.0, share=0.21),
              dict(component="step_ms", ms=1640.0, share=1.0)]
     top = _fill_add_kernels(adds=1211.0, add_ms=81.0, fills=259.0, fill_ms=25.0)

@@ -1,5 +1,5 @@
-"""Verdicts that do not blame the model for the instrument (issue 39 item 3) and carry the process component of the
-measured saving (issue 37 item 7): θ as a shift with its own interval, the traced-vs-timed precondition, models and
+"""Verdicts that do not blame the model for the instrument and carry the process component of the
+measured saving: θ as a shift with its own interval, the traced-vs-timed precondition, models and
 published forms in one Holm family, the measured saving at the unit of the claim, the input source and the model
 revision on every row. Each check has its negative control."""
 import json
@@ -34,7 +34,7 @@ def _simulate(rng, *, inflation=1.92, layers=8, passes=2, s_true_ms=1.2, steps=4
 
 
 def test_an_exact_model_with_a_92_percent_inflated_input_is_refuted_as_traced_and_confirmed_with_the_right_theta():
-    """Issue 39's simulation: an exact model whose traced input is inflated 92% is refuted every time when its input
+    """Simulation: an exact model whose traced input is inflated 92% is refuted every time when its input
     is used as traced, and confirmed when θ (= 1 / 1.92, with its CI) multiplies the prediction. Negative control:
     a θ of 1 (a calibration that finds no inflation) leaves it refuted."""
     rng = np.random.default_rng(0)

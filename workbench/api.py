@@ -21,7 +21,7 @@ document and batch size 1 (`DataCollatorWithFlattening`, TRL's padding-free coll
 packing arm builds its metadata at collate time: call `handle.prepare_batch` in your collator and pass
 `handle.inputs_fn(model, batch)` to the model; every other arm needs nothing but the model call.
 
-Precision: the workbench times the step `transformers.Trainer(bf16=True)` runs (`workbench.step.precision`): a bf16 base,
+Precision: the workbench times the step `transformers.Trainer(bf16=True)` runs (`workbench.step.precision_mode`): a bf16 base,
 fp32 LoRA adapters (peft's default), forward and loss under bf16 autocast, backward outside it. Under Trainer with
 `bf16=True` nothing more is needed (accelerate wraps the forward). In your own loop, the same step is
 
@@ -40,7 +40,7 @@ import inspect
 from workbench.opts import registry as opt_registry
 from workbench import opts as _opts
 from workbench.errors import WorkbenchError
-from workbench.step.precision import forward_context, lora_kwargs  # noqa: F401 - public: the timed step's precision
+from workbench.step.precision_mode import forward_context, lora_kwargs  # noqa: F401 - public: the timed step's precision
 
 def _order() -> tuple[str, ...]:
     """The optimizations in application order (SPEC `apply_order`, else `order`; reverted in reverse): attention,

@@ -264,7 +264,7 @@ def _breakdown(trace_path: str, out_dir: str, desc: dict) -> dict:
     an A/B arm; {} when the trace holds no GPU kernel (a CPU run)."""
     from workbench.traces import decompose, from_torch_trace
     from workbench.traces.events import save_events
-    from workbench.traces.levers import experts_of, levers
+    from workbench.traces.lever_advice import experts_of, levers
     ev = from_torch_trace(trace_path)
     save_events(ev, os.path.join(out_dir, "traces", COMPARISON, PLAIN))
     if not (ev["kind"] == "kernel").any():

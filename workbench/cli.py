@@ -33,9 +33,10 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def parser(prog: str, description: str, **kwargs) -> OneLineParser:
-    """The parser of `python -m PROG`: one-line errors, the description printed as written."""
+    """The parser of `python -m PROG` (a PROG with a space, e.g. "workbench gate", is shown as given): one-line
+    errors, the description printed as written."""
     kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
-    return OneLineParser(prog=f"python -m {prog}", description=description, **kwargs)
+    return OneLineParser(prog=prog if " " in prog else f"python -m {prog}", description=description, **kwargs)
 
 
 def run_main(main, argv=None) -> int:

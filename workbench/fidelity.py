@@ -185,8 +185,8 @@ def run_trainer(model, cpu_batches, *, steps: int, lr: float, cuda: bool, seed: 
 
     The model leaves as it came (`ACCELERATE_MARKS` restored): accelerate wraps its forward in autocast and marks it
     prepared, and a mark left behind makes the next Trainer's accelerate skip the wrapper, so that Trainer would run
-    without autocast (its fp32 adapters as fp32 GEMMs: what the fidelity runs of 2026-11-23 measured after their
-    first Trainer). `grad_hooks` ({name: param}) captures each LoRA gradient right after backward accumulates it,
+    without autocast (its fp32 adapters as fp32 GEMMs, in every Trainer after
+    the first). `grad_hooks` ({name: param}) captures each LoRA gradient right after backward accumulates it,
     before Trainer clips it: the dict gets {name: fp32 copy}. `bf16` (default: `cuda`) is TrainingArguments' flag.
     """
     from transformers import TrainingArguments
@@ -260,7 +260,7 @@ def one_step_agreement(model, cpu_batch, dev_batch, *, lr: float, cuda: bool, se
     harness; in bf16, where that fails, both against an fp32 run of the harness step). `trainer_batch` (a CPU batch)
     feeds Trainer another batch: the negative control. `step_precision`: the harness step's (resolved)."""
     from workbench.measure import equivalence
-    from workbench.step import precision
+    from workbench.step import precision_mode as precision
     from workbench.step.harness import train_step
     from workbench.step.models import lora_parameters
 
@@ -415,7 +415,7 @@ def _mean(x):
 
 def run(a) -> dict:
     """The whole measurement for parsed arguments `a`; returns the JSON object."""
-    from workbench.step import precision
+    from workbench.step import precision_mode as precision
     from workbench.step.data import make_batches, to_device
     from workbench.step.harness import enable_checkpointing
     from workbench.step.models import build_model, lora_resetter, resolve_device

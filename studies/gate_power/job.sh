@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU minutes: about 7 on one H200 (15 processes of a 4-layer packing step: baseline, 6 A/A, 4 + 4 gate re-runs; ~25-35 s each)
 # The gate on a GPU: does it catch an injected slowdown of a stated size at its stated power, and fail same-commit
-# re-runs at most at its stated rate? Every decision is made by `python -m workbench.gate` itself. Plan, rule and the
+# re-runs at most at its stated rate? Every decision is made by `python -m workbench gate` itself. Plan, rule and the
 # rates stated beforehand: studies/gate_power/README.md. Run from the repo root, detached, writing under $OUT:
 #   OUT=$OUT nohup bash studies/gate_power/job.sh > $OUT/job.log 2>&1 &
 # CPU check of the commands (tiny presets; the gate refuses a CPU baseline, so the decisions end "error: ... CPU"):
@@ -43,9 +43,9 @@ PY
 2>> "$OUT/jobs.txt")
 log "injection WORKBENCH_INJECT_GEMMS=$INJECT"
 for i in $(seq 1 "$D"); do
-  python -m workbench.gate --baseline "$OUT/baseline" --aa $AA --regression-pct "$REG" --out "$OUT/same$i" \
+  python -m workbench gate --baseline "$OUT/baseline" --aa $AA --regression-pct "$REG" --out "$OUT/same$i" \
     > "$OUT/same$i.out" 2> "$OUT/same$i.err"; log "same$i rc=$?"
-  WORKBENCH_INJECT_GEMMS=$INJECT python -m workbench.gate --baseline "$OUT/baseline" --aa $AA --regression-pct "$REG" \
+  WORKBENCH_INJECT_GEMMS=$INJECT python -m workbench gate --baseline "$OUT/baseline" --aa $AA --regression-pct "$REG" \
     --out "$OUT/inj$i" > "$OUT/inj$i.out" 2> "$OUT/inj$i.err"; log "inj$i rc=$?"
 done
 # the tally: each decision's verdict line as the gate printed it (rc 0 pass, 1 fail, 2 refused / no verdict)

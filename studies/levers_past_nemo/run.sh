@@ -25,7 +25,7 @@ case $PART in
   moe) run moe_qwen3 --model qwen3-30b-a3b --layers ${MOE_LAYERS:-48} --lengths fixed:4096 --tokens 8192;;
   report)
     dirs=$(for d in nemo8k l16k moe_qwen3; do [ -f "$OUT/$d/summary.json" ] || [ -f "$OUT/$d/results.csv" ] && echo "$OUT/$d"; done)
-    echo "python -m workbench.lever_path $dirs --out $OUT/path" >> "$OUT/COMMAND.txt"
-    python -m workbench.lever_path $dirs --out "$OUT/path" > "$OUT/path.log" 2>&1; cat "$OUT/path.log";;
+    echo "python -m workbench lever_path $dirs --out $OUT/path" >> "$OUT/COMMAND.txt"
+    python -m workbench lever_path $dirs --out "$OUT/path" > "$OUT/path.log" 2>&1; cat "$OUT/path.log";;
   *) echo "unknown part $PART (nemo8k | l16k | moe | report)"; exit 2;;
 esac

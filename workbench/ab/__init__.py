@@ -42,7 +42,7 @@ The package, along the data flow (each room one job):
     passes   torch.profiler and nsys passes
     summary  per-arm dicts and result rows
 
-`from workbench import ab` keeps the old names (`ab.main`, `ab.Runner`, `ab.plan`, ...): they load on first use.
+`from workbench import ab` exposes the main names (`ab.main`, `ab.Runner`, `ab.plan`, ...): they load on first use.
 """
 from __future__ import annotations
 
@@ -51,8 +51,8 @@ import importlib
 _HOME = {
     "main": "session", "_main": "session", "Terminated": "session", "_verdicts": "session",
     "_install_sigterm": "session",
-    "parse_args": "cli", "parse_sweep": "config", "ABConfig": "config", "OPT_CHOICES": "cli", "HF_ATTN": "cli", "ARMS_HELP": "cli",
-    "SWEEPABLE": "config", "CPU_DEFAULTS": "cli", "GPU_DEFAULTS": "cli", "DOC": "cli",
+    "parse_args": "cli", "parse_sweep": "ab_config", "ABConfig": "ab_config", "OPT_CHOICES": "cli", "HF_ATTN": "cli", "ARMS_HELP": "cli",
+    "SWEEPABLE": "ab_config", "CPU_DEFAULTS": "cli", "GPU_DEFAULTS": "cli", "DOC": "cli",
     "DTYPE_CHOICES": "cli",
     "plan": "planner", "ArmSpec": "planner", "Comparison": "planner",
     "Runner": "runner", "_Session": "arm", "_free": "arm", "_fresh": "arm", "_plain": "arm",

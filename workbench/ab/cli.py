@@ -10,9 +10,9 @@ from workbench.cli import HelpFormatter, OneLineParser
 from workbench.errors import WorkbenchError
 
 from workbench.opts import registry
-from workbench.ab.config import ABConfig
+from workbench.ab.ab_config import ABConfig
 from workbench.step.config import RunConfig
-from workbench.step.precision import CHOICES as PRECISION_CHOICES, HELP as PRECISION_HELP
+from workbench.step.precision_mode import CHOICES as PRECISION_CHOICES, HELP as PRECISION_HELP
 
 DOC = sys.modules["workbench.ab"].__doc__.split("\n\nThe package, along")[0].replace(
     "(time: profiles/timings.json)", "({cpu_main_time})")
@@ -61,7 +61,7 @@ GPU_DEFAULTS = {**{o: dict(registry.spec(o)["gpu"]) for o in OPT_NAMES},
                 "_run": dict(tokens=16384, batches=2, steps=2, warmup=2, warmup_max=8, reps=8,
                              lengths=RunConfig().data.lengths)}
 """GPU protocol: the rep is the unit of independence (arms run as blocks per rep), so more, shorter reps: 8 reps x 2
-timed steps over 2 batches. `python -m workbench.power` finds this protocol's A/A false-verdict rate at 5% and its
+timed steps over 2 batches. `workbench power` finds this protocol's A/A false-verdict rate at 5% and its
 coverage at 0.95 under the rep effects and drift measured on the H100."""
 
 LR_MAX = 1.0

@@ -1,8 +1,8 @@
-"""`python -m workbench.ab.dose`: a savings model's input measured without the instrument, a dose-response (issue 39).
+"""`python -m workbench.ab.dose`: a savings model's input measured without the instrument, a dose-response.
 
     python -m workbench.ab.dose --opt packing --model qwen3-14b --layers 8 --tokens 16384 \\
         --timing none,torch,nsys --processes 3 --reps 4 --trace torch --out DIR
-    python -m workbench.savings.dose DIR --calibration FILE      # the analysis (torch-free): slope, theta, decision
+    python -m workbench.savings.dose_fit DIR --calibration FILE      # the analysis (torch-free): slope, theta, decision
 
 The levels u_0 = 0 < ... < u_max of one fix (the optimization's `DOSE` arm with `dose=u`: packing `cached` with u of
 its L*p - 1 cache hits per step, moe `sort_bincount` in the first u layers; u = 0 is the baseline's function and
@@ -39,7 +39,7 @@ from workbench.errors import WorkbenchError
 
 TIMINGS = ("none", "torch", "nsys")
 REFUSED = ("--arms", "--aa", "--sweep", "--headline", "--nvtx-cost", "--only", "--processes")
-RUN_FILE, PROCESS_FILE = "dose_run.json", "dose.json"  # read by workbench.savings.dose
+RUN_FILE, PROCESS_FILE = "dose_run.json", "dose.json"  # read by workbench.savings.dose_fit
 
 
 def dose_levels(units_max: int, n: int) -> list[int]:
@@ -194,7 +194,7 @@ def main(argv=None) -> int:
                 raise WorkbenchError(f"process {folder} refused its input (see {d}.log)")
     failed = [p for p in record["processes"] if p["rc"] != 0]
     print(f"{'complete' if not failed else 'INCOMPLETE'}: {len(record['processes']) - len(failed)}/"
-          f"{len(record['processes'])} processes ran cleanly -> {out}; analyse: python -m workbench.savings.dose {out}")
+          f"{len(record['processes'])} processes ran cleanly -> {out}; analyse: python -m workbench.savings.dose_fit {out}")
     emit_json({"out": out, **record})
     return 0 if not failed else 1
 

@@ -1,4 +1,4 @@
-"""Fold dose folders run later, or on other machines, into one dose folder (issue 39: more processes per model).
+"""Fold dose folders run later, or on other machines, into one dose folder (more processes per model).
 
     python -m workbench.ab.dose_merge INTO SRC [SRC ...]    # INTO, SRC: `python -m workbench.ab.dose` folders
 
@@ -7,8 +7,8 @@ layers and tokens (each process's meta.json). Its processes are copied to INTO/<
 .log beside), appended to INTO's dose_run.json `processes` with `machine` (the GPU UUID from the process's meta.json)
 and `merged_from`, its command joined to INTO's with " ; ", and one sentence added to `merged_note`. INTO's `traced`
 (the process the decision's c comes from) is kept; SRC's traced processes count in `c_over_processes` beside it
-(`workbench.savings.dose`). A mismatch, or a SRC without dose_run.json, is refused in one line before anything is
-copied. Then: `python -m workbench.savings.dose INTO [--calibration FILE]`.
+(`workbench.savings.dose_fit`). A mismatch, or a SRC without dose_run.json, is refused in one line before anything is
+copied. Then: `python -m workbench.savings.dose_fit INTO [--calibration FILE]`.
 """
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
                       "the dose folder that receives the processes (its dose_run.json is rewritten)",
                       "dose folders whose processes are copied in", argv)
     new = merge(a.into, a.sources)
-    print(f"merged {len(new)} process(es) into {a.into}: {', '.join(new)}; now run python -m workbench.savings.dose "
+    print(f"merged {len(new)} process(es) into {a.into}: {', '.join(new)}; now run python -m workbench.savings.dose_fit "
           f"{a.into}")
     emit_json({"into": a.into, "added": new})
     return 0

@@ -1,6 +1,6 @@
 """The path to the best step: the levers applied cumulatively, point by point, from `--opt levers` runs.
 
-    python -m workbench.lever_path RUN_DIR [RUN_DIR ...] --out DIR     # DIR/path.csv, DIR/path.png
+    workbench lever_path RUN_DIR [RUN_DIR ...] --out DIR     # DIR/path.csv, DIR/path.png
 
 Each RUN_DIR is a `python -m workbench.ab --opt levers` run folder. Its `path` comparison (`workbench.ab.levers`)
 timed, on the same batches and interleaved, the baseline and the levers switched on one after the other in order of
@@ -28,7 +28,7 @@ Per point, one row of path.csv:
   function by design, as the run judged it: `workbench.measure.numerics.equiv_cell`; None for any other);
 - the breakdown: `ms_<component>` per `workbench.traces.decompose` component, from the point's trace (a run with
   `--trace torch`); and for the last point the path measured (a failed later point has no trace) `held_back_by`: the
-  levers `workbench.traces.levers.levers` names in its breakdown, largest first (ms, share of the traced step);
+  levers `workbench.traces.lever_advice.levers` names in its breakdown, largest first (ms, share of the traced step);
   `gemm_share`, GEMM's share of the traced step; and `mfu_if_only_gemm` = mfu / gemm_share, the MFU the point would
   reach if every non-GEMM microsecond went and the GEMMs ran as they do: below a goal, the GEMMs themselves hold the
   point back too; `clock_note` when that point's median SM clock (`sm_clock_mhz`, with `power_w`: NVML over its timed
@@ -116,7 +116,7 @@ def _breakdown(run_dir: str, cmp_name: str, arm: str, experts: int | None = None
     ev = load_events(path)
     if not (ev["kind"] == "kernel").any():
         return {}, None
-    from workbench.traces.levers import levers, recompute_per_step
+    from workbench.traces.lever_advice import levers, recompute_per_step
     from workbench.traces import decompose
     comps = decompose.summary(ev).to_dict("records")
     ms = {f"ms_{r['component']}": r["ms"] for r in comps if r["component"] in decompose.COMPONENTS}
@@ -127,7 +127,7 @@ def _breakdown(run_dir: str, cmp_name: str, arm: str, experts: int | None = None
 
 
 def held_back(lever_rows: list[dict]) -> str | None:
-    """The levers a breakdown names (`workbench.traces.levers.levers` rows), largest first, as one line."""
+    """The levers a breakdown names (`workbench.traces.lever_advice.levers` rows), largest first, as one line."""
     rows = sorted(lever_rows, key=lambda r: -(r["ms"] or 0))
     return "; ".join(f"{r['component']} ({r['ms']:.1f} ms, {100 * r['share']:.0f}%)" for r in rows) or None
 
@@ -246,7 +246,7 @@ def rows_of(run_dir: str) -> list[dict]:
     """The path's points of one run folder (see the module's doc)."""
     from workbench.measure import engine, stats
     from workbench.measure.results import comparison_arms, load_run
-    from workbench.traces.levers import experts_of
+    from workbench.traces.lever_advice import experts_of
 
     results, summary, meta = load_run(run_dir)
     if not summary:
@@ -370,7 +370,7 @@ def run_labels(runs: list[str]) -> dict[str, str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m workbench.lever_path", description=__doc__,
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="workbench lever_path", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", help="--opt levers run folders")
     p.add_argument("--out", required=True, help="folder for path.csv and path.png")

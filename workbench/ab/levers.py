@@ -8,7 +8,7 @@ speedup and a verdict, then the path from the baseline to the best step.
    arms this model and device can run (each module's `unsupported`: a dense model skips an expert lever). On a GPU
    a traced baseline pass (torch.profiler, the model with every applicable lever at its baseline arm, the run's
    --warmup and --steps on its batches; saved under traces/_levers_baseline/) gives the step's breakdown
-   (`workbench.traces.decompose`) and the levers it names (`workbench.traces.levers.levers`, components with at least
+   (`workbench.traces.decompose`) and the levers it names (`workbench.traces.lever_advice.levers`, components with at least
    MIN_SHARE of the step); the lever optimizations whose component is named run, in order of predicted saving. Where
    no trace is available (a CPU, or the trace failed) every applicable lever runs, and none has a prediction.
 2. One comparison per lever (its baseline against its OPTIMIZED arm, every comparison on the same batches: one shape,
@@ -21,7 +21,7 @@ speedup and a verdict, then the path from the baseline to the best step.
    (stated)", `path_levers`) or whose own comparison failed or was slower (`prune_path`); a lever whose anchor (the
    arm a user would pick instead, timed beside) beat its optimized arm clearly goes on the path at the anchor
    (`faster_anchor`, recorded under `levers.path_arms`);
-   `python -m workbench.lever_path RUN_DIR` reads it (step time, speedup over the previous point, MFU, breakdown).
+   `workbench lever_path RUN_DIR` reads it (step time, speedup over the previous point, MFU, breakdown).
    `--only NAME,...` keeps part of the plan, after the selection (e.g. `--only path`: a long run split in two).
 4. `annotate`: per lever comparison, `lever` = {component, component_ms (its ms per step in the traced baseline,
    with the se over traced steps), saved_fraction (the module's SAVED_FRACTION, default 1.0), predicted_ms =
@@ -110,14 +110,14 @@ def predict(opt: str, breakdown: dict | None) -> dict:
 
 def _decompose_component(lever_component: str) -> str:
     """The `decompose` component a lever's component is measured in (its se over traced steps)."""
-    from workbench.traces.levers import DENSE_ATTENTION_COMPONENT
+    from workbench.traces.lever_advice import DENSE_ATTENTION_COMPONENT
     return "attention" if lever_component == DENSE_ATTENTION_COMPONENT else lever_component
 
 
 def breakdown_of(events, attention_impl: str | None, experts: int | None = None) -> dict:
     """{components, levers, se_ms, steps} of a traced baseline's events (`experts`: per MoE layer, None if dense)."""
     from workbench.step import flops
-    from workbench.traces.levers import LOSS_COMPONENT, RECOMPUTE_COMPONENT, levers, loss_per_step, recompute_per_step
+    from workbench.traces.lever_advice import LOSS_COMPONENT, RECOMPUTE_COMPONENT, levers, loss_per_step, recompute_per_step
     from workbench.traces import decompose
 
     comps = decompose.summary(events).to_dict("records")

@@ -4,11 +4,11 @@ from __future__ import annotations
 import dataclasses
 
 from workbench.opts import registry
-from workbench import opts as opts_registry
+from workbench import opts as optimizations
 from workbench.opts.protocol import hook
 from workbench.ab import preflight
 from workbench.ab.cli import CPU_DEFAULTS, GPU_DEFAULTS, HF_ATTN
-from workbench.ab.config import parse_sweep
+from workbench.ab.ab_config import parse_sweep
 from workbench.errors import WorkbenchError
 
 
@@ -49,7 +49,7 @@ class Comparison:
 
 
 def _modules(opt_names) -> dict:
-    return {o: opts_registry.module(o) for o in opt_names}
+    return {o: optimizations.module(o) for o in opt_names}
 
 
 def _unique_labels(names: list[str]) -> list[str]:
@@ -66,14 +66,14 @@ def plan(args, device) -> list[Comparison]:
     """The comparisons to run, validated (unknown opt / model / arm raise WorkbenchError)."""
     from workbench.step.models import load_config
 
-    opts_registry.load_all()  # what the optimizations register on import (wb_* experts names) is there to check
+    optimizations.load_all()  # what the optimizations register on import (wb_* experts names) is there to check
 
     defaults = GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS
     if args.opt == "levers":
         return _lever_plan(args, defaults, device)
     opt_list = list(registry.in_all_names()) + ["all"] if args.opt == "all" else [args.opt]
     if args.arms and args.opt == "all":
-        raise WorkbenchError(f"--arms needs a single --opt ({', '.join(opts_registry.OPTS)}); use --aa for an A/A "
+        raise WorkbenchError(f"--arms needs a single --opt ({', '.join(optimizations.OPTS)}); use --aa for an A/A "
                              "of all")
     if args.step.attn is not None and args.step.attn not in HF_ATTN:
         backends = set(_attention_backends())
@@ -102,7 +102,7 @@ def plan(args, device) -> list[Comparison]:
             labels = _unique_labels(["+".join(a.values()) for a in specs])
             arms = [ArmSpec(lbl, a) for lbl, a in zip(labels, specs)]
         else:
-            mod = opts_registry.module(opt)
+            mod = optimizations.module(opt)
             if args.arms:
                 names = [a.strip() for a in args.arms.split(",") if a.strip()]
                 bad = [a for a in names if a not in mod.ARMS]
@@ -157,8 +157,8 @@ def _check_backend_installed(args, comps) -> None:
     name = args.step.attn
     if name is None or name in HF_ATTN:
         return
-    installers = [o for o in registry.names() if name in hook(opts_registry.module(o), "BACKENDS")]
-    as_arm = [o for o in registry.names() if name in opts_registry.module(o).ARMS]  # attention's varlen / flex arms
+    installers = [o for o in registry.names() if name in hook(optimizations.module(o), "BACKENDS")]
+    as_arm = [o for o in registry.names() if name in optimizations.module(o).ARMS]  # attention's varlen / flex arms
     for c in comps:
         own = [o for o in as_arm if any(o in s.arms for s in c.arms)]
         if own and not any(o in installers for s in c.arms for o in s.arms):
@@ -189,7 +189,7 @@ def _all_variants(opt: str) -> tuple:
 
 def _attention_backends() -> tuple:
     """The attention backends the optimizations register (a module's BACKENDS): what --attn may name besides HF's."""
-    return tuple(b for o in registry.names() for b in hook(opts_registry.module(o), "BACKENDS"))
+    return tuple(b for o in registry.names() for b in hook(optimizations.module(o), "BACKENDS"))
 
 
 def _lever_plan(args, defaults, device) -> list[Comparison]:
@@ -213,7 +213,7 @@ def _lever_plan(args, defaults, device) -> list[Comparison]:
     _check_lengths(args, tokens, cfg.vocab_size)
     comps = []
     for opt in names:
-        mod = opts_registry.module(opt)
+        mod = optimizations.module(opt)
         base = lever_baseline(mod, args, device)
         if base == mod.OPTIMIZED:  # the run's recipe already is the lever's optimized arm (--precision bf16)
             continue

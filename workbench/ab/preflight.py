@@ -26,7 +26,7 @@ FLASH_ATTN = {"flash_attention_2": "is_flash_attn_2_available", "flash_attention
 def check_shape(args, opt: str, model: str) -> None:
     """The flags against `model`'s own shape, for comparison `opt` (an optimization, `all` or `levers`); a model
     whose shape cannot be read here passes (`load_config` refuses it with its own line)."""
-    from workbench.ab.config import parse_sweep
+    from workbench.ab.ab_config import parse_sweep
     from workbench.opts import registry
     from workbench.step.presets import PRESETS, own_shape
 

@@ -1,4 +1,4 @@
-"""Fold `--processes` campaigns of one command into one campaign folder (issue 39: one shape's processes run on the
+"""Fold `--processes` campaigns of one command into one campaign folder (one shape's processes run on the
 GPUs of one host in parallel, or in two leases, judged as one process population).
 
     python -m workbench.ab.processes_merge INTO SRC [SRC ...]    # INTO, SRC: `python -m workbench.ab ... --processes K` folders
@@ -10,7 +10,7 @@ summary.json: `results.process_dirs`) are copied to INTO/pNN with the next free 
 INTO's processes.json with `merged_from`; a SRC process that did not end cleanly is left out and counted in the note.
 Then INTO's estimates and environment are computed again over all its clean processes (`processes.aggregate`,
 `results.environment_diff`: processes on several GPUs read as a mixed `gpu` environment, which is what they are).
-A mismatch is refused in one line before anything is copied. Then: `python -m workbench.verdicts INTO ...`.
+A mismatch is refused in one line before anything is copied. Then: `workbench verdicts INTO ...`.
 """
 from __future__ import annotations
 

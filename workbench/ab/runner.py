@@ -11,7 +11,7 @@ import traceback
 import torch
 
 from workbench.opts import registry as opt_registry
-from workbench import opts as opts_registry
+from workbench import opts as optimizations
 from workbench.savings import common as savings
 from workbench.ab import passes, summary
 from workbench.ab.arm import _Parked, _Session, _fresh, _free, _plain
@@ -70,7 +70,7 @@ def _attention_ran(model, spec: ArmSpec) -> tuple:
     applied arm's module states in `ATTENTION_FLOPS` (None where none does)."""
     stated = None
     for opt, arm in spec.arms.items():
-        stated = stated or (opt_hook(opts_registry.module(opt), "ATTENTION_FLOPS") or {}).get(arm)
+        stated = stated or (opt_hook(optimizations.module(opt), "ATTENTION_FLOPS") or {}).get(arm)
     return model.config._attn_implementation, stated
 
 
@@ -139,8 +139,8 @@ class Runner:
         pinned once, not once per repetition; moe: the tokens per batch), its state kept per comparison here."""
         state = self._opt_state.setdefault(cmp.name, {})
         o: dict = {}
-        for opt in opts_registry.OPTS:
-            fn = opt_hook(opts_registry.module(opt), "comparison_options")
+        for opt in optimizations.OPTS:
+            fn = opt_hook(optimizations.module(opt), "comparison_options")
             if fn is not None:
                 o[opt] = fn(cmp, self.device, state.setdefault(opt, {}))
         return o
@@ -182,7 +182,7 @@ class Runner:
         backend's kernels take only fp16 / bf16 on a GPU, so there the reference runs the sdpa backend)."""
         o = self.options(cmp)
         for opt in {x for s in cmp.arms for x in s.arms}:
-            fn = opt_hook(opts_registry.module(opt), "reference_options")
+            fn = opt_hook(optimizations.module(opt), "reference_options")
             if fn is not None:
                 o[opt] = fn(o.get(opt, {}), ran_attn, self.device)
         return o
@@ -215,7 +215,7 @@ class Runner:
 
     # -- build: the model, its attention, the packed batches -------------------------------------------------------
     def phase_build(self, cmp: Comparison, index: int, total: int) -> "_Comparison":
-        from workbench.step import precision
+        from workbench.step import precision_mode as precision
         from workbench.step.models import lora_resetter
 
         a = self.args
@@ -238,7 +238,7 @@ class Runner:
         ran_attn = built_attn
         opts_o = self.options(cmp)
         for opt in dict.fromkeys(x for s in cmp.arms for x in s.arms):  # a backend of ours, through AttentionInterface
-            fn = opt_hook(opts_registry.module(opt), "attention_backend")
+            fn = opt_hook(optimizations.module(opt), "attention_backend")
             if fn is not None:
                 ran_attn = fn(model, self.device, opts_o.get(opt, {}))
         out["attn"] = ran_attn

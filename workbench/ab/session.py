@@ -265,7 +265,7 @@ def _open(r: _Run) -> None:
     from workbench.instrument import NvmlSampler
     from workbench.measure.equivalence import describe
     from workbench.measure.results import RunWriter, device_info
-    from workbench.step import precision as _prec
+    from workbench.step import precision_mode as _prec
 
     a, dctx, device = r.a, r.dctx, r.device
     replace = bool(a.force and r.main_rank)  # the writer takes the folder's lock, then removes the earlier run's files

@@ -1,5 +1,5 @@
 """Tables and figures from run folders of the one results schema (`workbench/measure/results.py`): what the notebooks and
-`python -m workbench.readme_results` show.
+`workbench readme_results` show.
 
     from workbench import analysis as an
     runs = an.discover("profiles")           # complete GPU runs; an.left_out("profiles") says what was not taken, why
@@ -42,7 +42,7 @@ from workbench.analysis.breakdowns import (
 from workbench.analysis.timelines import (
     STREAM_COLUMNS, TIMELINE_CATEGORIES, TIMELINE_COLUMNS, arm_events, layer_timeline, load_trace, meta_builds, pair_timeline,
     step_windows, stream_roles, timeline_pairs, trace_diffs)
-from workbench.analysis.processes import PROCESS_COLUMNS, claim_designs, design_estimates, process_claims
+from workbench.analysis.process_level import PROCESS_COLUMNS, claim_designs, design_estimates, process_claims
 from workbench.analysis.heldout import HELDOUT_COLUMNS, heldout_checks, heldout_family
 from workbench.analysis.claims import (
     CLAIM_COLUMNS, claims_table, claims_vs_ours, same_model)

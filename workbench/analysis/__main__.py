@@ -8,7 +8,7 @@ from workbench.cli import parser, run_main
 
 def main(argv=None) -> int:
     from workbench import analysis as an
-    p = parser("workbench.analysis", an.__doc__ + "\nPrints the run folders found and those left out, with the reason.")
+    p = parser("workbench analysis", an.__doc__ + "\nPrints the run folders found and those left out, with the reason.")
     p.add_argument("profiles", nargs="?", default=None, help="the folder searched (default: $WB_PROFILES, else "
                    "the checkout's profiles/)")
     p.add_argument("--include-cpu", action="store_true", help="keep CPU runs")

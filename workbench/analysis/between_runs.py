@@ -1,5 +1,5 @@
 """The between-run component of a measured saving: how far a rerun of one shape, in another lease (on another
-machine), moves the saving beyond what one run's processes show (issue 39).
+machine), moves the saving beyond what one run's processes show.
 
 A process-level verdict measures a saving over the K processes of one run: the population of processes on that
 machine. Twice a planned run's ratio landed outside its pilot's 90% interval (offload qwen3-14b: 0.74 [0.65, 0.83] ->
@@ -46,7 +46,7 @@ resolved them in summary.json), beside the comparison, its arms and the GPU. A k
 and batches (`--process-seeds same`) are not runs of a population of them."""
 
 OUT_FILE = BETWEEN_RUNS_FILE
-"""Written into the profiles root by the CLI; `python -m workbench.verdicts --plan` reads it back
+"""Written into the profiles root by the CLI; `workbench verdicts --plan` reads it back
 (`workbench.savings.plan.read_between_runs`)."""
 
 

@@ -50,8 +50,8 @@ LEVER_COLUMNS = ["folder", "comparison", "arm", "role", "rank", "component", "ms
 
 
 def levers(profiles: str | None = None, include_incomplete_comparisons=False, **discover_kw) -> pd.DataFrame:
-    """What would move each traced arm closer to the GPU's limit (`LEVER_COLUMNS`; `workbench.traces.levers`, written by
-    `python -m workbench.verdicts` into each arm's breakdown): the component or kernel pattern, its ms per traced step
+    """What would move each traced arm closer to the GPU's limit (`LEVER_COLUMNS`; `workbench.traces.lever_advice`, written by
+    `workbench verdicts` into each arm's breakdown): the component or kernel pattern, its ms per traced step
     and share of the step, and the lever, ranked."""
     rows = []
     for r, c, a, role, b in _traced_arms(profiles, include_incomplete_comparisons, discover_kw):

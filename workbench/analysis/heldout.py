@@ -1,9 +1,9 @@
-"""Held-out checks already run (issue 37): every `analysis_vN.json` below a profiles root, one row per comparison.
+"""Held-out checks already run: every `analysis_vN.json` below a profiles root, one row per comparison.
 
     from workbench import analysis as an
     an.heldout_checks("profiles")   # design, machine, M, held-out estimate, PI, fraction inside, spread, verdict
 
-Each file is what `python gpu/analyze_heldout_v2.py DIR --design FILE --out DIR/analysis_vN.json` wrote: one
+Each file holds one
 design's rule (a `prospective_vN.json`, committed before the run) applied unchanged to M new processes on a machine
 the design did not pool. The numbers are read, never recomputed here. `claim` says whether the design is still the
 comparison's claim (`processes.claim_designs`: the newest revision naming it) or a superseded one judged for the
@@ -17,7 +17,7 @@ import re
 
 import pandas as pd
 
-from workbench.analysis.processes import claim_designs
+from workbench.analysis.process_level import claim_designs
 
 HELDOUT_COLUMNS = ["name", "design", "claim", "machine", "M", "planned_M", "speedup", "shift_pct", "pi95_lo",
                    "pi95_hi", "inside", "inside_null_q05", "spread", "verdict", "mixed_environment", "source"]

@@ -1,4 +1,4 @@
-"""How each speedup and savings-model verdict moves with the document-length distribution (issue 25).
+"""How each speedup and savings-model verdict moves with the document-length distribution.
 
     # D = documents in a packed batch
 
@@ -6,7 +6,7 @@
 SPEC` runs (`profiles/lengths_campaign.sh` makes them): the `--lengths` the run used (meta.json), D per batch (mean,
 min, max over the run's packed batches, summary.json's `batches`), the speedup with its 95% CI and verdict recomputed
 from results.csv with today's statistics (`analysis.recomputed`: the rep is the unit), and the savings-model verdict
-with measured / predicted and its 90% CI (summary.json's `savings_model`, written by `python -m workbench.verdicts`).
+with measured / predicted and its 90% CI (summary.json's `savings_model`, written by `workbench verdicts`).
 `varied(table)`: the comparisons that ran on two or more distributions. `figure(table)`: speedup with its 95% CI
 against mean D per batch, one line per optimization.
 """

@@ -199,7 +199,7 @@ def _read_runs(root: str, dirs: list[str]) -> list[dict]:
 def _copies(recs: list[dict]) -> None:
     """Mark each process folder of a merged campaign that copies another (the same run_id twice below the root) as
     left out, `copy_of` naming the kept one: a merge (`processes_merge`, `dose_merge`) copies processes in, and
-    gpu/jobs/moe_same_host.sh commits the campaigns beside their merge. The tables count a process once, where it
+    studies/moe_two_term/moe_same_host.sh commits the campaigns beside their merge. The tables count a process once, where it
     ran (a folder outside a merged campaign first); the verdicts read a merged folder by its path."""
     by: dict = {}
     for r in recs:
@@ -336,7 +336,7 @@ def recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict 
 def _merged(parent: str) -> bool:
     """Whether a process folder with this parent lies in a merged campaign: its processes.json, or its dose's
     dose_run.json, has a "merged_note" (`workbench.ab.processes_merge`, `dose_merge`)."""
-    from workbench.savings.dose import RUN_FILE
+    from workbench.savings.dose_fit import RUN_FILE
     for f in (os.path.join(parent, results.PROCESSES_FILE), os.path.join(os.path.dirname(parent), RUN_FILE)):
         if os.path.isfile(f) and (_json(f) or {}).get("merged_note"):
             return True
@@ -347,7 +347,7 @@ def _process_of(parent: str, base: str) -> str | None:
     """The campaign a run folder is one process of: its parent's `processes.json` (`--processes K`), a dose-response
     (`python -m workbench.ab.dose`: DIR/<mode>/pNN/, DIR/dose_run.json), whose levels are not the optimization's arms,
     or a designed per-GPU job's folder above it (`results.DESIGN_FILE`)."""
-    from workbench.savings.dose import RUN_FILE
+    from workbench.savings.dose_fit import RUN_FILE
     if os.path.isfile(os.path.join(parent, results.PROCESSES_FILE)):
         return os.path.relpath(parent, base)
     dose = os.path.dirname(parent)

@@ -49,7 +49,7 @@ VERDICT_COLUMNS = ["folder", "comparison", "opt", "model", "layers", "tokens", "
 
 
 def verdicts(profiles: str | None = None, include_incomplete_comparisons=False, **discover_kw) -> pd.DataFrame:
-    """One row per comparison whose `savings_model` has a verdict (`VERDICT_COLUMNS`; `python -m workbench.verdicts`
+    """One row per comparison whose `savings_model` has a verdict (`VERDICT_COLUMNS`; `workbench verdicts`
     writes them after a traced run): the model's formula, predicted ms with its 95% CI (delta method over the traced
     steps), the measured paired saving (baseline - arm, mean over the engine's pairs) with its 95% CI and n pairs,
     measured / predicted with its 90% CI, the p-values raw and Holm-adjusted within the verdict's family, the verdict

@@ -1,11 +1,11 @@
-"""python -m workbench.gate --baseline RUN_DIR --aa AA_DIR AA_DIR AA_DIR [--regression-pct 2] [--budget-s S]
+"""workbench gate --baseline RUN_DIR --aa AA_DIR AA_DIR AA_DIR [--regression-pct 2] [--budget-s S]
 
 A performance regression gate: re-run the baseline run (its meta.json args, so the same comparisons) at HEAD,
 then judge one comparison's arm (--comparison, --arm: default the only comparison and its optimized arm): fail
 (exit 1) only when the speedup CI of the new run over the baseline lies wholly below 1 - tolerance
 (`workbench.compare.gate_stats`). The tolerance comes from the noise of 3 or more same-commit A/A processes of that
 comparison on this machine (--aa: `python -m workbench.ab --opt OPT --aa`, run 3 times): their rep and step SDs (as
-`python -m workbench.power --from` estimates them) and the run-to-run SD of their levels (its upper 95% bound), the
+`workbench power --from` estimates them) and the run-to-run SD of their levels (its upper 95% bound), the
 tolerance that keeps the simulated A/A false-fail rate <= 5%. Before the re-run the gate states that false-fail
 rate and its simulated power for a --regression-pct slowdown.
 
@@ -298,7 +298,7 @@ def plan_line(tol: float, how: dict, design: gate_stats.GateDesign) -> str:
 
 
 def main(argv=None, rerun=subprocess_rerun) -> int:
-    p = OneLineParser(prog="python -m workbench.gate", description=__doc__.split("\n\n")[1])
+    p = OneLineParser(prog="workbench gate", description=__doc__.split("\n\n")[1])
     p.add_argument("--baseline", required=True, metavar="RUN_DIR", help="the run to re-run and gate (timed on a GPU)")
     p.add_argument("--aa", nargs="+", default=None, metavar="RUN_DIR", help="3 or more same-commit A/A run folders "
                    "of the comparison on this machine: the noise the tolerance comes from (required)")

@@ -8,12 +8,12 @@ difference (exp of it); < 1: the new run is slower. The gate fails only when the
 Why a tolerance. Two runs are two processes: clocks, autotuned kernels, memory layout move a whole run, an effect
 the reps of one run cannot see, so a CI built from reps alone fails A/A gates too often. The tolerance is the
 slowdown an A/A gate reaches 5% of the time under the noise of an A/A run on the same machine: its rep / step SDs
-from `power.components_from_run` (as `python -m workbench.power --from` estimates them), batch effects shared by
+from `power.components_from_run` (as `workbench power --from` estimates them), batch effects shared by
 both runs (same seeded data: they cancel), and a run effect of SD `run_sd_pct` per run. The tolerance = the 95th
 percentile of (1 - CI high) over simulated A/A gates (an upper confidence bound on it, so the simulation's own
 error does not leak into the rate), floored at 0: the simulated false-fail rate is <= 5% by construction.
 
-The run SD (issue 37). A rerun of the same commit moves a whole run by more than its reps show: on sync-heavy
+The run SD. A rerun of the same commit moves a whole run by more than its reps show: on sync-heavy
 shapes 2-3% (H200 `repeat_a` / `repeat_b`), against a rep SD near 1%. So the run SD is measured, not assumed:
 `run_sd` takes K >= 3 same-commit A/A processes of the comparison on the gate's machine; per process y_k = mean over
 reps of log(rep mean step ms) and w_k = its within-run variance (var / R_k); the run variance is the upper 95%

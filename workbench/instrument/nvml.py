@@ -25,7 +25,7 @@ def cuda_uuid(device_index: int) -> str | None:
 def handle_for(pynvml, device_index: int):
     """NVML's handle of the GPU that CUDA device `device_index` is. NVML counts every GPU of the host and ignores
     CUDA_VISIBLE_DEVICES, so its index i is not CUDA's device i in a process pinned to another GPU (a multi-GPU job
-    pins each child: on 2026-11-27 every process pinned to GPU 1 recorded GPU 0's UUID, clocks and power). By the
+    pins each child: read by index, every process pinned to GPU 1 would record GPU 0's UUID, clocks and power). By the
     UUID where torch gives one, else by the index (a one-GPU host, or no torch)."""
     u = cuda_uuid(device_index)
     if u:

@@ -35,7 +35,7 @@ missing, CUDA is there), or nothing (neither: a CPU build without the package)."
 
 FORCE_TORCH_NVTX_ENV = "WORKBENCH_NVTX_BACKEND"
 """Set to `torch.cuda.nvtx` to take torch's ranges although the package is there: the A/B of the two backends
-(`gpu/jobs/nvtx_ab.sh`, issue 37: the staging bug ran some processes of one campaign on each)."""
+(`studies/heldout_replication/nvtx_ab.sh`: the staging bug ran some processes of one campaign on each)."""
 
 
 def nvtx_backend() -> str:
@@ -129,8 +129,8 @@ class _Span:
 def span(name: str):
     """A range named `name` in the active sinks; a shared no-op when ranges are off, and inside a graph dynamo is
     tracing (the compile lever's regional compile: dynamo cannot trace an NVTX push, and the compiled layer's own range
-    is opened outside the graph, `_layer_forward`). The H100 path of 2026-11-27 failed so at +compile beside flex: the
-    BlockMask build's `wb/L00/attn/meta` span was a graph break."""
+    is opened outside the graph, `_layer_forward`). Without this, +compile beside flex fails: the
+    BlockMask build's `wb/L00/attn/meta` span is a graph break."""
     r = Ranges._active
     if r is None or torch.compiler.is_compiling():
         return _NULL

@@ -113,7 +113,7 @@ class SyncEvent:
 class _DispatchWatch(TorchDispatchMode):
     supports_higher_order_operators = True
     """Higher-order operators (flex_attention, ...) pass through `__torch_dispatch__`: without this torch refuses to run
-    them under the mode at all (the H100 levers run of 2026-11-25 failed so). They run as called; the syncs of their
+    them under the mode at all. They run as called; the syncs of their
     inner ops are not counted one by one (flex_attention's kernels make none: its BlockMask is built outside it)."""
 
     def __init__(self, counter: "SyncCounter"):
@@ -164,7 +164,7 @@ def _patched_one_hot():
 def outside_dispatch_modes():
     """A context that steps out of the active TorchDispatchModes, if any. flex_attention runs through torch.compile,
     which refuses to trace under a non-infra dispatch mode such as the sync counter's:
-    the counted pass of the H100 levers run (2026-11-25) failed so. flex's kernels make no device-to-host sync (its
+    a counted pass of flex attention fails without this. flex's kernels make no device-to-host sync (its
     BlockMask is built outside, once per batch), so the count loses nothing."""
     from torch.utils._python_dispatch import _disable_current_modes, _get_current_dispatch_mode_stack
     return _disable_current_modes() if _get_current_dispatch_mode_stack() else contextlib.nullcontext()

@@ -15,7 +15,7 @@ batch (batch 0 of the sequence every arm is timed on), and compares the loss and
    device for the whole batch, the reference is computed over the batch's documents in chunks and summed with
    token weights: packed documents are isolated, so this is the same function, on the same batch.
 
-The dtype that picks the tolerance is the one the step computes in (`workbench.step.precision.compute_dtype`): bf16 for a
+The dtype that picks the tolerance is the one the step computes in (`workbench.step.precision_mode.compute_dtype`): bf16 for a
 run under autocast (precision `autocast`), whatever dtype the parameters hold; the fp32 reference runs without
 autocast. The criterion is written into meta.json before the first step (`describe()`), and never changes during a
 run.
@@ -118,7 +118,7 @@ class GradCapture:
 
 
 REFERENCE_PRECISION = "fp32-adapters"
-"""The precision of the fp32 reference's step (`workbench.step.precision`): no autocast, so fp32 parameters compute in
+"""The precision of the fp32 reference's step (`workbench.step.precision_mode`): no autocast, so fp32 parameters compute in
 fp32. Every caller of `reference_fp32` passes it to its step."""
 
 
@@ -247,7 +247,7 @@ def judge_sharded(sharded: dict, one: dict, one_fp32: dict, batch_norms: dict | 
 
     A gradient that one side has and another lacks (or of another shape) is a mismatch: never equivalent.
     `mismatched_why` says which side lacks which tensors; with no tensor compared the verdict is not equivalent and
-    `why_not_compared` says why in one line (issue 41: the sharded run had no LoRA gradient at all)."""
+    `why_not_compared` says why in one line (the sharded run had no LoRA gradient at all)."""
     floor = RTOL[torch.float32]
     per, ok, mismatched = {}, True, []
     worst, worst_ratio = None, 0.0

@@ -2,14 +2,14 @@
 statistics, and say how often an A/A run gets a false verdict, how often the CI covers the truth, the smallest
 speedup found 80% of the time, and the GPU time the protocol takes.
 
-    python -m workbench.power                                   # the default GPU protocol at the H100's noise
-    python -m workbench.power --from profiles/RUN/ --reps 8     # variance components estimated from a run folder
-    python -m workbench.power --rep-sd 1.0 --step-sd 0.4 --reps 6 --steps 2 --sims 2000
-    python -m workbench.power --process-sd 1.0                  # a process component: one run's CI under-covers
-    python -m workbench.power --process-sd 1.0 --analysis process --processes 4   # the process as the unit
-    python -m workbench.power --arms 4 --carryover 1.0 --order rotate            # carryover under the old order
-    python -m workbench.power --from profiles/A/ profiles/B/ profiles/C/ --comparison packing   # tau from reruns
-    python -m workbench.power --analysis iid-pairs              # the retired analysis (pairs as independent)
+    workbench power                                   # the default GPU protocol at the H100's noise
+    workbench power --from profiles/RUN/ --reps 8     # variance components estimated from a run folder
+    workbench power --rep-sd 1.0 --step-sd 0.4 --reps 6 --steps 2 --sims 2000
+    workbench power --process-sd 1.0                  # a process component: one run's CI under-covers
+    workbench power --process-sd 1.0 --analysis process --processes 4   # the process as the unit
+    workbench power --arms 4 --carryover 1.0 --order rotate            # carryover under the old order
+    workbench power --from profiles/A/ profiles/B/ profiles/C/ --comparison packing   # tau from reruns
+    workbench power --analysis iid-pairs              # the retired analysis (pairs as independent)
 
 The simulated run is the engine's protocol (`workbench.measure.engine.measure`, one `engine.Protocol`): R reps;
 each rep runs every arm as one block, in the engine's Williams order (`--order rotate`: the rotation by one it
@@ -65,7 +65,7 @@ class Noise:
     """Linear drift over the run, % of step time per rep."""
     process_sd_pct: float = 0.0
     """tau: SD of a whole process's shift of the compared arm's log step time (the log speedup), %: one draw per
-    process. 0 inside one run; the H100/H200 repeats put it at 0.69 of the per-rep log-ratio SD (issue 37)."""
+    process. 0 inside one run; the H100/H200 repeats put it at 0.69 of the per-rep log-ratio SD."""
     carryover_pct: float = 0.0
     """A block that runs right after the last arm's block is this % slower (with 3 or more arms a third arm, not
     compared, that leaves the device slower)."""
@@ -305,7 +305,7 @@ def process_components_from_runs(run_dirs: list[str], comparison: str) -> dict:
 
 def main(argv=None) -> int:
     g = GPU_PROTOCOL
-    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m workbench.power", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="workbench power", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--from", dest="from_run", default=None, nargs="+", metavar="RUN_DIR",
                    help="estimate rep / batch / step SDs from the first run folder's timed steps (an A/A run is "

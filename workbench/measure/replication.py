@@ -434,7 +434,7 @@ def new_machine_null(prediction: dict, M: int, *, sims: int = 20000, seed: int =
 def heldout_new_machine_check(prediction: dict, heldout_means: Sequence[float], *, null: dict | None = None,
                               sims: int = 20000, seed: int = 0, confidence: float = CONFIDENCE) -> dict:
     """M >= 2 held-out processes run on ONE machine that none of the estimate's processes ran on, against
-    `machine_prediction`'s interval for a process on a new machine (the rule of issue 37, fixed before the run):
+    `machine_prediction`'s interval for a process on a new machine (the rule, fixed before the run):
 
     - inside = the fraction of held-out process means inside `prediction["pi95"]`; passes when >= the null 5%
       quantile of `new_machine_null` (pass `null` as committed before the run; it is recomputed, same seed, for

@@ -1,4 +1,4 @@
-"""A rerun on a NEW machine whose process spread is its own: the revised prediction of issue 37.
+"""A rerun on a NEW machine whose process spread is its own: the revised prediction.
 
     # J = machines (leases: one GPU each), n_j = processes on machine j, K = sum n_j, M = held-out processes of one
     # new machine, m_jk = process k's mean log ratio on machine j (every process of the same R reps),

@@ -176,7 +176,7 @@ def cpu_model() -> str | None:
 def sync_roundtrip_us(device, n: int = 200) -> float | None:
     """Median wall time of one device-to-host round trip (a one-element `.item()` after a tiny kernel), in us, over
     `n` after 20 warm ones; None off CUDA. Measured once at process start, outside every timed step: the host-side
-    covariate of a sync-heavy comparison's machine effect (issue 37: packing's rebuild arm costs 635-771 ms a step
+    covariate of a sync-heavy comparison's machine effect (packing's rebuild arm costs 635-771 ms a step
     across H100s whose cached arm costs 600-636 ms)."""
     import statistics
     import time
@@ -476,7 +476,7 @@ def load_run(run_dir: str) -> tuple[pd.DataFrame, dict, dict]:
 PROCESSES_FILE = "processes.json"
 """A `--processes K` folder's record of its processes (`workbench.ab.processes` writes it)."""
 DESIGN_FILE = "design.json"
-"""A folder of plain runs that are processes of one designed experiment (a per-GPU job: gpu/jobs/per_gpu.sh writes
+"""A folder of plain runs that are processes of one designed experiment (a per-GPU job: studies/gpu_lease/per_gpu.sh writes
 it, {"job", "note"}): each run below it is one process of that campaign (`analysis.loader` `process_of`), not a run
 of its own in the speedup figures."""
 

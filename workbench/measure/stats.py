@@ -244,7 +244,7 @@ ratios at any count, but with 2 or 3 reps it has 1 or 2 degrees of freedom (t.97
 At 4 reps (3 df, t.975 = 3.18) `workbench.measure.power` finds the A/A false-verdict rate at its nominal 5% under the
 drift and rep effects measured on the H100."""
 
-MIN_PAIRS = MIN_UNITS  # the old name (pairs were the unit before the rep-level analysis)
+MIN_PAIRS = MIN_UNITS  # the same floor under the name the pair-level callers use
 
 
 def verdict(ci95: tuple[float, float] | None, n_units: int | None = None) -> str:

@@ -31,7 +31,7 @@ class Handle:
     info: dict = dataclasses.field(default_factory=dict)
     """What the arm wants reported (e.g. pinned_bytes, fallbacks taken)."""
     precision: str | None = None
-    """The precision the arm's steps run at (`workbench.step.precision`; the precision lever), passed to
+    """The precision the arm's steps run at (`workbench.step.precision_mode`; the precision lever), passed to
     `harness.train_step`; None: the run's."""
     undo: list = dataclasses.field(default_factory=list)
     """Callables run in reverse order by revert()."""

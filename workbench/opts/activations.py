@@ -27,7 +27,7 @@ Which arm is fastest is predicted, in this order: none, selective (recomputes th
 recompute; its copies overlap compute while the copy stream keeps up), full (the whole forward again). Which fits is
 `workbench.step.memory_estimate.estimate(..., activations=arm)` against the device with FIT_MARGIN; `lever_arms` takes
 the fastest that fits (`--opt levers`), and `workbench.ab.preflight` refuses an arm that cannot fit before anything
-runs. The prediction of the saving is the traced baseline's recompute time (`workbench.traces.levers`: the busy time
+runs. The prediction of the saving is the traced baseline's recompute time (`workbench.traces.lever_advice`: the busy time
 of the layers' `recompute` pass) x SAVED_FRACTION.
 
 Use: `workbench.apply_optimizations(model, activations="selective")`; under `Trainer(gradient_checkpointing=True)` the

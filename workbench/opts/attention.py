@@ -1,4 +1,4 @@
-"""Packed attention as a lever: a dense T x T mask vs block-diagonal kernels (issue 22, lever "attention (dense)").
+"""Packed attention as a lever: a dense T x T mask vs block-diagonal kernels (lever "attention (dense)").
 
     # T = packed tokens, D = documents, H = query heads, Hkv = key/value heads, E = head dim,
     # W = sliding window, QB / KB = query / key blocks of a flex BlockMask
@@ -54,7 +54,7 @@ BASELINE = "dense"
 OPTIMIZED = "flex"
 LEVER_ANCHOR = "varlen"
 """In `--opt levers` on a GPU, the arm a user would pick instead of flex for packed documents (flash-attn / torch's
-varlen kernel), timed beside it in the attention comparison (issue 40: attention is 48% of llama-3.1-8b's flex step at
+varlen kernel), timed beside it in the attention comparison (attention is 48% of llama-3.1-8b's flex step at
 16k, and flex was never compared with a varlen kernel there); skipped where it cannot run (GPT-OSS's sinks)."""
 FLEX_BLOCK = packing.FLEX_BLOCK
 ATTENTION_FLOPS = {"dense": "dense", "flex": "block_diagonal", "varlen": "block_diagonal"}
@@ -178,7 +178,7 @@ def _prime_flex(meta) -> None:
     """Every BlockMask of the batch, built once in `inputs_fn`, before any layer runs (sync-free: device tables).
     Built inside the first layer instead, it was part of that layer's graph under the compile lever's regional
     compile but an input of the same layer's recompute (cached by then): two graphs for one checkpointed layer, and
-    the recompute's saved tensors differed (torch.utils.checkpoint's CheckpointError, the H100 path of 2026-11-27).
+    the recompute's saved tensors differed (torch.utils.checkpoint's CheckpointError).
     Its few kernels run outside every layer's range now, so a trace no longer counts them as layer 0's glue."""
     parts = meta.variants["flex_parts"]
     for wkey in sorted({k.split("/", 1)[0] for k in parts}):

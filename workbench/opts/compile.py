@@ -1,4 +1,4 @@
-"""Regional `torch.compile` of every decoder layer, after PEFT wrapping, as a lever (issue 40).
+"""Regional `torch.compile` of every decoder layer, after PEFT wrapping, as a lever.
 
     # T = packed tokens, L = layers
 
@@ -149,8 +149,8 @@ class _Backend:
     """The compile backend, one object per compiler for the whole process (`shared_backend`). Dynamo caches a layer's
     compiled graphs on the layer class's code object and guards them with the backend's identity: the engine applies
     the arm anew in every rep (and in its equivalence check), and a backend made per apply failed that guard and
-    compiled again each time, until dynamo's recompile limit (8) failed the arm (H100, 2026-11-27, the NeMo shape:
-    2 graphs an apply, failed in rep 3). With one backend every later apply runs the graphs an earlier one compiled.
+    compiled again each time, until dynamo's recompile limit (8) failed the arm (at 2 graphs an
+    apply, in rep 3). With one backend every later apply runs the graphs an earlier one compiled.
     `guard` is the handle being run (it decides whether a compile is allowed); `compiled_by` the last handle that
     compiled graphs (its graph count and compile time describe the graphs later applies run)."""
 

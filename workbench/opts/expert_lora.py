@@ -1,4 +1,4 @@
-"""LoRA on fused MoE experts without a materialized whole-weight delta or gradient ("split LoRA", issue 22).
+"""LoRA on fused MoE experts without a materialized whole-weight delta or gradient ("split LoRA").
 
     # N = tokens, k = experts per token, S = N*k routed rows, E = experts, K = in features, N_out = out features,
     # r = LoRA rank
@@ -10,7 +10,7 @@ the experts implementation does with that tensor decides the cost:
 - `eager` (baseline): transformers' per-expert loop as shipped (`experts_implementation="eager"`). It indexes the
   folded weight once per expert hit (`w[e]`); in the backward each `w[e]` back-propagates through a zero tensor the
   size of all E experts (`select_backward`: a zero-fill, then an add into the whole-weight gradient), E_hit times per
-  weight per layer and pass: the "slice gradients (fill + add)" component `workbench.traces.levers.slice_gradients` finds in
+  weight per layer and pass: the "slice gradients (fill + add)" component `workbench.traces.lever_advice.slice_gradients` finds in
   40-72% of the traced MoE steps. Plus 1 + c*E_hit host syncs per layer and pass (`workbench.opts.moe`).
 - `split` (optimized): the frozen base weight W (the parametrization's `original`, never the folded tensor) goes
   through one grouped GEMM per projection over the routed rows sorted by expert, and the adapter is applied as two
@@ -54,7 +54,7 @@ SPEC = {"order": 12, "lever": "slice gradients (fill + add)", "in_all": False,
                 "(transformers' grouped_mm over the folded weights: the anchor)",
         "cpu": {"model": "tiny-qwen3-moe"}, "gpu": {"model": "qwen3-30b-a3b", "layers": 8, "tokens": 8192},
         "all_variants": (), "families": ("qwen3_moe", "gpt_oss")}
-"""What the CLIs say of this optimization (`workbench.opts.registry`); a lever (`workbench.traces.levers`), run by
+"""What the CLIs say of this optimization (`workbench.opts.registry`); a lever (`workbench.traces.lever_advice`), run by
 `--opt levers`, not by `--opt all`."""
 
 ARMS = ("eager", "split", "grouped_mm")

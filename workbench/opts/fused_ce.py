@@ -1,4 +1,4 @@
-"""Fused linear cross-entropy as a lever: the loss without materialized logits (issue 40).
+"""Fused linear cross-entropy as a lever: the loss without materialized logits.
 
     # T = packed tokens, H = hidden size, V = vocabulary, C = Liger's chunk budget (chunk_mem_const)
 

@@ -1,5 +1,4 @@
-"""Liger-Kernel's pointwise kernels (RMSNorm, RoPE, SwiGLU) as a lever, with torch's fused RMSNorm as a control
-(issue 40).
+"""Liger-Kernel's pointwise kernels (RMSNorm, RoPE, SwiGLU) as a lever, with torch's fused RMSNorm as a control.
 
     # T = packed tokens, H = hidden size, I = intermediate size, L = layers
 
@@ -101,7 +100,7 @@ def compile_disabled_entry() -> str | None:
     """The Liger function the patched RoPE calls that torch.compile must not trace (marked `torch.compiler.disable`),
     or None. Liger 0.8.5's `liger_rotary_pos_emb` calls `liger_kernel.backends.dispatch.dispatch`, which is so marked:
     dynamo cannot put it in a graph, and a fullgraph graph then fails ("Skip calling `torch.compiler.disable()`d
-    function": the H100 path's +liger point, 2026-11-27, after +compile)."""
+    function" at the levers' path's +liger point after +compile)."""
     if not _liger_installed():
         return None
     try:  # the module, not `from liger_kernel.backends import dispatch` (the package re-exports the function by name)

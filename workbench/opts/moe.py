@@ -1,4 +1,4 @@
-"""MoE routing: HF's per-expert loop vs argsort + one count vs sync-free grouped GEMM (issue 5).
+"""MoE routing: HF's per-expert loop vs argsort + one count vs sync-free grouped GEMM.
 
     # N = tokens, k = experts per token, S = N*k routed rows, E = experts, H = hidden, I = expert intermediate
 
@@ -12,12 +12,10 @@ flags `is_transposed`, `has_bias`, `has_gate`, `has_post_expert_norm` say how it
 - `sort_bincount` (optimized, Unsloth #535): stable argsort of the expert ids, per-expert counts on the device
   (`histc`; CUDA `bincount` would read min/max back twice more), ONE `.tolist()`, per-expert matmuls over
   contiguous slices of the sorted rows, empty experts skipped. 1 sync per layer and pass.
-- `sort_split` (opt-in: --arms; the mechanism probe of issue 39): `sort_bincount` with the sorted rows taken by one
+- `sort_split` (opt-in: --arms; a mechanism probe): `sort_bincount` with the sorted rows taken by one
   `split` instead of a slice per expert. Same forward, same syncs, bitwise the same gradients; its backward writes
   one (S,H) gradient where the slices' write E_hit of them (`slice_backward` zero-fills the whole input each time).
-  Measured (issue 39, H200s, 8 processes a shape): at qwen3-30b-a3b 4 L 16k and 6 L 12k the step runs 1.37x and 1.36x
-  faster than eager, where sort_bincount's runs 1.14x and 1.15x (profiles/2026-11-27_h200x4_moe_backward/ and
-  2026-11-27_h200x4_moe_q6l12k/, their COMMAND.txt: intervals and commands).
+  Its measured speedups over eager, beside sort_bincount's: the MoE backward runs' COMMAND.txt under profiles/.
 - `grouped`: sync-free. Stable sort, `histc` counts, `cumsum` offsets kept on the device, one grouped GEMM per
   projection: `torch._grouped_mm` / `F.grouped_mm` where it is sync-free (bf16 on sm90/sm100 CUDA; on CPU for
   fp32/bf16/fp16 with 16-byte-aligned strides), else the Triton kernel (`workbench.kernels.grouped_gemm`), else (CPU,

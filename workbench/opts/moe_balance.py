@@ -1,4 +1,4 @@
-"""Forced-balanced MoE routing: separates the experts kernels' efficiency from the router's load imbalance (issue 40).
+"""Forced-balanced MoE routing: separates the experts kernels' efficiency from the router's load imbalance.
 
     # N = tokens, k = experts per token, E = experts
 

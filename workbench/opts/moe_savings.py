@@ -1,5 +1,5 @@
 """The MoE routing savings model: syncs removed x drain stall + launch gaps + GEMM time removed, its inputs from
-both arms' traces, and the model of a run (`workbench.savings.common` states the contract; torch-free).
+both arms' traces, and the model of a run (`workbench.savings.contract` states the contract; torch-free).
 
 In situ (`workbench.savings.verdicts`; inputs per traced step, their spread the uncertainty):
 
@@ -26,8 +26,7 @@ TRACED_ARMS = ("baseline", "arm")
 MODEL_REVISION = ("2026-11-26: syncs_removed * drain_stall_per_sync + launch_gap_removed + gemm_kernel_removed (both "
                   "arms' traces); the formula of 54f840f (2026-11-25), unchanged")
 """The model revision a verdict row names, with the commit that set this value (`savings.model_revision`):
-bump it (date: what changed) in the commit that changes FORMULA or an input, before the runs that judge it
-(issue 39 item 4)."""
+bump it (date: what changed) in the commit that changes FORMULA or an input, before the runs that judge it."""
 
 
 def moe_saving(*, syncs_removed: float, drain_stall_per_sync_ms: float, launch_gap_removed_ms: float,
@@ -74,6 +73,32 @@ def count_per_dose_unit(entry: dict) -> tuple[float | None, str]:
     n = entry.get("syncs_removed_per_unit")
     what = f"{n if n is None else f'{float(n):g}'} syncs removed per layer switched (counted)"
     return (float(n) if n else None), what
+
+
+def dose_traced_input(events: dict, units: dict, syncs: dict, tracer: str | None) -> dict:
+    """The traced saving per layer switched from one dose process's traces of every level (`contract.HOOKS`): this
+    model between the lowest and the highest level, divided by their units."""
+    from workbench.measure import stats
+    from workbench.traces.analysis import readbacks_per_step
+
+    by_u = {units[a]: a for a in events}
+    u0, umax = min(by_u), max(by_u)
+    per_level, models = {}, {}
+    for u, a in sorted(by_u.items()):
+        if u == u0:
+            continue
+        models[u] = moe_model(events[by_u[u0]], events[a], syncs_base=syncs.get(u0) or 0.0,
+                              syncs_arm=syncs.get(u) or 0.0,
+                              readbacks_removed=readbacks_per_step(events[by_u[u0]]) - readbacks_per_step(events[a]))
+        per_level[u] = {"predicted_ms": models[u]["predicted_ms"], "predicted_se_ms": models[u]["predicted_se_ms"]}
+    top, n_units = models[umax], umax - u0
+    c = top["predicted_ms"] / n_units
+    se = top["predicted_se_ms"] / n_units if top["predicted_se_ms"] is not None else None
+    df = top["n_steps"] - 1 if top["n_steps"] and top["n_steps"] > 1 else None
+    tq = stats.t_quantile(0.975, df)
+    return {"value_ms": c, "se_ms": se, "df": df, "ci95": None if se is None else [c - tq * se, c + tq * se],
+            "n_steps": top["n_steps"], "per_level": per_level, "tracer": tracer,
+            "source": f"moe model ({top['formula']}) between u = {u0} and u = {umax}, {tracer} traces, / {n_units}"}
 
 
 def moe_model(base_events: pd.DataFrame, arm_events: pd.DataFrame, *, syncs_base: float, syncs_arm: float,

@@ -24,7 +24,7 @@ gradient_checkpointing_func=...)`, via `workbench.step.harness.enable_checkpoint
 `fn(partial(super().__call__, **kwargs), hidden_states)`, 5.23 as `fn(partial(forward, self, **kwargs),
 hidden_states)`; the layer is found from the partial either way, and with 5.17's form the layer's module hooks are
 moved outside the Function (`Offloader._hooks_outside`), as 5.23 has them: under FSDP2 the Function must see the
-unsharded parameters the forward reads, or no LoRA gradient is computed (issue 41). Each layer is one custom autograd Function
+unsharded parameters the forward reads, or no LoRA gradient is computed. Each layer is one custom autograd Function
 (like reentrant checkpointing, but the saved input lives on the host): its backward reloads the input,
 recomputes the layer under `enable_grad` (CPU and device RNG states and autocast restored) and returns the
 gradients of the input and of the layer's trainable parameters (LoRA), so they accumulate as usual. The layer's
@@ -377,7 +377,7 @@ class Offloader:
         """transformers < 5.23 hands over `partial(layer.__call__)`: the layer's module hooks would run inside the
         Function. Under FSDP2 that loses every LoRA gradient: the parameters read here are the sharded DTensors
         (FSDP2's pre-forward hook has not unsharded them yet), the recompute differentiates the unsharded ones FSDP2
-        swaps in, and `autograd.grad` with respect to the sharded ones returns None (issue 41: the 2-rank `all` and
+        swaps in, and `autograd.grad` with respect to the sharded ones returns None (the 2-rank `all` and
         offload runs computed no LoRA gradient and no expert weight gradient). Run the hooks outside, as transformers
         >= 5.23 does: the call goes through `nn.Module.__call__` (hooks) and its forward, replaced for this one call,
         checkpoints `partial(forward, **kw)` (no hooks), with the parameters the forward reads."""

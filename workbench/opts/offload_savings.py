@@ -1,5 +1,5 @@
 """The offload savings model: the analytic saving (L-1)·min(c, g) of double-buffered reloads (plus the first reload
-behind the queued work), its inputs from a trace, and the model of a run (`workbench.savings.common` states the contract;
+behind the queued work), its inputs from a trace, and the model of a run (`workbench.savings.contract` states the contract;
 torch-free).
 
 In situ (`workbench.savings.verdicts`; inputs per traced step, their spread the uncertainty):
@@ -31,8 +31,7 @@ TRACED_ARMS = ("baseline",)
 MODEL_REVISION = ("2026-11-26: min(c_{L-1}, h) + sum_{i=1}^{L-1} min(c_{i-1}, g_i) (the first reload's term h after the "
                   "H100 L sweeps; the published form beside it); the formula of 54f840f (2026-11-25), unchanged")
 """The model revision a verdict row names, with the commit that set this value (`savings.model_revision`):
-bump it (date: what changed) in the commit that changes FORMULA or an input, before the runs that judge it
-(issue 39 item 4)."""
+bump it (date: what changed) in the commit that changes FORMULA or an input, before the runs that judge it."""
 
 
 def offload_saving(c_ms, g_ms, *, layers: int | None = None, measured_ms: float | None = None,

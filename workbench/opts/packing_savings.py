@@ -1,5 +1,5 @@
 """The packing savings model: the analytic saving (L-1)·s of caching the packed-attention metadata, its inputs
-from a trace, and the model of a run (`workbench.savings.common` states the contract; torch-free).
+from a trace, and the model of a run (`workbench.savings.contract` states the contract; torch-free).
 
     # L = decoder layers, p = passes that build packed metadata (2 with checkpointing: forward + recompute)
 
@@ -29,8 +29,7 @@ TRACED_ARMS = ("baseline",)
 MODEL_REVISION = ("2026-11-26: (L*p - b) * s, s = GPU idle per build + build kernel time (rebuild arm's trace); the "
                   "formula of 54f840f (2026-11-25), unchanged")
 """The model revision a verdict row names, with the commit that set this value (`savings.model_revision`):
-bump it (date: what changed) in the commit that changes FORMULA or an input, before the runs that judge it
-(issue 39 item 4)."""
+bump it (date: what changed) in the commit that changes FORMULA or an input, before the runs that judge it."""
 
 
 _META_RE = re.compile(r"^wb/(L\d+)/attn/meta$")
@@ -109,6 +108,25 @@ def untraced_count(c: dict, meta: dict, *, arm: str) -> tuple[float, str]:
 def count_per_dose_unit(entry: dict) -> tuple[float, str]:
     """Builds removed per dose unit: 1 (the dose's unit is one build avoided, DOSE)."""
     return 1.0, "1 build per build avoided"
+
+
+def dose_traced_input(events: dict, units: dict, syncs: dict, tracer: str | None) -> dict:
+    """The traced s per build avoided from one dose process's traces of every level (`contract.HOOKS`): each traced
+    step's mean s over its builds, t-interval over the steps of every level."""
+    from workbench.measure import stats
+
+    per_step, per_level = [], {}
+    for a, e in events.items():
+        b = packing_builds(e)
+        if b.empty:
+            continue
+        s = b.groupby("step")[["s_ms", "idle_ms"]].mean()
+        per_step += list(s["s_ms"])
+        per_level[units[a]] = {"s_ms": float(s["s_ms"].mean()), "idle_ms": float(s["idle_ms"].mean())}
+    t = stats.t_interval(per_step)
+    return {"value_ms": t["mean"], "se_ms": t["se"], "df": t["df"], "ci95": t["ci"], "n_steps": t["n"],
+            "per_level": per_level, "tracer": tracer,
+            "source": f"s per build (GPU idle + build kernels), {tracer} traces, per traced step over the levels"}
 
 
 def packing_builds(events: pd.DataFrame) -> pd.DataFrame:

@@ -1,6 +1,6 @@
-"""Adapter precision as a lever: peft's fp32 adapters vs autocast vs adapters in the base dtype (issue 22).
+"""Adapter precision as a lever: peft's fp32 adapters vs autocast vs adapters in the base dtype.
 
-Arms (module contract in `workbench.opts`), the precisions of `workbench.step.precision` applied to a built model in place:
+Arms (module contract in `workbench.opts`), the precisions of `workbench.step.precision_mode` applied to a built model in place:
 - `fp32-adapters` (baseline): peft's default, fp32 LoRA weights on the base (bf16 on a GPU), no autocast. Every LoRA
   matmul casts its bf16 input to fp32 and its output back: the dtype-cast copies the breakdown names (lever `copy`).
 - `autocast`: the same fp32 adapters, forward and loss under `torch.autocast(bfloat16)`: the step
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from workbench.step import precision as prec
+from workbench.step import precision_mode as prec
 from workbench.errors import UnsupportedArm, WorkbenchError
 from workbench.step.models import base_model_of, lora_parameters
 from workbench.opts import Handle

@@ -148,12 +148,12 @@ class Spec(_SpecRequired, total=False):
     no optimization)."""
 
     savings: str
-    """The dotted path of its torch-free savings-model module (`workbench.savings.common` states its contract);
+    """The dotted path of its torch-free savings-model module (`workbench.savings.contract` states its contract);
     absent: not modelled."""
     apply_order: int
     """Where `workbench.apply_optimizations` applies it (reverted in reverse); default `order`."""
     lever: str
-    """The `workbench.traces.levers` component it addresses (one of `levers.LEVER_COMPONENTS`): a lever optimization,
+    """The `workbench.traces.lever_advice` component it addresses (one of `levers.LEVER_COMPONENTS`): a lever optimization,
     run by `--opt levers`."""
     in_all: bool
     """Part of `--opt all` (default True; the levers say False)."""

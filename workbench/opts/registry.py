@@ -41,10 +41,10 @@ def _spec_of_source(path: str) -> dict | None:
 
 
 def _check_lever(path: str, spec: dict) -> None:
-    from workbench.traces.levers import LEVER_COMPONENTS  # no torch: levers.py imports nothing heavy
+    from workbench.traces.lever_advice import LEVER_COMPONENTS  # no torch: levers.py imports nothing heavy
 
     if "lever" in spec and spec["lever"] not in LEVER_COMPONENTS:
-        raise WorkbenchError(f"{path}: SPEC lever {spec['lever']!r} is no component of workbench.traces.levers; choose "
+        raise WorkbenchError(f"{path}: SPEC lever {spec['lever']!r} is no component of workbench.traces.lever_advice; choose "
                              f"from {', '.join(sorted(LEVER_COMPONENTS))}")
 
 
@@ -98,7 +98,7 @@ def savings_path(opt: str) -> str | None:
 
 
 def lever(opt: str) -> str | None:
-    """The `workbench.traces.levers` component `opt` addresses (its SPEC's `lever`), None for an optimization that is no
+    """The `workbench.traces.lever_advice` component `opt` addresses (its SPEC's `lever`), None for an optimization that is no
     lever."""
     return spec(opt).get("lever")
 

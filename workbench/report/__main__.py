@@ -12,7 +12,7 @@ def main(argv=None) -> int:
     from workbench.measure import markers
     from workbench.measure.results import load_run, void_comparisons
     from workbench.report import tables
-    p = parser("workbench.report", tables.__doc__ + "\nPrints a run folder's state and one table per comparison.")
+    p = parser("workbench report", tables.__doc__ + "\nPrints a run folder's state and one table per comparison.")
     p.add_argument("run_dir", help="a run folder (results.csv, summary.json, meta.json)")
     a = p.parse_args(argv)
     if not os.path.isfile(os.path.join(a.run_dir, "results.csv")):

@@ -1,7 +1,7 @@
-"""The dose-response figure (issue 39 item 5): per timing mode, the measured saving against the dose with the fitted
+"""The dose-response figure: per timing mode, the measured saving against the dose with the fitted
 line and its 95% CI band, beside the traced prediction c * u with its CI band.
 
-    from workbench.savings import dose
+    from workbench.savings import dose_fit as dose
     from workbench.report.dose_figure import dose_figure
     an.show(dose_figure(dose.analyse("profiles/<run>/dose/packing")))
 """
@@ -29,7 +29,7 @@ def saving_points(points: list) -> list[tuple[float, float]]:
 
 
 def dose_figure(a: dict, visualize: bool = False):
-    """`workbench.savings.dose.analyse`'s result as a plotly figure: markers = each process's saving per level, line
+    """`workbench.savings.dose_fit.analyse`'s result as a plotly figure: markers = each process's saving per level, line
     and band = the mean slope over processes with its 95% CI (K - 1 df), dashed = the traced prediction c * u."""
     import plotly.graph_objects as go
 

@@ -6,7 +6,7 @@
     figures.save_headline(rows, "profiles/headline.png")
 
 Plotly's static export needs a browser; matplotlib draws the same numbers without one. The PNG carries a digest of
-the numbers it draws (`DIGEST_KEY` in its text metadata) and no timestamp, so `python -m workbench.readme_results
+the numbers it draws (`DIGEST_KEY` in its text metadata) and no timestamp, so `workbench readme_results
 --check` can tell a stale figure from a current one without comparing pixels.
 """
 from __future__ import annotations
@@ -249,10 +249,10 @@ def save_breakdown(rows: pd.DataFrame, path: str, title: str = "Where each trace
 
 
 def main(argv=None) -> int:
-    """`python -m workbench.figures [PROFILES] [--out PNG]`: the rows the headline figure draws (and the PNG)."""
+    """`workbench figures [PROFILES] [--out PNG]`: the rows the headline figure draws (and the PNG)."""
     from workbench import analysis as an
     from workbench.cli import parser
-    p = parser("workbench.figures", __doc__ + "\nPrints the rows the headline figure draws; --out also draws it.")
+    p = parser("workbench figures", __doc__ + "\nPrints the rows the headline figure draws; --out also draws it.")
     p.add_argument("profiles", nargs="?", default=None, help="the folder searched (default: the checkout's "
                    "profiles/)")
     p.add_argument("--out", default=None, metavar="PNG", help="write the headline figure here")

@@ -1,4 +1,4 @@
-"""The committed notebooks executed against profiles/ (`python -m workbench.readme_results --notebooks`), their
+"""The committed notebooks executed against profiles/ (`workbench readme_results --notebooks`), their
 outputs normalized so a re-run on another machine writes the same files."""
 from __future__ import annotations
 

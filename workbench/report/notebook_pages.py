@@ -2,8 +2,8 @@
 loaded from a network), opened in headless Chromium at `WIDTH_PX` wide; its page height is measured and a screenshot
 saved to `notebooks/img/<notebook>.png` (linked from the README).
 
-    python -m workbench.notebook_pages                 # every notebook: height in px, screenshot written
-    python -m workbench.notebook_pages --no-screenshot notebooks/04_traces.ipynb
+    workbench notebook_pages                 # every notebook: height in px, screenshot written
+    workbench notebook_pages --no-screenshot notebooks/04_traces.ipynb
 
 Needs nbconvert (`.[dev]`) and a Chromium (`--chromium`, default $CHROMIUM or the first of `CHROMIUMS` found)."""
 from __future__ import annotations
@@ -22,7 +22,7 @@ REPO = REPO_ROOT
 TEMPLATE = os.path.join(REPO, "notebooks", "offline.html.j2")
 WIDTH_PX = 1400
 MAX_PAGE_PX = 8000
-"""The tallest page a reader is asked to scroll through (issue 28)."""
+"""The tallest page a reader is asked to scroll through."""
 CHROMIUMS = ("chromium", "chromium-browser", "google-chrome", "chrome")
 REMOTE = re.compile(r"<(?:script|link)[^>]+(?:src|href)=[\"']?(?:https?:)?//", re.I)
 """A script or stylesheet loaded from a network."""
@@ -109,7 +109,7 @@ def measure(paths: list[str], shots: str | None, exe: str) -> dict[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m workbench.notebook_pages", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="workbench notebook_pages", description=__doc__.split("\n\n")[0])
     p.add_argument("notebooks", nargs="*", help="default: notebooks/*.ipynb")
     p.add_argument("--img", default=os.path.join(REPO, "notebooks", "img"),
                    help="folder for the screenshots (default: notebooks/img)")

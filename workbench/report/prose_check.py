@@ -1,4 +1,4 @@
-"""The prose check of `python -m workbench.readme_results --check`: every speedup quoted in README.md's and
+"""The prose check of `workbench readme_results --check`: every speedup quoted in README.md's and
 profiles/README.md's prose (outside the generated blocks and code) must be a speedup (with its CI) of a comparison in
 profiles/; struck-through figures (`~~1.70x~~`, retracted ones) are exempt."""
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """Regenerate the README's headline, the results page and the headline figure from the committed profiles/ folder.
 
-    python -m workbench.readme_results                       # rewrite README.md's marked blocks, profiles/RESULTS.md
+    workbench readme_results                       # rewrite README.md's marked blocks, profiles/RESULTS.md
                                                              # and profiles/headline.png
-    python -m workbench.readme_results --print               # print the README block and the page, change nothing
-    python -m workbench.readme_results --check               # exit 1 when any of them is out of date with profiles/,
+    workbench readme_results --print               # print the README block and the page, change nothing
+    workbench readme_results --check               # exit 1 when any of them is out of date with profiles/,
                                                              # or a speedup quoted in the prose matches no comparison
-    python -m workbench.readme_results --include-incomplete  # + the complete comparisons of every cut-off run
-    python -m workbench.readme_results --notebooks           # + execute notebooks/*.ipynb into their files
+    workbench readme_results --include-incomplete  # + the complete comparisons of every cut-off run
+    workbench readme_results --notebooks           # + execute notebooks/*.ipynb into their files
 
 The README gets a short block between `<!-- results -->` markers: the headline figure (speedup per comparison with
 its 95% CI and verdict, drawn by `workbench.report.figures`) and a headline table (the optimized arm of
@@ -53,7 +53,7 @@ FIGURE_NAME = "headline.png"
 def viewing_markdown() -> str:
     """How to open the notebooks and view the traces (for the README)."""
     return """\
-**Notebooks** (committed executed, so their tables show without running them; `python -m workbench.readme_results
+**Notebooks** (committed executed, so their tables show without running them; `workbench readme_results
 --notebooks` re-executes them into their files against `profiles/`). To run them yourself:
 `pip install -e ".[dev,notebooks]"`, then `jupyter lab notebooks/`. Each notebook's first cell names the command that
 produced its data; the next cell reads `PROFILES` (default: the committed `profiles/`). Point them at a fresh run
@@ -68,7 +68,7 @@ output is a script or loads anything from a network, and long tables are collaps
 `jupyter nbconvert --to html --template-file notebooks/offline.html.j2 notebooks/01_speedup_tables.ipynb` writes a
 page that loads nothing remote. JupyterLab opens them "not trusted": trust is a signature kept in your own local
 database (`jupyter trust`), which no repository can carry, and the outputs (tables, PNG, plotly JSON) display without
-it. `python -m workbench.notebook_pages` renders each page in headless Chromium at 1400 px wide, prints its height and
+it. `workbench notebook_pages` renders each page in headless Chromium at 1400 px wide, prints its height and
 saves a screenshot: [01](notebooks/img/01_speedup_tables.png), [02](notebooks/img/02_savings_models.png),
 [03](notebooks/img/03_sync_anatomy.png), [04](notebooks/img/04_traces.png).
 
@@ -92,7 +92,10 @@ stats --report nvtx_sum,cuda_gpu_kern_sum X.nsys-rep` for tables) and its `.sqli
 `workbench.traces.load_events` reads either). Ranges are named `wb/L07/fwd`,
 `wb/L07/attn/meta`, `wb/L07/recompute`, `wb/L07/bwd`, `wb/L07/reload`. For GPU torch traces, Meta's
 [HolisticTraceAnalysis](https://github.com/facebookresearch/HolisticTraceAnalysis) gives temporal / idle
-breakdowns and `TraceDiff` between arms: `TraceAnalysis(trace_dir="profiles/RUN/traces/packing")`.
+breakdowns and `TraceDiff` between arms (it reads every trace of a folder as one rank's, so give it one arm's folder):
+the committed headline arms as Kineto traces, `TraceAnalysis(trace_dir="profiles/2026-11-23_h100_verdicts/ab_traced/kineto/packing/rebuild")`
+(one step each, written from the saved events by `workbench kineto_export X.events.parquet --steps 1`); a fresh run's
+`traces/<comparison>/<arm>.pt.trace.json.gz` copied into a folder of its own (`tests/test_kineto_export.py` opens both).
 
 **Why the step breakdown is not HTA's** (it reads Nsight exports too, only our NVTX domain's step windows, and
 separates sync drains, exposed copies and launch gaps): [docs/GUIDE.md](docs/GUIDE.md#why-the-step-breakdown-is-not-htas).
@@ -175,7 +178,7 @@ def _write(path: str, text: str) -> bool:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m workbench.readme_results", description=__doc__,
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="workbench readme_results", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--readme", default=os.path.join(REPO, "README.md"))
     p.add_argument("--profiles", default=os.path.join(REPO, "profiles"))
@@ -238,7 +241,7 @@ def main(argv=None) -> int:
         for msg in problems:
             print(msg, file=sys.stderr)
         if problems:
-            print("run python -m workbench.readme_results (and fix the prose figures named above)", file=sys.stderr)
+            print("run workbench readme_results (and fix the prose figures named above)", file=sys.stderr)
             return 1
         checked = [f"{os.path.relpath(readme, repo)}: the results block is current",
                    f"{os.path.relpath(page, repo)}: current", f"{os.path.relpath(figure, repo)}: drawn from the "

@@ -56,8 +56,8 @@ def _heldout_revised(ctx: _Ctx) -> list[str]:
              f"{r['inside']:.2f} ({r['inside_null_q05']:.2f})", r["spread"],
              "holds" if r["verdict"] == "holds" else "**fails**", ctx.link(r["source"])]
             for r in checks.to_dict("records")]
-    return ["", "Held-out checks of the revised designs (`prospective_vN.json`, each committed before its run; "
-            "`python gpu/analyze_heldout_v2.py DIR --design FILE`): M new processes on a machine the design did not "
+    return ["", "Held-out checks of the revised designs (`prospective_vN.json`, each committed before its run; its "
+            "`analysis_vN.json` beside the held-out run): M new processes on a machine the design did not "
             "pool, judged by its rule unchanged. A superseded design is judged too, for the record; the claim is "
             "the newest design naming the comparison.", ""] + _table(
         ["comparison", "design", "held-out machine", "M", "held-out estimate (shift from the estimate)",

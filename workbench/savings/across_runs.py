@@ -1,5 +1,4 @@
-"""What a process-level verdict would read for a rerun on another machine: beside the verdict, never replacing it
-(issue 39).
+"""What a process-level verdict would read for a rerun on another machine: beside the verdict, never replacing it.
 
 A process-level verdict measures the saving over the K processes of one run: one lease, one machine. Its interval
 is that run's; runs of one shape in different leases differ by more than their processes do
@@ -13,7 +12,7 @@ A traced prediction is re-read on each machine: its own between-run component (`
 every process of a shape's runs traced one) is added to the prediction's variance likewise. A dose-fed prediction
 carries the dose's machines in its se already (`savings.dose.machine_component`).
 
-    python -m workbench.verdicts RUN_DIR ...    # prints it under the table for each process-level row, where
+    workbench verdicts RUN_DIR ...    # prints it under the table for each process-level row, where
                                                 # PROFILES/between_runs.json gives the row's optimization an omega
 """
 from __future__ import annotations

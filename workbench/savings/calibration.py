@@ -2,8 +2,8 @@
 the validity precondition on each arm's trace, the calibrated factor θ on a model's traced input, and the process
 component tau of a single run's measured saving (torch-free).
 
-    python -m workbench.verdicts RUN_DIR --calibration CAL.json     # θ per model from a dose-response analysis
-    python -m workbench.verdicts RUN_DIR --tau-from analysis.json   # tau per comparison (default: TAU_SOURCE)
+    workbench verdicts RUN_DIR --calibration CAL.json     # θ per model from a dose-response analysis
+    workbench verdicts RUN_DIR --tau-from analysis.json   # tau per comparison (default: TAU_SOURCE)
 
 - The precondition (`instrument_reason`): each judged arm's traced step (the mean `wb/step` window of its trace)
   lies within INSTRUMENT_TOL of its timed step, or the verdict reads NO_VERDICT_INSTRUMENT with both numbers.
@@ -30,9 +30,9 @@ INSTRUMENT_TOL = 0.15
 gets no verdict. Why 15%: the band a model must land in is [0.8, 1.25], a half width of log 1.25 = 0.22 on the log
 scale; a step the instrument moves by more than log 1.15 = 0.14 (two thirds of that) is a different step from the
 one timed, and the inputs a model reads from it (GPU idle, gaps: the terms a profiler moves most) cannot be taken
-for the timed step's. Within it, the traced input is still not the timed one (issue 39: the instrument's effect on
+for the timed step's. Within it, the traced input is still not the timed one (the instrument's effect on
 the idle terms is 4-25x its effect on the step), which is what θ is for; this precondition only refuses traces of a
-step that did not run as timed. Fixed on 2026-11-26 before any run judged with it."""
+step that did not run as timed. Fixed before any run judged with it."""
 NO_VERDICT_INSTRUMENT = "no verdict: instrument"
 """The verdict of a model whose traces fail the precondition."""
 INPUT_SOURCES = ("traced", "dose-response", "calibrated", "untraced")

@@ -1,23 +1,10 @@
 """The savings models' generic machinery; each optimization's own model lives beside it.
 
 An optimization with a savings model names its module in its SPEC (`"savings": "workbench.opts.<name>_savings"`,
-`workbench.opts.registry`). That module is torch-free (the tables and the verdicts import it without torch) and has:
-
-    FORMULA: str                  the model as judged, e.g. "(L*p - b) * s"
-    MODEL_TERMS: tuple[str, ...]  the decomposition components the model accounts for (the rest are candidates for
-                                  the term a refuted model lacks)
-    TRACED_ARMS: tuple[str, ...]  the arms whose traces its inputs come from: "baseline", and "arm" (the optimized)
-    MODEL_REVISION: str           "DATE: what the model is / what changed", bumped in the commit that changes FORMULA
-                                  or an input, before the runs that judge it; each verdict row names it and the commit
-                                  that set it (`model_revision`; optional: "none stated" without it)
-    def from_run(traced, c, meta, *, baseline, arm) -> dict
-        the model from a run's traces ({arm: events frame}), the comparison's summary.json dict and meta.json: the
-        keys of `predicted` (predicted_ms, its se, CI and n_steps) plus formula, inputs ({name: {value, source}})
-        and terms ({term: ms}); raises `InputCheckFailed` when two sources of an input disagree
-
-and its analytic saving function (pure; its docstring states the formula and inputs). `workbench.savings.verdicts` feeds
-the models in-situ inputs from traces, propagates the inputs' spread, and judges them against the engine's
-measured saving.
+`workbench.opts.registry`); `workbench.savings.contract` states what that module holds (FORMULA, MODEL_TERMS,
+TRACED_ARMS, MODEL_REVISION, from_run, and optional hooks with defaults) and `module` checks it on load.
+`workbench.savings.verdicts` feeds the models in-situ inputs from traces, propagates the inputs' spread, and judges
+them against the engine's measured saving.
 """
 from __future__ import annotations
 
@@ -43,7 +30,20 @@ def module(opt: str):
     """The savings-model module of an optimization (its SPEC's `savings`), None when it has none (or `opt` is not
     an optimization: `all`, an A/A or NVTX comparison)."""
     path = opt_registry.savings_path(opt) if opt in opt_registry.names() else None
-    return importlib.import_module(path) if path else None
+    return _checked(path) if path else None
+
+
+@functools.lru_cache(maxsize=None)
+def _checked(path: str):
+    """The savings module at `path`, refused in one line when it breaks `workbench.savings.contract`."""
+    from workbench.errors import WorkbenchError
+    from workbench.savings import contract
+
+    mod = importlib.import_module(path)
+    bad = contract.problems(mod)
+    if bad:
+        raise WorkbenchError(f"{path}: {'; '.join(bad)} (the savings-model contract: workbench/savings/contract.py)")
+    return mod
 
 
 def modelled() -> tuple[str, ...]:

@@ -1,5 +1,4 @@
-"""Planning the next run of a verdict that came out inconclusive: how many processes per shape a NEW run needs
-(issue 39).
+"""Planning the next run of a verdict that came out inconclusive: how many processes per shape a NEW run needs.
 
 A verdict is judged once, on the processes its run had; more processes are never added to it (that would be a
 sequential design, and none is fixed). What this module gives is the size of a fresh, independent run of the same
@@ -13,8 +12,8 @@ shape, planned from the inconclusive one as a pilot:
   (the traced process-level prediction, `predicted_df` = K - 1);
 - the ratio is assumed to stay at the pilot's point estimate; beside each planned size, `assurance` gives how often a
   run of that size would read confirmed, refuted or neither when the ratio, the SD and the prediction are drawn from
-  the pilot's own uncertainty (a pilot's ratio is an estimate too: the plan of 2026-11-27 (2) said "refuted" for
-  offload qwen3-14b, and the run read "confirmed").
+  the pilot's own uncertainty (a pilot's ratio is an estimate too: a plan from a pilot's point ratio can
+  predict "refuted" for a run that reads "confirmed").
 
 Per row: the smallest K' (2..K_MAX) at which the verdict test (`verdicts.judge`'s `band_ratio_test`, the band and
 alpha as committed, alpha divided by the family's size: Bonferroni, no weaker than Holm) would decide at that point,
@@ -29,7 +28,7 @@ at the pilot's ratio (a process of either run counted alike; a dose process cost
 both). More reps within each dose process would shrink the within-process part of the slope's SD too; the plan does
 not count on that.
 
-    python -m workbench.verdicts RUN_DIR [...] --dose DOSE_DIR [...] --plan
+    workbench verdicts RUN_DIR [...] --dose DOSE_DIR [...] --plan
 """
 from __future__ import annotations
 
@@ -40,10 +39,9 @@ K_MAX = 30
 
 PILOT_SD_CONFIDENCE = 0.8
 """The pilot's SDs enter the plan at this one-sided upper confidence bound (the upper-confidence-limit method of
-sizing a study from a pilot): SD x sqrt(df / chi2.ppf(1 - 0.8, df)), 2.12x at 2 df, 1.26x at 7. Why: the plan of
-2026-11-27 (2) sized packing qwen3-14b 4 L at 8 processes from a 3-process pilot's SD taken at its point value (1.4 ms a
-process); the 8-process run (profiles/2026-11-27_h100_verdicts_planned) measured 2.0 ms and its verdict, at the
-pilot's very ratio 1.09, came out inconclusive (90% CI [0.92, 1.29])."""
+sizing a study from a pilot): SD x sqrt(df / chi2.ppf(1 - 0.8, df)), 2.12x at 2 df, 1.26x at 7. Why: a few-process
+pilot's SD taken at its point value understates the SD a run measures, and a run sized by it reads inconclusive
+at the pilot's very ratio."""
 
 
 _SDS = f" and its SDs at their {100 * PILOT_SD_CONFIDENCE:.0f}% upper bounds"
@@ -126,9 +124,8 @@ def assurance(row: dict, kk: int, dose: int | None = None, draws: int = ASSURANC
     decides when the true saving, the true prediction and the true process SD are each drawn from what the pilot
     measured (the saving ~ N(m, se_m); the SD from its chi-square with K - 1 df; a prediction the run re-estimates,
     the traced form's or a new dose's, ~ N(p, se_p)), and the new run is then simulated and judged by the committed
-    test (`stats.band_ratio_test`, the row's alpha). Why: the plan of 2026-11-27 (2) said 6 processes would read
-    refuted for offload qwen3-14b at its 3-process pilot's ratio 0.74 [0.65, 0.83]; the 6-process run read confirmed
-    at 0.88 (profiles/2026-11-27_h100_verdicts_planned). A pilot's ratio is itself an estimate.
+    test (`stats.band_ratio_test`, the row's alpha). Why: a pilot's ratio is itself an estimate; a
+    plan that takes it as exact can predict "refuted" for a run that then reads confirmed.
 
     `omega` (default 0: what a single run can see) adds a between-run component of the measured saving: the new run
     is another lease, on another machine, so its level differs from the pilot's by exp(N(0, 2 omega^2)) (each run's

@@ -1,6 +1,6 @@
 """Savings-model verdicts of a `--processes K` run folder: the process as the unit of the claim.
 
-    python -m workbench.verdicts DIR        # DIR holds processes.json and DIR/p00 .. (python -m workbench.ab ... --processes K)
+    workbench verdicts DIR        # DIR holds processes.json and DIR/p00 .. (python -m workbench.ab ... --processes K)
 
 Each process folder gets its own verdicts first (`verdicts.annotate`: a single run's, "single run + tau"), then per
 comparison, over the K processes that ran (exit status 0, a summary.json):
@@ -127,7 +127,7 @@ def annotate(run_dir: str, inputs: verdicts.Inputs | None = None, write: bool = 
             fams.setdefault(verdicts.family_of(c["name"]), []).append(c["savings_model"])
     for sms in fams.values():
         verdicts.finalize(sms, [sm.pop("_measured") for sm in sms])
-    doc = {"by": "python -m workbench.verdicts", "git_sha": git_sha(), "processes": len(dirs),
+    doc = {"by": "workbench verdicts", "git_sha": git_sha(), "processes": len(dirs),
            "calibration": inputs.calibration_file, "dose": inputs.dose_dirs or None, "tau_from": None,
            "environment": env, "comparisons": comps}
     if write:

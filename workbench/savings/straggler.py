@@ -1,7 +1,7 @@
 """The straggler term: does a one-GPU saving carry to N data-parallel ranks, plus the collective wait it removes?
 
-    python -m workbench.straggler --one RUN_1GPU --two RUN_2GPU            # verdict per comparison, JSON last
-    python -m workbench.straggler --one RUN_1GPU --two RUN_2GPU --write    # + straggler.json in the 2-GPU folder
+    workbench straggler --one RUN_1GPU --two RUN_2GPU            # verdict per comparison, JSON last
+    workbench straggler --one RUN_1GPU --two RUN_2GPU --write    # + straggler.json in the 2-GPU folder
 
     # N = ranks; S_N = the saving (baseline - optimized step ms) measured on N ranks; W = the exposed wait
 
@@ -22,8 +22,8 @@ Model (judged like the one-GPU savings models, `workbench.savings.verdicts.judge
   the verdict is "no verdict: instrument" with both numbers.
 
 Why the summed wait is not used: each collective waits on its own stream while the compute stream goes on, and an
-all-gather and a reduce-scatter wait at the same time, so the sum of waits can exceed the step (the 789 ms over
-~690 ms steps that issue 26 called impossible). `exposed_wait_ms` counts only time the GPU had nothing else to do.
+all-gather and a reduce-scatter wait at the same time, so the sum of waits can exceed the step (a sum of
+waits longer than the step is possible). `exposed_wait_ms` counts only time the GPU had nothing else to do.
 
 Past two ranks (a projection, not a measurement): if each rank's compute per step varies independently (each rank
 packs its own documents), the mean rank waits E[max of N] - mean = sigma * e_N, with e_N the expected maximum of N
@@ -280,7 +280,7 @@ def table(results: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m workbench.straggler", description=__doc__,
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="workbench straggler", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--one", required=True, help="the 1-GPU run folder (python -m workbench.ab ...)")
     p.add_argument("--two", required=True, help="the 2-GPU run folder (torchrun --nproc-per-node 2 -m workbench.ab "

@@ -1,8 +1,8 @@
 """A sync-driven savings model fed by no trace: the saving per unit that a dose-response measured untimed on its own
-shape, carried to the judged shape by an exact count (issue 39 item 4: a revision written down, with its commit,
+shape, carried to the judged shape by an exact count (a revision written down, with its commit,
 before the runs that judge it).
 
-    python -m workbench.verdicts RUN_DIR [RUN_DIR ...] --dose DOSE_DIR [DOSE_DIR ...]
+    workbench verdicts RUN_DIR [RUN_DIR ...] --dose DOSE_DIR [DOSE_DIR ...]
 
     predicted = n · u      n  the judged comparison's count per step, exact (the model module's `untraced_count`:
                               packing's builds removed L·p - b from the run's layers and checkpointing; MoE's syncs
@@ -32,7 +32,7 @@ import numpy as np
 
 from workbench.errors import WorkbenchError
 from workbench.measure import stats
-from workbench.savings import common
+from workbench.savings import common, contract
 
 DOSE_FILE = "dose_analysis.json"
 INPUT_SOURCE = "untraced"
@@ -43,7 +43,7 @@ MODEL_REVISION = ("2026-11-27 (7): n * u, u = the untimed dose slope per counted
                   "processes as before; over processes too where a --processes verdict ran on exactly the dose's "
                   "machines (the same-host design: those GPUs are the claim's own, not a sample of others)")
 """The revision a row names, with the commit that set it (`common._revision_commit`), written before its runs.
-(6) -> (7), written 2026-11-27 before the run it serves (gpu/jobs/moe_same_host.sh): the dose and the verdict
+This revision: the dose and the verdict
 processes spread alike over the GPUs of one host. The machine-level se answers "on another machine"; where the
 verdict ran on the very GPUs the dose did, each GPU's effect is in both the prediction and the saving, and the claim
 is for those GPUs, so the process se is the one that fits. Every reading judged under (6) is unchanged: a verdict on
@@ -51,7 +51,7 @@ one GPU against a dose of several machines is not this design."""
 
 
 def read_dose(dirs: list[str] | None) -> dict:
-    """{opt: entry} from dose folders' dose_analysis.json (`python -m workbench.savings.dose`): entry = {"dir",
+    """{opt: entry} from dose folders' dose_analysis.json (`python -m workbench.savings.dose_fit`): entry = {"dir",
     "slope_ms", "slope_se_ms", "df", "K", "unit", "syncs_removed_per_unit", "linear", "commit"}, the untimed mode's
     slope. A folder without the file, without an untimed slope with its se, of an optimization whose model has no
     untraced form, or a second folder of the same optimization is a one-line error."""
@@ -63,7 +63,7 @@ def read_dose(dirs: list[str] | None) -> dict:
                 a = json.load(f)
         except (OSError, ValueError) as e:
             raise WorkbenchError(f"--dose {d}: cannot read {DOSE_FILE} ({type(e).__name__}: {e}); run python -m "
-                                 f"workbench.savings.dose {d} first") from None
+                                 f"workbench.savings.dose_fit {d} first") from None
         none = (a.get("modes") or {}).get("none") or {}
         opt = a.get("opt")
         if not opt or none.get("slope_ms") is None or not none.get("slope_se") or not none.get("df"):
@@ -71,7 +71,7 @@ def read_dose(dirs: list[str] | None) -> dict:
                                  "over at least 2 processes)")
         if opt in out:
             raise WorkbenchError(f"--dose {d}: a second dose folder for {opt} (first: {out[opt]['dir']})")
-        if not hasattr(common.module(opt), "untraced_count"):
+        if contract.member(common.module(opt), "untraced_count") is None:
             raise WorkbenchError(f"--dose {d}: {opt}'s savings model has no untraced form (untraced_count)")
         mc = none.get("machines") or {}  # an analysis before machine_component has none: the process se, as then
         se, df = ((float(mc["slope_se"]), float(mc["df"])) if mc.get("slope_se") else

@@ -2,7 +2,7 @@
 the engine's paired measured saving (the rep as the unit), with the step-time decomposition that says which term a
 refuted model lacks.
 
-    python -m workbench.verdicts RUN_DIR [RUN_DIR ...]     # the command: `workbench.savings.verdicts_cli`
+    workbench verdicts RUN_DIR [RUN_DIR ...]     # the command: `workbench.savings.verdicts_cli`
 
 Per comparison of a run folder whose baseline and optimized arms were traced (`--trace torch|nsys`):
 
@@ -323,7 +323,7 @@ def comparison_verdict(run_dir: str, c: dict, results: pd.DataFrame, meta: dict,
     ev = {a: _events(run_dir, name, a) for a in arms}
     traced = {a: e for a, e in ev.items() if e is not None and (e["kind"] == "kernel").any()}
     if base in traced:
-        from workbench.traces.levers import experts_of, levers
+        from workbench.traces.lever_advice import experts_of, levers
         experts = experts_of(c.get("model"), c.get("layers"))
         c["breakdown"] = {}
         for a, e in traced.items():
@@ -410,7 +410,7 @@ def family_of(cmp_name: str) -> str:
 
 def annotate(run_dir: str, inputs: Inputs | None = None, out: str | None = "summary.json") -> list[dict]:
     """`judged_summary` of `run_dir`, written as `run_dir`/`out` (None: nothing written; the run itself writes
-    its own summary.json, `python -m workbench.verdicts --write` summary.verdicts.json beside it) and return the
+    its own summary.json, `python -m workbench verdicts --write` summary.verdicts.json beside it) and return the
     verdict rows (`rows`)."""
     from workbench.measure.results import atomic_write_json
     summary = judged_summary(run_dir, inputs)
@@ -442,7 +442,7 @@ def judged_summary(run_dir: str, inputs: Inputs | None = None) -> dict:
             fams.setdefault(family_of(c.get("name")), []).append(sm)
     for sms in fams.values():
         finalize(sms, [sm.pop("_measured") for sm in sms])
-    summary["verdicts"] = {"by": "python -m workbench.verdicts", "git_sha": git_sha(),
+    summary["verdicts"] = {"by": "workbench verdicts", "git_sha": git_sha(),
                            "calibration": inputs.calibration_file, "dose": inputs.dose_dirs or None,
                            "tau_from": inputs.tau_from}
     return summary
@@ -502,7 +502,7 @@ def unit_label(population: str | None, n_units=None) -> str:
 
 
 def table(all_rows: list[dict]) -> str:
-    """The verdict rows as `python -m workbench.verdicts` prints them."""
+    """The verdict rows as `workbench verdicts` prints them."""
     t = pd.DataFrame(all_rows)
     t["input"] = ["-" if not isinstance(s, str) else s if not isinstance(th, float) or th != th else f"{s} x{th:.2f}"
                   for s, th in zip(t["input_source"], t["theta"])]

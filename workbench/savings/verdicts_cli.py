@@ -1,12 +1,12 @@
-"""`python -m workbench.verdicts`: judge the savings models of run folders (`workbench.savings.verdicts` for a single
+"""`workbench verdicts`: judge the savings models of run folders (`workbench.savings.verdicts` for a single
 run, `workbench.savings.process_verdicts` for a `--processes K` folder) and print one table.
 
-    python -m workbench.verdicts RUN_DIR [RUN_DIR ...]     # judges each traced comparison; prints, writes nothing
-    python -m workbench.verdicts RUN_DIR --write           # + RUN_DIR/summary.verdicts.json beside summary.json
-    python -m workbench.verdicts RUN_DIR --calibration CAL.json --tau-from none
-    python -m workbench.verdicts PROCESSES_DIR               # a --processes K run: the process as unit
-    python -m workbench.verdicts RUN_DIR --dose DOSE_DIR     # that model untraced (workbench.savings.untraced)
-    python -m workbench.verdicts RUN_DIR ... --plan          # + the processes a new run needs (workbench.savings.plan)
+    workbench verdicts RUN_DIR [RUN_DIR ...]     # judges each traced comparison; prints, writes nothing
+    workbench verdicts RUN_DIR --write           # + RUN_DIR/summary.verdicts.json beside summary.json
+    workbench verdicts RUN_DIR --calibration CAL.json --tau-from none
+    workbench verdicts PROCESSES_DIR               # a --processes K run: the process as unit
+    workbench verdicts RUN_DIR --dose DOSE_DIR     # that model untraced (workbench.savings.untraced)
+    workbench verdicts RUN_DIR ... --plan          # + the processes a new run needs (workbench.savings.plan)
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ WRITE_FILE = "summary.verdicts.json"
 
 def main(argv=None) -> int:
     from workbench.errors import WorkbenchError
-    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m workbench.verdicts", description=verdicts.__doc__.split("\n\n")[0]
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="workbench verdicts", description=verdicts.__doc__.split("\n\n")[0]
                                 + "\n\nReads only: no file of a run folder is changed. With --write the judged summary "
                                 "goes beside the run's own, as RUN_DIR/" + WRITE_FILE + " (a --processes K folder: "
                                 "each process's " + WRITE_FILE + " and DIR/verdicts.json); summary.json is never "
@@ -40,7 +40,7 @@ def main(argv=None) -> int:
                    "analysis.json: the process component tau a single run's measured saving gets (default "
                    "%(default)s; 'none': within this run only)")
     p.add_argument("--dose", metavar="DOSE_DIR", nargs="+", default=None, help="dose folders (python -m "
-                   "workbench.ab.dose, analysed by python -m workbench.savings.dose): their optimization's model is "
+                   "workbench.ab.dose, analysed by python -m workbench.savings.dose_fit): their optimization's model is "
                    "judged untraced, its untimed slope per unit times the judged shape's exact count "
                    "(workbench.savings.untraced); no trace read, so no instrument precondition and no θ")
     p.add_argument("--plan", action="store_true", help="after the table, for each inconclusive row: the processes "

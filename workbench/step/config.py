@@ -1,5 +1,5 @@
 """The step's typed config tree, resolved once: `DataConfig` (what batches a run packs) and `StepConfig` (what one
-training step is), composed by `RunConfig` (here: `python -m workbench.run`) and `workbench.ab.config.ABConfig`
+training step is), composed by `RunConfig` (here: `python -m workbench.run`) and `workbench.ab.ab_config.ABConfig`
 (`python -m workbench.ab`). Each leaf has one name across the tree, so a config serialises flat (`flat` /
 `from_flat`: meta.json's `args`, the nsys child's `--_config`) and reads back into the same tree.
 
@@ -65,7 +65,7 @@ class StepConfig:
     dtype: str = "auto"
     """auto | fp32 | bf16 | fp16: the base weights' dtype (auto: the precision's, `precision.model_dtype`)."""
     precision: str = "auto"
-    """auto | autocast | bf16 | fp32-adapters (`workbench.step.precision`); `resolved(device)` turns auto into the
+    """auto | autocast | bf16 | fp32-adapters (`workbench.step.precision_mode`); `resolved(device)` turns auto into the
     device's, once, and the resolved value is what every step is passed."""
     lora_rank: int = 16
     """LoRA rank r (alpha = 2r, dropout 0)."""
@@ -83,9 +83,9 @@ class StepConfig:
             raise WorkbenchError(f"lr must be positive, got {self.lr!r}")
 
     def resolved(self, device) -> "StepConfig":
-        """This config on `device`: the precision resolved (`workbench.step.precision.resolve`: the one place a run
+        """This config on `device`: the precision resolved (`workbench.step.precision_mode.resolve`: the one place a run
         turns `auto` into autocast on CUDA and fp32-adapters elsewhere)."""
-        from workbench.step import precision
+        from workbench.step import precision_mode as precision
         return dataclasses.replace(self, precision=precision.resolve(device, self.precision))
 
 

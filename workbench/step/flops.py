@@ -52,7 +52,7 @@ Conventions:
 `step_flops` returns each component with its forward / recompute / backward parts; `total` is what the hardware
 executes (recompute included, HFU-style), `model` leaves the recompute out (MFU-style).
 
-Two MFU conventions, side by side in every run (summary.json's `mfu` and `mfu_nemo`; `workbench.lever_path`):
+Two MFU conventions, side by side in every run (summary.json's `mfu` and `mfu_nemo`; `workbench lever_path`):
 - ours (`mfu`): `step_flops(...)["model"]` with block-diagonal attention, as above: frozen weights get no weight
   gradient, each LoRA adapter its exact 3x, the attention backward 5 (fused) or 4 (eager) score-sized matmuls.
 - NeMo AutoModel's (`mfu_nemo`, `nemo_flops`): the full-training FLOPs of the same tokens, 3 x forward (forward,

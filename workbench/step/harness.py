@@ -70,13 +70,13 @@ def train_step(model, batch, optimizer, *, step: int = 0, ranges: Ranges | None 
                precision: str = "fp32-adapters") -> StepRecord:
     """One training step (forward, backward, AdamW) on `batch`, timed; the StepRecord of it.
 
-    The forward and the loss run under `workbench.step.precision.forward_context` of `precision` (resolved: the run's
+    The forward and the loss run under `workbench.step.precision_mode.forward_context` of `precision` (resolved: the run's
     `StepConfig.resolved(device).precision`, or an arm's own; the default fp32-adapters runs no autocast): bf16
     autocast as Trainer(bf16=True) runs it, or nothing; the backward and the optimizer step run outside it. A step that raises leaves no autograd or compiler state behind
     (`workbench.step.step_guard`). With `counter` None and `ranges` NVTX-only this is an uninstrumented step (what
     the engine times); the loss is read back after the timer has synchronized, outside the measured region.
     """
-    from workbench.step import precision as prec
+    from workbench.step import precision_mode as prec
 
     device = next(model.parameters()).device
     fwd_ctx = prec.forward_context(precision, device.type)

@@ -226,9 +226,9 @@ def estimate(config, tokens: int, *, layers: int | None = None, dtype_bytes: int
 
 def estimate_for(args, device, config, tokens: int, layers: int | None, *, activations: str | None = None,
                  compiled: bool = False, attn: str | None = None) -> Estimate:
-    """`estimate` for a run's config (`workbench.ab.config.ABConfig`: dtype, precision, LoRA rank, checkpointing) on
+    """`estimate` for a run's config (`workbench.ab.ab_config.ABConfig`: dtype, precision, LoRA rank, checkpointing) on
     `device`, under FSDP2 over $WORLD_SIZE ranks."""
-    from workbench.step import precision
+    from workbench.step import precision_mode as precision
 
     b = DTYPE_BYTES.get(args.step.dtype) or (2 if device.type == "cuda" else 4)
     adapter_b = b if precision.resolve(device.type, args.step.precision) == precision.BF16 else 4

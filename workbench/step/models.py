@@ -248,7 +248,7 @@ def build_model(model: str, *, layers: int | None = None, attn: str | None = Non
                 experts_implementation: str | None = None, precision: str = "auto"):
     """Build a causal LM (random seeded weights for a preset, or a local checkpoint), with LoRA via peft.
 
-    `precision` (workbench.step.precision: autocast | bf16 | fp32-adapters, as a run's `StepConfig.resolved` gives it;
+    `precision` (workbench.step.precision_mode: autocast | bf16 | fp32-adapters, as a run's `StepConfig.resolved` gives it;
     `auto` resolves for `device`, for a caller outside a run) picks the base dtype when `dtype` is None
     (`precision.model_dtype`) and the adapters' dtype; it is not stored on the model: pass the same precision to
     `harness.train_step`. Returns the (peft-wrapped) model in train
@@ -256,7 +256,7 @@ def build_model(model: str, *, layers: int | None = None, attn: str | None = Non
     """
     from transformers import AutoModelForCausalLM
 
-    from workbench.step import precision as prec
+    from workbench.step import precision_mode as prec
 
     device = torch.device(device)
     dtype = dtype or prec.model_dtype(precision, device)
@@ -313,12 +313,12 @@ def lora_config(model, rank: int = 16):
 def add_lora(model, rank: int = 16, seed: int = 0, precision: str = "fp32-adapters"):
     """peft LoRA on the attention/MLP linears (and fused experts); everything else frozen.
 
-    `precision` (resolved; workbench.step.precision) sets the adapters' dtype: fp32 (peft's `autocast_adapter_dtype`)
+    `precision` (resolved; workbench.step.precision_mode) sets the adapters' dtype: fp32 (peft's `autocast_adapter_dtype`)
     for autocast, fp32-adapters (and auto, which resolves to one of them), the base dtype for bf16. Nothing is
     recorded on the model: the step is passed its precision (`harness.train_step`)."""
     from peft import get_peft_model
 
-    from workbench.step import precision as prec
+    from workbench.step import precision_mode as prec
 
     config = lora_config(model, rank)
     torch.manual_seed(seed + 1)

@@ -1,8 +1,7 @@
 """A training step that raises leaves no process-wide autograd or compiler state behind for the steps after it.
 
 The runner carries on after an arm fails (`workbench.ab.runner`: one arm's failure must not stop the others), so every
-later step of the process runs in whatever state the failed one left. Two such leftovers broke the H100 levers run
-(2026-11-25, `--opt levers`, llama-3.1-8b and gpt-oss-20b):
+later step of the process runs in whatever state the failed one left. Two such leftovers break a `--opt levers` run:
 
 - torch.compile state. flex_attention that fails inside a compiled call (there: under the sync counter's dispatch
   mode, which flex could not run under) leaves torch._dynamo such that every later flex_attention call of the process

@@ -4,7 +4,7 @@
     ev = load_events("profiles/<run>/traces/packing/rebuild.pt.trace.json.gz")
     kernel_class(kernel_name(...))   # one name, one class, whichever tool traced the kernel (`names`, `classify`)
 
-The names below load on first use (PEP 562), so `workbench.traces.levers` and `workbench.traces.components` (data
+The names below load on first use (PEP 562), so `workbench.traces.lever_advice` and `workbench.traces.components` (data
 only) import without pandas: the CLIs' argument checks answer before any heavy import.
 """
 import importlib

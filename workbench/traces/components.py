@@ -2,7 +2,7 @@
 no torch).
 
 A traced step is split by `workbench.traces.decompose` into busy time by kernel class (`BUSY`) and idle time by
-cause (`IDLE`); `workbench.traces.levers` names four more rows that are not part of that partition (`LEVER_ONLY`):
+cause (`IDLE`); `workbench.traces.lever_advice` names four more rows that are not part of that partition (`LEVER_ONLY`):
 attention computed dense over the packed sequence, a gradient built slice by slice, the checkpointed layers'
 recompute and the loss's pointwise work on the logits. Every figure that draws a
 component (the README's PNGs, `workbench.report.figures`; the notebooks' plotly figures, `workbench.report.tables`)
@@ -32,7 +32,7 @@ class Component:
     colour: str
     """Its colour in every figure (hex)."""
     lever: str | None = None
-    """What would move it (`workbench.traces.levers`); None for the useful matrix work."""
+    """What would move it (`workbench.traces.lever_advice`); None for the useful matrix work."""
     attention_flops: str | None = None
     """The attention FLOP class (`workbench.step.flops.ATTENTION_MODES`) this component stands for, if any."""
 

@@ -20,7 +20,7 @@ import pandas as pd
 from workbench.traces import decompose
 
 TOL_PCT = 2.0
-"""Two traces of one step agree on a class when its totals differ by at most this % (issue 39)."""
+"""Two traces of one step agree on a class when its totals differ by at most this %."""
 MIN_SHARE = 0.01
 """Classes under this share of the step's busy time are held to TOL_PCT of that share instead of their own total
 (a 0.06 ms optimizer class would otherwise have to agree to 1 us)."""

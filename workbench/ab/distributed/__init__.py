@@ -48,7 +48,7 @@ from __future__ import annotations
 from workbench.ab.distributed.context import (DATA_SEED_STRIDE, DROP_ENV, FAIL_ENV, SPEEDUP_BASIS, TIMEOUT_ENV,
                                               WATCH_GRACE_S, WATCH_PERIOD_S, DistContext, RankFailed, full, init,
                                               launched, shard)
-from workbench.ab.distributed.runner import DistRunner, check_args, main
+from workbench.ab.distributed.rank_runner import DistRunner, check_args, main
 from workbench.ab.distributed.writer import RankWriter
 
 __all__ = ["DATA_SEED_STRIDE", "DROP_ENV", "FAIL_ENV", "SPEEDUP_BASIS", "TIMEOUT_ENV", "WATCH_GRACE_S", "WATCH_PERIOD_S",

@@ -1,5 +1,5 @@
 """The whole-weight expert gradient, counted: the aten ops of one step's backward by autograd node and tensor shape,
-one process or FSDP2 (issue 41's anomaly, on the CPU; exact counts, no time).
+one process or FSDP2 (the anomaly, on the CPU; exact counts, no time).
 
     python -m workbench.ab.distributed.backward_ops --opt all --only all --device cpu --dtype bf16 \\
         --precision autocast --json OUT/one.json                                                      # one process

@@ -83,7 +83,7 @@ def check(p, cmp) -> dict:
     from workbench.ab.distributed.probe import baseline_spec, ran_attention
     from workbench.measure import equivalence
     from workbench.opts import unsupported_reason
-    from workbench.step import precision as _prec
+    from workbench.step import precision_mode as _prec
     from workbench.step.models import lora_parameters
 
     a, runner, device = p.args, p.runner, p.device

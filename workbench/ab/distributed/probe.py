@@ -72,7 +72,7 @@ def setup(own_parser, argv) -> Probe:
             from workbench.ab.runner import Runner
             runner = Runner(a, device, None)
         else:
-            from workbench.ab.distributed.runner import DistRunner
+            from workbench.ab.distributed.rank_runner import DistRunner
             runner = DistRunner(a, device, None, ctx)
     except BaseException:
         if ctx is not None:
@@ -89,13 +89,13 @@ def baseline_spec(cmp):
 def ran_attention(runner, model, cmp) -> str:
     """The attention implementation the comparison runs (an optimization's backend, else the model's), as
     `Runner.phase_build` finds it: what the fp32 reference's options depend on."""
-    from workbench import opts as opts_registry
+    from workbench import opts as optimizations
     from workbench.opts.protocol import hook as opt_hook
 
     ran = model.config._attn_implementation
     opts_o = runner.options(cmp)
     for opt in dict.fromkeys(x for s in cmp.arms for x in s.arms):
-        fn = opt_hook(opts_registry.module(opt), "attention_backend")
+        fn = opt_hook(optimizations.module(opt), "attention_backend")
         if fn is not None:
             ran = fn(model, runner.device, opts_o.get(opt, {}))
     return ran
