@@ -176,7 +176,7 @@ def test_callback_refuses_bad_arguments(tmp_path):
         WorkbenchCallback(str(tmp_path / "x"), pairs=0, count_steps=0)
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "f").write_text("x")
-    with pytest.raises(WorkbenchError, match="force=True"):
+    with pytest.raises(WorkbenchError, match="not empty"):  # a folder of the user's own files: never replaced
         WorkbenchCallback(str(tmp_path / "full"))
 
 
