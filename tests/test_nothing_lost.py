@@ -180,7 +180,7 @@ def test_a_folder_written_before_integrity_records_reads_unverified_without_fail
 
 def test_every_analysis_on_the_committed_headline_folders_leaves_every_file_byte_identical(tmp_path, capsys):
     from workbench.analysis import loader
-    from workbench.compare import diff, gate
+    from workbench.compare import gate, rundiff_cli as diff
     from workbench.measure import power
     from workbench.report.__main__ import main as report_main
     from workbench.savings import verdicts_cli
