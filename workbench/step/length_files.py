@@ -187,8 +187,7 @@ def with_model_tokenizer(spec: str | None, model: str | None) -> str | None:
     given. A preset model (random weights from a config: no tokenizer) is refused in one line."""
     if not spec or not spec.startswith("file:"):
         return spec
-    from workbench.step.data import parse_lengths
-    src = parse_lengths(spec).file
+    src = FileLengths(spec[len("file:"):])
     if not src.needs_tokenizer:
         return spec
     if model is None or not _has_tokenizer(model):
