@@ -198,12 +198,7 @@ def _cached(meta, key, build):
 def dense_mask(doc_ids_T: torch.Tensor, window: int | None) -> torch.Tensor:
     """(1, 1, T, T) bool: same document, causal, within the window. Sync-free (device comparisons)."""
     T = doc_ids_T.shape[0]
-    i = torch.arange(T, device=doc_ids_T.device)
-    d = i.view(T, 1) - i.view(1, T)
-    m = (doc_ids_T.view(T, 1) == doc_ids_T.view(1, T)) & (d >= 0)
-    if window is not None:
-        m &= d < window
-    return m.view(1, 1, T, T)
+    return packing.dense_mask_from_doc_ids(doc_ids_T, window).view(1, 1, T, T)
 
 
 def with_sinks(out_BHTE: torch.Tensor, lse_BHT: torch.Tensor, sinks_H: torch.Tensor) -> torch.Tensor:
