@@ -36,7 +36,7 @@ from workbench.analysis.costs import (
     COST_COLUMNS, MFU_COLUMNS, SYNC_COLUMNS, instrument_cost, mfu, syncs, witness_ops)
 from workbench.analysis.savings_models import (
     DECOMPOSITION_COLUMNS, SAVINGS_COLUMNS, VERDICT_COLUMNS, VERDICT_TABLE_COLUMNS, decomposition, savings,
-    verdict_table, verdicts)
+    verdict_columns, verdict_table, verdicts)
 from workbench.analysis.breakdowns import (
     BREAKDOWN_COLUMNS, LEVER_COLUMNS, TOP_KERNEL_COLUMNS, breakdown, levers, top_kernels)
 from workbench.analysis.timelines import (

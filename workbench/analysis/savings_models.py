@@ -8,6 +8,7 @@ import os
 import pandas as pd
 
 from workbench.analysis.loader import _arms, _ctx, _frame, _included, _lohi, _name
+from workbench.savings import verdicts as judging
 
 
 SAVINGS_COLUMNS = ["folder", "comparison", "opt", "model", "layers", "tokens", "formula", "predicted_ms",
@@ -40,7 +41,8 @@ VERDICT_COLUMNS = ["folder", "comparison", "opt", "model", "layers", "tokens", "
                    "predicted_ms", "predicted_ci95_lo", "predicted_ci95_hi", "measured_ms", "measured_ci95_lo",
                    "measured_ci95_hi", "measured_population", "tau_ms", "n_pairs", "n_units", "n_steps", "ratio",
                    "ratio_ci90_lo", "ratio_ci90_hi", "p_confirm", "p_confirm_holm", "p_refute", "p_refute_holm",
-                   "family_size", "verdict", "holm_note", "reason", "largest_missing",
+                   "family_size", "verdict", "measured_se_ms", "measured_df", "predicted_se_ms", "predicted_df",
+                   "holm_note", "reason", "largest_missing",
                    "largest_missing_ms", "corrected_formula", "corrected_ms", "corrected_ci95_lo",
                    "corrected_ci95_hi", "corrected_ratio", "corrected_verdict", "published_formula", "published_ms",
                    "published_ci95_lo", "published_ci95_hi", "published_ratio", "published_ratio_ci90_lo",
@@ -67,38 +69,7 @@ def verdicts(profiles: str | None = None, include_incomplete_comparisons=False, 
             sm = c.get("savings_model") or {}
             if not sm.get("verdict"):
                 continue
-            plo, phi = _lohi(sm.get("predicted_ci95"))
-            mlo, mhi = _lohi(sm.get("measured_ci95"))
-            corr, miss = sm.get("corrected") or {}, sm.get("largest_missing") or {}
-            clo, chi = _lohi(corr.get("predicted_ci95"))
-            pub = sm.get("published") or {}
-            pblo, pbhi = _lohi(pub.get("predicted_ci95"))
-            rows.append({**_ctx(r, c), "formula": sm.get("formula"), "predicted_ms": sm.get("predicted_ms"),
-                         "predicted_ci95_lo": plo, "predicted_ci95_hi": phi, "measured_ms": sm.get("measured_ms"),
-                         "measured_ci95_lo": mlo, "measured_ci95_hi": mhi, "n_pairs": sm.get("measured_n_pairs"),
-                         "n_units": sm.get("measured_n_units"), "n_steps": sm.get("n_steps"),
-                         "measured_population": sm.get("measured_population"), "tau_ms": sm.get("tau_ms"),
-                         "model_revision": sm.get("model_revision"),
-                         "model_revision_commit": sm.get("model_revision_commit"),
-                         "input_source": sm.get("input_source"), "theta": sm.get("theta"),
-                         "theta_ci95_lo": _lohi(sm.get("theta_ci95"))[0], "theta_ci95_hi": _lohi(sm.get("theta_ci95"))[1],
-                         "ratio": sm.get("ratio"),
-                         "ratio_ci90_lo": _lohi(sm.get("ratio_ci90"))[0], "ratio_ci90_hi": _lohi(sm.get("ratio_ci90"))[1],
-                         "p_confirm": sm.get("p_confirm"), "p_confirm_holm": sm.get("p_confirm_holm"),
-                         "p_refute": sm.get("p_refute"), "p_refute_holm": sm.get("p_refute_holm"),
-                         "family_size": sm.get("family_size"), "verdict": sm.get("verdict"),
-                         "holm_note": sm.get("holm_note"),
-                         "reason": sm.get("reason"), "largest_missing": miss.get("component"),
-                         "largest_missing_ms": miss.get("saved_ms"), "corrected_formula": corr.get("formula"),
-                         "corrected_ms": corr.get("predicted_ms"), "corrected_ci95_lo": clo, "corrected_ci95_hi": chi,
-                         "corrected_ratio": corr.get("ratio"), "corrected_verdict": corr.get("verdict"),
-                         "published_formula": pub.get("formula"), "published_ms": pub.get("predicted_ms"),
-                         "published_ci95_lo": pblo, "published_ci95_hi": pbhi, "published_ratio": pub.get("ratio"),
-                         "published_ratio_ci90_lo": _lohi(pub.get("ratio_ci90"))[0],
-                         "published_ratio_ci90_hi": _lohi(pub.get("ratio_ci90"))[1],
-                         "published_verdict": pub.get("verdict"),
-                         "terms": json.dumps(sm.get("terms") or {}, default=str, sort_keys=True),
-                         "inputs": json.dumps(sm.get("inputs") or {}, default=str, sort_keys=True),
+            rows.append({**_ctx(r, c), **verdict_columns(sm),
                          "gpu_name": r["gpu_name"] or r["device"], "file": os.path.join(r["folder"], "summary.json")})
     return _frame(rows, VERDICT_COLUMNS, ("layers", "tokens", "predicted_ms", "predicted_ci95_lo", "predicted_ci95_hi",
                                           "measured_ms", "measured_ci95_lo", "measured_ci95_hi", "ratio",
@@ -109,6 +80,44 @@ def verdicts(profiles: str | None = None, include_incomplete_comparisons=False, 
                                           "p_refute", "p_refute_holm", "theta", "theta_ci95_lo", "theta_ci95_hi",
                                           "tau_ms", "published_ratio_ci90_lo",
                                           "published_ratio_ci90_hi"))
+
+
+def verdict_columns(sm: dict) -> dict:
+    """The verdict columns of one comparison's `savings_model` dict (`verdicts`' rows, less the run's context)."""
+    plo, phi = _lohi(sm.get("predicted_ci95"))
+    mlo, mhi = _lohi(sm.get("measured_ci95"))
+    corr, miss = sm.get("corrected") or {}, sm.get("largest_missing") or {}
+    clo, chi = _lohi(corr.get("predicted_ci95"))
+    pub = sm.get("published") or {}
+    pblo, pbhi = _lohi(pub.get("predicted_ci95"))
+    return {"formula": sm.get("formula"), "predicted_ms": sm.get("predicted_ms"),
+            "predicted_ci95_lo": plo, "predicted_ci95_hi": phi, "measured_ms": sm.get("measured_ms"),
+            "measured_ci95_lo": mlo, "measured_ci95_hi": mhi, "n_pairs": sm.get("measured_n_pairs"),
+            "n_units": sm.get("measured_n_units"), "n_steps": sm.get("n_steps"),
+            "measured_population": sm.get("measured_population"), "tau_ms": sm.get("tau_ms"),
+            "model_revision": sm.get("model_revision"),
+            "model_revision_commit": sm.get("model_revision_commit"),
+            "input_source": sm.get("input_source"), "theta": sm.get("theta"),
+            "theta_ci95_lo": _lohi(sm.get("theta_ci95"))[0], "theta_ci95_hi": _lohi(sm.get("theta_ci95"))[1],
+            "ratio": sm.get("ratio"),
+            "ratio_ci90_lo": _lohi(sm.get("ratio_ci90"))[0], "ratio_ci90_hi": _lohi(sm.get("ratio_ci90"))[1],
+            "p_confirm": sm.get("p_confirm"), "p_confirm_holm": sm.get("p_confirm_holm"),
+            "p_refute": sm.get("p_refute"), "p_refute_holm": sm.get("p_refute_holm"),
+            "family_size": sm.get("family_size"), "verdict": sm.get("verdict"), "measured_se_ms": sm.get("measured_se_ms"),
+            "measured_df": sm.get("measured_df"), "predicted_se_ms": sm.get("predicted_se_ms"),
+            "predicted_df": sm.get("predicted_df"),
+            "holm_note": sm.get("holm_note"),
+            "reason": sm.get("reason"), "largest_missing": miss.get("component"),
+            "largest_missing_ms": miss.get("saved_ms"), "corrected_formula": corr.get("formula"),
+            "corrected_ms": corr.get("predicted_ms"), "corrected_ci95_lo": clo, "corrected_ci95_hi": chi,
+            "corrected_ratio": corr.get("ratio"), "corrected_verdict": corr.get("verdict"),
+            "published_formula": pub.get("formula"), "published_ms": pub.get("predicted_ms"),
+            "published_ci95_lo": pblo, "published_ci95_hi": pbhi, "published_ratio": pub.get("ratio"),
+            "published_ratio_ci90_lo": _lohi(pub.get("ratio_ci90"))[0],
+            "published_ratio_ci90_hi": _lohi(pub.get("ratio_ci90"))[1],
+            "published_verdict": pub.get("verdict"),
+            "terms": json.dumps(sm.get("terms") or {}, default=str, sort_keys=True),
+            "inputs": json.dumps(sm.get("inputs") or {}, default=str, sort_keys=True)}
 
 
 DECOMPOSITION_COLUMNS = ["folder", "comparison", "opt", "model", "layers", "tokens", "attn", "baseline", "arm",
@@ -152,7 +161,7 @@ def verdict_table(v: pd.DataFrame) -> pd.DataFrame:
                      "pairs (reps)": f"{_int(r['n_pairs'])}" + (f" ({_int(r['n_units'])})" if r["n_units"] == r["n_units"]
                                                                and r["n_units"] is not None else ""),
                      "measured / predicted [90% CI]": ci(r["ratio"], r["ratio_ci90_lo"], r["ratio_ci90_hi"]),
-                     "verdict": r["verdict"], "why": why})
+                     "verdict": judging.shown_verdict(r), "why": why})
     return pd.DataFrame(rows, columns=VERDICT_TABLE_COLUMNS)
 
 

@@ -3,12 +3,13 @@ its main shape, one row per savings model), the L-sweep line and the link to the
 by `workbench readme_results` (`workbench.report.readme`)."""
 from __future__ import annotations
 
+import functools
 import os
 
 import pandas as pd
 
 from workbench import analysis as an
-from workbench.savings import common as savings
+from workbench.savings import common as savings, verdicts
 from workbench.report import figures
 from workbench.opts import registry as opt_registry
 from workbench.report.markdown import (MODEL_RULE, SPEEDUP_RULE, _Ctx, _ci, _f, _ms_ci, _n, _ratio_text,
@@ -92,10 +93,32 @@ def headline_verdicts(verd: pd.DataFrame) -> pd.DataFrame:
             g = g.assign(_n=pd.to_numeric(g["n_pairs"], errors="coerce").fillna(0),
                          _recipe=g["precision"].astype(str) == RECIPE)
             best = g.sort_values(["_recipe", "_n", "folder"], kind="stable").iloc[-1]
-            out.append(best.copy())
+            now = recomputed_verdict(best)
+            out.append(now)
             out[-1]["runs"] = len(g)
-            out[-1]["agree"] = int((g["verdict"] == best["verdict"]).sum())
+            out[-1]["agree"] = int((g["verdict"] == now["verdict"]).sum())
     return pd.DataFrame(out)
+
+
+@functools.lru_cache(maxsize=64)
+def _judged(folder: str) -> dict:
+    return verdicts.judged_summary(folder)
+
+
+def recomputed_verdict(row: pd.Series) -> pd.Series:
+    """A stored verdict row judged again from its run folder with today's code (`verdicts.judged_summary`, in memory:
+    nothing written): what the README publishes, so `readme_results --check` fails when today's rules read the
+    folder differently from the committed text. The run's own stored verdict is what selected the row."""
+    folder = os.path.dirname(str(row["file"]))
+    try:
+        summary = _judged(folder)
+    except (OSError, ValueError) as e:  # a folder that cannot be judged again (no results.csv, no traces): said
+        return pd.Series({**row.to_dict(), "recompute_note": f"as stored: not judged again ({type(e).__name__})"})
+    for c in summary.get("comparisons", []):
+        sm = c.get("savings_model") or {}
+        if c.get("name") == row["comparison"] and sm.get("verdict"):
+            return pd.Series({**row.to_dict(), **an.verdict_columns(sm)})
+    return row.copy()
 
 
 
@@ -106,7 +129,7 @@ def _units(r) -> str:
 
 
 def _verdict_cell(v) -> str:
-    s = f"**{v['verdict']}**"
+    s = f"**{verdicts.shown_verdict(v)}**"
     if v["verdict"] in ("confirmed", "refuted", "inconclusive") and _ratio_text(v):
         s += f" ({_ratio_text(v)})"
     if v["verdict"] == "refuted" and isinstance(v.get("largest_missing"), str):
@@ -114,8 +137,10 @@ def _verdict_cell(v) -> str:
         if isinstance(v.get("corrected_verdict"), str):
             corr = _ms_ci(v["corrected_ms"], v["corrected_ci95_lo"], v["corrected_ci95_hi"])
             s += f"; with it: {v['corrected_verdict']} ({corr})"
-    if v["verdict"] == "input check failed" and isinstance(v.get("reason"), str):
+    if v["verdict"] in ("input check failed", "no verdict: instrument") and isinstance(v.get("reason"), str):
         s += f": {v['reason']}"
+    if isinstance(v.get("recompute_note"), str):
+        s += f" ({v['recompute_note']})"
     return s
 
 
@@ -189,7 +214,7 @@ def headline_markdown(ctx: _Ctx, page_path: str, figure_path: str) -> str:
                      another_machine_cell(claims, r),
                      f"{_ci(r)} on one {gpu}, {_units(r)}: **{r['verdict']}**{runs}", ctx.short(r["file"])])
     for v in vd.to_dict("records"):
-        runs = "" if v["runs"] <= 1 else f"; {v['agree']} of {v['runs']} runs say so"
+        runs = "" if v["runs"] <= 1 else f"; {v['agree']} of {v['runs']} runs' stored verdicts (their commits' rules) say so"
         rows.append([f"{v['opt']} savings model `{v['formula'].split(',  ')[0]}`", _shape_text(v),
                      NO_PROCESS_DATA.replace("single runs", "one run") + " (the rule adds the process component tau)",
                      "-", f"predicted {_ms_ci(v['predicted_ms'], v['predicted_ci95_lo'], v['predicted_ci95_hi'])}, "

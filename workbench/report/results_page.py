@@ -12,6 +12,7 @@ import pandas as pd
 from workbench import analysis as an
 from workbench.report.headline import _prefer
 from workbench.report.rerun import rerun_section
+from workbench.savings import verdicts as judging
 from workbench.report.markdown import (SPEEDUP_RULE, _Ctx, _ci, _eq, _f, _label, _ms_ci, _n, _ratio_text, _shape,
                                        _table)
 
@@ -241,7 +242,7 @@ def _verdict_section(ctx: _Ctx) -> list[str]:
                    f"{r['corrected_verdict']}"
         miss = "-" if not isinstance(r["largest_missing"], str) else \
             f"{r['largest_missing']} ({_f(r['largest_missing_ms'], '{:+.1f}')} ms)"
-        verdict = r["verdict"] + (f": {r['reason']}" if isinstance(r["reason"], str) and r["verdict"] not in
+        verdict = judging.shown_verdict(r) + (f": {r['reason']}" if isinstance(r["reason"], str) and r["verdict"] not in
                                   ("confirmed", "refuted", "inconclusive") else "")
         if isinstance(r.get("published_verdict"), str):
             verdict += (f"; published (L-1) form {_f(r['published_ms'], '{:.2f}')} ms: {r['published_verdict']}"

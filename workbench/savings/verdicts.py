@@ -124,6 +124,84 @@ def judge(predicted: float, predicted_se: float | None, measured: float, measure
             "p_confirm": pc, "p_refute": pr, "verdict": _outcome(pc, pr)}
 
 
+CANNOT_CONFIRM_THETA = "cannot confirm: θ's interval is wider than the band"
+CANNOT_CONFIRM_PREDICTION = "cannot confirm: the prediction's own interval is wider than the band"
+MAX_UNITS = 1000
+"""The largest size `confirmability` looks for (beyond it: "cannot confirm at any size we would run")."""
+
+
+def _num(v) -> float | None:
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def confirmability(row: dict) -> tuple[str, int | None] | None:
+    """Whether a verdict row's rule can confirm at the row's size: None when it can (or when the row is not in the log
+    form the band test uses), else (why, units that would).
+
+    Confirming needs the ratio's 90% CI inside BAND, so its log width (2 q sd, plus log(θ_hi / θ_lo) where θ is
+    calibrated: `stats.band_ratio_test`) must be below log(1.25 / 0.8), wherever the estimate lies. Reasons:
+    θ's interval alone is as wide as the band (`CANNOT_CONFIRM_THETA`); the prediction's own se alone makes it so
+    (`CANNOT_CONFIRM_PREDICTION`: more measurement cannot help); or the measured saving's se does at this size, and
+    K units would not (K: the smallest count with the measured variance scaled by K0 / K, K0 the row's units: its
+    processes for a rerun, 1 process for "run + tau", its reps within a run; q at the Welch df with K - 1)."""
+    m, p = _num(row.get("measured_ms")), _num(row.get("predicted_ms"))
+    se_m, se_p = _num(row.get("measured_se_ms")) or 0.0, _num(row.get("predicted_se_ms")) or 0.0
+    if not m or not p or m <= 0 or p <= 0:
+        return None
+    th = row.get("theta_ci95")
+    th_lo, th_hi = (th if isinstance(th, (list, tuple)) and len(th) == 2
+                    else (row.get("theta_ci95_lo"), row.get("theta_ci95_hi")))
+    th_lo, th_hi = _num(th_lo), _num(th_hi)
+    calibrated = th_lo is not None and th_hi is not None and th_lo > 0
+    w_theta = math.log(th_hi / th_lo) if calibrated else 0.0
+    tail = stats.THETA_TAIL if calibrated else 0.0
+    band = math.log(BAND[1] / BAND[0])
+    if w_theta >= band:
+        return CANNOT_CONFIRM_THETA, None
+    df_m = _num(row.get("measured_df"))
+    df_p = predicted_df({"predicted_df": _num(row.get("predicted_df")), "n_steps": _num(row.get("n_steps"))})
+    v_m, v_p = (se_m / m) ** 2, (se_p / p) ** 2
+
+    def width(scale: float, dfm) -> float:
+        parts = [(v_m * scale, dfm), (v_p, df_p)]
+        sd = math.sqrt(sum(v for v, _ in parts))
+        df = stats.welch_satterthwaite_df(parts)
+        return 2 * stats.t_quantile(1 - (ALPHA - tail), df) * sd + w_theta
+
+    if width(1.0, df_m) < band:
+        return None
+    pop = str(row.get("measured_population") or "")
+    k0 = (1 if pop.startswith("single run + tau")
+          else int(_num(row.get("measured_n_units")) or _num(row.get("n_units")) or ((df_m or 1) + 1)))
+    for k in range(k0 + 1, MAX_UNITS + 1):
+        if width(k0 / k, k - 1) < band:
+            return "cannot confirm at this size", k
+    if v_p and width(0.0, None) >= band:
+        return CANNOT_CONFIRM_PREDICTION, None
+    return "cannot confirm at this size", None
+
+
+def shown_verdict(row: dict) -> str:
+    """The verdict as printed: an "inconclusive" row whose rule cannot confirm at its size says so, and the size that
+    would decide (`confirmability`), instead of "inconclusive"."""
+    v = row.get("verdict")
+    if v != "inconclusive":
+        return v
+    c = confirmability(row)
+    if c is None:
+        return v
+    why, k = c
+    if why != "cannot confirm at this size":
+        return why
+    pop = str(row.get("measured_population") or "")
+    unit = "reps" if pop and not pop.startswith("single run + tau") and pop != replication.RERUN else "processes"
+    return f"{why} (needs {k} {unit})" if k else f"{why} (more than {MAX_UNITS} {unit})"
+
+
 def holm_family(judged: list[dict]) -> list[dict]:
     """Holm within one family of model verdicts (dicts of `judge`, updated in place and returned): p_confirm and
     p_refute are each adjusted over the family (`stats.holm`; `*_holm` keys), and the verdict reads confirmed /
@@ -516,6 +594,7 @@ def table(all_rows: list[dict]) -> str:
     t["ratio"] = [f"{r:.2f}" if r is not None and r == r else "-" for r in t["ratio"]]
     t["ratio 90% CI"] = [_fmt_ci(ci) or "-" for ci in t["ratio_ci90"]]
     t["revision"] = [str(c or "-") for c in t["model_revision_commit"]]
+    t["verdict"] = [shown_verdict(r) for r in all_rows]
     cols = ["comparison", "model", "input", "predicted", "measured", "unit", "ratio", "ratio 90% CI", "verdict",
             "published", "revision"]
     return t[cols].to_string(index=False, float_format=lambda x: f"{x:.2f}")
