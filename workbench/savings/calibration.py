@@ -39,6 +39,10 @@ INPUT_SOURCES = ("traced", "dose-response", "calibrated", "untraced")
 """Where a verdict's model input comes from: the run's traces as they are; θ measured by a dose-response on this very
 shape; θ from a dose-response on another shape; no trace at all, the untimed dose slope per unit times the judged
 shape's exact count (`workbench.savings.untraced`, `--dose`)."""
+CURRENT_THETA = os.path.join("profiles", "calibration.json")
+"""The one current θ per model (`--calibration` reads it like any calibration file): each entry names the dose-response
+analysis it comes from. A calibration.json inside a run folder is what that run was judged with; superseded values
+are listed in docs/FINDINGS.md."""
 TAU_SOURCE = os.path.join("profiles", "2026-11-26_h100_replication", "analysis.json")
 """The committed replication campaign (H100, headline shapes) whose tau a single run's verdict adds by default."""
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
