@@ -100,6 +100,14 @@ def run_cli(module: str, argv, cwd=None, env=None) -> subprocess.CompletedProces
                                        err.getvalue())
 
 
+@pytest.fixture
+def fakes(monkeypatch):
+    """The fake optimizations (`fixtures.fake_opts`) registered for one test."""
+    from fixtures import fake_opts
+    fake_opts.install(monkeypatch)
+    return fake_opts
+
+
 PACKING_TRACE_ARGV = ["--opt", "packing", "--trace", "torch", "--device", "cpu", "--tokens", "128", "--steps", "1",
                       "--reps", "2", "--warmup", "0", "--warmup-max", "0"]
 

@@ -50,13 +50,6 @@ def _rows(path):
         return list(csv.DictReader(f))
 
 
-@pytest.fixture
-def fakes(monkeypatch):
-    from fixtures import fake_opts
-    fake_opts.install(monkeypatch)
-    return fake_opts
-
-
 # --- the real thing ---------------------------------------------------------------------------------------------
 
 @pytest.mark.skipif(not _have_all(), reason="the packing / offload / moe modules are not all in place")

@@ -22,13 +22,6 @@ from workbench.measure.engine import Protocol
 FAST = ["--tokens", "64", "--warmup", "0", "--warmup-max", "0", "--device", "cpu"]
 
 
-@pytest.fixture
-def fakes(monkeypatch):
-    from fixtures import fake_opts
-    fake_opts.install(monkeypatch)
-    return fake_opts
-
-
 def _digest(batch) -> str:
     return hashlib.sha1(batch.input_ids.cpu().numpy().tobytes()).hexdigest()[:12]
 

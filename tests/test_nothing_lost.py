@@ -16,8 +16,8 @@ import subprocess
 import sys
 
 import pytest
+from fixtures.run_folders import run_ab as _run, snapshot as _snapshot
 
-from workbench import ab
 from workbench.cli import run_main
 from workbench.measure import markers, results
 
@@ -28,29 +28,6 @@ HEADLINE = ["2026-11-24_h100_fidelity_diff_gate/G0", "2026-11-25_h100_lengths/sy
 """The committed run folders README.md cites (their summary.json): what a user runs the analyses on first."""
 
 
-def _snapshot(root) -> dict:
-    out = {}
-    for d, dirs, files in os.walk(root):
-        for n in dirs:
-            out[os.path.relpath(os.path.join(d, n), root)] = None
-        for n in files:
-            with open(os.path.join(d, n), "rb") as f:
-                out[os.path.relpath(os.path.join(d, n), root)] = f.read()
-    return out
-
-
-@pytest.fixture
-def fakes(monkeypatch):
-    from fixtures import fake_opts
-    fake_opts.install(monkeypatch)
-    return fake_opts
-
-
-def _run(capsys, argv):
-    rc = run_main(ab.main, argv)
-    out, err = capsys.readouterr()
-    lines = [ln for ln in out.splitlines() if ln.strip()]
-    return rc, (json.loads(lines[-1]) if lines and lines[-1].startswith("{") else None), err
 
 
 # --- one writer per folder -----------------------------------------------------------------------------------------

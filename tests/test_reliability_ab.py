@@ -17,26 +17,15 @@ import subprocess
 import sys
 
 import pytest
+from fixtures.run_folders import run_ab as _run, snapshot as _snapshot
 
 from conftest import run_cli
 from workbench import ab
-from workbench.cli import run_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
 FAST = ["--tokens", "64", "--steps", "1", "--warmup", "0", "--warmup-max", "0", "--device", "cpu", "--reps", "1"]
 
-
-def _snapshot(root) -> dict:
-    """{relative path: bytes (files) or None (folders)} of everything under `root`."""
-    out = {}
-    for d, dirs, files in os.walk(root):
-        for n in dirs:
-            out[os.path.relpath(os.path.join(d, n), root)] = None
-        for n in files:
-            with open(os.path.join(d, n), "rb") as f:
-                out[os.path.relpath(os.path.join(d, n), root)] = f.read()
-    return out
 
 
 def _llama_config() -> dict:
@@ -150,19 +139,6 @@ def test_bad_input_is_one_line_and_creates_nothing(bad_inputs, case):
 
 
 # --- --out ------------------------------------------------------------------------------------------------------
-
-@pytest.fixture
-def fakes(monkeypatch):
-    from fixtures import fake_opts
-    fake_opts.install(monkeypatch)
-    return fake_opts
-
-
-def _run(capsys, argv):
-    rc = run_main(ab.main, argv)
-    out, err = capsys.readouterr()
-    lines = [ln for ln in out.splitlines() if ln.strip()]
-    return rc, (json.loads(lines[-1]) if lines and lines[-1].startswith("{") else None), err
 
 
 def _rows(path):
