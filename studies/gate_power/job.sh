@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU minutes: about 7 on one H200 (15 processes of a 4-layer packing step: baseline, 6 A/A, 4 + 4 gate re-runs; ~25-35 s each)
+# GPU minutes: 1 + K + 2D processes (design 1: K=6, D=4, a 4-layer step, ~25-35 s each, about 7 minutes;
+# design 2: K=8, D=4, a 12-layer 16k step, ~40-50 s each, about 13 minutes on one H200). Designs: README.md.
 # The gate on a GPU: does it catch an injected slowdown of a stated size at its stated power, and fail same-commit
 # re-runs at most at its stated rate? Every decision is made by `python -m workbench gate` itself. Plan, rule and the
 # rates stated beforehand: studies/gate_power/README.md. Run from the repo root, detached, writing under $OUT:
@@ -10,16 +11,18 @@ set -u
 OUT=${OUT:?set OUT}
 mkdir -p "$OUT"
 D=${DECISIONS:-4}                  # decisions of each kind (same-commit, injected)
+K=${AA_PROCESSES:-6}               # same-commit A/A processes the run SD is bounded from
 REG=${REGRESSION_PCT:-10}          # the stated regression the gate must catch, % of the gated arm's step
 SHAPE=${SHAPE:-"--opt packing --headline --model qwen3-0.6b --layers 4 --tokens 4096 --batches 1 --steps 4 --warmup 2 --warmup-max 6 --reps 8"}
 nvidia-smi --query-gpu=name,uuid --format=csv > "$OUT/gpu.csv" 2>/dev/null || echo "no nvidia-smi" > "$OUT/gpu.csv"
 log() { echo "$(date +%s) $*" >> "$OUT/jobs.txt"; }
-log "start: commit $(git rev-parse --short HEAD 2>/dev/null), D=$D, regression $REG%"
+log "start: commit $(git rev-parse --short HEAD 2>/dev/null || cat .gpu/sha 2>/dev/null), D=$D, K=$K, regression $REG%, shape: $SHAPE"
 python -m workbench.ab $SHAPE --seed 500 --out "$OUT/baseline" > "$OUT/baseline.out" 2> "$OUT/baseline.err"; log "baseline rc=$?"
-for k in 1 2 3 4 5 6; do
+AA=""
+for k in $(seq 1 "$K"); do
   python -m workbench.ab $SHAPE --aa --seed $((510 + k)) --out "$OUT/aa$k" > "$OUT/aa$k.out" 2> "$OUT/aa$k.err"; log "aa$k rc=$?"
+  AA="$AA $OUT/aa$k"
 done
-AA="$OUT/aa1 $OUT/aa2 $OUT/aa3 $OUT/aa4 $OUT/aa5 $OUT/aa6"
 # the injection, sized before any decision: N GEMMs of 4096 x 4096 (bf16) adding REG% of the baseline's gated-arm step
 INJECT=$(python - "$OUT/baseline" "$REG" <<'PY'
 import json, math, os, sys, torch
@@ -50,4 +53,10 @@ for i in $(seq 1 "$D"); do
 done
 # the tally: each decision's verdict line as the gate printed it (rc 0 pass, 1 fail, 2 refused / no verdict)
 for f in "$OUT"/same*.out "$OUT"/inj*.out; do echo "$(basename "$f" .out): $(grep '^verdict: ' "$f" || tail -1 "${f%.out}.err")"; done > "$OUT/decisions.txt"
+# the counts against the rules (studies/gate_power/README.md), from the verdict lines the gate printed ("verdict: fail
+# ...", "verdict: pass ..."); a decision with neither (refused, rc 2, or crashed) is counted apart, never as a fail
+for kind in same inj; do
+  f=$(cat "$OUT"/$kind[0-9]*.out 2>/dev/null | grep -c '^verdict: fail'); p=$(cat "$OUT"/$kind[0-9]*.out 2>/dev/null | grep -c '^verdict: pass')
+  echo "$kind: $f of $D failed, $p passed, $((D - f - p)) without a verdict (refused or crashed)"
+done >> "$OUT/decisions.txt"
 log "done"
