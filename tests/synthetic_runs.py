@@ -73,7 +73,7 @@ def write_run(path, *, rng, reps=8, steps=2, step_ms=100.0, slowdown=1.0, rep_sd
     pd.DataFrame(rows).to_csv(os.path.join(path, "results.csv"), index=False)
     summary = {"comparisons": [{"name": COMPARISON, "baseline": {"arm": arms[0]},
                                 "optimized": {"arm": arms[1]} if len(arms) > 1 else None}]}
-    meta = {"status": "complete", "device": dict(device), "git_sha": git_sha, "args": {"opt": "packing", "reps": reps, "steps": steps, "batches": 2,
+    meta = {"status": "complete", "device": dict(device), "git_sha": git_sha, "args": {"opt": "packing", "reps": reps, "steps": steps, "batches": 2, "seed": 500,
                                            "trace": "torch", "only": None, "aa": False, "out": path},
             "protocol": {"reps": reps, "steps": steps, "warmup_min": 2}}
     for name, obj in (("summary.json", summary), ("meta.json", meta)):

@@ -88,8 +88,9 @@ AA_OFFSETS = (1.0, 1.0005, 0.9995, 1.0002, 0.9998, 1.0)
 
 
 def _aa(root, offsets=AA_OFFSETS, **kw) -> list[str]:
-    """Same-commit A/A processes of the baseline arm (`python -m workbench.ab --opt packing --aa`), each shifted."""
-    return [write_run(str(root / f"aa{i}"), rng=np.random.default_rng(100 + i), arms=(BASELINE_ARM, BASELINE_ARM + "#2"),
+    """Same-commit A/A processes of the gated arm (`python -m workbench.ab --opt packing --arms cached,cached`), each
+    shifted."""
+    return [write_run(str(root / f"aa{i}"), rng=np.random.default_rng(100 + i), arms=(ARM, ARM + "#2"),
                       run_offset=o, **{"rep_sd": 0.002, **kw}) for i, o in enumerate(offsets)]
 
 
@@ -179,10 +180,10 @@ def test_fewer_than_3_aa_processes_are_refused(baseline, aa, capsys):
 
 
 def test_aa_of_two_commits_or_another_gpu_or_not_an_aa_is_refused(baseline, aa, tmp_path, capsys):
-    other = write_run(str(tmp_path / "o"), rng=np.random.default_rng(9), arms=(BASELINE_ARM, BASELINE_ARM + "#2"),
+    other = write_run(str(tmp_path / "o"), rng=np.random.default_rng(9), arms=(ARM, ARM + "#2"),
                       git_sha="deadbeef")
     assert "2 commits" in _refusal(capsys, ["--baseline", baseline, "--aa", *aa[:2], other])
-    h200 = write_run(str(tmp_path / "h"), rng=np.random.default_rng(9), arms=(BASELINE_ARM, BASELINE_ARM + "#2"),
+    h200 = write_run(str(tmp_path / "h"), rng=np.random.default_rng(9), arms=(ARM, ARM + "#2"),
                      device={"type": "cuda", "name": "NVIDIA H200"})
     assert "the gate's machine" in _refusal(capsys, ["--baseline", baseline, "--aa", *aa[:2], h200])
     ab = write_run(str(tmp_path / "ab"), rng=np.random.default_rng(9))
@@ -222,6 +223,27 @@ def test_a_rerun_on_another_gpu_is_refused(baseline, aa, tmp_path, capsys):
         return write_run(out_dir, rng=np.random.default_rng(6), reps=reps, device={"type": "cuda", "name": "B200"})
     assert run_main(lambda v: gate.main(v, rerun=elsewhere), ["--baseline", baseline, "--aa", *aa]) == 2
     assert "the re-run ran on B200" in capsys.readouterr().err
+
+
+def test_aa_processes_of_another_arm_are_refused(baseline, tmp_path):
+    """One arm's run-to-run noise is not another's: A/A processes of the baseline arm cannot gate the optimized one."""
+    aa = [write_run(str(tmp_path / f"a{i}"), rng=np.random.default_rng(300 + i), arms=(BASELINE_ARM, BASELINE_ARM + "#2"),
+                    run_offset=o) for i, o in enumerate(AA_OFFSETS[:3])]
+    with pytest.raises(gate.GateInputError, match=f"an A/A of {BASELINE_ARM}, the gate judges {ARM}"):
+        gate.gate(baseline, aa=aa, arm=ARM, rerun=_never)
+    r = gate.gate(baseline, aa=aa, rerun=_injected(1.0, 0.0, 3), sims=200, regression_pct=10)  # unasked: the A/A's arm
+    assert r["arm"] == BASELINE_ARM
+
+
+def test_aa_processes_of_another_step_are_refused(baseline, tmp_path):
+    """A/A processes seeded differently time other batches: their spread is the data's, not a re-run's."""
+    aa = _aa(tmp_path, offsets=AA_OFFSETS[:3])
+    meta = os.path.join(aa[1], "meta.json")
+    m = json.load(open(meta))
+    m["args"]["seed"] = 511
+    json.dump(m, open(meta, "w"))
+    with pytest.raises(gate.GateInputError, match=r"another step than the baseline \(seed 511"):
+        gate.gate(baseline, aa=aa, rerun=_never)
 
 
 def test_an_aa_folder_too_small_to_estimate_noise_is_refused(baseline, tmp_path):

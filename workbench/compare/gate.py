@@ -140,8 +140,41 @@ def _aa_comparison(aa_dir: str, summary: dict, comparison: str) -> tuple[str, st
     return c["name"], a
 
 
-def aa_noise(aa_dirs, comparison: str, gpu: str) -> tuple[power.Noise, dict, dict]:
-    """(Noise, run SD from `gate_stats.run_sd`, details) of K >= 3 same-commit A/A processes on GPU `gpu`."""
+DATA_ARGS = ("model", "layers", "tokens", "lengths", "batches", "seed", "attn", "experts", "dtype", "precision",
+             "lora_rank", "checkpointing")
+"""The run arguments that fix what one step computes (its model, its batches, its numerics): an A/A process that
+differs from the baseline in any of them times another step, and its spread is not the re-run's noise."""
+
+
+def aa_arm(aa_dirs, summary: dict, comparison: str | None) -> str | None:
+    """The arm the first A/A process timed, when the baseline's comparison has it: the arm a gate judges unless
+    told (its noise is the one measured); None otherwise."""
+    if not aa_dirs:
+        return None
+    try:
+        aa_summ, _ = _meta(aa_dirs[0])
+        name, arm = _aa_comparison(aa_dirs[0], aa_summ, comparison or "")
+    except (GateInputError, OSError, ValueError):
+        return None  # aa_noise says why, in one line
+    comps = [c for c in summary.get("comparisons") or [] if c.get("name") == (comparison or name)]
+    arms = {(c.get(k) or {}).get("arm") for c in comps for k in ("baseline", "optimized")}
+    return arm if arm in arms else None
+
+
+def data_mismatch(base_args: dict, aa_args: dict) -> str | None:
+    """The first of `DATA_ARGS` where an A/A process's arguments differ from the baseline's, as "seed 511 (baseline
+    500)", or None."""
+    for k in DATA_ARGS:
+        if k in base_args and aa_args.get(k) != base_args.get(k):
+            return f"{k} {aa_args.get(k)} (baseline {base_args.get(k)})"
+    return None
+
+
+def aa_noise(aa_dirs, comparison: str, gpu: str, *, base_args: dict | None = None,
+             arm: str | None = None) -> tuple[power.Noise, dict, dict]:
+    """(Noise, run SD from `gate_stats.run_sd`, details) of K >= 3 same-commit A/A processes on GPU `gpu`, each of
+    the baseline's step (`base_args`: the same `DATA_ARGS`) and of the gated `arm`: the re-run's noise is that of the
+    same step and arm, run again."""
     how = (f"run it 3 or more times on this machine, e.g. python -m workbench.ab --opt OPT --aa --out aa1 (aa2, "
            "aa3), and pass --aa aa1 aa2 aa3")
     if not aa_dirs:
@@ -166,7 +199,16 @@ def aa_noise(aa_dirs, comparison: str, gpu: str) -> tuple[power.Noise, dict, dic
             raise GateInputError(f"{d} ran on {g or 'an unnamed GPU'}, the baseline on {gpu}: the A/A runs must come "
                                  "from the gate's machine")
         shas.add(meta.get("git_sha"))
-        name, arm = _aa_comparison(d, summ, comparison)
+        name, aa_arm = _aa_comparison(d, summ, comparison)
+        if arm is not None and aa_arm != arm:
+            raise GateInputError(f"{d} is an A/A of {aa_arm}, the gate judges {arm}: one arm's run-to-run noise is "
+                                 f"not another's; gate --arm {aa_arm}, or run the A/A of {arm} "
+                                 f"(python -m workbench.ab ... --arms {arm},{arm})")
+        differs = data_mismatch(base_args or {}, meta.get("args") or {})
+        if differs:
+            raise GateInputError(f"{d} timed another step than the baseline ({differs}): its spread would count "
+                                 "the data's differences as run-to-run noise; run the A/A processes with the "
+                                 "baseline's arguments (its --seed included)")
         try:
             noise, _, details = power.components_from_run(d, name)
         except (OSError, ValueError) as e:
@@ -174,9 +216,9 @@ def aa_noise(aa_dirs, comparison: str, gpu: str) -> tuple[power.Noise, dict, dic
         if not any(c.get("n_arms") for c in details["per_comparison"]):
             raise GateInputError(f"{d}: too few timed steps per arm to estimate the noise (3 or more per arm "
                                  "needed); run the A/A with more reps or steps")
-        r = rundiff.timed_rep_means(d, name, arm)
+        r = rundiff.timed_rep_means(d, name, aa_arm)
         if r.size < 2:
-            raise GateInputError(f"{d}: {r.size} timed rep(s) of {arm}; an A/A process needs 2 or more")
+            raise GateInputError(f"{d}: {r.size} timed rep(s) of {aa_arm}; an A/A process needs 2 or more")
         per.append(noise)
         reps.append(r)
     if len(shas) != 1:
@@ -245,9 +287,9 @@ def gate(baseline: str, *, aa=None, budget_s: float | None = None, tolerance_pct
     summ, meta = _meta(baseline)
     gpu = _gpu(baseline, meta)
     results, _, _ = load_run(baseline)
-    comparison, arm = pick_arm(summ, comparison, arm)
+    comparison, arm = pick_arm(summ, comparison, arm or aa_arm(aa, summ, comparison))
     design, step_ms = design_for(meta, results, comparison, budget_s)
-    noise, run, aa_how = aa_noise(aa, comparison, gpu)
+    noise, run, aa_how = aa_noise(aa, comparison, gpu, base_args=meta.get("args") or {}, arm=arm)
     if rerun is subprocess_rerun:  # the real re-run times on this machine: refused now, not after it ran
         check_rerun_here(gpu)
     design = dataclasses.replace(design, run_sd_pct=run["run_sd_pct"])
@@ -308,7 +350,7 @@ def main(argv=None, rerun=subprocess_rerun) -> int:
                    "noise needs (never a narrower one)")
     p.add_argument("--budget-s", type=float, default=None, metavar="S", help="bound on the re-run's timed steps")
     p.add_argument("--comparison", default=None)
-    p.add_argument("--arm", default=None, help="default: the comparison's optimized arm")
+    p.add_argument("--arm", default=None, help="default: the arm the --aa processes timed (their noise is the one measured), else the comparison's optimized arm")
     p.add_argument("--out", default=None, help="the re-run's folder, kept (default: a temporary folder, deleted)")
     a = p.parse_args(argv)
     if (a.budget_s is not None and a.budget_s <= 0) or (a.tolerance_pct is not None and a.tolerance_pct < 0) \
