@@ -12,15 +12,16 @@ OUT=${OUT:?set OUT}
 mkdir -p "$OUT"
 D=${DECISIONS:-4}                  # decisions of each kind (same-commit, injected)
 K=${AA_PROCESSES:-6}               # same-commit A/A processes the run SD is bounded from
+SEED=${SEED:-500}                  # the baseline's seed, and every A/A process's (the same batches: designs 1-2 used 510+k)
 REG=${REGRESSION_PCT:-10}          # the stated regression the gate must catch, % of the gated arm's step
 SHAPE=${SHAPE:-"--opt packing --headline --model qwen3-0.6b --layers 4 --tokens 4096 --batches 1 --steps 4 --warmup 2 --warmup-max 6 --reps 8"}
 nvidia-smi --query-gpu=name,uuid --format=csv > "$OUT/gpu.csv" 2>/dev/null || echo "no nvidia-smi" > "$OUT/gpu.csv"
 log() { echo "$(date +%s) $*" >> "$OUT/jobs.txt"; }
 log "start: commit $(git rev-parse --short HEAD 2>/dev/null || cat .gpu/sha 2>/dev/null), D=$D, K=$K, regression $REG%, shape: $SHAPE"
-python -m workbench.ab $SHAPE --seed 500 --out "$OUT/baseline" > "$OUT/baseline.out" 2> "$OUT/baseline.err"; log "baseline rc=$?"
+python -m workbench.ab $SHAPE --seed $SEED --out "$OUT/baseline" > "$OUT/baseline.out" 2> "$OUT/baseline.err"; log "baseline rc=$?"
 AA=""
 for k in $(seq 1 "$K"); do
-  python -m workbench.ab $SHAPE --aa --seed $((510 + k)) --out "$OUT/aa$k" > "$OUT/aa$k.out" 2> "$OUT/aa$k.err"; log "aa$k rc=$?"
+  python -m workbench.ab $SHAPE --aa --seed $SEED --out "$OUT/aa$k" > "$OUT/aa$k.out" 2> "$OUT/aa$k.err"; log "aa$k rc=$?"
   AA="$AA $OUT/aa$k"
 done
 # the injection, sized before any decision: N GEMMs of 4096 x 4096 (bf16) adding REG% of the baseline's gated-arm step
@@ -29,7 +30,8 @@ import json, math, os, sys, torch
 from workbench.step import inject
 s = json.load(open(os.path.join(sys.argv[1], "summary.json")))
 c = [c for c in s["comparisons"] if c["name"] == "packing"][0]
-step_ms = float(c["optimized"]["step_ms_rep_geomean"] or c["optimized"]["step_ms"])
+arm = c["baseline"]  # the arm the gate judges: the A/A processes' (`--aa` times the baseline arm)
+step_ms = float(arm["step_ms_rep_geomean"] or arm["step_ms"])
 dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 size, n_cal = 4096, 50
 inject.extra_gemms(dev, f"5:{size}")  # warm the kernel

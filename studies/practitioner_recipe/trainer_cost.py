@@ -32,6 +32,9 @@ def main() -> int:
     p.add_argument("--pairs", type=int, default=16)
     p.add_argument("--cpu", action="store_true", help="a functional check on the CPU (tiny presets; no timing)")
     a = p.parse_args()
+    # one GPU: with several visible, Trainer wraps the model in DataParallel (replicas, a gathered loss), which is
+    # not the single-GPU step this measures
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "0")
     import torch
     from transformers import DataCollatorWithFlattening, Trainer, TrainingArguments
 
