@@ -46,7 +46,7 @@ VERDICT_COLUMNS = ["folder", "comparison", "opt", "model", "layers", "tokens", "
                    "largest_missing_ms", "corrected_formula", "corrected_ms", "corrected_ci95_lo",
                    "corrected_ci95_hi", "corrected_ratio", "corrected_verdict", "published_formula", "published_ms",
                    "published_ci95_lo", "published_ci95_hi", "published_ratio", "published_ratio_ci90_lo",
-                   "published_ratio_ci90_hi", "published_verdict", "terms", "inputs",
+                   "published_ratio_ci90_hi", "published_verdict", "published_se_ms", "published_df", "terms", "inputs",
                    "gpu_name", "file"]
 
 
@@ -79,7 +79,7 @@ def verdicts(profiles: str | None = None, include_incomplete_comparisons=False, 
                                           "ratio_ci90_lo", "ratio_ci90_hi", "p_confirm", "p_confirm_holm",
                                           "p_refute", "p_refute_holm", "theta", "theta_ci95_lo", "theta_ci95_hi",
                                           "tau_ms", "published_ratio_ci90_lo",
-                                          "published_ratio_ci90_hi"))
+                                          "published_ratio_ci90_hi", "published_se_ms", "published_df"))
 
 
 def verdict_columns(sm: dict) -> dict:
@@ -115,7 +115,8 @@ def verdict_columns(sm: dict) -> dict:
             "published_ci95_lo": pblo, "published_ci95_hi": pbhi, "published_ratio": pub.get("ratio"),
             "published_ratio_ci90_lo": _lohi(pub.get("ratio_ci90"))[0],
             "published_ratio_ci90_hi": _lohi(pub.get("ratio_ci90"))[1],
-            "published_verdict": pub.get("verdict"),
+            "published_verdict": pub.get("verdict"), "published_se_ms": pub.get("predicted_se_ms"),
+            "published_df": pub.get("predicted_df"),
             "terms": json.dumps(sm.get("terms") or {}, default=str, sort_keys=True),
             "inputs": json.dumps(sm.get("inputs") or {}, default=str, sort_keys=True)}
 

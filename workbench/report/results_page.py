@@ -245,7 +245,7 @@ def _verdict_section(ctx: _Ctx) -> list[str]:
         verdict = judging.shown_verdict(r) + (f": {r['reason']}" if isinstance(r["reason"], str) and r["verdict"] not in
                                   ("confirmed", "refuted", "inconclusive") else "")
         if isinstance(r.get("published_verdict"), str):
-            verdict += (f"; published (L-1) form {_f(r['published_ms'], '{:.2f}')} ms: {r['published_verdict']}"
+            verdict += (f"; published (L-1) form {_f(r['published_ms'], '{:.2f}')} ms: {judging.shown_published(r)}"
                         f" ({_ratio_text(r, 'published_')})")
         pv = "-" if r["p_confirm"] is None or r["p_confirm"] != r["p_confirm"] else (
             f"{_f(r['p_confirm'], '{:.3f}')} / {_f(r['p_confirm_holm'], '{:.3f}')}; "

@@ -555,7 +555,21 @@ def row_of(sm: dict) -> dict:
     return {**{k: sm.get(k) for k in keys}, "largest_missing": miss.get("component"),
             "largest_missing_ms": miss.get("saved_ms"), "corrected_ms": corr.get("predicted_ms"),
             "corrected_verdict": corr.get("verdict"), "published_ms": pub.get("predicted_ms"),
-            "published_ratio": pub.get("ratio"), "published_verdict": pub.get("verdict")}
+            "published_ratio": pub.get("ratio"), "published_verdict": pub.get("verdict"),
+            "published_se_ms": pub.get("predicted_se_ms"), "published_df": pub.get("predicted_df")}
+
+
+def shown_published(row: dict) -> str | None:
+    """The published form's verdict as printed (`shown_verdict` of the row with the published form's prediction,
+    its se and df, judged against the same measurement and θ), None without one."""
+    v = row.get("published_verdict")
+    if not isinstance(v, str):
+        return None
+    p = _num(row.get("published_ms"))
+    if p is not None and p <= 0:  # no ratio to a zero prediction: the (L-1) form's L = 1 point is an equivalence test
+        return "predicts no saving (the L sweep's (L-1) test judges it)"
+    return shown_verdict({**row, "verdict": v, "predicted_ms": row.get("published_ms"),
+                          "predicted_se_ms": row.get("published_se_ms"), "predicted_df": row.get("published_df")})
 
 
 def _fmt_ci(ci) -> str:
@@ -589,8 +603,8 @@ def table(all_rows: list[dict]) -> str:
     t["measured"] = [f"{m:.2f} {_fmt_ci(ci)}" if m is not None and m == m else "-"
                      for m, ci in zip(t["measured_ms"], t["measured_ci95"])]
     t["unit"] = [unit_label(p, n) for p, n in zip(t["measured_population"], t["measured_n_units"])]
-    t["published"] = [f"{p:.2f}: {v}" if isinstance(v, str) else "-"
-                      for p, v in zip(t["published_ms"], t["published_verdict"])]
+    t["published"] = [f"{r['published_ms']:.2f}: {shown_published(r)}" if shown_published(r) else "-"
+                      for r in all_rows]
     t["ratio"] = [f"{r:.2f}" if r is not None and r == r else "-" for r in t["ratio"]]
     t["ratio 90% CI"] = [_fmt_ci(ci) or "-" for ci in t["ratio_ci90"]]
     t["revision"] = [str(c or "-") for c in t["model_revision_commit"]]
