@@ -82,6 +82,12 @@ HOOKS = {h.name: h for h in (
     Hook("PATH_LAST", False, "bool",
          "the levers' path switches this lever on after every other (activations: which arm fits depends on the "
          "levers before it). Read by `workbench.ab.levers.path_comparison`."),
+    Hook("lever_prediction", None,
+         "(breakdown: dict | None, config, tokens: int, checkpointing: bool, device_name: str | None) -> dict",
+         "{component, component_ms, predicted_ms, named, basis, saved_fraction}: a lever whose saving the breakdown "
+         "cannot hold apart predicts it so, in place of its SPEC `lever` component's ms x SAVED_FRACTION "
+         "(lora_fusion: counted HBM bytes over the device's bandwidth; `named` decides whether it runs on a GPU). "
+         "Read by `workbench.ab.levers.predict`."),
     Hook("ATTENTION_FLOPS", {}, "dict[str, str]",
          "{arm: attention FLOP count (`workbench.step.flops.ATTENTION_MODES`)} for arms that change which query-key "
          "pairs attention computes (attention: dense -> block_diagonal). Read by `workbench.ab.lever_path`."),
@@ -194,7 +200,8 @@ def problems(mod) -> list[str]:
     if mod.OPTIMIZED not in arms or mod.OPTIMIZED == mod.BASELINE:
         out.append(f"OPTIMIZED {mod.OPTIMIZED!r} is no arm of ARMS other than BASELINE")
     out += [f"{m} is not callable" for m in ("unsupported", "apply") if not callable(getattr(mod, m))]
-    for name in ("comparison_options", "reference_options", "attention_backend", "lever_baseline"):
+    for name in ("comparison_options", "reference_options", "attention_backend", "lever_baseline",
+                 "lever_prediction"):
         if hasattr(mod, name) and not callable(getattr(mod, name)):
             out.append(f"{name} is not callable")
     for name in ("BACKENDS", "OPT_IN_ARMS"):
