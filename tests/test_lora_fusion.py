@@ -54,7 +54,7 @@ def test_fused_is_peft_lora_and_a_wrong_order_is_not(preset):
     h.revert()
     assert abs(loss1 - loss0) <= RTOL * abs(loss0) and _worst(g0, g1) < RTOL
     assert syncs1 == syncs0  # 0 added
-    bad = apply_opt(m, "lora_fusion", "fused", order=(0, 2, 1))  # k's and v's B blocks swapped
+    bad = apply_opt(m, "lora_fusion", "fused", b_order=(0, 2, 1))  # k's and v's B blocks swapped
     loss2, g2, _ = _step(m, batch)
     bad.revert()
     assert _worst(g0, g2) > 1e3 * RTOL  # the check can fail
@@ -118,3 +118,16 @@ def test_counted_prediction():
     p = lf.lever_prediction({"components": []}, cfg, 8192, False, "NVIDIA H200")
     assert p["named"] and p["predicted_ms"] == pytest.approx((fwd + bwd) * 8192 * 64 / 4.8e12 * 1e3)
     assert lf.lever_prediction(None, cfg, 8192, False, "unknown GPU")["predicted_ms"] is None
+
+
+def test_apply_optimizations_switches_it_on_and_off():
+    from workbench import apply_optimizations
+    batch = batch_from_lengths(LENS, 256, seed=1)
+    m = _model()
+    loss0, g0, _ = _step(m, batch)
+    h = apply_optimizations(m, lora_fusion="fused")
+    attn = m.base_model.model.model.layers[0].self_attn
+    assert all("default" in getattr(attn, p).lora_variant for p in ("q_proj", "k_proj", "v_proj"))
+    loss1, g1, _ = _step(m, batch)
+    h.revert()
+    assert not attn.q_proj.lora_variant and _worst(g0, g1) < RTOL

@@ -164,8 +164,8 @@ class _Member:
         return False
 
 
-def apply(model, arm: str, order: tuple | None = None) -> Handle:
-    """Install the fused groups (`fused`); `separate` changes nothing. `order`: the block order of each group's B's
+def apply(model, arm: str, b_order: tuple | None = None) -> Handle:
+    """Install the fused groups (`fused`); `separate` changes nothing. `b_order`: the block order of each group's B's
     (default the identity; a permutation computes another function: the tests' negative control). Returns a Handle
     whose revert() removes every installed variant."""
     why = unsupported(arm, model, None)
@@ -178,8 +178,8 @@ def apply(model, arm: str, order: tuple | None = None) -> Handle:
     for members in found:
         names, mods = [n for n, _ in members], [m for _, m in members]
         adapter = mods[0].active_adapters[0]
-        mine = list(order) if order is not None and sorted(order) == list(range(len(mods))) else None
-        g = _Group(names, mods, adapter, mine)  # (`order` of another group's size: this group in its own order)
+        mine = list(b_order) if b_order is not None and sorted(b_order) == list(range(len(mods))) else None
+        g = _Group(names, mods, adapter, mine)  # (`b_order` of another group's size: this group in its own order)
         for i, m in enumerate(mods):
             m.lora_variant[adapter] = _Member(g, i)
 
@@ -222,9 +222,10 @@ def lever_prediction(breakdown: dict, config, tokens: int, checkpointing: bool, 
     nbytes = removed_bytes(config, tokens, checkpointing=checkpointing)
     tbps = PEAK_HBM_TB_PER_S.get(device_name or "")
     ms = nbytes / (tbps * 1e12) * 1e3 if tbps else None
-    basis = (f"counted: {nbytes / 1e9:.1f} GB per step not moved (stacked A reads x once, one input gradient, the "
-             f"scale folded into B) / {tbps} TB/s HBM" if tbps else
-             f"counted: {nbytes / 1e9:.1f} GB per step not moved; no HBM bandwidth known for {device_name!r}")
+    basis = f"counted: {nbytes / 1e9:.3g} GB per step not moved (stacked A reads x once, one input gradient, the " \
+            "scale folded into B)"
+    basis += (f" / {tbps} TB/s HBM" if tbps else f"; no HBM bandwidth known for {device_name!r}: no ms" if device_name
+              else "; no GPU: no ms")
     return {"component": COUNTED_COMPONENT, "component_ms": ms, "predicted_ms": ms, "named": breakdown is not None,
             "basis": basis, "saved_fraction": 1.0}
 
