@@ -80,7 +80,15 @@ class Selection:
                 "left_out_of_path": self.left_out, "path_arms": self.path_arms,
                 "anchors_declined": self.anchors_declined,
                 "arm_choice": {c.opt: c.arm_choice for c in self.comparisons if getattr(c, "arm_choice", None)},
-                "compiled_arm_choice": self.compiled_arms}
+                "compiled_arm_choice": self.compiled_arms, "arms_off_path": arms_off_path(self.on_path)}
+
+
+def arms_off_path(comparisons: list) -> dict:
+    """{"opt=arm": why} for the arms of the path's levers that the path never takes (their module's OFF_PATH_ARMS)."""
+    from workbench import opts
+    from workbench.opts.protocol import hook
+
+    return {f"{c.opt}={arm}": why for c in comparisons for arm, why in hook(opts.module(c.opt), "OFF_PATH_ARMS").items()}
 
 
 def saved_fraction(opt: str) -> float:

@@ -79,6 +79,10 @@ HOOKS = {h.name: h for h in (
          "this shape, in place of OPTIMIZED, and the other arms timed beside it (activations: the fastest arm whose "
          "memory estimate fits the device; `compiled`: at a path point whose layers are regionally compiled). Read by "
          "`workbench.ab.planner` and `workbench.ab.levers`."),
+    Hook("OFF_PATH_ARMS", {}, "dict[str, str]",
+         "{arm of ARMS: why the levers' path never takes it} (compile: regional_cudagraphs), listed beside the levers "
+         "the path leaves out. Read by `workbench.ab.levers` (summary.json's `levers.arms_off_path`) and "
+         "`workbench.ab.lever_path.path_notes`."),
     Hook("PATH_LAST", False, "bool",
          "the levers' path switches this lever on after every other (activations: which arm fits depends on the "
          "levers before it). Read by `workbench.ab.levers.path_comparison`."),
@@ -215,6 +219,10 @@ def problems(mod) -> list[str]:
     td = hook(mod, "TRANSFORMERS_DEFAULT")
     if td is not None and td not in arms:
         out.append(f"TRANSFORMERS_DEFAULT {td!r} is no arm of ARMS")
+    off = hook(mod, "OFF_PATH_ARMS")
+    if not (isinstance(off, dict) and all(a in arms and a != mod.OPTIMIZED and isinstance(w, str) and w
+                                          for a, w in off.items())):
+        out.append(f"OFF_PATH_ARMS is not {{arm of ARMS other than OPTIMIZED: a sentence}}: {off!r}")
     slower = hook(mod, "SLOWER_THAN_DEFAULT")
     if not (isinstance(slower, dict) and all(a in arms and isinstance(w, str) and w for a, w in slower.items())):
         out.append(f"SLOWER_THAN_DEFAULT is not {{arm of ARMS: a sentence}}: {slower!r}")
