@@ -131,3 +131,9 @@ def test_apply_optimizations_switches_it_on_and_off():
     loss1, g1, _ = _step(m, batch)
     h.revert()
     assert not attn.q_proj.lora_variant and _worst(g0, g1) < RTOL
+
+
+def test_conflicts_with_selective_checkpointing_only():
+    assert "selective" in lf.path_conflict({"lora_fusion": "fused", "activations": "selective"}, "cuda")
+    assert lf.path_conflict({"lora_fusion": "fused", "activations": "none"}, "cuda") is None
+    assert lf.path_conflict({"lora_fusion": "separate", "activations": "selective"}, "cuda") is None

@@ -23,7 +23,7 @@ later member takes its own. The decoder's attention and MLP call the members in 
 Mistral, gpt-oss attention in transformers), checked in every forward: a member called with no delta waiting, or
 a first member called while deltas still wait, is a one-line error. `revert` removes the variants.
 
-Refused in one line (`unsupported`): LoRA dropout > 0 (each projection would draw its own mask), more than one
+Beside the activations lever's `selective` it conflicts (`path_conflict`). Refused in one line (`unsupported`): LoRA dropout > 0 (each projection would draw its own mask), more than one
 active adapter, a LoRA variant already there (DoRA, aLoRA, ...), a bias on lora_B, merged adapters, and a model with
 no group of two adapted projections.
 
@@ -188,6 +188,16 @@ def apply(model, arm: str, b_order: tuple | None = None) -> Handle:
             h.undo.append(undo)
     h.info.update(groups=len(found), projections=sum(len(g) for g in found))
     return h
+
+
+def path_conflict(arms: dict, device_type: str) -> str | None:
+    """Why `fused` cannot run beside the activations lever's `selective` at a levers' path point: its policy recomputes
+    only GEMMs with a dimension at most the LoRA rank r, and the fused GEMMs' is n r, so it would save the block-diagonal
+    GEMM's (T, o_1 + ... + o_n) output, as large as the base projections', which its memory estimate does not count."""
+    if arms.get("lora_fusion") == OPTIMIZED and arms.get("activations") == "selective":
+        return ("fused LoRA cannot run beside activations=selective: its policy would save the fused B GEMM's output "
+                "(inner dimension n x r > r), which the selective memory estimate does not count")
+    return None
 
 
 def removed_bytes(config, tokens: int, *, checkpointing: bool, element_bytes: int = 2) -> int:
