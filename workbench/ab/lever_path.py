@@ -358,7 +358,8 @@ def path_notes(run_dir: str) -> list[str]:
     with open(path, encoding="utf-8") as f:
         lev = json.load(f).get("levers") or {}
     return ([f"left out of the path: {o} ({why})" for o, why in (lev.get("left_out_of_path") or {}).items()]
-            + [f"anchor declined: {why}" for why in (lev.get("anchors_declined") or {}).values()])
+            + [f"anchor declined: {why}" for why in (lev.get("anchors_declined") or {}).values()]
+            + [f"arm off the path: {arm} ({why})" for arm, why in (lev.get("arms_off_path") or {}).items()])
 
 
 def run_labels(runs: list[str]) -> dict[str, str]:

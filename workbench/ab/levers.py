@@ -80,7 +80,15 @@ class Selection:
                 "left_out_of_path": self.left_out, "path_arms": self.path_arms,
                 "anchors_declined": self.anchors_declined,
                 "arm_choice": {c.opt: c.arm_choice for c in self.comparisons if getattr(c, "arm_choice", None)},
-                "compiled_arm_choice": self.compiled_arms}
+                "compiled_arm_choice": self.compiled_arms, "arms_off_path": arms_off_path(self.on_path)}
+
+
+def arms_off_path(comparisons: list) -> dict:
+    """{"opt=arm": why} for the arms of the path's levers that the path never takes (their module's OFF_PATH_ARMS)."""
+    from workbench import opts
+    from workbench.opts.protocol import hook
+
+    return {f"{c.opt}={arm}": why for c in comparisons for arm, why in hook(opts.module(c.opt), "OFF_PATH_ARMS").items()}
 
 
 def saved_fraction(opt: str) -> float:
@@ -89,11 +97,21 @@ def saved_fraction(opt: str) -> float:
     return float(hook(opts.module(opt), "SAVED_FRACTION"))
 
 
-def predict(opt: str, breakdown: dict | None) -> dict:
-    """The predicted saving of lever `opt` from a traced baseline's breakdown (`traced_breakdown`)."""
+def predict(opt: str, breakdown: dict | None, shape: dict | None = None) -> dict:
+    """The predicted saving of lever `opt` from a traced baseline's breakdown (`traced_breakdown`), or from the
+    module's `lever_prediction` given `shape` ({config, tokens, checkpointing, device_name}) where it has one."""
+    from workbench import opts
+    from workbench.opts.protocol import hook
+
     comp, frac = registry.lever(opt), saved_fraction(opt)
     p = {"component": comp, "saved_fraction": frac, "component_ms": None, "component_se_ms": None,
          "predicted_ms": None, "predicted_se": None, "named": None}
+    own = hook(opts.module(opt), "lever_prediction")
+    if own is not None and shape is not None:
+        p.update(own(breakdown, **shape))
+        if breakdown is None:
+            p["named"] = None
+        return p
     if breakdown is None:
         return p
     row = next((r for r in breakdown["levers"] if r["component"] == comp), None)
@@ -198,7 +216,7 @@ def select(runner, comps: list) -> Selection:
     finally:
         del model
         _free(device)
-    preds = {c.opt: predict(c.opt, bd) for c in ok}
+    preds = {c.opt: predict(c.opt, bd, _shape(runner, c)) for c in ok}
     names, not_named = choose([c.opt for c in ok], preds)
     for o, why in not_named.items():
         skipped[o] = why
@@ -208,7 +226,7 @@ def select(runner, comps: list) -> Selection:
         p = preds[c.opt]
         progress(f"[levers] {c.opt} ({p['component']}): " + (
             f"predicted saving {p['predicted_ms']:.2f} ms/step = {p['component_ms']:.2f} ms x {p['saved_fraction']:g}"
-            if p["predicted_ms"] is not None else "no prediction (no trace)"))
+            if p["predicted_ms"] is not None else "no prediction (no trace)") + (f"; {p['basis']}" if p.get("basis") else ""))
     out = list(chosen)
     on_path, stated = path_levers(chosen)
     for o, why in stated.items():
@@ -233,6 +251,18 @@ def select(runner, comps: list) -> Selection:
         out = [c for c in out if c.name in names]
     return Selection(out, preds, skipped, bd, note, left_out=stated, on_path=on_path, path_arms=sel_path_arms,
                      compiled_arms=compiled)
+
+
+def _shape(runner, c) -> dict:
+    """What a module's `lever_prediction` counts from: the comparison's config, tokens, checkpointing and GPU."""
+    import torch
+
+    from workbench.step.models import load_config
+
+    dev = runner.device
+    return {"config": load_config(c.model, c.layers, None, runner.args.step.experts), "tokens": c.tokens,
+            "checkpointing": bool(runner.args.step.checkpointing),
+            "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None}
 
 
 def compiled_choices(runner, on_path: list) -> dict:

@@ -44,6 +44,18 @@ Compile time is kept apart from step time: `info["compile_s"]` is the first step
 the warm-up's first step cost beyond a step), `info["graphs"]` the graphs compiled (layers that differ, e.g. layer 0
 whose input needs no gradient, or sliding vs full attention layers, get their own).
 
+CUDA graphs, the opt-in arm `regional_cudagraphs` (`--arms regional_cudagraphs`; never on the levers' path,
+`OFF_PATH_ARMS`): `regional` with inductor's CUDA graphs (`triton.cudagraphs`, CUDA Graph Trees, what
+mode="reduce-overhead" switches on): each compiled layer's forward and backward replay as recorded graphs, one
+launch each instead of one per kernel. Refused in one line on a CPU (no CUDA graphs), without `tokens` (dynamic
+shapes: a graph is recorded for one shape), and beside a checkpointed or offloaded layer (`path_conflict`; at the
+layer's first call where the layer is checkpointed): CUDA Graph Trees record a compiled function nested in
+`torch.utils.checkpoint(use_reentrant=False)` with another tensor liveness than they replay and fail (torch issue
+154306, still open in torch 2.11), and offload's saved-tensor hooks copy the graphs' pool memory out on a side stream
+while later replays overwrite it. Its predicted saving, from a traced `regional` step (`cudagraphs_prediction`):
+    predicted_ms = launch_gap_ms                       (the GPU idle waiting for launches, `workbench.traces.decompose`)
+an upper bound: the launches outside the layers (loss, optimizer) stay.
+
 Use: `handle = workbench.opts.apply(model, "compile", "regional", tokens=16384)`; `handle.revert()` restores the
 eager layers. On a CPU inductor needs a C compiler (gcc / cc on PATH); on CUDA it needs triton (CUDA builds of torch
 bring it).
@@ -63,15 +75,24 @@ from workbench.opts import Handle
 SPEC = {"order": 13, "apply_order": 0, "lever": "norm_elementwise", "in_all": False,
         "help": "eager (baseline: the decoder layers as built), regional (optimized: torch.compile of each decoder "
                 "layer in place, fullgraph, static shapes: batches padded to --tokens; a recompile or a graph break "
-                "fails the arm; compile time reported apart)",
+                "fails the arm; compile time reported apart), regional_cudagraphs (opt-in, CUDA only, no "
+                "checkpointing: regional with inductor's CUDA graphs)",
         "cpu": {"model": "tiny-llama", "layers": 1}, "gpu": {"model": "llama-3.1-8b", "layers": 8, "tokens": 16384},
         "all_variants": ()}
 """What the CLIs say of this optimization (`workbench.opts.registry`); a lever (`lever`), not part of `--opt all`.
 `apply_order` 0: its padding (prepare_batch) runs before any other arm's collate-time metadata is built."""
 
-ARMS = ("eager", "regional")
+ARMS = ("eager", "regional", "regional_cudagraphs")
 BASELINE = "eager"
 OPTIMIZED = "regional"
+CUDAGRAPHS = "regional_cudagraphs"
+OPT_IN_ARMS = (CUDAGRAPHS,)
+CUDAGRAPHS_CONFLICT = ("CUDA graphs fail inside a checkpointed layer (CUDA Graph Trees under torch.utils.checkpoint: "
+                       "torch issue 154306) and beside offload's saved-tensor hooks")
+OFF_PATH_ARMS = {CUDAGRAPHS: f"{CUDAGRAPHS_CONFLICT}, and no CUDA graph can be recorded or tested on the CPU this code "
+                             "is built on: opt-in (--opt compile --arms regional_cudagraphs, beside --no-checkpointing) "
+                             "until a GPU run shows it equivalent"}
+"""{arm: why the levers' path never takes it} (`workbench.opts.protocol` OFF_PATH_ARMS)."""
 SAVED_FRACTION = 0.5
 """Share of the traced baseline's `norm_elementwise` time (norms, activations, pointwise ops) the compiled layers
 remove: inductor fuses each chain of pointwise ops into one kernel that reads and writes each tensor once instead of
@@ -94,6 +115,10 @@ def unsupported(arm: str, model, device) -> str | None:
         return f"unknown compile arm {arm!r}; arms: {', '.join(ARMS)}"
     if arm == "eager":
         return None
+    if arm == CUDAGRAPHS:
+        dev = torch.device(device) if device is not None else next(model.parameters()).device
+        if dev.type != "cuda":
+            return f"CUDA graphs need a CUDA device (this one is {dev.type})"
     if not hasattr(torch, "compile"):
         return "torch.compile needs torch 2.0+"
     wrapped = parameter_lora(model)
@@ -166,6 +191,8 @@ class _Backend:
             from torch._dynamo.backends.debugging import aot_eager
             return aot_eager(gm, example_inputs)
         from torch._inductor.compile_fx import compile_fx
+        if self.compiler == "inductor_cudagraphs":
+            return compile_fx(gm, example_inputs, config_patches={"triton.cudagraphs": True})
         return compile_fx(gm, example_inputs)
 
 
@@ -238,6 +265,9 @@ def path_conflict(arms: dict, device_type: str) -> str | None:
     before the path runs). None for the baseline arm, or where nothing is known against it."""
     from workbench.opts import attention
 
+    if arms.get("compile") == CUDAGRAPHS and arms.get("activations", "none") != "none":
+        return (f"CUDA graphs cannot run beside activations={arms['activations']}: "
+                f"{CUDAGRAPHS_CONFLICT}")
     if arms.get("compile", BASELINE) == BASELINE or "attention" not in arms:
         return None
     why = specialising_attention(attention.impl_name(arms["attention"]), device_type)
@@ -253,7 +283,7 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).strip().splitlines()[:1])[:300]
 
 
-def _compiled_forward(layer, guard: _Guard, first: bool):
+def _compiled_forward(layer, guard: _Guard, first: bool, cudagraphs: bool = False):
     """The layer's compiled forward (its class's own, below the workbench's instrumentation), as an instance-level
     forward; failures of the compiler become one-line WorkbenchErrors."""
     from torch._dynamo import exc as dynamo_exc
@@ -271,6 +301,9 @@ def _compiled_forward(layer, guard: _Guard, first: bool):
         why = specialising_attention(impl, next(layer.parameters()).device.type)
         if why is not None:  # a recompile on every batch: refused before anything compiles
             raise WorkbenchError(f"compile: regional compile cannot run with the {impl} attention: {why}")
+        if cudagraphs and getattr(layer, "gradient_checkpointing", False) and torch.is_grad_enabled():
+            raise WorkbenchError(f"compile: {CUDAGRAPHS} cannot run in a checkpointed layer: "
+                                 f"{CUDAGRAPHS_CONFLICT}")
         if _get_current_dispatch_mode() is not None:  # the sync counter's pass: dynamo traces nothing under a mode
             return eager(*args, **kwargs)
         try:
@@ -305,6 +338,14 @@ def _compiled_forward(layer, guard: _Guard, first: bool):
 BACKENDS_COMPILE = ("inductor", "aot_eager")
 
 
+def cudagraphs_prediction(breakdown: dict) -> float | None:
+    """The predicted saving (ms per step) of `regional_cudagraphs` over `regional`, from a traced `regional` step's
+    breakdown (`workbench.ab.levers.breakdown_of`): its launch_gap, the GPU idle while the host launches (an upper
+    bound: the launches outside the compiled layers stay). None without that component."""
+    return next((r["ms"] for r in (breakdown or {}).get("components", []) if r.get("component") == "launch_gap"),
+                None)
+
+
 def apply(model, arm: str, tokens: int | None = None, backend: str = "inductor", **options) -> Handle:
     """Compile every decoder layer in place (`regional`), batches padded to `tokens`; `eager` changes nothing.
     `backend`: inductor (the arm), or aot_eager (the same graphs and guards without code generation: the CPU tests of
@@ -316,6 +357,10 @@ def apply(model, arm: str, tokens: int | None = None, backend: str = "inductor",
     why = unsupported(arm, model, None)
     if why is not None:
         raise UnsupportedArm(why)
+    if arm == CUDAGRAPHS and tokens is None:
+        raise UnsupportedArm("CUDA graphs need static shapes: pass tokens (every batch padded to it)")
+    if arm == CUDAGRAPHS and backend == "inductor":
+        backend = "inductor_cudagraphs"
     h = Handle(opt="compile", arm=arm)
     if arm == "eager":
         return h
@@ -337,7 +382,7 @@ def apply(model, arm: str, tokens: int | None = None, backend: str = "inductor",
                 lifted[name] = vars(sub)["forward"]
                 del sub.forward
         had = vars(layer).get("forward")
-        layer.forward = _compiled_forward(layer, guard, first=i == 0)
+        layer.forward = _compiled_forward(layer, guard, first=i == 0, cudagraphs=arm == CUDAGRAPHS)
 
         def undo(layer=layer, lifted=lifted, had=had):
             if had is None:

@@ -79,9 +79,19 @@ HOOKS = {h.name: h for h in (
          "this shape, in place of OPTIMIZED, and the other arms timed beside it (activations: the fastest arm whose "
          "memory estimate fits the device; `compiled`: at a path point whose layers are regionally compiled). Read by "
          "`workbench.ab.planner` and `workbench.ab.levers`."),
+    Hook("OFF_PATH_ARMS", {}, "dict[str, str]",
+         "{arm of ARMS: why the levers' path never takes it} (compile: regional_cudagraphs), listed beside the levers "
+         "the path leaves out. Read by `workbench.ab.levers` (summary.json's `levers.arms_off_path`) and "
+         "`workbench.ab.lever_path.path_notes`."),
     Hook("PATH_LAST", False, "bool",
          "the levers' path switches this lever on after every other (activations: which arm fits depends on the "
          "levers before it). Read by `workbench.ab.levers.path_comparison`."),
+    Hook("lever_prediction", None,
+         "(breakdown: dict | None, config, tokens: int, checkpointing: bool, device_name: str | None) -> dict",
+         "{component, component_ms, predicted_ms, named, basis, saved_fraction}: a lever whose saving the breakdown "
+         "cannot hold apart predicts it so, in place of its SPEC `lever` component's ms x SAVED_FRACTION "
+         "(lora_fusion: counted HBM bytes over the device's bandwidth; `named` decides whether it runs on a GPU). "
+         "Read by `workbench.ab.levers.predict`."),
     Hook("ATTENTION_FLOPS", {}, "dict[str, str]",
          "{arm: attention FLOP count (`workbench.step.flops.ATTENTION_MODES`)} for arms that change which query-key "
          "pairs attention computes (attention: dense -> block_diagonal). Read by `workbench.ab.lever_path`."),
@@ -194,7 +204,8 @@ def problems(mod) -> list[str]:
     if mod.OPTIMIZED not in arms or mod.OPTIMIZED == mod.BASELINE:
         out.append(f"OPTIMIZED {mod.OPTIMIZED!r} is no arm of ARMS other than BASELINE")
     out += [f"{m} is not callable" for m in ("unsupported", "apply") if not callable(getattr(mod, m))]
-    for name in ("comparison_options", "reference_options", "attention_backend", "lever_baseline"):
+    for name in ("comparison_options", "reference_options", "attention_backend", "lever_baseline",
+                 "lever_prediction"):
         if hasattr(mod, name) and not callable(getattr(mod, name)):
             out.append(f"{name} is not callable")
     for name in ("BACKENDS", "OPT_IN_ARMS"):
@@ -208,6 +219,10 @@ def problems(mod) -> list[str]:
     td = hook(mod, "TRANSFORMERS_DEFAULT")
     if td is not None and td not in arms:
         out.append(f"TRANSFORMERS_DEFAULT {td!r} is no arm of ARMS")
+    off = hook(mod, "OFF_PATH_ARMS")
+    if not (isinstance(off, dict) and all(a in arms and a != mod.OPTIMIZED and isinstance(w, str) and w
+                                          for a, w in off.items())):
+        out.append(f"OFF_PATH_ARMS is not {{arm of ARMS other than OPTIMIZED: a sentence}}: {off!r}")
     slower = hook(mod, "SLOWER_THAN_DEFAULT")
     if not (isinstance(slower, dict) and all(a in arms and isinstance(w, str) and w for a, w in slower.items())):
         out.append(f"SLOWER_THAN_DEFAULT is not {{arm of ARMS: a sentence}}: {slower!r}")

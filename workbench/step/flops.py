@@ -97,6 +97,22 @@ PEAK_BF16_DENSE_TFLOPS: dict[str, float] = {
 figures halved where only those are printed), keyed by `torch.cuda.get_device_name()`. Boost clocks: a real step
 reaches a sustained clock below them, so MFU against these is a lower bound."""
 
+PEAK_HBM_TB_PER_S: dict[str, float] = {
+    "NVIDIA H100 80GB HBM3": 3.35,
+    "NVIDIA H100 SXM": 3.35,
+    "NVIDIA H100 PCIe": 2.0,
+    "NVIDIA H100 NVL": 3.9,
+    "NVIDIA H200": 4.8,
+    "NVIDIA H200 NVL": 4.8,
+    "NVIDIA B200": 8.0,
+    "NVIDIA A100-SXM4-80GB": 2.039,
+    "NVIDIA A100-SXM4-40GB": 1.555,
+    "AMD Instinct MI300X": 5.3,
+}
+"""HBM bandwidth, TB/s, from the vendors' datasheets, keyed by `torch.cuda.get_device_name()`: the rate a counted
+bytes saving is divided by (`workbench.opts.lora_fusion.lever_prediction`); a step reaches less, so a prediction
+from it is a lower bound on the time those bytes take."""
+
 ATTENTION_MODES = ("block_diagonal", "dense", "causal")
 _BLOCK_DIAGONAL_IMPLS = ("flash_attention_2", "flash_attention_3", "flex_attention", "paged_attention")
 """transformers' own implementations that skip masked blocks; every other HF one is dense on a packed batch."""
