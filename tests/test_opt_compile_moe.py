@@ -114,3 +114,32 @@ def test_moe_presets_are_no_longer_refused_and_a_dense_layer_has_no_regions():
     assert comp.regions(dense.base_model.model.model.layers[0]) is None
     names = [n for n, _ in comp.regions(moe.base_model.model.model.layers[0])]
     assert "mlp" not in names and not any("experts" in n for n in names)
+
+
+def test_levers_path_on_a_moe_preset_runs_compiled_with_the_activations_lever(capsys, tmp_path, monkeypatch):
+    """`--opt levers --only activations,path` on tiny-qwen3-moe, CPU, one layer: the path switches regional compile
+    on (by region) beside the expert lever and the activations lever, every point equivalent to the baseline; the
+    closing line counts the comparisons asked for (2), not the plan's levers. The attention lever is kept out here:
+    on a CPU its flex arm cannot run inside a compiled layer, and the path would leave compile out for it
+    (`compile.path_conflict`; on a GPU the two run together)."""
+    import json
+
+    from workbench import ab
+    from workbench.cli import run_main
+    from workbench.opts import attention
+    monkeypatch.setattr(attention, "unsupported", lambda arm, model, device: "kept out of this test")
+    rc = run_main(ab.main, ["--opt", "levers", "--model", "tiny-qwen3-moe", "--layers", "1", "--device", "cpu",
+                            "--only", "activations,path", "--reps", "1", "--steps", "1", "--batches", "1",
+                            "--warmup-max", "1", "--out", str(tmp_path / "run")])
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.strip()]
+    summary = json.loads(lines[-1])
+    assert rc == 0, summary["failures"]
+    assert any(ln.startswith("complete: 2/2 comparisons, all arms equivalent") for ln in lines)
+    path = next(c for c in summary["comparisons"] if c["name"] == "path")
+    arms = [path["baseline"], *path["others"], path["optimized"]]
+    labels = [a["arm"] for a in arms]
+    assert "+compile" in labels and "+activations" in labels and "+expert_lora" in labels
+    assert all(a["status"] == "ok" and a["equivalent"] for a in arms)
+    last = path["optimized"]["info"]
+    assert last["compile.regions"] and last["expert_lora.experts_implementation"] == "wb_split_lora"
+    assert summary["levers"]["arm_choice"]["activations"]["optimized"] in ("none", "offload", "selective", "full")
