@@ -4,6 +4,8 @@ and the path's baseline (dense + fp32-adapters, checkpointed) is the dense arm a
 its checkpoint recompute matches its forward (no CheckpointError)."""
 import dataclasses
 import json
+import types
+from unittest import mock
 
 import pytest
 import torch
@@ -361,3 +363,38 @@ def test_runs_that_share_a_name_keep_apart_in_the_path():
     runs = ["p/run_o/llama16k_path", "p/run_p/llama16k_path/", "q/nemo"]
     assert run_labels(runs) == {"p/run_o/llama16k_path": "run_o/llama16k_path",
                                 "p/run_p/llama16k_path/": "run_p/llama16k_path", "q/nemo": "nemo"}
+
+
+def test_the_path_declines_the_expert_anchor_when_a_compiled_point_assumed_split():
+    """qwen3-30b-a3b at 32 layers, 8192 tokens: with split on the path the compiled point's activations arm is `none`
+    (114.6 GiB: no folded expert stack per layer), where the run's own experts (grouped_mm, folded) would take
+    `selective` (142.4 GiB for none). The expert lever's anchor grouped_mm reads the folded weight, so the path declines
+    it and keeps split; the control: a compiled choice made for folded experts leaves the anchor to be taken."""
+    from workbench.ab import levers
+    from workbench.ab.cli import GPU_DEFAULTS, parse_args
+    from workbench.ab.planner import plan
+    from workbench.step import memory_estimate as me
+
+    gpu = torch.device("cuda")
+    a = parse_args(["--opt", "levers", "--model", "qwen3-30b-a3b", "--layers", "32", "--tokens", "8192",
+                    "--memory-limit-gib", "140.4", "--device", "cpu"]).resolved(gpu, GPU_DEFAULTS["_run"])
+    comps = [c for c in plan(a, gpu) if c.opt in ("expert_lora", "compile", "activations")]
+    runner = types.SimpleNamespace(args=a, device=gpu)
+    with mock.patch.object(me, "host_ram_bytes", lambda: 128 * me.GIB):
+        compiled = levers.compiled_choices(runner, comps)
+    assert compiled["activations"]["optimized"] == "none" and compiled["activations"]["folded_experts"] is False
+    assert next(c for c in comps if c.opt == "activations").arm_choice["optimized"] == "selective"
+    win = _lever_result("expert_lora", "split", [1.10, 1.12], "grouped_mm", [1.20, 1.25])
+    ok = [{"name": o, "opt": o, "status": "ok",
+           "optimized": {"arm": arm, "status": "ok", "vs_baseline": {"speedup": 1.3, "ci95": [1.29, 1.31]}}}
+          for o, arm in (("compile", "regional"), ("activations", "selective"))]
+    sel = levers.Selection(comparisons=comps, predictions={}, skipped={}, compiled_arms=compiled)
+    path = levers.prune_path(sel, [win, *ok], levers.path_comparison(comps), "cuda")
+    last = path.arms[-1].arms
+    assert last["expert_lora"] == "split" and last["activations"] == "none" and last["compile"] == "regional"
+    assert levers.SPLIT_MEMORY in sel.anchors_declined["expert_lora"]
+
+    folded = {"activations": {**compiled["activations"], "folded_experts": True}}
+    sel2 = levers.Selection(comparisons=comps, predictions={}, skipped={}, compiled_arms=folded)
+    levers.prune_path(sel2, [win, *ok], levers.path_comparison(comps), "cuda")
+    assert sel2.path_arms["expert_lora"]["arm"] == "grouped_mm" and "expert_lora" not in sel2.anchors_declined

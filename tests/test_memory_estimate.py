@@ -146,3 +146,92 @@ def test_the_h100_runs_bounds(monkeypatch):
         _check("qwen3-30b-a3b", 48, 8192, monkeypatch=monkeypatch)
     _check("qwen3-30b-a3b", 42, 8192, monkeypatch=monkeypatch)  # admitted (kernels_path.sh runs 40: fragmentation)
     _check("gpt-oss-20b", 24, 4096, attn="eager", monkeypatch=monkeypatch)
+
+
+# --- a MoE layer's saved tensors (no checkpointing) ----------------------------------------------------------------
+
+def _moe_saved_bytes(family, experts, T, h=256, heads=4, kv_heads=2, w=128, k=4, E=8):
+    """Bytes one MoE layer saves for its backward (saved_tensors_hooks, unique storages, parameters left out) under
+    bf16 autocast with fp32 adapters, its experts on `experts` (an expert_lora arm); (bytes, the config)."""
+    from transformers import AutoModelForCausalLM, GptOssConfig, Qwen3MoeConfig
+
+    from workbench import opts
+    from workbench.instrument.ranges import find_decoder_layers
+    from workbench.step.data import batch_from_lengths
+    from workbench.step.models import add_lora, model_inputs
+
+    common = dict(hidden_size=h, num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=64,
+                  num_hidden_layers=1, vocab_size=128, num_experts_per_tok=k)
+    cfg = (Qwen3MoeConfig(**common, moe_intermediate_size=w, intermediate_size=4 * w, num_experts=E,
+                          norm_topk_prob=True, attn_implementation="sdpa") if family == "qwen3_moe" else
+           GptOssConfig(**common, intermediate_size=w, num_local_experts=E, sliding_window=8, attention_bias=True,
+                        layer_types=["full_attention"], attn_implementation="eager"))
+    torch.manual_seed(0)
+    m = add_lora(AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16), rank=8, precision="autocast")
+    opts.apply(m, "expert_lora", experts)
+    layer = find_decoder_layers(m)[0]
+    params = {p.untyped_storage().data_ptr() for p in m.parameters()}
+    seen, on = {}, [False]
+
+    def pack(t):
+        if on[0] and t.untyped_storage().data_ptr() not in params:
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+    layer.register_forward_pre_hook(lambda *a: on.__setitem__(0, True))
+    layer.register_forward_hook(lambda *a: on.__setitem__(0, False))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), torch.autocast("cpu", dtype=torch.bfloat16):
+        m(**model_inputs(m, batch_from_lengths([T // 2, T // 2], 128))).loss
+    return sum(seen.values()), m.config
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "gpt_oss"])
+def test_moe_saved_bytes_are_the_counted_ones(family):
+    """A MoE layer's saved bytes with no checkpointing, counted at three token counts (gpt-oss's eager attention adds
+    a T x T term, fitted out): the per-token slope is `moe_saved_per_token` (split and grouped_mm) at two shapes whose
+    widths all differ, and what does not grow with T is the folded expert weight under grouped_mm, none of it under
+    split. The MoE term before these counts (2h + 2q + 2kv + 3 top_k x width, no folded weight) fails both:
+    qwen3-30b-a3b's layers save 3.6 x what it said, and grouped_mm the whole expert stack again."""
+    import numpy as np
+    dims = ({}, dict(h=384, heads=8, kv_heads=4, w=192, k=6, E=12))
+    for d in dims:
+        for experts in ("grouped_mm", "split"):
+            Ts = (64, 128, 256)
+            counts = [_moe_saved_bytes(family, experts, T, **d) for T in Ts]
+            cfg = counts[0][1]
+            A = np.array([[T, T * T, 1] for T in Ts], float)
+            per_token, _, fixed = np.linalg.solve(A, np.array([c[0] for c in counts], float))
+            folded = experts != "split"
+            assert per_token == pytest.approx(me.moe_saved_per_token(cfg, 2, folded), rel=1e-3), (d, experts)
+            stack = me.folded_expert_bytes(cfg, 2)  # the rest of the fixed bytes: peft's factors, their casts
+            assert (stack <= fixed <= 1.1 * stack) if folded else (fixed < 0.2 * stack), (d, experts, fixed)
+    qwen = load_config("qwen3-30b-a3b", 48)
+    old = (2 * 2048 + 2 * 4096 + 2 * 512 + 3 * 8 * 768) * 2  # bytes per token, bf16
+    assert me.moe_saved_per_token(qwen, 2, False) / old == pytest.approx(3.6, abs=0.1)
+
+
+def test_the_preflight_counts_the_folded_experts_where_the_point_reads_them(monkeypatch):
+    """At qwen3-30b-a3b 32 layers, 8192 tokens, no checkpointing: a point whose experts read peft's folded weight
+    (grouped_mm, transformers' default) needs the expert stack again (142.5 GiB: refused on an H200's 139.8, in one
+    line), the same point at expert_lora=split does not (114 GiB)."""
+    from workbench.ab.planner import ArmSpec
+    h200 = int(139.8 * me.GIB)
+    cfg = load_config("qwen3-30b-a3b", 32)
+    est = {f: me.estimate(cfg, 8192, layers=32, dtype_bytes=2, activations="none", folded_experts=f).total_bytes
+           for f in (True, False)}
+    assert est[True] > h200 > est[False]
+    assert est[True] - est[False] == pytest.approx(32 * (me.folded_expert_bytes(cfg, 2) + 8192 * (
+        me.moe_saved_per_token(cfg, 2, True) - me.moe_saved_per_token(cfg, 2, False))), rel=1e-6)
+    a = types.SimpleNamespace(step=types.SimpleNamespace(checkpointing=False, experts=None))
+    c = types.SimpleNamespace(arms=[ArmSpec("baseline", {"expert_lora": "eager"}),
+                                    ArmSpec("+expert_lora", {"expert_lora": "split"})])
+    points = preflight._activation_points(a, c)
+    assert [(lbl, p["folded"]) for lbl, p in points] == [("baseline", True), ("+expert_lora", False)]
+    args = ABConfig.from_flat({"steps": 1, "warmup": 1, "warmup_max": 2, "batches": 2, "reps": 4, "opt": "levers",
+                               "checkpointing": False})
+    monkeypatch.setattr(me, "device_bytes", lambda device: (h200, "GPU memory"))
+    cmp = types.SimpleNamespace(model="qwen3-30b-a3b", tokens=8192, layers=32, attn=None, name="path", arms=c.arms)
+    with pytest.raises(WorkbenchError, match=r"arm baseline, needs at least 142\.5 GiB") as e:
+        preflight.check_model(args, types.SimpleNamespace(type="cuda"), cfg, [cmp])
+    assert "\n" not in str(e.value)
+    cmp.arms = c.arms[1:]
+    preflight.check_model(args, types.SimpleNamespace(type="cuda"), cfg, [cmp])  # split alone: fits

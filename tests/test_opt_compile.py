@@ -222,31 +222,3 @@ def test_a_backend_per_apply_hits_the_recompile_limit(monkeypatch):
                 h.revert()
     assert "\n" not in str(e.value)
     torch._dynamo.reset()
-
-
-def test_regional_compile_refuses_peft_lora_on_parameters(monkeypatch):
-    """The MoE presets carry their experts' LoRA through peft's ParamWrapper (target_parameters), which registers a
-    parametrization at every forward: Parameter.set_, a graph break in a fullgraph layer. Checked on the real thing
-    (fullgraph compile of a tiny-qwen3-moe layer fails so), then refused before anything compiles, in one line; a dense
-    model is not refused (the control)."""
-    from workbench.opts import compile as comp
-    from workbench.step import harness
-    from workbench.step.data import make_batches, to_device
-    from workbench.step.models import build_model
-    torch._dynamo.reset()
-    moe = build_model("tiny-qwen3-moe", layers=1, device="cpu")
-    why = comp.unsupported("regional", moe, "cpu")
-    assert why is not None and "ParamWrapper" in why and "\n" not in why
-    assert comp.parameter_lora(moe).endswith("mlp.experts")
-    assert comp.unsupported("eager", moe, "cpu") is None
-    assert comp.parameter_lora(build_model("tiny-llama", layers=1, device="cpu")) is None
-
-    monkeypatch.setattr(comp, "parameter_lora", lambda model: None)  # past the refusal: what it guards against
-    h = comp.apply(moe, "regional", tokens=256, backend="aot_eager")
-    try:
-        data = to_device(make_batches("uniform:16:64", 256, 1, 256, seed=0), "cpu", prepare=h.prepare_batch)
-        with pytest.raises(WorkbenchError, match="graph break") as e:
-            harness.train_step(moe, data[0], harness.make_optimizer(moe, lr=0.0))
-        assert "set_" in str(e.value.__cause__)
-    finally:
-        h.revert()

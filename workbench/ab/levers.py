@@ -267,20 +267,29 @@ def _shape(runner, c) -> dict:
 
 def compiled_choices(runner, on_path: list) -> dict:
     """{opt: `lever_arms(..., compiled=True)`} for each lever of the path that chooses its arm by shape, when the
-    compile lever is on the path too (the point where it is switched on has compiled layers)."""
+    compile lever is on the path too (the point where it is switched on has compiled layers). With the expert_lora
+    lever on the path at `split` the experts there read no folded weight (`folded_experts` False); `prune_path`
+    declines that lever's anchor, which would (`SPLIT_MEMORY`)."""
     from workbench import opts
     from workbench.opts.protocol import hook
     from workbench.step.models import load_config
 
     if "compile" not in [c.opt for c in on_path]:
         return {}
+    split = any(c.opt == "expert_lora" and (c.optimized or opts.module(c.opt).OPTIMIZED) == "split" for c in on_path)
     out = {}
     for c in on_path:
         fn = hook(opts.module(c.opt), "lever_arms")
         if fn is not None and c.arm_choice:
             cfg = load_config(c.model, c.layers, None, runner.args.step.experts)
-            out[c.opt] = fn(runner.args, runner.device, cfg, c.tokens, c.layers, compiled=True)
+            out[c.opt] = fn(runner.args, runner.device, cfg, c.tokens, c.layers, compiled=True,
+                            **({"folded_experts": False} if split else {}))
     return out
+
+
+SPLIT_MEMORY = ("the compiled point's activations arm was chosen for split's memory (no folded expert stack kept per "
+                "layer); the anchor reads peft's folded weight")
+"""Why the path declines the expert_lora lever's anchor where a compiled point's arm assumed `split`."""
 
 
 def fit_arms(kept: list, compiled: dict, path_arms: dict, anchors: dict | None = None) -> dict:
@@ -447,6 +456,13 @@ def prune_path(sel: Selection, results: list[dict], path_cmp, device_type: str =
     fit = fit_arms(kept, sel.compiled_arms, {})
     final = {c.opt: anchors[c.opt][0] if c.opt in anchors else fit.get(c.opt, c.optimized or
                                                                           opts.module(c.opt).OPTIMIZED) for c in kept}
+    if "expert_lora" in anchors and any(p.get("folded_experts") is False for p in sel.compiled_arms.values()) \
+            and final.get("compile", "eager") != "eager":
+        sel.anchors_declined["expert_lora"] = (f"expert_lora stays at {opts.module('expert_lora').OPTIMIZED}, not its "
+                                               f"faster anchor {anchors['expert_lora'][0]}: {SPLIT_MEMORY}")
+        progress(f"[levers] the path declines expert_lora's anchor: {sel.anchors_declined['expert_lora']}")
+        final["expert_lora"] = opts.module("expert_lora").OPTIMIZED
+        del anchors["expert_lora"]
     for o in list(anchors):
         clash = opts.conflicts(final, device_type)
         without = opts.conflicts({**final, o: opts.module(o).OPTIMIZED}, device_type)

@@ -116,7 +116,7 @@ def check_model(args, device, config, comparisons) -> None:
     for c in comparisons:
         for arm, spec_arms in _activation_points(args, c):
             est = me.estimate_for(args, device, config, c.tokens, c.layers, activations=spec_arms["activations"],
-                                  compiled=spec_arms["compiled"], attn=c.attn)
+                                  compiled=spec_arms["compiled"], attn=c.attn, folded_experts=spec_arms["folded"])
             if est.total_bytes > limit:
                 what = f"{c.name}: {c.model} at {c.tokens} tokens" + (f", arm {arm}," if arm else "")
                 raise WorkbenchError(
@@ -126,15 +126,23 @@ def check_model(args, device, config, comparisons) -> None:
 
 
 def _activation_points(args, c) -> list:
-    """[(arm label or None, {"activations": arm, "compiled": bool})] of a comparison: each arm's activations arm (its
-    own where it sets the activations lever, else the run's --checkpointing) and whether it compiles the layers; one
-    entry per distinct pair, the arm named only where the comparison's arms differ in them."""
+    """[(arm label or None, {"activations": arm, "compiled": bool, "folded": bool})] of a comparison: each arm's
+    activations arm (its own where it sets the activations lever, else the run's --checkpointing), whether it compiles
+    the layers, and whether a MoE model's experts read peft's folded weight there (every expert_lora arm but `split`,
+    every moe arm; without those levers, the run's --experts); one entry per distinct triple, the arm named only where the
+    comparison's arms differ in them."""
+    from workbench.step import memory_estimate as me
+
     base = "full" if args.step.checkpointing else "none"
+    folded = me.folded_experts_of(args.step.experts)
     seen: dict = {}
     for spec in getattr(c, "arms", None) or []:
-        key = (spec.arms.get("activations", base), spec.arms.get("compile", "eager") != "eager")
+        key = (spec.arms.get("activations", base), spec.arms.get("compile", "eager") != "eager",
+               (spec.arms["expert_lora"] != "split" if "expert_lora" in spec.arms else
+                folded or "moe" in spec.arms))
         seen.setdefault(key, spec.label)
     if not seen:
-        seen[(base, False)] = None
+        seen[(base, False, folded)] = None
     named = len(seen) > 1
-    return [(label if named else None, {"activations": a, "compiled": comp}) for (a, comp), label in seen.items()]
+    return [(label if named else None, {"activations": a, "compiled": comp, "folded": f})
+            for (a, comp, f), label in seen.items()]

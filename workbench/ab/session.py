@@ -325,7 +325,7 @@ def _comparisons(r: _Run) -> None:
             raise WorkbenchError("--opt levers runs on one device (not under torchrun)")
         from workbench.ab import levers as lever_run
         r.levers = lever_run.select(runner, comps)
-        comps = r.levers.comparisons
+        comps = r.comps = r.levers.comparisons  # the closing line counts what the selection (and --only) kept
         summary["levers"] = writer.meta["levers"] = r.levers.describe()
         writer.meta["comparisons"] = [c.name for c in comps]
         writer.write_meta()

@@ -294,15 +294,20 @@ def fitting(estimates: dict, limit_bytes: int | None, host_bytes: dict | None = 
     return ok, why
 
 
-def lever_arms(args, device, config, tokens: int, layers: int | None, compiled: bool = False) -> dict:
+def lever_arms(args, device, config, tokens: int, layers: int | None, compiled: bool = False,
+               folded_experts: bool | None = None) -> dict:
     """{"optimized": the fastest arm that fits (SPEED_ORDER, `fitting`), "others": the other arms that fit (timed
-    beside it, each with its equivalence and peak memory), "why": one line, "estimates_bytes": {arm: bytes}} for one
-    shape; `compiled`: the layer regionally compiled (it saves fewer tensors). `full` is the fallback when nothing
-    else fits (the preflight refuses it where even it cannot)."""
+    beside it, each with its equivalence and peak memory), "why": one line, "estimates_bytes": {arm: bytes},
+    "folded_experts"} for one shape; `compiled`: the layer regionally compiled (it saves fewer tensors);
+    `folded_experts`: a MoE model's experts read peft's folded weight (None: the run's --experts decides,
+    `memory_estimate.folded_experts_of`). `full` is the fallback when nothing else fits (the preflight refuses it
+    where even it cannot)."""
     from workbench.step import memory_estimate as me
 
-    est = {a: me.estimate_for(args, device, config, tokens, layers, activations=a, compiled=compiled)
-           for a in ARMS}
+    if folded_experts is None:
+        folded_experts = me.folded_experts_of(args.step.experts)
+    est = {a: me.estimate_for(args, device, config, tokens, layers, activations=a, compiled=compiled,
+                              folded_experts=folded_experts) for a in ARMS}
     limit, _ = me.device_bytes(device, args.memory_limit_gib)
     host = {"offload": est["offload"].host_bytes}
     ok, why_not = fitting({a: e.total_bytes for a, e in est.items()}, limit, host, me.host_ram_bytes())
@@ -312,7 +317,7 @@ def lever_arms(args, device, config, tokens: int, layers: int | None, compiled: 
            f"({est[best].total_bytes / 2**30:.3g} GiB) fits {100 * FIT_MARGIN:.0f}% of the device"
            + (f" ({limit / 2**30:.3g} GiB)" if limit else "") + (f"; left out: {left}" if left else ""))
     return {"optimized": best, "others": [a for a in ok if a not in (best, BASELINE)], "why": why,
-            "estimates_bytes": {a: e.total_bytes for a, e in est.items()}}
+            "estimates_bytes": {a: e.total_bytes for a, e in est.items()}, "folded_experts": folded_experts}
 
 
 def _checkpoint_state(model):

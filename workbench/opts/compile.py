@@ -25,9 +25,21 @@ Static shapes across batches, or the arm fails:
   lever's `flex` (flex has no CPU backward: its training path loops over the document lengths). The attention
   lever's `dense` (a T x T mask from the document ids, fixed shapes once padded) compiles once and runs every batch
   (tests/test_opt_compile.py); its `flex` on a GPU (BlockMask tables of fixed shape once padded, built before the
-  layers: `attention._prime_flex`) is left to the guards below. A model with peft's LoRA on bare parameters (the MoE
-  presets' experts: `ParamWrapper`, whose per-forward parametrization is a `Parameter.set_`) is refused by
-  `unsupported`, and Liger's RoPE cannot run inside the compiled layer (`liger.path_conflict`).
+  layers: `attention._prime_flex`) is left to the guards below. Liger's RoPE cannot run inside the compiled layer
+  (`liger.path_conflict`).
+
+A decoder layer that holds peft's LoRA on bare parameters (the MoE models' experts: `ParamWrapper`, whose forward
+registers a parametrization, a `Parameter.set_`, at every call: a graph break in a fullgraph layer) is compiled by
+region instead (`regions`): every submodule of the layer that holds no `ParamWrapper` is compiled in place, fullgraph
+each (the attention block with its norms, rotary and LoRA linears, the two RMSNorms, the MoE block's router), and the
+experts module runs eagerly under whatever experts implementation is switched on (the expert_lora lever's `split`,
+transformers' `grouped_mm`, ...), as do the glue between the regions (the residual adds, the MoE block's reshapes).
+The same function: each region's compiled forward is its eager forward (tests/test_opt_compile_moe.py). The graph
+breaks and recompiles of a region fail the arm as a layer's do; the layer's own forward stays eager, so the
+workbench's layer ranges and the step count wrap it from outside, and a region that had the instrumentation's range
+wrapper (`self_attn`) gets it back around its compiled forward. `info["regions"]` names the regions compiled. The
+experts' own pointwise work (their activation, the routing's gathers) stays eager, so SAVED_FRACTION, fixed for a
+dense layer, overstates the saving on a MoE layer.
 
 Failures, each one line (`WorkbenchError`):
 - a graph break (fullgraph=True: dynamo raises instead of splitting the layer and running the rest eagerly);
@@ -74,9 +86,9 @@ from workbench.opts import Handle
 
 SPEC = {"order": 13, "apply_order": 0, "lever": "norm_elementwise", "in_all": False,
         "help": "eager (baseline: the decoder layers as built), regional (optimized: torch.compile of each decoder "
-                "layer in place, fullgraph, static shapes: batches padded to --tokens; a recompile or a graph break "
-                "fails the arm; compile time reported apart), regional_cudagraphs (opt-in, CUDA only, no "
-                "checkpointing: regional with inductor's CUDA graphs)",
+                "layer in place, fullgraph, static shapes: batches padded to --tokens; a MoE layer by region, its "
+                "experts eager; a recompile or a graph break fails the arm; compile time reported apart), "
+                "regional_cudagraphs (opt-in, CUDA only, no checkpointing: regional with inductor's CUDA graphs)",
         "cpu": {"model": "tiny-llama", "layers": 1}, "gpu": {"model": "llama-3.1-8b", "layers": 8, "tokens": 16384},
         "all_variants": ()}
 """What the CLIs say of this optimization (`workbench.opts.registry`); a lever (`lever`), not part of `--opt all`.
@@ -121,11 +133,6 @@ def unsupported(arm: str, model, device) -> str | None:
             return f"CUDA graphs need a CUDA device (this one is {dev.type})"
     if not hasattr(torch, "compile"):
         return "torch.compile needs torch 2.0+"
-    wrapped = parameter_lora(model)
-    if wrapped is not None:
-        return (f"regional compile cannot trace peft's LoRA on parameters ({wrapped}): its ParamWrapper registers a "
-                "parametrization at every forward, which swaps the parameter in place (Parameter.set_), a graph break "
-                "in a fullgraph layer (the MoE models' experts carry their LoRA so)")
     dev = torch.device(device) if device is not None else next(model.parameters()).device
     if dev.type == "cpu" and not _has_c_compiler():
         return "regional compile on a CPU needs a C compiler on PATH (gcc, cc or clang) for inductor"
@@ -136,14 +143,43 @@ def unsupported(arm: str, model, device) -> str | None:
     return None
 
 
-def parameter_lora(model) -> str | None:
-    """The first module name of `model` that is peft's LoRA on a bare parameter (`peft.tuners.lora.layer.ParamWrapper`,
-    `target_parameters`: the MoE presets' experts), or None."""
+def _param_wrapper_class():
     try:
         from peft.tuners.lora.layer import ParamWrapper
     except ImportError:
         return None
-    return next((name for name, mod in model.named_modules() if isinstance(mod, ParamWrapper)), None)
+    return ParamWrapper
+
+
+def parameter_lora(model) -> str | None:
+    """The first module name of `model` that is peft's LoRA on a bare parameter (`peft.tuners.lora.layer.ParamWrapper`,
+    `target_parameters`: the MoE presets' experts), or None."""
+    cls = _param_wrapper_class()
+    if cls is None:
+        return None
+    return next((name for name, mod in model.named_modules() if isinstance(mod, cls)), None)
+
+
+def regions(layer) -> list[tuple[str, torch.nn.Module]] | None:
+    """[(name, submodule)] compiled in place of decoder layer `layer` when it holds peft's LoRA on parameters: the
+    largest submodules holding no `ParamWrapper` (and with a forward of their own), found by descending into the
+    children that hold one; a `ParamWrapper` itself (the experts) is left out, to run eagerly. None for a layer
+    without one (the whole layer is compiled)."""
+    cls = _param_wrapper_class()
+    if cls is None or not any(isinstance(m, cls) for m in layer.modules()):
+        return None
+    out = []
+
+    def walk(module, prefix):
+        for name, child in module.named_children():
+            if isinstance(child, cls):
+                continue
+            if any(isinstance(m, cls) for m in child.modules()):
+                walk(child, f"{prefix}{name}.")
+            elif type(child).forward is not torch.nn.Module.forward:
+                out.append((f"{prefix}{name}", child))
+    walk(layer, "")
+    return out
 
 
 def comparison_options(cmp, device, state: dict) -> dict:
@@ -283,18 +319,13 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).strip().splitlines()[:1])[:300]
 
 
-def _compiled_forward(layer, guard: _Guard, first: bool, cudagraphs: bool = False):
-    """The layer's compiled forward (its class's own, below the workbench's instrumentation), as an instance-level
-    forward; failures of the compiler become one-line WorkbenchErrors."""
+def _compiled_body(fn, layer, guard: _Guard, cudagraphs: bool = False):
+    """`fn` (a forward of decoder layer `layer` or of one of its regions) compiled fullgraph with the shared backend,
+    as a callable whose compiler failures are one-line WorkbenchErrors; under a dispatch mode it runs `fn` eagerly."""
     from torch._dynamo import exc as dynamo_exc
     from torch.utils._python_dispatch import _get_current_dispatch_mode
-    from workbench.instrument import state
 
-    base = getattr(type(layer), "_wb_base_class", type(layer))
-    compiled = torch.compile(types.MethodType(base.forward, layer), backend=guard.backend, fullgraph=True,
-                             dynamic=False)
-
-    eager = types.MethodType(base.forward, layer)
+    compiled = torch.compile(fn, backend=guard.backend, fullgraph=True, dynamic=False)
 
     def body(*args, **kwargs):
         impl = _attention_impl(layer)
@@ -305,7 +336,7 @@ def _compiled_forward(layer, guard: _Guard, first: bool, cudagraphs: bool = Fals
             raise WorkbenchError(f"compile: {CUDAGRAPHS} cannot run in a checkpointed layer: "
                                  f"{CUDAGRAPHS_CONFLICT}")
         if _get_current_dispatch_mode() is not None:  # the sync counter's pass: dynamo traces nothing under a mode
-            return eager(*args, **kwargs)
+            return fn(*args, **kwargs)
         try:
             return compiled(*args, **kwargs)
         except dynamo_exc.BackendCompilerFailed as e:
@@ -319,20 +350,66 @@ def _compiled_forward(layer, guard: _Guard, first: bool, cudagraphs: bool = Fals
                                  f"{_one_line(e)}") from None
         except (dynamo_exc.Unsupported, dynamo_exc.UserError) as e:
             raise WorkbenchError(f"compile: graph break in the decoder layer (fullgraph): {_one_line(e)}") from e
+    return body
 
+
+def _counting(forward, guard: _Guard):
+    """`forward` that first counts a step begun (`guard.step_begins`) outside the backward's recompute."""
+    from workbench.instrument import state
+
+    def counted(*args, **kwargs):
+        if state.pass_name != state.BACKWARD:
+            guard.step_begins()
+        return forward(*args, **kwargs)
+    return counted
+
+
+def _compiled_forward(layer, guard: _Guard, first: bool, cudagraphs: bool = False):
+    """The layer's compiled forward (its class's own, below the workbench's instrumentation), as an instance-level
+    forward; failures of the compiler become one-line WorkbenchErrors."""
+    base = getattr(type(layer), "_wb_base_class", type(layer))
+    body = _compiled_body(types.MethodType(base.forward, layer), layer, guard, cudagraphs)
     if getattr(type(layer), "_wb_base_class", None) is not None:  # instrumented: ranges outside the graph
         from workbench.instrument.ranges import _layer_forward
 
         def forward(*args, **kwargs):
-            if first and state.pass_name != state.BACKWARD:
-                guard.step_begins()
             return _layer_forward(layer, body, args, kwargs)
     else:
-        def forward(*args, **kwargs):
-            if first and state.pass_name != state.BACKWARD:
-                guard.step_begins()
-            return body(*args, **kwargs)
-    return forward
+        forward = body
+    return _counting(forward, guard) if first else forward
+
+
+def _compile_regions(layer, parts, guard: _Guard, first: bool, cudagraphs: bool = False) -> list:
+    """Compile each region of `layer` (`regions`) in place; the layer's forward stays eager (counting steps at the
+    first layer). Returns the undo callables."""
+    from workbench.instrument.ranges import range_name_of, wrap_in_range
+
+    undos = []
+    for _name, mod in parts:
+        had = vars(mod).get("forward")
+        label = range_name_of(had) if had is not None else None
+        fn = had if had is not None and label is None else types.MethodType(type(mod).forward, mod)
+        mod.forward = _compiled_body(fn, layer, guard, cudagraphs)
+        if label is not None:  # the instrumentation's range, outside the compiled region as around the layer
+            wrap_in_range(mod, label)
+
+        def undo(mod=mod, had=had):
+            if had is None:
+                vars(mod).pop("forward", None)
+            else:
+                mod.forward = had
+        undos.append(undo)
+    if first:
+        had = vars(layer).get("forward")
+        layer.forward = _counting(had if had is not None else types.MethodType(type(layer).forward, layer), guard)
+
+        def undo_layer(had=had):
+            if had is None:
+                vars(layer).pop("forward", None)
+            else:
+                layer.forward = had
+        undos.append(undo_layer)
+    return undos
 
 
 BACKENDS_COMPILE = ("inductor", "aot_eager")
@@ -375,6 +452,11 @@ def apply(model, arm: str, tokens: int | None = None, backend: str = "inductor",
             shared.guard = None
     h.undo.append(release)
     for i, layer in enumerate(layers):
+        parts = regions(layer)
+        if parts is not None:
+            h.undo.extend(_compile_regions(layer, parts, guard, first=i == 0, cudagraphs=arm == CUDAGRAPHS))
+            h.info["regions"] = [name for name, _ in parts]
+            continue
         lifted = {}
         for name in ("self_attn", "mlp"):
             sub = getattr(layer, name, None)

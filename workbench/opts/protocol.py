@@ -74,7 +74,8 @@ HOOKS = {h.name: h for h in (
     Hook("LEVER_ANCHOR", None, "str | None",
          "an arm of ARMS a user would pick instead of the lever, timed beside its pair in `--opt levers` on a GPU "
          "(expert_lora: grouped_mm). Read by `workbench.ab.planner`."),
-    Hook("lever_arms", None, "(args, device, config, tokens: int, layers: int | None, compiled: bool = False) -> dict",
+    Hook("lever_arms", None, "(args, device, config, tokens: int, layers: int | None, compiled: bool = False, "
+         "folded_experts: bool | None = None) -> dict",
          "{'optimized': arm, 'others': [arm, ...], 'why': str, ...}: the arm `--opt levers` switches the lever to at "
          "this shape, in place of OPTIMIZED, and the other arms timed beside it (activations: the fastest arm whose "
          "memory estimate fits the device; `compiled`: at a path point whose layers are regionally compiled). Read by "

@@ -11,11 +11,16 @@
     layer saves per token under bf16 autocast with fp32 adapters, from saved_tensors_hooks on layers of different
     widths, `tests/test_activations.py` recounts them; x dtype_bytes / 2 for another dtype); regionally compiled
     (`compiled`) it saves fewer (`COMPILED_SAVED_BYTES_PER_TOKEN`). llama-3.1-8b at 32 layers and 8192 tokens:
-    86.2 GB eager, against 89.7 GB measured on the H200 at the levers path's baseline. A MoE layer's are the lower
-    bound: the norm outputs, q/k/v and the attention output, and the MLP's gate, up and product (T x top_k x the
-    expert width);
+    86.2 GB eager, against 89.7 GB measured on the H200 at the levers path's baseline. A MoE layer's are counted
+    the same way per family (`MOE_SAVED_BYTES_PER_TOKEN`: per token and per unit of hidden, q, kv, the routed widths
+    top_k x expert width and top_k x hidden, the experts, top_k), plus, where the experts read peft's folded weight
+    (`folded_experts`: every experts implementation but the expert_lora lever's `split`), that folded W + delta of
+    gate_up and down (E x 3 x hidden x expert width in the model dtype, once per layer): the grouped GEMM saves the
+    weight it multiplied, the per-expert loop a slice (a view that keeps the whole tensor); `split` saves peft's
+    factors and the frozen parameter instead, and two more routed copies of the hidden state per token
+    (`SPLIT_EXTRA`). A compiled MoE layer is counted as the eager one (its regions save somewhat less);
   - `selective`: each layer's input and the outputs of its GEMMs and attention (`SELECTIVE_SAVED`), plus one
-    layer's saved tensors (its recompute);
+    layer's saved tensors (its recompute; the policy recomputes the folded expert weight, no GEMM's output);
   - `offload`: two layers' saved tensors on the device (the one back-propagating, the one reloading); the other
     layers' in pinned host memory (`Estimate.host_bytes`).
 - LoRA state: the adapters (rank r on q/k/v/o and the MLP linears, and on every expert's fused gate_up / down
@@ -160,6 +165,22 @@ COMPILED_SAVED_BYTES_PER_TOKEN = {"hidden": 7.0, "q": 10.75, "kv": 0.5, "interme
 """The same layer regionally compiled (inductor, the compile lever): its partitioner recomputes the norms' and the
 SiLU's pointwise work in the backward instead of saving their inputs. Counted so on a CPU's inductor; on the H200 the
 measured peak is lower still (62.8 GB against 73.1 estimated at llama-3.1-8b 32 layers, 8192 tokens): a bound above."""
+MOE_SAVED_BYTES_PER_TOKEN = {
+    "qwen3_moe": {"hidden": 10.0, "q": 14.125, "kv": 4.0625, "routed_width": 8.0, "routed_hidden": 4.0,
+                  "experts": 4.0, "routed": 38.0, "token": 328.0},
+    "gpt_oss": {"hidden": 10.0, "q": 8.15625, "kv": 0.0, "routed_width": 14.0, "routed_hidden": 4.0, "experts": 0.0,
+                "routed": 36.0, "token": 196.0}}
+"""Bytes a MoE decoder layer saves for its backward per token and per unit of each width, eager under bf16 autocast
+with fp32 adapters, its experts on transformers' grouped_mm (the folded weight left out: it is per layer, not per
+token): hidden, q = heads x head_dim, kv = kv_heads x head_dim, routed_width = top_k x expert width (the experts'
+gate/up and activation outputs per routed row), routed_hidden = top_k x hidden (the routed rows in and out), experts
+(the router's logits and probabilities), routed = top_k (ids, weights, sort indices), token = 1 (what does not
+depend on the widths: ids, positions, the masks' rows). Counted with saved_tensors_hooks
+on one-layer models whose widths differ one at a time (tests/test_memory_estimate.py recounts them); the other MoE
+families take qwen3_moe's. qwen3-30b-a3b's widths: 229 KB per token (8192 tokens: 1.75 GiB a layer)."""
+SPLIT_EXTRA = {"routed_hidden": 2.0, "routed": 24.0}
+"""What the expert_lora lever's split arm saves per token beyond grouped_mm's counts (both families): the sorted
+routed rows cast to the weights' dtype, kept for the LoRA factors' gradients."""
 ACTIVATION_ARMS = ("full", "selective", "offload", "none")
 
 
@@ -173,6 +194,21 @@ def saved_per_token(config, dtype_bytes: int = 2, compiled: bool = False) -> flo
     return sum(c[k] * w for k, w in widths.items()) * dtype_bytes / 2
 
 
+def moe_saved_per_token(config, dtype_bytes: int = 2, folded_experts: bool = True) -> float:
+    """Bytes one MoE decoder layer saves for its backward per token with no checkpointing (`MOE_SAVED_BYTES_PER_TOKEN`,
+    plus `SPLIT_EXTRA` where the experts do not read the folded weight), at `dtype_bytes`; the folded weight itself is
+    `folded_expert_bytes`."""
+    s = shape(config)
+    c = dict(MOE_SAVED_BYTES_PER_TOKEN.get(getattr(config, "model_type", None), MOE_SAVED_BYTES_PER_TOKEN["qwen3_moe"]))
+    if not folded_experts:
+        c = {k: v + SPLIT_EXTRA.get(k, 0.0) for k, v in c.items()}
+    k = s["top_k"]
+    widths = {"hidden": s["hidden"], "q": s["heads"] * s["head_dim"], "kv": s["kv_heads"] * s["head_dim"],
+              "routed_width": k * s["expert_width"], "routed_hidden": k * s["hidden"], "experts": s["experts"],
+              "routed": k, "token": 1}
+    return sum(c[key] * w for key, w in widths.items()) * dtype_bytes / 2
+
+
 def selective_per_token(config, dtype_bytes: int = 2) -> float:
     """Bytes one dense decoder layer keeps per token under the selective arm's policy: its input, the outputs of the
     base GEMMs (q, k, v, o, gate, up, down; a MoE layer's experts' at top_k x the expert width) and of attention (its
@@ -183,40 +219,56 @@ def selective_per_token(config, dtype_bytes: int = 2) -> float:
     return (h + (q + 2 * kv + h + 2 * width + h) + q) * dtype_bytes + 4 * s["heads"]
 
 
+def folded_expert_bytes(config, dtype_bytes: int) -> int:
+    """Bytes of one MoE layer's folded expert weights (peft's W + delta of gate_up and down: E x 3 x hidden x expert
+    width), what a layer keeps for its backward where its experts read the folded weight; 0 for a dense model."""
+    s = shape(config)
+    return s["experts"] * 3 * s["hidden"] * s["expert_width"] * dtype_bytes
+
+
+def folded_experts_of(experts_implementation: str | None) -> bool:
+    """Whether experts implementation `experts_implementation` (None: transformers' default, grouped_mm) reads peft's
+    folded expert weight: every one but the expert_lora lever's split (`wb_split_lora*`)."""
+    return not str(experts_implementation or "").startswith("wb_split_lora")
+
+
 def activation_bytes(config, tokens: int, layers: int, dtype_bytes: int, activations: str,
-                     compiled: bool = False) -> tuple[int, int]:
+                     compiled: bool = False, folded_experts: bool = True) -> tuple[int, int]:
     """(device bytes, pinned host bytes) of the saved activations of `layers` layers at `tokens` under activations arm
-    `activations` (`ACTIVATION_ARMS`; the module docstring)."""
+    `activations` (`ACTIVATION_ARMS`; the module docstring); `folded_experts`: a MoE layer's experts read peft's
+    folded weight (and keep it for the backward)."""
     s = shape(config)
     T, h, b, L = tokens, s["hidden"], dtype_bytes, layers
     if activations not in ACTIVATION_ARMS:
         raise ValueError(f"unknown activations arm {activations!r}; arms: {', '.join(ACTIVATION_ARMS)}")
-    if s["experts"]:  # the lower bound of a MoE layer's saved tensors
-        q, kv = s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"]
-        layer = T * (2 * h + 2 * q + 2 * kv + 3 * s["top_k"] * s["expert_width"]) * b
+    if s["experts"]:
+        layer = int(T * moe_saved_per_token(config, b, folded_experts))
+        layer += folded_expert_bytes(config, b) if folded_experts else 0
     else:
         layer = int(T * saved_per_token(config, b, compiled))
     if activations == "none":
         return L * layer, 0
     if activations == "full":
         return L * T * h * b, 0
-    if activations == "selective":
-        return int(L * T * selective_per_token(config, b)) + layer, 0
+    if activations == "selective":  # the policy recomputes the fold (not a GEMM): no layer keeps it but the one
+        return int(L * T * selective_per_token(config, b)) + layer, 0  # recomputing
     return min(2, L) * layer, max(L - 2, 0) * layer
 
 
 def estimate(config, tokens: int, *, layers: int | None = None, dtype_bytes: int = 4, checkpointing: bool = True,
              eager_attention: bool = False, weight_shards: int = 1, lora_rank: int = 16,
-             adapter_bytes: int = 4, activations: str | None = None, compiled: bool = False) -> Estimate:
+             adapter_bytes: int = 4, activations: str | None = None, compiled: bool = False,
+             folded_experts: bool = True) -> Estimate:
     """The estimate for one step of `tokens` packed tokens on one device (see the module docstring);
     `activations`: the activations arm (None: `full` with `checkpointing`, else `none`), `compiled`: the layers
     regionally compiled; `weight_shards`: the ranks the weights are sharded over (FSDP), each holding its share;
-    `adapter_bytes`: the LoRA adapters' element size (4 unless --precision bf16 puts them in the base dtype)."""
+    `adapter_bytes`: the LoRA adapters' element size (4 unless --precision bf16 puts them in the base dtype);
+    `folded_experts`: a MoE model's experts read peft's folded weight (`folded_experts_of`)."""
     s = shape(config)
     L = layers if layers is not None else s["layers"]
     T, h, b = tokens, s["hidden"], dtype_bytes
     arm = activations or ("full" if checkpointing else "none")
-    act, host = activation_bytes(config, T, L, b, arm, compiled)
+    act, host = activation_bytes(config, T, L, b, arm, compiled, folded_experts)
     logits = T * s["vocab"] * LOSS_BYTES_PER_LOGIT
     scores = s["heads"] * T * T * (3 * b if s["sinks"] else EAGER_BYTES_PER_SCORE)
     eager = scores + s["masks"] * T * T * b if eager_attention else 0
@@ -225,9 +277,12 @@ def estimate(config, tokens: int, *, layers: int | None = None, dtype_bytes: int
 
 
 def estimate_for(args, device, config, tokens: int, layers: int | None, *, activations: str | None = None,
-                 compiled: bool = False, attn: str | None = None) -> Estimate:
-    """`estimate` for a run's config (`workbench.ab.ab_config.ABConfig`: dtype, precision, LoRA rank, checkpointing) on
-    `device`, under FSDP2 over $WORLD_SIZE ranks."""
+                 compiled: bool = False, attn: str | None = None, folded_experts: bool | None = None) -> Estimate:
+    """`estimate` for a run's config (`workbench.ab.ab_config.ABConfig`: dtype, precision, LoRA rank, checkpointing,
+    experts implementation) on `device`, under FSDP2 over $WORLD_SIZE ranks; `folded_experts` None: the run's
+    --experts decides (`folded_experts_of`)."""
+    if folded_experts is None:
+        folded_experts = folded_experts_of(args.step.experts)
     from workbench.step import precision_mode as precision
 
     b = DTYPE_BYTES.get(args.step.dtype) or (2 if device.type == "cuda" else 4)
@@ -235,7 +290,8 @@ def estimate_for(args, device, config, tokens: int, layers: int | None, *, activ
     shards = int(os.environ.get("WORLD_SIZE", "1") or 1)
     return estimate(config, tokens, layers=layers, dtype_bytes=b, checkpointing=args.step.checkpointing,
                     eager_attention=(attn == "eager"), weight_shards=shards, lora_rank=args.step.lora_rank,
-                    adapter_bytes=adapter_b, activations=activations, compiled=compiled)
+                    adapter_bytes=adapter_b, activations=activations, compiled=compiled,
+                    folded_experts=folded_experts)
 
 
 def host_ram_bytes() -> int | None:
