@@ -7,7 +7,7 @@ import math
 import os
 import sys
 
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, write_fault
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -56,7 +56,6 @@ def run_main(main, argv=None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except OSError as e:  # a full disk, a folder gone mid-run: one line naming the cause, not a traceback
-        from workbench.measure.results import write_fault
         print(f"error: {write_fault(e)}", file=sys.stderr)
         return 1
 
