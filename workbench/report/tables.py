@@ -17,6 +17,7 @@ import re
 
 import pandas as pd
 
+from workbench.cli import table
 from workbench.measure import stats
 from workbench.report import palette
 from workbench.traces import components
@@ -45,15 +46,6 @@ def _fmt(v, f) -> str:
         return f.format(v)
     except (ValueError, TypeError):
         return str(v)
-
-
-def table(rows: list[list], header: list[str]) -> str:
-    """Right-aligned plain-text table (`tabulate`, "plain" format: columns two spaces apart, no rules). The header
-    goes in as the first row, so it gets no extra padding of its own and every cell is printed as given."""
-    from tabulate import tabulate
-
-    cells = [[str(c) for c in header]] + [["" if c is None else str(c) for c in r] for r in rows]
-    return tabulate(cells, tablefmt="plain", stralign="right", numalign="right", disable_numparse=True)
 
 
 def arms_frame(comparison: dict) -> pd.DataFrame:
