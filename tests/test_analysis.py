@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench import analysis as an
+from workbench import analysis as an, report as rp
 from workbench.measure import stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -268,22 +268,22 @@ def test_claims_vs_ours_gain_with_ci(folder):
     assert cvo[(cvo["opt"] == "moe")]["note"].eq("no data").all()
     assert cvo[(cvo["opt"] == "packing") & (cvo["scope"] == "fwd")]["note"].iloc[0] == "not measured (scope fwd)"
     assert step["comparable"] and pd.isna(step["why_not_comparable"])
-    fig = an.claims_figure(cvo)
+    fig = rp.claims_figure(cvo)
     assert "ours (95% CI)" in {t.name for t in fig.data} and fig.layout.xaxis.title.text != "gain_pct"
     two = an.claims_vs_ours(an.comparisons(folder).assign(ranks=2))  # a 2-GPU step is not the claim's step
     ours = two[two["ours_pct"].notna()]
     assert len(ours) and not ours["comparable"].any() and ours["why_not_comparable"].str.contains("2-GPU").all()
-    names = {t.name for t in an.claims_figure(two).data}
+    names = {t.name for t in rp.claims_figure(two).data}
     assert "ours (95% CI)" not in names and any(str(n).startswith("ours, not comparable") for n in names)
 
 
 def test_figures_carry_cis(folder):
     c = an.comparisons(folder)
-    fig = an.speedup_figure(c)
+    fig = rp.speedup_figure(c)
     assert all(t.error_x.array is not None for t in fig.data) and "95% CI" in fig.layout.title.text
     assert any("n=8 pairs" in h for t in fig.data for h in t.hovertext)
-    assert len(an.steps_figure(an.steps(folder)).data) >= 3
-    assert len(an.cost_figure(an.instrument_cost(folder)).data) == 2
+    assert len(rp.steps_figure(an.steps(folder)).data) >= 3
+    assert len(rp.cost_figure(an.instrument_cost(folder)).data) == 2
 
 
 def test_empty_root_gives_empty_frames_with_columns(tmp_path):
@@ -399,7 +399,7 @@ def test_layer_timeline_lanes_and_categories():
     assert meta["dur_ms"].tolist() == pytest.approx([1.0, 2.0]) and meta["start_ms"].tolist() == pytest.approx([2, 21])
     only0 = an.layer_timeline(_events(), layers=["L00"])
     assert set(only0.loc[only0["lane"].str.startswith("host"), "layer"]) == {"L00"}
-    assert {t.name for t in an.timeline_figure(tl).data} >= {"metadata build", "reload", "host sync", "memcpy"}
+    assert {t.name for t in rp.timeline_figure(tl).data} >= {"metadata build", "reload", "host sync", "memcpy"}
     assert set(tl["category"]) <= set(an.TIMELINE_CATEGORIES)  # each one coloured by report.palette.TIMELINE
     assert an.layer_timeline(pd.DataFrame()).empty
 
@@ -555,7 +555,7 @@ def test_decomposition_breakdown_and_top_kernels(tmp_path):
     tk = an.top_kernels(str(tmp_path / "p"))
     assert list(tk.columns) == an.TOP_KERNEL_COLUMNS and tk["rank"].tolist() == [1, 2, 1, 2]
     assert tk.iloc[0]["name"] == "sm90_xmma_gemm" and tk.iloc[0]["cls"] == "gemm"
-    fig = an.breakdown_figure(bd)
+    fig = rp.breakdown_figure(bd)
     assert fig.layout.barmode == "stack" and {t.name for t in fig.data} >= {"gemm", "sync_stall (idle)"}
     for f in (an.verdicts, an.decomposition, an.breakdown, an.top_kernels, an.sweep_points, an.sweep_fits):
         assert f(str(tmp_path / "empty")).empty  # no run: an empty frame with its columns
@@ -615,7 +615,7 @@ def test_sweep_fits_and_the_l_minus_1_test(tmp_path):
     # two points: no CI, untested
     write_run(str(tmp_path / "r" / "two"), _sweep([4, 8], lambda L: 2.0 * L))
     assert an.sweep_fits(str(tmp_path / "r")).iloc[0]["l_minus_1"] == "untested"
-    fig = an.sweep_fit_figure(pts, an.sweep_fits(points=pts))
+    fig = rp.sweep_fit_figure(pts, an.sweep_fits(points=pts))
     assert any(t.error_y.array is not None for t in fig.data)
 
 

@@ -80,3 +80,157 @@ def test_python_dash_m_workbench_is_the_console_script():
     r = subprocess.run([sys.executable, "-m", "workbench", "gate", "--help"], capture_output=True, text=True,
                        cwd=REPO_ROOT)
     assert r.returncode == 0 and r.stdout.startswith("usage: workbench gate")
+
+
+# --- floors: docs DESIGN "Floors point one way" --------------------------------------------------------------------
+FLOORS = {
+    "errors": 0, "paths": 0, "cli": 0, "interrupts": 0, "kernels": 0,  # ground: import nothing above
+    "step": 1, "instrument": 1,
+    "measure": 2,
+    "traces": 3,
+    "savings": 4, "compare": 4,
+    "opts": 5,
+    "analysis": 6,
+    "report": 7,
+    "ab": 8, "run": 8, "fidelity": 8, "campaign": 8, "api": 8, "callback": 8, "commands": 8, "bench": 8,
+    "__init__": 8, "__main__": 8,  # the entry points
+}
+"""The floor of each top-level folder or file of workbench/: a lower floor never imports a higher one (at any depth:
+a function-level import is an arrow too). Same floor (savings and compare) is allowed."""
+KNOWN_UPWARD = {("workbench/savings/common.py", "workbench.opts")}
+"""Arrows against the floors still in the tree, each to be removed here when its import goes."""
+
+
+def _part(path: str) -> str:
+    """The top-level folder or file (without .py) of workbench/ that `path` (relative to the repository) is in."""
+    rel = os.path.relpath(path, "workbench").split(os.sep)
+    return rel[0].removesuffix(".py")
+
+
+def _targets(node) -> list[tuple[str, str]]:
+    """(the workbench part it reaches, the module as written) of each name an import node imports from workbench/."""
+    if isinstance(node, ast.Import):
+        return [(n.split(".")[1] if "." in n else "__init__", n) for n in (a.name for a in node.names)
+                if n.split(".")[0] == "workbench"]
+    if not isinstance(node, ast.ImportFrom) or not node.module or node.level:
+        return []
+    if node.module == "workbench":  # a part, or a name of the package's own __init__
+        return [(a.name if a.name in FLOORS else "__init__", f"workbench.{a.name}") for a in node.names]
+    p = node.module.split(".")
+    return [(p[1], node.module)] if p[0] == "workbench" else []
+
+
+def upward(source: str, part: str) -> list[tuple[int, str]]:
+    """(line, imported module) of every import in `source`, a module of workbench/`part`, into a higher floor, in
+    line order; an import of a workbench part no floor names is reported too (every part must be placed)."""
+    bad = set()
+    for node in ast.walk(ast.parse(source)):
+        for t, shown in _targets(node):
+            if t not in FLOORS or FLOORS[t] > FLOORS[part]:
+                bad.add((node.lineno, shown))
+    return sorted(bad)
+
+
+def test_every_part_of_the_package_has_a_floor():
+    parts = {f.removesuffix(".py") for f in os.listdir(PACKAGE) if f.endswith(".py") or (
+        os.path.isdir(os.path.join(PACKAGE, f)) and os.path.exists(os.path.join(PACKAGE, f, "__init__.py")))}
+    assert parts - set(FLOORS) == set()
+
+
+def test_no_import_runs_up_the_floors():
+    found = set()
+    for p in _modules():
+        rel = os.path.relpath(p, REPO_ROOT)
+        part = _part(rel)
+        found |= {(rel.replace(os.sep, "/"), m) for _line, m in upward(open(p, encoding="utf-8").read(), part)}
+    assert found - KNOWN_UPWARD == set(), "imports against the floors (tests/test_layout.py FLOORS)"
+    assert KNOWN_UPWARD - found == set(), "gone: remove it from KNOWN_UPWARD"
+
+
+def test_the_floor_checker_sees_an_upward_import():
+    src = ("from workbench.measure import stats\n"          # down: allowed
+           "from workbench.compare import gate\n"           # same floor: allowed
+           "from workbench.report.tables import show\n"     # up
+           "def f():\n    import workbench.opts.registry\n"  # up, inside a function
+           "from workbench import analysis, errors\n"       # up (analysis), down (errors)
+           "import workbench\n"                             # the package's own __init__: an entry point
+           "from workbench.newfloor import x\n")            # a part no floor names
+    assert upward(src, "savings") == [(3, "workbench.report.tables"), (5, "workbench.opts.registry"),
+                                      (6, "workbench.analysis"), (7, "workbench"), (8, "workbench.newfloor")]
+    assert upward("from workbench.errors import WorkbenchError\n", "cli") == []
+    assert upward("from workbench.measure.results import write_fault\n", "cli") == [(1, "workbench.measure.results")]
+
+
+def _runtime_imports(tree):
+    """The import nodes of `tree` that run (those under `if TYPE_CHECKING:` never do)."""
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", None)) == "TYPE_CHECKING":
+            skip |= {id(n) for b in node.body for n in ast.walk(b)}
+    return [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in skip]
+
+
+def import_graph(sources: dict) -> dict:
+    """{module: the workbench modules it imports} from {dotted module: source} (a package as its dotted name)."""
+    def resolve(name):
+        while name and name not in sources:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for mod, src in sources.items():
+        names = []
+        for n in _runtime_imports(ast.parse(src)):
+            if isinstance(n, ast.Import):
+                names += [a.name for a in n.names]
+            elif n.module and n.level == 0:
+                names += [f"{n.module}.{a.name}" for a in n.names]
+        graph[mod] = {r for r in map(resolve, names) if r and r != mod}
+    return graph
+
+
+def cycles(graph: dict) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle_between_modules():
+    sources = {}
+    for p in _modules():
+        mod = os.path.relpath(p, REPO_ROOT)[:-3].replace(os.sep, ".").removesuffix(".__init__")
+        sources[mod] = open(p, encoding="utf-8").read()
+    assert cycles(import_graph(sources)) == []
+
+
+def test_the_cycle_checker_sees_a_cycle():
+    sources = {"workbench.a": "from workbench.b import f\n", "workbench.b": "def g():\n    import workbench.c\n",
+               "workbench.c": "from workbench import a\n", "workbench.d": "from typing import TYPE_CHECKING\n"
+               "if TYPE_CHECKING:\n    from workbench.a import x\n", "workbench.a.sub": "import workbench.d\n"}
+    assert cycles(import_graph(sources)) == [["workbench.a", "workbench.b", "workbench.c"]]
+    assert cycles(import_graph({"workbench.a": "import workbench.b\n", "workbench.b": "import os\n"})) == []

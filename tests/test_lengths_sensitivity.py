@@ -1,5 +1,5 @@
-"""workbench.analysis.lengths (table, figure) on synthetic run folders, and profiles/lengths_campaign.sh with a
-stand-in Python (no model runs)."""
+"""workbench.analysis.lengths (table; its figure, workbench.report.lengths_figure) on synthetic run folders, and
+profiles/lengths_campaign.sh with a stand-in Python (no model runs)."""
 import json
 import math
 import os
@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from synthetic_runs import write_run
+from workbench import report as rp
 from workbench.analysis import lengths as ls
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -76,7 +77,7 @@ def test_varied_keeps_comparisons_run_on_two_or_more_distributions(runs):
 
 def test_figure_one_line_per_optimization_with_ci(runs):
     t = ls.table(runs)
-    fig = ls.figure(t)
+    fig = rp.lengths_figure(t)
     assert sorted(tr.name for tr in fig.data) == ["offload", "packing"]
     packing = next(tr for tr in fig.data if tr.name == "packing")
     assert list(packing.x) == [60.5, 500.0]  # sorted by documents per batch

@@ -1,22 +1,23 @@
-"""`workbench.report.tables.table` renders through tabulate (no hand padding): right-aligned columns two spaces apart, full
+"""`workbench.cli.table` renders through tabulate (no hand padding): right-aligned columns two spaces apart, full
 lines as wide as the widest; the A/B comparison table keeps its title line `<comparison>: ...`."""
 from __future__ import annotations
 
 import pytest
 
+from workbench import cli
 from workbench.report import tables as report
 
 
 def test_table_is_tabulate_plain_right_aligned():
     from tabulate import tabulate
     rows = [[1, "ab", None], [22, "c", 3.5]]
-    out = report.table(rows, ["x", "yyy", "z"])
+    out = cli.table(rows, ["x", "yyy", "z"])
     assert out == tabulate([["x", "yyy", "z"], ["1", "ab", ""], ["22", "c", "3.5"]], tablefmt="plain",
                            stralign="right", disable_numparse=True)
     lines = out.splitlines()
     assert len(lines[0]) == len(lines[2]) and lines[0].endswith("z") and lines[2].endswith("3.5")
     assert lines[1].startswith(" 1") and lines[1].rstrip().endswith("ab")  # an empty cell stays empty
-    assert report.table([], ["only", "header"]).splitlines() == ["only  header"]
+    assert cli.table([], ["only", "header"]).splitlines() == ["only  header"]
 
 
 def test_comparison_table_columns_line_up():

@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from workbench import cli
 from workbench.report import tables as report
 from workbench.measure import results
 from workbench.errors import WorkbenchError
@@ -243,7 +244,7 @@ def _summary():
 
 
 def test_table_right_aligns():
-    assert report.table([[1, "ab"], [22, "c"]], ["x", "yyy"]).splitlines() == [" x  yyy", " 1   ab", "22    c"]
+    assert cli.table([[1, "ab"], [22, "c"]], ["x", "yyy"]).splitlines() == [" x  yyy", " 1   ab", "22    c"]
 
 
 def test_comparison_table():

@@ -56,25 +56,25 @@ def test_bad_input_is_one_line_without_traceback(args, msg):
     assert "Traceback" not in r.stderr
 
 
-def test_tables_are_rendered_by_report_table(capsys, monkeypatch):
-    """workbench.run prints its tables with `workbench.report.tables.table`, the project's one table renderer (in-process).
+def test_tables_are_rendered_by_cli_table(capsys, monkeypatch):
+    """workbench.run prints its tables with `workbench.cli.table`, the project's one table renderer (in-process).
     Catches a private copy of the renderer drifting from the A/B tables."""
-    from workbench import run
-    from workbench.report import tables as report
+    from workbench import cli, run
     from workbench.cli import run_main
 
-    real, headers, rendered = report.table, [], []
+    assert run.table is cli.table
+    real, headers, rendered = cli.table, [], []
 
     def spy(rows, header):
         headers.append(header)
         rendered.append(real(rows, header))
         return rendered[-1]
-    monkeypatch.setattr(report, "table", spy)
+    monkeypatch.setattr(run, "table", spy)
     rc = run_main(run.main, ["--model", "tiny-llama", "--tokens", "64", "--steps", "1", "--warmup", "0"])
     out = capsys.readouterr().out
     assert rc == 0
     assert headers[0] == ["step", "step_ms", "fwd_ms", "bwd_ms", "opt_ms", "syncs", "cuda_warn", "peak_mib", "tokens",
                           "loss"]
     assert ["layer", "forward", "recompute", "backward", "optimizer", "total"] in headers
-    assert all(t in out for t in rendered)  # printed as report.table renders them
+    assert all(t in out for t in rendered)  # printed as cli.table renders them
     assert json.loads(out.strip().splitlines()[-1])["model"] == "tiny-llama"

@@ -124,8 +124,7 @@ def apply_optimizations(model, **arms_and_options) -> Optimizations:
     for o, arm in arms.items():  # every arm named before any is applied
         if arm not in mods[o].ARMS:
             raise WorkbenchError(f"unknown arm {arm!r} for {o}; arms: {', '.join(mods[o].ARMS)}")
-    from workbench.measure.numerics import different_of
-    different = {o: d["why"] for o, d in different_of(arms).items()}
+    different = {o: d["why"] for o, d in _opts.different_functions(arms).items()}
     if different and not allow_different:
         o = next(iter(different))
         raise WorkbenchError(f"apply_optimizations: {o}={arms[o]!r} computes a different function by design, not the "

@@ -1,4 +1,5 @@
-"""Shared CLI plumbing: one-line errors without tracebacks, progress on stderr, the final JSON line."""
+"""Shared CLI plumbing: one-line errors without tracebacks, progress on stderr, plain-text tables, the final JSON
+line."""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +8,7 @@ import math
 import os
 import sys
 
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, write_fault
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -56,13 +57,21 @@ def run_main(main, argv=None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except OSError as e:  # a full disk, a folder gone mid-run: one line naming the cause, not a traceback
-        from workbench.measure.results import write_fault
         print(f"error: {write_fault(e)}", file=sys.stderr)
         return 1
 
 
 def progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+def table(rows: list[list], header: list[str]) -> str:
+    """Right-aligned plain-text table (`tabulate`, "plain" format: columns two spaces apart, no rules). The header
+    goes in as the first row, so it gets no extra padding of its own and every cell is printed as given."""
+    from tabulate import tabulate
+
+    cells = [[str(c) for c in header]] + [["" if c is None else str(c) for c in r] for r in rows]
+    return tabulate(cells, tablefmt="plain", stralign="right", numalign="right", disable_numparse=True)
 
 
 def emit_json(obj) -> None:

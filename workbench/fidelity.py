@@ -40,7 +40,7 @@ import time
 
 import torch
 
-from workbench.cli import emit_json, progress, run_main
+from workbench.cli import emit_json, progress, run_main, table
 from workbench.step.data import lengths_arg
 from workbench.step.length_data import DEFAULT_LENGTHS, lengths_help
 from workbench.errors import WorkbenchError
@@ -546,8 +546,6 @@ def _fmt_ci(ci):
 
 
 def main(argv=None) -> int:
-    from workbench.report.tables import table
-
     a = parse_args(argv)
     res = run(a)
     rows = [["trainer", f"{res['trainer_step_ms']:.2f}", f"{res['loss_trainer']:.6g}"],

@@ -12,7 +12,7 @@ import argparse
 import collections
 import sys
 
-from workbench.cli import HelpFormatter, OneLineParser, emit_json, progress, run_main
+from workbench.cli import HelpFormatter, OneLineParser, emit_json, progress, run_main, table
 from workbench.step.config import DataConfig, RunConfig, StepConfig
 from workbench.step.data import lengths_arg
 from workbench.step.length_data import lengths_help
@@ -109,7 +109,6 @@ def execute(cfg: RunConfig, on_step=None):
 
 def main(argv=None) -> int:
     cfg = parse_args(argv)
-    from workbench.report.tables import table  # the project's one table renderer
     progress(f"building {cfg.step.model} ...")
     total = cfg.steps
 

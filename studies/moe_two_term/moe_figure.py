@@ -2,9 +2,10 @@
 timed steps' own CUDA events) beside the two-term model's prediction for the step (marker); shapes the fit did not use
 (`by_pass(..., held_out=ROOTS)`) are labelled "held out".
 
+    from workbench import report as rp
     from studies.moe_two_term import moe_two_term as mtt
     from studies.moe_two_term.moe_figure import pass_figure
-    an.show(pass_figure(mtt.by_pass(mtt.read_fit(fit_json), fit_json)))
+    rp.show(pass_figure(mtt.by_pass(mtt.read_fit(fit_json), fit_json)))
 """
 from __future__ import annotations
 

@@ -324,12 +324,11 @@ def _preflight_path(runner, path_cmp) -> None:
 def path_levers(chosen: list) -> tuple[list, dict]:
     """(the lever comparisons the path may switch on, {opt: DIFFERENT_FN} for those whose optimized arm computes a
     different function by design: their module states DIFFERENT_FUNCTION before any run
-    (`workbench.measure.numerics.different_of`), so the path never adds one as a speed lever; its own comparison
+    (`workbench.opts.different_functions`), so the path never adds one as a speed lever; its own comparison
     still runs and is judged as one)."""
     from workbench import opts
-    from workbench.measure.numerics import different_of
 
-    stated = {c.opt: DIFFERENT_FN for c in chosen if different_of({c.opt: opts.module(c.opt).OPTIMIZED})}
+    stated = {c.opt: DIFFERENT_FN for c in chosen if opts.different_functions({c.opt: opts.module(c.opt).OPTIMIZED})}
     return [c for c in chosen if c.opt not in stated], stated
 
 

@@ -355,8 +355,8 @@ class Runner:
         for spec in c.runnable:
             try:
                 res = self._one_step(c, spec, c.cpu_batches[0])
-                changes = numerics.change_of(spec.arms)  # an arm that changes the numerics on purpose (bf16)
-                different = numerics.different_of(spec.arms)  # one that computes another function by design
+                changes = optimizations.numerics_change(spec.arms)  # an arm that changes the numerics on purpose (bf16)
+                different = optimizations.different_functions(spec.arms)  # one that computes another function by design
                 why = None if different else nonfinite(res)  # a different function's own check B judges finiteness
                 if why:  # a non-finite step is never "equivalent": the arm fails here
                     raise WorkbenchError(f"diverged at step 1 (the equivalence step): {why}")

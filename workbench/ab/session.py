@@ -397,7 +397,7 @@ def _stopped(r: _Run, e: BaseException) -> bool:
     elif isinstance(e, Terminated):
         r.reason, r.rc = "terminated (SIGTERM)", 143
     elif isinstance(e, OSError):  # a full disk, a folder gone: the cause in one line and in the marker file
-        from workbench.measure.results import write_fault
+        from workbench.errors import write_fault
         r.status, r.reason, r.rc = "failed", write_fault(e), 1
         failures.append(f"failed: {r.reason}")
         r.fault = e
@@ -447,7 +447,7 @@ def _finish(r: _Run, wall_s: float) -> None:
         r.writer.finish(r.status, nvml=nvml, failures=runner.failures, **({"reason": r.reason} if r.reason else {}))
     except OSError as e:  # the run's last writes failed (a full disk): the cause in the marker file, said once
         from workbench.measure import markers
-        from workbench.measure.results import write_fault
+        from workbench.errors import write_fault
         if r.fault is None:
             r.status, r.reason, r.rc, r.fault = "failed", write_fault(e), 1, e
             runner.failures.append(f"failed: {r.reason}")

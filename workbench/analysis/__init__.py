@@ -1,12 +1,11 @@
-"""Tables and figures from run folders of the one results schema (`workbench/measure/results.py`): what the notebooks and
-`workbench readme_results` show.
+"""Frames from run folders of the one results schema (`workbench/measure/results.py`): what the notebooks and
+`workbench readme_results` show (their figures: `workbench.report`).
 
     from workbench import analysis as an
     runs = an.discover("profiles")           # complete GPU runs; an.left_out("profiles") says what was not taken, why
     void = an.voided("profiles")             # comparisons a folder's VOID.json declares void (left out of every frame)
     comps = an.comparisons("profiles")       # one row per comparison and arm: speedup, 95% CI, verdict, n pairs
     points, fit = an.sweep(comps)            # saving per layer count, linear fit (slope ms/layer with its CI)
-    an.show(an.speedup_figure(comps))
 
 A run folder holds `summary.json` (+ `meta.json`, `results.csv`; `traces/<comparison>/<arm>.events.parquet` with
 `--trace`). A profiles root is a folder of such folders at any depth, or one run folder; a campaign folder's
@@ -14,8 +13,8 @@ A run folder holds `summary.json` (+ `meta.json`, `results.csv`; `traces/<compar
 (meta.json status "complete") and on a GPU; the others are listed by `left_out` with the reason. A comparison that its
 folder's `VOID.json` declares void (`workbench.measure.results.void_comparisons`) is left out of every frame;
 `voided` lists them with the reason.
-Every statistic comes from `workbench.measure.stats`; every frame has its units in its column names; figures take a frame
-and return a plotly figure (`visualize=True` shows it). Notebooks only load, call and plot.
+Every statistic comes from `workbench.measure.stats`; every frame has its units in its column names; the figures
+(`workbench.report`) take a frame and return a plotly figure. Notebooks only load, call and plot.
 
 A facade over one module per topic (HolisticTraceAnalysis's pattern): `loader` (run folders, read once per root and
 cached), `speedups`, `sweeps`, `costs`, `models` (the savings models' verdicts), `breakdowns`, `timelines`, `claims`, `processes` (the
@@ -48,9 +47,6 @@ from workbench.analysis.claims import (
     CLAIM_COLUMNS, claims_table, claims_vs_ours, same_model)
 from workbench.analysis.constants import (
     DEFAULT_PROFILES, KEEP_FROM_INCOMPLETE, NOT_A_MEASUREMENT, PREVIEW_ROWS, RECIPE, REPO, SWEEP_CONFIDENCE)
-from workbench.report.tables import (  # the figures live in report.py; re-exported here
-    breakdown_figure, claims_figure, cost_figure, show, speedup_figure, speedup_figures, steps_figure,
-    sweep_figure, sweep_fit_figure, timeline_figure)
 
 __all__ = [
     "LEFT_OUT_COLUMNS", "RUN_COLUMNS", "VOID_COLUMNS", "voided", "_json", "campaign_commands", "discover", "left_out", "no_data", "preview",
@@ -65,6 +61,4 @@ __all__ = [
     "pair_timeline", "step_windows", "stream_roles", "timeline_pairs", "trace_diffs", "CLAIM_COLUMNS",
     "claims_table", "claims_vs_ours", "same_model", "PROCESS_COLUMNS", "process_claims", "claim_designs", "design_estimates",
     "HELDOUT_COLUMNS", "heldout_checks", "heldout_family", "DEFAULT_PROFILES", "KEEP_FROM_INCOMPLETE", "NOT_A_MEASUREMENT",
-    "PREVIEW_ROWS", "RECIPE", "REPO", "SWEEP_CONFIDENCE", "breakdown_figure", "claims_figure", "cost_figure",
-    "show", "speedup_figure", "speedup_figures", "steps_figure", "sweep_figure", "sweep_fit_figure",
-    "timeline_figure"]
+    "PREVIEW_ROWS", "RECIPE", "REPO", "SWEEP_CONFIDENCE"]

@@ -7,8 +7,8 @@ SPEC` runs (`profiles/lengths_campaign.sh` makes them): the `--lengths` the run 
 min, max over the run's packed batches, summary.json's `batches`), the speedup with its 95% CI and verdict recomputed
 from results.csv with today's statistics (`analysis.recomputed`: the rep is the unit), and the savings-model verdict
 with measured / predicted and its 90% CI (summary.json's `savings_model`, written by `workbench verdicts`).
-`varied(table)`: the comparisons that ran on two or more distributions. `figure(table)`: speedup with its 95% CI
-against mean D per batch, one line per optimization.
+`varied(table)`: the comparisons that ran on two or more distributions. Its figure (speedup with its 95% CI against
+mean D per batch, one line per optimization) is `workbench.report.lengths_figure(table)`.
 """
 from __future__ import annotations
 
@@ -96,32 +96,3 @@ def run_folders(root: str) -> list[str]:
             out.append(d)
             dirs[:] = []
     return sorted(out)
-
-
-def figure(tab: pd.DataFrame, title: str = "speedup against documents per batch (95% CI, t over reps)"):
-    """Speedup with its 95% CI against mean documents per batch (log axis), one line per optimization; the
-    distribution, D's range and the savings-model verdict in the hover."""
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
-    d = tab.dropna(subset=["speedup", "docs_per_batch_mean"])
-    from workbench.report import palette
-
-    opts = sorted(d["opt"].astype(str).unique())
-    for opt, g in d.groupby("opt", sort=True):
-        c = palette.opt_colour(str(opt), opts)
-        g = g.sort_values("docs_per_batch_mean")
-        hover = [f"{ln}<br>{s:.3f}x [{lo:.3f}, {hi:.3f}] ({v})<br>D per batch {m:.1f} (min {a:.0f}, max {b:.0f})"
-                 f"<br>savings model: {sv}" for ln, s, lo, hi, v, m, a, b, sv in
-                 zip(g["lengths"], g["speedup"], g["ci95_lo"], g["ci95_hi"], g["verdict"], g["docs_per_batch_mean"],
-                     g["docs_per_batch_min"], g["docs_per_batch_max"], g["savings_verdict"])]
-        fig.add_trace(go.Scatter(x=g["docs_per_batch_mean"], y=g["speedup"], mode="lines+markers", name=str(opt), marker_color=c,
-                                 line_color=c,
-                                 error_y=dict(type="data", symmetric=False, array=(g["ci95_hi"] - g["speedup"]).tolist(),
-                                              arrayminus=(g["speedup"] - g["ci95_lo"]).tolist()),
-                                 hovertext=hover, hoverinfo="text"))
-    fig.add_hline(y=1.0, line_dash="dot")
-    fig.update_xaxes(type="log", title="documents per packed batch (mean over the run's batches)")
-    fig.update_yaxes(title="speedup (mean baseline / mean arm)")
-    fig.update_layout(title=title, legend=dict(orientation="h", y=-0.2))
-    return fig

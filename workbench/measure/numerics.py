@@ -2,9 +2,9 @@
 with the baseline's own deviation as the yardstick, instead of by equality with the baseline.
 
 An optimization whose optimized arms legitimately compute in another precision says so with a module-level
-`NUMERICS_CHANGE: str` (one sentence: what changes). For an arm that applies such an optimization (any arm of it but
-its BASELINE), `workbench.ab` runs the baseline arm once more with every parameter in fp32 and without autocast on
-the same batch (`equivalence.reference_fp32`), and reports, per LoRA gradient tensor and for the loss, the relative
+`NUMERICS_CHANGE: str` (one sentence: what changes; `workbench.opts.numerics_change` collects them). For an arm
+that applies such an optimization (any arm of it but its BASELINE), `workbench.ab` runs the baseline arm once more
+with every parameter in fp32 and without autocast on the same batch (`equivalence.reference_fp32`), and reports, per LoRA gradient tensor and for the loss, the relative
 deviation of the arm and of the baseline from that reference:
 
     dev(x) = ||g_x - g_fp32|| / ||g_fp32||        (the loss: |l_x - l_fp32| / |l_fp32|)
@@ -40,21 +40,6 @@ K = 3.0
 """An arm may deviate from fp32 at most K x the baseline's own deviation (or K x FLOOR, the larger)."""
 FLOOR = 1e-2
 """The deviation below which the baseline's is taken as FLOOR (a fp32 baseline deviates 0 from itself)."""
-
-
-def change_of(arms: dict) -> str | None:
-    """The NUMERICS_CHANGE sentences of the optimizations `arms` ({opt: arm}) applies other than at their BASELINE,
-    joined; None when the arms compute the baseline's function exactly."""
-    from workbench import opts
-    from workbench.opts.protocol import hook
-
-    said = []
-    for opt, arm in arms.items():
-        mod = opts.module(opt)
-        what = hook(mod, "NUMERICS_CHANGE")
-        if what and arm != mod.BASELINE:
-            said.append(f"{opt}: {what}")
-    return "; ".join(said) or None
 
 
 def describe() -> dict:
@@ -121,21 +106,6 @@ def equiv_cell(equivalent, different_passed=None, bitwise=None) -> str:
     if equivalent is None or equivalent != equivalent:
         return "-"
     return "bitwise" if bitwise and bitwise == bitwise else ("yes" if bool(equivalent) else "NO")
-
-
-def different_of(arms: dict) -> dict:
-    """{opt: its DIFFERENT_FUNCTION} of the optimizations `arms` ({opt: arm}) applies other than at their BASELINE;
-    empty when every arm is meant to compute the baseline's function."""
-    from workbench import opts
-    from workbench.opts.protocol import hook
-
-    out = {}
-    for opt, arm in arms.items():
-        mod = opts.module(opt)
-        d = hook(mod, "DIFFERENT_FUNCTION")
-        if d and arm != mod.BASELINE:
-            out[opt] = d
-    return out
 
 
 def off_options(different: dict, options: dict) -> dict:

@@ -23,6 +23,7 @@ with a heartbeat, INCOMPLETE, FAILED; none when complete), and a dead writer's f
 """
 from __future__ import annotations
 
+from workbench.errors import write_fault
 from workbench.paths import REPO_ROOT
 import csv
 import datetime as _dt
@@ -70,17 +71,6 @@ def _remove_quietly(path: str) -> None:
         os.remove(path)
     except OSError:
         pass
-
-
-def write_fault(e: OSError) -> str:
-    """One line naming why a write failed: `could not write DIR/results.csv: No space left on device (the disk is
-    full)`."""
-    import errno
-    what = f"could not write {e.filename}" if e.filename else "a write failed"
-    why = e.strerror or str(e) or type(e).__name__
-    hint = {errno.ENOSPC: " (the disk is full)", errno.EDQUOT: " (the disk quota is used up)",
-            errno.EROFS: " (a read-only file system)", errno.EACCES: " (permissions)"}.get(e.errno, "")
-    return f"{what}: {why}{hint}"
 
 
 def file_record(path: str) -> dict:

@@ -175,3 +175,32 @@ def conflicts(arms: dict, device_type: str) -> dict[str, str]:
         if why:
             out[o] = why
     return out
+
+
+def numerics_change(arms: dict) -> str | None:
+    """The NUMERICS_CHANGE sentences of the optimizations `arms` ({opt: arm}) applies other than at their BASELINE,
+    joined; None when the arms compute the baseline's function exactly (`workbench.measure.numerics` judges them)."""
+    from workbench.opts.protocol import hook
+
+    said = []
+    for opt, arm in arms.items():
+        mod = module(opt)
+        what = hook(mod, "NUMERICS_CHANGE")
+        if what and arm != mod.BASELINE:
+            said.append(f"{opt}: {what}")
+    return "; ".join(said) or None
+
+
+def different_functions(arms: dict) -> dict:
+    """{opt: its DIFFERENT_FUNCTION} of the optimizations `arms` ({opt: arm}) applies other than at their BASELINE;
+    empty when every arm is meant to compute the baseline's function (`workbench.measure.numerics.judge_different`
+    judges the others)."""
+    from workbench.opts.protocol import hook
+
+    out = {}
+    for opt, arm in arms.items():
+        mod = module(opt)
+        d = hook(mod, "DIFFERENT_FUNCTION")
+        if d and arm != mod.BASELINE:
+            out[opt] = d
+    return out

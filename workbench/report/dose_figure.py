@@ -1,9 +1,10 @@
 """The dose-response figure: per timing mode, the measured saving against the dose with the fitted
 line and its 95% CI band, beside the traced prediction c * u with its CI band.
 
+    from workbench import report as rp
     from workbench.savings import dose_fit as dose
     from workbench.report.dose_figure import dose_figure
-    an.show(dose_figure(dose.analyse("profiles/<run>/dose/packing")))
+    rp.show(dose_figure(dose.analyse("profiles/<run>/dose/packing")))
 """
 from __future__ import annotations
 

@@ -2,18 +2,19 @@
 result folders were read and which were left out (and why), and how figures will render. Each notebook calls it in
 one short cell after its parameters cell:
 
-    from workbench.report.notebook_setup import setup, an, nbview, pd, display, Markdown
+    from workbench.report.notebook_setup import setup, an, rp, nbview, pd, display, Markdown
     KW = setup(PROFILES, include_cpu=INCLUDE_CPU, include_incomplete=INCLUDE_INCOMPLETE)
 
 `KW` is the selection every `an.*` call of the notebook takes: complete GPU runs, plus the complete comparisons of
-the cut-off runs the README names (`an.KEEP_FROM_INCOMPLETE`), or of every cut-off run with `include_incomplete`.
+the cut-off runs the README names (`an.KEEP_FROM_INCOMPLETE`), or of every cut-off run with `include_incomplete`. `rp`
+(`workbench.report`) draws the figures: `rp.show(rp.speedup_figure(...))`.
 """
 from __future__ import annotations
 
 import pandas as pd
 from IPython.display import Markdown, display
 
-from workbench import analysis as an
+from workbench import analysis as an, report as rp
 from workbench.report import nbview, tables
 
 RUN_COLUMNS = ["folder", "command", "gpu_name", "status", "comparisons", "torch", "transformers"]
@@ -56,4 +57,4 @@ def setup(profiles: str, include_cpu: bool = False, include_incomplete: bool = F
     return selection(include_cpu, include_incomplete)
 
 
-__all__ = ["Markdown", "an", "display", "nbview", "pd", "selection", "setup"]
+__all__ = ["Markdown", "an", "display", "nbview", "pd", "rp", "selection", "setup"]

@@ -17,6 +17,7 @@ import re
 
 import pandas as pd
 
+from workbench.cli import table
 from workbench.measure import stats
 from workbench.report import palette
 from workbench.traces import components
@@ -45,15 +46,6 @@ def _fmt(v, f) -> str:
         return f.format(v)
     except (ValueError, TypeError):
         return str(v)
-
-
-def table(rows: list[list], header: list[str]) -> str:
-    """Right-aligned plain-text table (`tabulate`, "plain" format: columns two spaces apart, no rules). The header
-    goes in as the first row, so it gets no extra padding of its own and every cell is printed as given."""
-    from tabulate import tabulate
-
-    cells = [[str(c) for c in header]] + [["" if c is None else str(c) for c in r] for r in rows]
-    return tabulate(cells, tablefmt="plain", stralign="right", numalign="right", disable_numparse=True)
 
 
 def arms_frame(comparison: dict) -> pd.DataFrame:
@@ -654,3 +646,30 @@ def sweep_fit_figure(points: pd.DataFrame, fits: pd.DataFrame, visualize: bool =
                       legend=dict(orientation="h", y=-0.12 if rows > 1 else -0.25))
     return _finish(fig, visualize)
 
+
+def lengths_figure(tab: pd.DataFrame, title: str = "speedup against documents per batch (95% CI, t over reps)"):
+    """Speedup with its 95% CI against mean documents per batch (log axis), one line per optimization; the
+    distribution, D's range and the savings-model verdict in the hover. `tab`: `workbench.analysis.lengths.table`."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    d = tab.dropna(subset=["speedup", "docs_per_batch_mean"])
+
+    opts = sorted(d["opt"].astype(str).unique())
+    for opt, g in d.groupby("opt", sort=True):
+        c = palette.opt_colour(str(opt), opts)
+        g = g.sort_values("docs_per_batch_mean")
+        hover = [f"{ln}<br>{s:.3f}x [{lo:.3f}, {hi:.3f}] ({v})<br>D per batch {m:.1f} (min {a:.0f}, max {b:.0f})"
+                 f"<br>savings model: {sv}" for ln, s, lo, hi, v, m, a, b, sv in
+                 zip(g["lengths"], g["speedup"], g["ci95_lo"], g["ci95_hi"], g["verdict"], g["docs_per_batch_mean"],
+                     g["docs_per_batch_min"], g["docs_per_batch_max"], g["savings_verdict"])]
+        fig.add_trace(go.Scatter(x=g["docs_per_batch_mean"], y=g["speedup"], mode="lines+markers", name=str(opt), marker_color=c,
+                                 line_color=c,
+                                 error_y=dict(type="data", symmetric=False, array=(g["ci95_hi"] - g["speedup"]).tolist(),
+                                              arrayminus=(g["speedup"] - g["ci95_lo"]).tolist()),
+                                 hovertext=hover, hoverinfo="text"))
+    fig.add_hline(y=1.0, line_dash="dot")
+    fig.update_xaxes(type="log", title="documents per packed batch (mean over the run's batches)")
+    fig.update_yaxes(title="speedup (mean baseline / mean arm)")
+    fig.update_layout(title=title, legend=dict(orientation="h", y=-0.2))
+    return fig

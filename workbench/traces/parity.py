@@ -87,9 +87,8 @@ def keep_first_step(events: pd.DataFrame, out_dir: str) -> str:
 
 
 def main(argv=None) -> int:
-    from workbench.cli import emit_json, parser
+    from workbench.cli import emit_json, parser, table
     from workbench.errors import WorkbenchError
-    from workbench.report.tables import table
     from workbench.traces.events import load_events
 
     p = parser("workbench.traces.parity", __doc__)
