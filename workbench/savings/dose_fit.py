@@ -106,7 +106,8 @@ def process_points(run_dir: str) -> list[tuple[float, float]]:
     from workbench.measure.results import engine_step_rows
 
     dose = _json(os.path.join(run_dir, PROCESS_FILE))
-    p = os.path.join(run_dir, "results.csv")
+    from workbench.measure.results import results_file
+    p = results_file(run_dir)
     if not os.path.exists(p):
         return []
     df = engine_step_rows(pd.read_csv(p))
