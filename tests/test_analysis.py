@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from workbench import analysis as an, report as rp
-from workbench.measure import stats
+from workbench.measure import results, stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROFILES = os.path.join(ROOT, "profiles")
@@ -87,7 +87,7 @@ def write_run(d, comps, device="cuda", status="complete", planned=None, command=
 
 def reference(run_dir, comparison, base, other):
     """The speedup `comparisons` must report: stats.paired_speedup over the results.csv pairs, the rep as the unit."""
-    df = pd.read_csv(os.path.join(run_dir, "results.csv"))
+    df = pd.read_csv(results.results_file(run_dir))
     df = df[(df["comparison"] == comparison) & (df["metric"] == "step_ms")]
     b = df[df["arm"] == base].set_index(["rep", "step"])["value"]
     o = df[df["arm"] == other].set_index(["rep", "step"])["value"]

@@ -4,6 +4,8 @@ theta, the profiler x dose interaction, the linearity check and the decision rul
     # u = units of the fix, K = processes, R = reps, c = the traced input per unit (ms)
 """
 
+import os
+
 import numpy as np
 import pytest
 
@@ -133,3 +135,26 @@ def test_c_over_the_traced_processes_shows_their_spread_beside_the_rule():
     want = stats.fieller_ratio(slope["slope_ms"], slope["slope_se"], slope["df"], t["mean"], t["se"], t["df"])
     assert cp["theta"]["ratio"] == pytest.approx(want["ratio"]) and cp["theta"]["ci95"] == pytest.approx(want["ci95"])
     assert "not the rule" in cp["reading"]
+
+
+def test_a_folder_keeps_its_written_analysis_and_refuses_one_without_its_traces(tmp_path):
+    """`load_analysis` reads DIR/dose_analysis.json (a committed dose folder keeps it, not the per-process traces)
+    and analyses the folder only without it; `dose_fit DIR` refuses to rewrite it where a traced process's traces are
+    gone (its c would be lost), and runs where they are there (the control)."""
+    import json
+    import shutil
+    from workbench.cli import run_main
+    from workbench.savings import dose_fit
+
+    d = tmp_path / "dose"
+    shutil.copytree(os.path.join(os.path.dirname(__file__), "data", "dose_tiny"), d)
+    fresh = json.loads(json.dumps(dose_fit.analyse(str(d)), default=dose_fit._plain))
+    assert dose_fit.load_analysis(str(d))["opt"] == fresh["opt"]  # no file: analysed
+    (d / dose_fit.OUT_FILE).write_text(json.dumps({**fresh, "opt": "written"}))
+    assert dose_fit.load_analysis(str(d))["opt"] == "written"  # the file wins
+    run = json.loads((d / dose_fit.RUN_FILE).read_text())
+    (d / dose_fit.RUN_FILE).write_text(json.dumps({**run, "traced": "none/p00"}))
+    assert run_main(dose_fit.main, [str(d)]) == 2  # none/p00 has no traces/ folder here
+    assert json.loads((d / dose_fit.OUT_FILE).read_text())["opt"] == "written"  # left as it was
+    (d / "none" / "p00" / "traces").mkdir()
+    assert dose_fit.missing_traces(str(d)) == []

@@ -244,7 +244,7 @@ def test_committed_notebook_renders_offline_without_trust(path):
             if PLOTLY in data:
                 w, h = _png_px(data["image/png"])
                 assert w == report.PNG_WIDTH_PX and h > 0
-    assert set(nb["metadata"]) <= {"kernelspec", "language_info"}
+    assert set(nb["metadata"]) <= {"kernelspec", "language_info", "workbench_inputs"}  # the data's digest
     assert nbformat.writes(nbformat.reads(raw, as_version=4)) + "\n" == raw
 
 

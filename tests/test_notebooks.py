@@ -269,3 +269,53 @@ def test_normalize_outputs_merges_split_streams_and_drops_stderr():
     normalize_outputs(nb)
     outs = nb.cells[0].outputs
     assert [o.get("text") for o in outs] == ["a\nb\n", None, "c\n"] and nb.cells[0].execution_count == 1
+
+
+def test_a_notebook_executed_again_on_the_same_data_is_refused(tmp_path):
+    """`reexecuted_without_new_data`: outputs changed under the same recorded inputs is a re-execution without a data
+    change (refused); changed inputs, unchanged outputs, or an old version that records no inputs are not (the
+    controls). `reexecution_problems` says so of a working-tree notebook against its committed version."""
+    from workbench.report.notebook_outputs import INPUTS_KEY, reexecuted_without_new_data, reexecution_problems
+
+    def nb(out: str, inputs):
+        n = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1)", outputs=[
+            nbformat.v4.new_output("stream", name="stdout", text=out)])])
+        if inputs is not None:
+            n.metadata[INPUTS_KEY] = inputs
+        return n
+
+    a, b = {"files": 2, "sha256": "a" * 64}, {"files": 2, "sha256": "b" * 64}
+    assert reexecuted_without_new_data(nb("1\n", a), nb("2\n", a))
+    assert not reexecuted_without_new_data(nb("1\n", a), nb("2\n", b))  # the data changed
+    assert not reexecuted_without_new_data(nb("1\n", a), nb("1\n", a))  # nothing changed
+    assert not reexecuted_without_new_data(nb("1\n", None), nb("2\n", a))  # no record before
+    repo = tmp_path / "repo"
+    (repo / "notebooks").mkdir(parents=True)
+    path = repo / "notebooks" / "x.ipynb"
+    nbformat.write(nb("1\n", a), str(path))
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(git[:3] + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "x"], check=True)
+    assert reexecution_problems([str(path)], str(repo)) == []
+    nbformat.write(nb("2\n", a), str(path))
+    assert "executed again on the data" in reexecution_problems([str(path)], str(repo))[0]
+    nbformat.write(nb("2\n", b), str(path))
+    assert reexecution_problems([str(path)], str(repo)) == []
+
+
+def test_each_committed_notebook_changed_its_outputs_only_with_its_data():
+    """The last commit that changed each notebook against its parent: outputs changed under the same recorded
+    inputs would be a re-execution without a data change (`reexecution_problems`)."""
+    from workbench.report.notebook_outputs import _at, reexecuted_without_new_data
+
+    for p in NOTEBOOKS:
+        rel = os.path.relpath(p, ROOT)
+        r = subprocess.run(["git", "log", "-1", "--format=%H", "--", rel], cwd=ROOT, capture_output=True, text=True)
+        if r.returncode != 0 or not r.stdout.strip():
+            pytest.skip("no git history here")
+        last = r.stdout.strip()
+        new, old = _at(ROOT, last, rel), _at(ROOT, last + "^", rel)
+        if old is None:  # a shallow clone: no parent to compare with
+            continue
+        assert not reexecuted_without_new_data(old, new), f"{rel} at {last[:10]}: executed again on the same data"

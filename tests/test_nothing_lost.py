@@ -145,6 +145,26 @@ def test_summary_records_results_csv_and_every_reader_refuses_an_edited_one(comp
     assert run_main(report_main, [str(d)]) == 0
 
 
+def test_a_committed_gzip_copy_is_checked_against_the_record_of_the_csv_it_holds(complete_run, capsys):
+    """The repository keeps a committed folder's results.csv as results.csv.gz: every reader finds it, and the
+    integrity check hashes its content against summary.json's record, so an edited copy is refused as a plain one
+    is; the run's own content, gzipped, reads verified (the control)."""
+    import gzip
+    from workbench.report.__main__ import main as report_main
+
+    d = complete_run
+    text = (d / "results.csv").read_bytes()
+    (d / "results.csv").unlink()
+    (d / "results.csv.gz").write_bytes(gzip.compress(text.replace(b"step_ms", b"step_MS", 1), mtime=0))
+    assert run_main(report_main, [str(d)]) == 2
+    assert "results.csv was edited after the run" in capsys.readouterr().err
+    (d / "results.csv.gz").write_bytes(gzip.compress(text, mtime=0))
+    assert results.results_file(str(d)) == str(d / "results.csv.gz")
+    df, _, meta = results.load_run(str(d))
+    assert meta["integrity"] == "verified" and len(df) == text.count(b"\n") - 1
+    assert run_main(report_main, [str(d)]) == 0
+
+
 def test_a_folder_written_before_integrity_records_reads_unverified_without_failing(complete_run):
     d = complete_run
     s = json.loads((d / "summary.json").read_text())

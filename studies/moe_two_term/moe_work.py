@@ -80,7 +80,7 @@ def moe_runs(roots: list[str]):
         if not os.path.isdir(root):
             raise WorkbenchError(f"{root}: no such folder")
         for d, _, files in sorted(os.walk(root)):
-            if not {"summary.json", "meta.json", "results.csv"} <= set(files) or "dose.json" in files:
+            if not {"summary.json", "meta.json"} <= set(files) or not ({"results.csv", "results.csv.gz"} & set(files)) or "dose.json" in files:
                 continue
             results, summary, meta = load_run(d)
             if summary.get("run_id") in seen or not any(c.get("opt") == "moe" for c in summary.get("comparisons", [])):

@@ -34,7 +34,7 @@ import math
 import os
 
 from workbench.errors import WorkbenchError
-from workbench.measure.results import PROCESSES_FILE
+from workbench.measure.results import PROCESSES_FILE, results_file
 from workbench.savings.plan import BETWEEN_RUNS_FILE
 from workbench.savings.process_savings import folder_savings, process_saving  # noqa: F401 - folder_savings: this module's readers' name
 
@@ -64,7 +64,7 @@ def collect(profiles: str | None = None) -> dict:
             continue  # not one process of a --processes K run (a dose-response's levels are not the arms)
         m = _meta(r["path"])
         args, dev = m.get("args") or {}, m.get("device") or {}
-        results = pd.read_csv(os.path.join(r["path"], "results.csv"))  # once per process, for all its comparisons
+        results = pd.read_csv(results_file(r["path"]))  # once per process, for all its comparisons
         for c in comps:
             v = process_saving(results, c)
             if v is None:

@@ -299,7 +299,7 @@ _STEP_CACHE: dict = {}
 def step_samples(run_path: str) -> dict:
     """{comparison: [sample dicts (arm, rep, step, batch, step_ms)]} of a run folder's results.csv timed steps
     (cached per file and modification time)."""
-    p = os.path.join(run_path, "results.csv")
+    p = results.results_file(run_path)
     if not os.path.exists(p):
         return {}
     key = (p, os.path.getmtime(p))
@@ -324,7 +324,7 @@ def recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict 
     `stats.MIN_UNITS` reps; a timing on a CPU gives no CI and no verdict: `stats.timing_on`), with both arms' mean step (`baseline_mean_ms`, `arm_mean_ms`); None without rows. The
     summary.json of a run made before the rep-level statistics holds the old pair-bootstrap figures: the tables
     never read those. Cached per file and modification time, as `step_samples` (every table asks again)."""
-    p = os.path.join(run_path, "results.csv")
+    p = results.results_file(run_path)
     if not os.path.exists(p):
         return None
     key = (p, os.path.getmtime(p), comparison, baseline, arm)
@@ -410,7 +410,7 @@ def _rows(profiles, metrics, **kw) -> pd.DataFrame:
     """results.csv rows of `metrics` of the comparisons `comparisons(profiles, **kw)` reads, with their folder."""
     frames = []
     for r, comps in _included(profiles, **kw):
-        p = os.path.join(r["path"], "results.csv")
+        p = results.results_file(r["path"])
         if comps and os.path.exists(p):
             df = pd.read_csv(p)
             df = df[df["metric"].isin(metrics) & df["comparison"].isin([_name(c) for c in comps])]

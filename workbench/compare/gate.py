@@ -42,7 +42,7 @@ from workbench.compare import gate_stats, rundiff
 from workbench.measure import power
 from workbench.cli import OneLineParser, emit_json, run_main
 from workbench.errors import WorkbenchError
-from workbench.measure.results import load_run
+from workbench.measure.results import has_results, load_run
 
 SKIP_ARGS = {"out", "force", "budget_s", "reps"}
 """Baseline args the gate sets itself (the output folder, and the reps under the budget)."""
@@ -81,7 +81,7 @@ def subprocess_rerun(args: dict, out_dir: str, reps: int | None, budget_s: float
 def _meta(run_dir: str) -> tuple[dict, dict]:
     if not os.path.isdir(run_dir):
         raise GateInputError(f"{run_dir}: no such run folder")
-    if not os.path.isfile(os.path.join(run_dir, "results.csv")) or not os.path.isfile(os.path.join(run_dir, "meta.json")):
+    if not has_results(run_dir) or not os.path.isfile(os.path.join(run_dir, "meta.json")):
         raise GateInputError(f"{run_dir}: not a run folder (results.csv and meta.json needed)")
     _, summ, meta = load_run(run_dir)
     if not meta.get("args"):

@@ -33,7 +33,7 @@ from scipy import stats as sps
 
 from workbench.measure import stats
 from workbench.errors import WorkbenchError
-from workbench.measure.results import engine_step_rows, load_run, safe_name
+from workbench.measure.results import engine_step_rows, has_results, load_run, safe_name
 from workbench.traces import decompose
 from workbench.traces.events import events_path, load_events
 
@@ -73,7 +73,7 @@ def real_name(run_dir: str, comparison: str) -> str:
 def pick(run_a: str, run_b: str, comparison: str | None, arm: str | None) -> tuple[str, str]:
     """The (comparison, arm) both runs traced: as given, or the only one, or the summary's optimized arm."""
     for r in (run_a, run_b):
-        if not os.path.isfile(os.path.join(r, "results.csv")):
+        if not has_results(r):
             raise DiffInputError(f"{r}: not a run folder (no results.csv)")
     ta, tb = traced_pairs(run_a), traced_pairs(run_b)
     common = sorted(set(ta) & set(tb))

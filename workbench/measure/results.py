@@ -74,13 +74,28 @@ def _remove_quietly(path: str) -> None:
 
 
 def file_record(path: str) -> dict:
-    """{bytes, sha256} of a file: what summary.json's `integrity` holds for results.csv."""
+    """{bytes, sha256} of a file: what summary.json's `integrity` holds for results.csv. Of a `.gz` file, those of
+    its content (a committed folder's results.csv.gz is checked against the record of the results.csv it holds)."""
+    import gzip
     import hashlib
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
+    h, n = hashlib.sha256(), 0
+    with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
-    return {"bytes": os.path.getsize(path), "sha256": h.hexdigest()}
+            n += len(chunk)
+    return {"bytes": n, "sha256": h.hexdigest()}
+
+
+def results_file(run_dir: str) -> str:
+    """A run folder's results.csv, or the gzip copy the repository keeps of a committed one (results.csv.gz) where
+    only that is there (`pandas.read_csv` reads either)."""
+    plain = os.path.join(run_dir, "results.csv")
+    return plain + ".gz" if not os.path.exists(plain) and os.path.exists(plain + ".gz") else plain
+
+
+def has_results(run_dir: str) -> bool:
+    """Whether a folder holds results.csv (or its committed gzip copy)."""
+    return os.path.isfile(results_file(run_dir))
 
 
 def atomic_write_json(path: str, obj) -> None:
@@ -431,7 +446,7 @@ def verify(run_dir: str, summary: dict, state: str | None = None) -> str:
         return UNVERIFIED
     if state in ("running", "died"):  # rows flushed after the last summary: no finished record to check
         return f"unverified (its writer did not finish: {state})"
-    path = os.path.join(run_dir, "results.csv")
+    path = results_file(run_dir)
     have = file_record(path) if os.path.isfile(path) else {"bytes": 0, "sha256": ""}
     if have != {k: rec.get(k) for k in ("bytes", "sha256")}:
         from workbench.errors import EditedRun
@@ -456,7 +471,7 @@ def load_run(run_dir: str) -> tuple[pd.DataFrame, dict, dict]:
     state, why = markers.state(run_dir, meta)
     summary = j("summary.json")
     integrity = verify(run_dir, summary, state)
-    df = pd.read_csv(os.path.join(run_dir, "results.csv"))
+    df = pd.read_csv(results_file(run_dir))
     if meta and state != meta.get("status"):  # a dead writer's "running" (or a marker the JSON lacks) is what shows
         meta = {**meta, "status": state, **({"reason": why} if why and not meta.get("reason") else {})}
     meta = {**meta, "integrity": integrity} if meta else meta

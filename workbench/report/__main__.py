@@ -10,12 +10,12 @@ from workbench.errors import WorkbenchError
 
 def main(argv=None) -> int:
     from workbench.measure import markers
-    from workbench.measure.results import load_run, void_comparisons
+    from workbench.measure.results import has_results, load_run, void_comparisons
     from workbench.report import tables
     p = parser("workbench report", tables.__doc__ + "\nPrints a run folder's state and one table per comparison.")
     p.add_argument("run_dir", help="a run folder (results.csv, summary.json, meta.json)")
     a = p.parse_args(argv)
-    if not os.path.isfile(os.path.join(a.run_dir, "results.csv")):
+    if not has_results(a.run_dir):
         raise WorkbenchError(f"{a.run_dir} is not a run folder (no results.csv)")
     results, summary, meta = load_run(a.run_dir)
     void = void_comparisons(a.run_dir)

@@ -49,9 +49,43 @@ def normalize_outputs(nb, repo: str = REPO) -> None:
                     o["data"][k] = fix(v)
 
 
+INPUTS_KEY = "workbench_inputs"
+"""The executed notebook's metadata entry: the digest of the data it ran on (`inputs_digest`)."""
+INPUT_FOLDERS = ("profiles", os.path.join("tests", "data"))
+"""What the notebooks read: the committed profiles/ (tests/data: the tiny dose run they fall back to)."""
+
+
+def inputs_digest(repo: str = REPO) -> dict:
+    """{"files", "sha256"} of the data the notebooks run on: sha256 over each tracked file of `INPUT_FOLDERS` (its
+    path and its content's sha256, in path order), as the working tree holds it."""
+    import hashlib
+    import subprocess
+
+    names = subprocess.run(["git", "ls-files", "-z", "--", *INPUT_FOLDERS], cwd=repo, capture_output=True,
+                           check=True).stdout.decode().split("\0")
+    h, n = hashlib.sha256(), 0
+    for name in sorted(x for x in names if x and os.path.isfile(os.path.join(repo, x))):
+        with open(os.path.join(repo, name), "rb") as f:
+            h.update(name.encode() + b"\0" + hashlib.sha256(f.read()).hexdigest().encode() + b"\n")
+        n += 1
+    return {"files": n, "sha256": h.hexdigest()}
+
+
+def _outputs(nb) -> list:
+    return [c.get("outputs") for c in nb.cells if c.cell_type == "code"]
+
+
+def reexecuted_without_new_data(old, new) -> bool:
+    """Whether `new` is `old` executed again on the same data: both record their inputs (`INPUTS_KEY`), the same,
+    and the outputs differ. A notebook is committed executed only when its data change; an older version that
+    records no inputs is no evidence either way."""
+    before, after = old.metadata.get(INPUTS_KEY), new.metadata.get(INPUTS_KEY)
+    return before is not None and before == after and _outputs(old) != _outputs(new)
+
+
 def execute_notebooks(paths: list[str], timeout: int = 600, repo: str = REPO) -> None:
     """Execute each notebook against the committed profiles/ (nbclient, the `python3` kernel) and write it back with
-    its outputs, normalized (`normalize_outputs`)."""
+    its outputs, normalized (`normalize_outputs`), and the digest of the data it ran on (`inputs_digest`)."""
     import nbclient
     import nbformat
 
@@ -63,6 +97,7 @@ def execute_notebooks(paths: list[str], timeout: int = 600, repo: str = REPO) ->
             nbclient.NotebookClient(nb, kernel_name="python3", timeout=timeout, record_timing=False,
                                     resources={"metadata": {"path": os.path.dirname(os.path.abspath(p))}}).execute()
             normalize_outputs(nb, repo)
+            nb.metadata[INPUTS_KEY] = inputs_digest(repo)
             nbformat.write(nb, p)
             print(f"executed {p}")
 
@@ -84,3 +119,28 @@ def environ(overrides: dict):
     finally:
         put(old)
 
+
+
+def _at(repo: str, rev: str, rel: str):
+    """The notebook `rel` as commit `rev` holds it (None where git has no such version)."""
+    import subprocess
+
+    import nbformat
+
+    r = subprocess.run(["git", "show", f"{rev}:{rel}"], cwd=repo, capture_output=True)
+    return nbformat.reads(r.stdout.decode(), as_version=4) if r.returncode == 0 else None
+
+
+def reexecution_problems(paths: list[str], repo: str = REPO, rev: str = "HEAD") -> list[str]:
+    """One line per notebook of `paths` (as the working tree holds it) that is its version at `rev` executed again
+    on the same data (`reexecuted_without_new_data`)."""
+    import nbformat
+
+    out = []
+    for p in paths:
+        rel = os.path.relpath(os.path.abspath(p), repo)
+        old = _at(repo, rev, rel)
+        if old is not None and reexecuted_without_new_data(old, nbformat.read(p, as_version=4)):
+            out.append(f"{rel}: executed again on the data its {rev} version ran on (outputs changed, inputs not): "
+                       f"commit an executed notebook only with a change to its data (git checkout {rev} -- {rel})")
+    return out

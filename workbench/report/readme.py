@@ -41,7 +41,7 @@ from workbench.analysis import between_runs
 from workbench.report import figures
 from workbench.report.headline import _prefer, breakdown_figure_path, breakdown_figure_rows, headline_markdown
 from workbench.report.markdown import RESULTS_MARKERS, VIEWING_MARKERS, _Ctx
-from workbench.report.notebook_outputs import execute_notebooks
+from workbench.report.notebook_outputs import execute_notebooks, reexecution_problems
 from workbench.report.prose_check import arm_pairs, prose_problems
 from workbench.report.results_page import results_page
 
@@ -221,6 +221,8 @@ def main(argv=None) -> int:
             problems.append(f"{page}: out of date")
         if figures.png_digest(figure) != figures.digest(rows):
             problems.append(f"{figure}: drawn from other numbers than profiles/ holds (or missing)")
+        import glob
+        problems += reexecution_problems(sorted(glob.glob(os.path.join(repo, "notebooks", "*.ipynb"))), repo)
         if between_runs.refresh(root, write=False):
             problems.append(f"{os.path.join(root, between_runs.OUT_FILE)}: out of date (or missing)")
         bd_rows, bd_path = _breakdown_rows(root, opts), breakdown_figure_path(figure)

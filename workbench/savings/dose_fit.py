@@ -106,7 +106,8 @@ def process_points(run_dir: str) -> list[tuple[float, float]]:
     from workbench.measure.results import engine_step_rows
 
     dose = _json(os.path.join(run_dir, PROCESS_FILE))
-    p = os.path.join(run_dir, "results.csv")
+    from workbench.measure.results import results_file
+    p = results_file(run_dir)
     if not os.path.exists(p):
         return []
     df = engine_step_rows(pd.read_csv(p))
@@ -304,6 +305,24 @@ def analyse(dose_dir: str) -> dict:
     return out
 
 
+def load_analysis(dose_dir: str) -> dict:
+    """The folder's written analysis (DIR/dose_analysis.json, `main`'s output) when it is there, else `analyse(DIR)`:
+    a committed dose folder keeps its analysis, not the per-process traces it was computed from."""
+    path = os.path.join(dose_dir, OUT_FILE)
+    return _json(path) if os.path.isfile(path) else analyse(dose_dir)
+
+
+def missing_traces(dose_dir: str) -> list[str]:
+    """The traced processes (dose_run.json's `traced`, and those the written analysis took c from) whose traces/
+    folder is not on disk (a clone that keeps only dose_analysis.json): an analysis run here would lose their c."""
+    run = _json(os.path.join(dose_dir, RUN_FILE))
+    traced = {run["traced"]} if run.get("traced") else set()
+    if os.path.isfile(os.path.join(dose_dir, OUT_FILE)):
+        traced |= set(((_json(os.path.join(dose_dir, OUT_FILE)).get("c_over_processes") or {})
+                       .get("per_process_ms") or {}))
+    return sorted(t for t in traced if not os.path.isdir(os.path.join(dose_dir, t, "traces")))
+
+
 def calibration_entry(a: dict, dose_dir: str) -> dict:
     """The entry the verdicts read: theta (untimed slope / traced c) with its 95% CI, its source, commit, decision."""
     th = (a["modes"].get("none") or {}).get("theta") or {}
@@ -363,6 +382,10 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if not os.path.isfile(os.path.join(a.dir, RUN_FILE)):
         raise WorkbenchError(f"{a.dir} holds no {RUN_FILE}: give a python -m workbench.ab.dose folder")
+    gone = missing_traces(a.dir)
+    if gone:
+        raise WorkbenchError(f"{a.dir}: the traces of {', '.join(gone)} are not here (the committed folder keeps "
+                             f"{OUT_FILE} only; its COMMAND.txt reruns them): {OUT_FILE} left as it is")
     res = analyse(a.dir)
     with open(os.path.join(a.dir, OUT_FILE), "w", encoding="utf-8") as f:
         json.dump(res, f, indent=1, default=_plain)

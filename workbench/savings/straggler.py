@@ -108,11 +108,12 @@ def _saving(run_dir: str, cmp_name: str, baseline: str, arm: str) -> dict:
     import pandas as pd
 
     from workbench.errors import WorkbenchError
+    from workbench.measure.results import results_file
     from workbench.savings.verdicts import measured_saving
     why = void_reason(run_dir, cmp_name)
     if why:
         raise WorkbenchError(f"{cmp_name} of {run_dir} gives no saving: {why}")
-    return measured_saving(pd.read_csv(os.path.join(run_dir, "results.csv")), cmp_name, baseline, arm)
+    return measured_saving(pd.read_csv(results_file(run_dir)), cmp_name, baseline, arm)
 
 
 def wait_removed(inputs: "pd.DataFrame", cmp_name: str, baseline: str, arm: str) -> dict:
