@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 import torch
+from saved_bytes import layer_saved_bytes
 
 from workbench import opts
 from workbench.errors import WorkbenchError
@@ -122,26 +123,13 @@ def _counted_bytes_per_token(h, I, H, KV, hd, T=64):
     """Bytes one eager llama layer saves per token under bf16 autocast (fp32 adapters), by saved_tensors_hooks."""
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from workbench.instrument.ranges import find_decoder_layers
     from workbench.step.models import add_lora
 
     cfg = LlamaConfig(hidden_size=h, intermediate_size=I, num_attention_heads=H, num_key_value_heads=KV, head_dim=hd,
                       num_hidden_layers=1, vocab_size=128, attn_implementation="sdpa")
     torch.manual_seed(0)
     m = add_lora(AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16), rank=8, precision="autocast")
-    layer = find_decoder_layers(m)[0]
-    params = {p.untyped_storage().data_ptr() for p in m.parameters()}
-    seen, on = {}, [False]
-
-    def pack(t):
-        if on[0] and t.untyped_storage().data_ptr() not in params:
-            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-    layer.register_forward_pre_hook(lambda *a: on.__setitem__(0, True))
-    layer.register_forward_hook(lambda *a: on.__setitem__(0, False))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), torch.autocast("cpu", dtype=torch.bfloat16):
-        m(**model_inputs(m, batch_from_lengths([T // 2, T // 2], 128))).loss
-    return sum(seen.values()) / T
+    return layer_saved_bytes(m, T) / T
 
 
 def test_saved_bytes_per_token_coefficients_are_the_counted_ones():

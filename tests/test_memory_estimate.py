@@ -10,6 +10,7 @@ import types
 
 import pytest
 import torch
+from saved_bytes import layer_saved_bytes
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
@@ -156,9 +157,7 @@ def _moe_saved_bytes(family, experts, T, h=256, heads=4, kv_heads=2, w=128, k=4,
     from transformers import AutoModelForCausalLM, GptOssConfig, Qwen3MoeConfig
 
     from workbench import opts
-    from workbench.instrument.ranges import find_decoder_layers
-    from workbench.step.data import batch_from_lengths
-    from workbench.step.models import add_lora, model_inputs
+    from workbench.step.models import add_lora
 
     common = dict(hidden_size=h, num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=64,
                   num_hidden_layers=1, vocab_size=128, num_experts_per_tok=k)
@@ -169,19 +168,7 @@ def _moe_saved_bytes(family, experts, T, h=256, heads=4, kv_heads=2, w=128, k=4,
     torch.manual_seed(0)
     m = add_lora(AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16), rank=8, precision="autocast")
     opts.apply(m, "expert_lora", experts)
-    layer = find_decoder_layers(m)[0]
-    params = {p.untyped_storage().data_ptr() for p in m.parameters()}
-    seen, on = {}, [False]
-
-    def pack(t):
-        if on[0] and t.untyped_storage().data_ptr() not in params:
-            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-    layer.register_forward_pre_hook(lambda *a: on.__setitem__(0, True))
-    layer.register_forward_hook(lambda *a: on.__setitem__(0, False))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), torch.autocast("cpu", dtype=torch.bfloat16):
-        m(**model_inputs(m, batch_from_lengths([T // 2, T // 2], 128))).loss
-    return sum(seen.values()), m.config
+    return layer_saved_bytes(m, T), m.config
 
 
 @pytest.mark.parametrize("family", ["qwen3_moe", "gpt_oss"])
