@@ -89,8 +89,8 @@ def _meta(run_dir: str) -> tuple[dict, dict]:
     return summ, meta
 
 
-def pick_arm(summary: dict, comparison: str | None, arm: str | None) -> tuple[str, str]:
-    """The comparison (given, or the only one) and arm (given, or its optimized arm) the gate judges."""
+def pick_comparison(summary: dict, comparison: str | None) -> tuple[str, set]:
+    """The comparison the gate judges (given, or the only one) and the arms the baseline ran in it."""
     comps = [c for c in summary.get("comparisons", []) or [] if (c.get("optimized") or {}).get("arm")]
     if comparison is None:
         if len(comps) != 1:
@@ -99,7 +99,7 @@ def pick_arm(summary: dict, comparison: str | None, arm: str | None) -> tuple[st
     match = [c for c in comps if c["name"] == comparison]
     if not match:
         raise GateInputError(f"the baseline has no comparison {comparison!r}")
-    return comparison, arm or match[0]["optimized"]["arm"]
+    return comparison, {(match[0].get(k) or {}).get("arm") for k in ("baseline", "optimized")}
 
 
 def design_for(meta: dict, results, comparison: str, budget_s: float | None) -> tuple[gate_stats.GateDesign, float]:
@@ -146,21 +146,6 @@ DATA_ARGS = ("model", "layers", "tokens", "lengths", "batches", "seed", "attn", 
 differs from the baseline in any of them times another step, and its spread is not the re-run's noise."""
 
 
-def aa_arm(aa_dirs, summary: dict, comparison: str | None) -> str | None:
-    """The arm the first A/A process timed, when the baseline's comparison has it: the arm a gate judges unless
-    told (its noise is the one measured); None otherwise."""
-    if not aa_dirs:
-        return None
-    try:
-        aa_summ, _ = _meta(aa_dirs[0])
-        name, arm = _aa_comparison(aa_dirs[0], aa_summ, comparison or "")
-    except (GateInputError, OSError, ValueError):
-        return None  # aa_noise says why, in one line
-    comps = [c for c in summary.get("comparisons") or [] if c.get("name") == (comparison or name)]
-    arms = {(c.get(k) or {}).get("arm") for c in comps for k in ("baseline", "optimized")}
-    return arm if arm in arms else None
-
-
 def data_mismatch(base_args: dict, aa_args: dict) -> str | None:
     """The first of `DATA_ARGS` where an A/A process's arguments differ from the baseline's, as "seed 511 (baseline
     500)", or None."""
@@ -173,8 +158,8 @@ def data_mismatch(base_args: dict, aa_args: dict) -> str | None:
 def aa_noise(aa_dirs, comparison: str, gpu: str, *, base_args: dict | None = None,
              arm: str | None = None) -> tuple[power.Noise, dict, dict]:
     """(Noise, run SD from `gate_stats.run_sd`, details) of K >= 3 same-commit A/A processes on GPU `gpu`, each of
-    the baseline's step (`base_args`: the same `DATA_ARGS`) and of the gated `arm`: the re-run's noise is that of the
-    same step and arm, run again."""
+    the baseline's step (`base_args`: the same `DATA_ARGS`) and of the gated `arm` (None: the first process's arm,
+    the others' too): the re-run's noise is that of the same step and arm, run again. details["arm"]: that arm."""
     how = (f"run it 3 or more times on this machine, e.g. python -m workbench.ab --opt OPT --aa --out aa1 (aa2, "
            "aa3), and pass --aa aa1 aa2 aa3")
     if not aa_dirs:
@@ -200,7 +185,8 @@ def aa_noise(aa_dirs, comparison: str, gpu: str, *, base_args: dict | None = Non
                                  "from the gate's machine")
         shas.add(meta.get("git_sha"))
         name, aa_arm = _aa_comparison(d, summ, comparison)
-        if arm is not None and aa_arm != arm:
+        arm = arm or aa_arm
+        if aa_arm != arm:
             raise GateInputError(f"{d} is an A/A of {aa_arm}, the gate judges {arm}: one arm's run-to-run noise is "
                                  f"not another's; gate --arm {aa_arm}, or run the A/A of {arm} "
                                  f"(python -m workbench.ab ... --arms {arm},{arm})")
@@ -227,7 +213,7 @@ def aa_noise(aa_dirs, comparison: str, gpu: str, *, base_args: dict | None = Non
     rms = lambda k: math.sqrt(sum(getattr(n, k) ** 2 for n in per) / len(per))  # noqa: E731 - pooled variances
     noise = power.Noise(rep_sd_pct=rms("rep_sd_pct"), step_sd_pct=rms("step_sd_pct"),
                         batch_sd_pct=rms("batch_sd_pct"), drift_pct=0.0)
-    return noise, gate_stats.run_sd(reps), {"aa": list(aa_dirs), "git_sha": shas.pop(), "gpu": gpu}
+    return noise, gate_stats.run_sd(reps), {"aa": list(aa_dirs), "git_sha": shas.pop(), "gpu": gpu, "arm": arm}
 
 
 def tolerance(tolerance_pct: float | None, noise: power.Noise, design: gate_stats.GateDesign, regression_pct: float,
@@ -287,9 +273,13 @@ def gate(baseline: str, *, aa=None, budget_s: float | None = None, tolerance_pct
     summ, meta = _meta(baseline)
     gpu = _gpu(baseline, meta)
     results, _, _ = load_run(baseline)
-    comparison, arm = pick_arm(summ, comparison, arm or aa_arm(aa, summ, comparison))
+    comparison, ran = pick_comparison(summ, comparison)
     design, step_ms = design_for(meta, results, comparison, budget_s)
     noise, run, aa_how = aa_noise(aa, comparison, gpu, base_args=meta.get("args") or {}, arm=arm)
+    arm = aa_how.pop("arm")  # unasked, the arm the A/A processes timed: the one whose noise was measured
+    if arm not in ran:
+        raise GateInputError(f"the A/A processes time {arm}, which the baseline's {comparison} does not run "
+                             f"({', '.join(sorted(a for a in ran if a))}): give --arm and its A/A processes")
     if rerun is subprocess_rerun:  # the real re-run times on this machine: refused now, not after it ran
         check_rerun_here(gpu)
     design = dataclasses.replace(design, run_sd_pct=run["run_sd_pct"])
@@ -350,7 +340,7 @@ def main(argv=None, rerun=subprocess_rerun) -> int:
                    "noise needs (never a narrower one)")
     p.add_argument("--budget-s", type=float, default=None, metavar="S", help="bound on the re-run's timed steps")
     p.add_argument("--comparison", default=None)
-    p.add_argument("--arm", default=None, help="default: the arm the --aa processes timed (their noise is the one measured), else the comparison's optimized arm")
+    p.add_argument("--arm", default=None, help="default: the arm the --aa processes timed (their noise is the one measured)")
     p.add_argument("--out", default=None, help="the re-run's folder, kept (default: a temporary folder, deleted)")
     a = p.parse_args(argv)
     if (a.budget_s is not None and a.budget_s <= 0) or (a.tolerance_pct is not None and a.tolerance_pct < 0) \
