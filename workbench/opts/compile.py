@@ -389,27 +389,27 @@ def _compile_regions(layer, parts, guard: _Guard, first: bool, cudagraphs: bool 
         had = vars(mod).get("forward")
         label = range_name_of(had) if had is not None else None
         fn = had if had is not None and label is None else types.MethodType(type(mod).forward, mod)
+        undos.append(_restorer(mod))
         mod.forward = _compiled_body(fn, layer, guard, cudagraphs)
         if label is not None:  # the instrumentation's range, outside the compiled region as around the layer
             wrap_in_range(mod, label)
-
-        def undo(mod=mod, had=had):
-            if had is None:
-                vars(mod).pop("forward", None)
-            else:
-                mod.forward = had
-        undos.append(undo)
     if first:
         had = vars(layer).get("forward")
+        undos.append(_restorer(layer))
         layer.forward = _counting(had if had is not None else types.MethodType(type(layer).forward, layer), guard)
-
-        def undo_layer(had=had):
-            if had is None:
-                vars(layer).pop("forward", None)
-            else:
-                layer.forward = had
-        undos.append(undo_layer)
     return undos
+
+
+def _restorer(mod):
+    """An undo that puts `mod`'s instance-level forward back as it is now (removing one set later where it had none)."""
+    had = vars(mod).get("forward")
+
+    def undo():
+        if had is None:
+            vars(mod).pop("forward", None)
+        else:
+            mod.forward = had
+    return undo
 
 
 BACKENDS_COMPILE = ("inductor", "aot_eager")
@@ -463,14 +463,11 @@ def apply(model, arm: str, tokens: int | None = None, backend: str = "inductor",
             if sub is not None and "forward" in vars(sub):  # the instrumentation's range wrapper
                 lifted[name] = vars(sub)["forward"]
                 del sub.forward
-        had = vars(layer).get("forward")
+        restore = _restorer(layer)
         layer.forward = _compiled_forward(layer, guard, first=i == 0, cudagraphs=arm == CUDAGRAPHS)
 
-        def undo(layer=layer, lifted=lifted, had=had):
-            if had is None:
-                vars(layer).pop("forward", None)
-            else:
-                layer.forward = had
+        def undo(layer=layer, lifted=lifted, restore=restore):
+            restore()
             for name, fwd in lifted.items():
                 getattr(layer, name).forward = fwd
         h.undo.append(undo)
