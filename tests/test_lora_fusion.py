@@ -109,7 +109,7 @@ def test_counted_prediction():
     14336), and the prediction over the H200's bandwidth; no bandwidth known: no prediction."""
     from types import SimpleNamespace
     cfg = SimpleNamespace(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
-                          intermediate_size=14336, num_hidden_layers=32)
+                          intermediate_size=14336, num_hidden_layers=32, vocab_size=128256)
     d, qkv, gu = 4096, 4096 + 2 * 1024, 2 * 14336
     fwd = (2 * d + 2 * qkv) + (d + 2 * gu)
     bwd = (10 * d + 2 * qkv) + (5 * d + 2 * gu)

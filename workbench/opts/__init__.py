@@ -177,30 +177,28 @@ def conflicts(arms: dict, device_type: str) -> dict[str, str]:
     return out
 
 
+def _stated_off_baseline(arms: dict, name: str) -> dict:
+    """{opt: its hook `name`} of the optimizations `arms` ({opt: arm}) applies other than at their BASELINE, where
+    the hook is set."""
+    from workbench.opts.protocol import hook
+
+    out = {}
+    for opt, arm in arms.items():
+        mod = module(opt)
+        v = hook(mod, name)
+        if v and arm != mod.BASELINE:
+            out[opt] = v
+    return out
+
+
 def numerics_change(arms: dict) -> str | None:
     """The NUMERICS_CHANGE sentences of the optimizations `arms` ({opt: arm}) applies other than at their BASELINE,
     joined; None when the arms compute the baseline's function exactly (`workbench.measure.numerics` judges them)."""
-    from workbench.opts.protocol import hook
-
-    said = []
-    for opt, arm in arms.items():
-        mod = module(opt)
-        what = hook(mod, "NUMERICS_CHANGE")
-        if what and arm != mod.BASELINE:
-            said.append(f"{opt}: {what}")
-    return "; ".join(said) or None
+    return "; ".join(f"{opt}: {what}" for opt, what in _stated_off_baseline(arms, "NUMERICS_CHANGE").items()) or None
 
 
 def different_functions(arms: dict) -> dict:
     """{opt: its DIFFERENT_FUNCTION} of the optimizations `arms` ({opt: arm}) applies other than at their BASELINE;
     empty when every arm is meant to compute the baseline's function (`workbench.measure.numerics.judge_different`
     judges the others)."""
-    from workbench.opts.protocol import hook
-
-    out = {}
-    for opt, arm in arms.items():
-        mod = module(opt)
-        d = hook(mod, "DIFFERENT_FUNCTION")
-        if d and arm != mod.BASELINE:
-            out[opt] = d
-    return out
+    return _stated_off_baseline(arms, "DIFFERENT_FUNCTION")

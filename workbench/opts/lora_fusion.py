@@ -208,19 +208,18 @@ def removed_bytes(config, tokens: int, *, checkpointing: bool, element_bytes: in
         backward  (n - 1) reads of x by the A gradients; (n - 1) input gradients (T, d) written and added up (a read
                   of two and a write each); the scale's backward (a read and a write of each (T, o_i))
     x L layers x `element_bytes` (the compute dtype: 2 for bf16 activations)."""
-    d = config.hidden_size
-    hq = config.num_attention_heads
-    hkv = getattr(config, "num_key_value_heads", None) or hq
-    hd = getattr(config, "head_dim", None) or d // hq
-    ffn = config.intermediate_size
-    outs = ((hq * hd, hkv * hd, hkv * hd), (ffn, ffn))
+    from workbench.step.memory_estimate import shape
+
+    s = shape(config)
+    d, q, kv, ffn = s["hidden"], s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"], s["intermediate"]
+    outs = ((q, kv, kv), (ffn, ffn))
     per_layer = 0
     for o in outs:
         n = len(o)
         fwd = (n - 1) * d + 2 * sum(o)
         bwd = (n - 1) * d + (n - 1) * d + 3 * (n - 1) * d + 2 * sum(o)
         per_layer += fwd * (2 if checkpointing else 1) + bwd
-    return int(per_layer * tokens * config.num_hidden_layers * element_bytes)
+    return int(per_layer * tokens * s["layers"] * element_bytes)
 
 
 def lever_prediction(breakdown: dict, config, tokens: int, checkpointing: bool, device_name: str | None) -> dict:

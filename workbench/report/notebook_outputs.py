@@ -91,13 +91,14 @@ def execute_notebooks(paths: list[str], timeout: int = 600, repo: str = REPO) ->
 
     env = {"WB_PLOTLY_RENDERER": NOTEBOOK_RENDERER, "WB_PROFILES": None, "WB_INCLUDE_CPU": None,
            "WB_INCLUDE_INCOMPLETE": None, "WB_PNG_DIR": None}
+    digest = inputs_digest(repo)  # the notebooks only read the data: one digest serves every one of them
     with environ(env):
         for p in paths:
             nb = nbformat.read(p, as_version=4)
             nbclient.NotebookClient(nb, kernel_name="python3", timeout=timeout, record_timing=False,
                                     resources={"metadata": {"path": os.path.dirname(os.path.abspath(p))}}).execute()
             normalize_outputs(nb, repo)
-            nb.metadata[INPUTS_KEY] = inputs_digest(repo)
+            nb.metadata[INPUTS_KEY] = digest
             nbformat.write(nb, p)
             print(f"executed {p}")
 
@@ -118,7 +119,6 @@ def environ(overrides: dict):
         yield
     finally:
         put(old)
-
 
 
 def _at(repo: str, rev: str, rel: str):

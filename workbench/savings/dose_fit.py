@@ -103,10 +103,9 @@ def _json(path: str) -> dict:
 
 def process_points(run_dir: str) -> list[tuple[float, float]]:
     """(units, mean step_ms) per (level, rep) of one process's timed steps (results.csv, the engine's rows)."""
-    from workbench.measure.results import engine_step_rows
+    from workbench.measure.results import engine_step_rows, results_file
 
     dose = _json(os.path.join(run_dir, PROCESS_FILE))
-    from workbench.measure.results import results_file
     p = results_file(run_dir)
     if not os.path.exists(p):
         return []

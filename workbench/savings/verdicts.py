@@ -603,8 +603,8 @@ def table(all_rows: list[dict]) -> str:
     t["measured"] = [f"{m:.2f} {_fmt_ci(ci)}" if m is not None and m == m else "-"
                      for m, ci in zip(t["measured_ms"], t["measured_ci95"])]
     t["unit"] = [unit_label(p, n) for p, n in zip(t["measured_population"], t["measured_n_units"])]
-    t["published"] = [f"{r['published_ms']:.2f}: {shown_published(r)}" if shown_published(r) else "-"
-                      for r in all_rows]
+    shown = [shown_published(r) for r in all_rows]
+    t["published"] = [f"{r['published_ms']:.2f}: {v}" if v else "-" for r, v in zip(all_rows, shown)]
     t["ratio"] = [f"{r:.2f}" if r is not None and r == r else "-" for r in t["ratio"]]
     t["ratio 90% CI"] = [_fmt_ci(ci) or "-" for ci in t["ratio_ci90"]]
     t["revision"] = [str(c or "-") for c in t["model_revision_commit"]]

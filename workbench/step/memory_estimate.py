@@ -250,8 +250,9 @@ def activation_bytes(config, tokens: int, layers: int, dtype_bytes: int, activat
         return L * layer, 0
     if activations == "full":
         return L * T * h * b, 0
-    if activations == "selective":  # the policy recomputes the fold (not a GEMM): no layer keeps it but the one
-        return int(L * T * selective_per_token(config, b)) + layer, 0  # recomputing
+    if activations == "selective":
+        # the policy recomputes the fold (not a GEMM): no layer keeps it but the one recomputing
+        return int(L * T * selective_per_token(config, b)) + layer, 0
     return min(2, L) * layer, max(L - 2, 0) * layer
 
 
