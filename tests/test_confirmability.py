@@ -53,6 +53,19 @@ def test_a_prediction_wider_than_the_band_cannot_be_helped_by_measuring_more():
     assert verdicts.confirmability(row) == (verdicts.CANNOT_CONFIRM_PREDICTION, None)
 
 
+def test_the_published_form_is_shown_by_its_own_prediction_not_the_model_s():
+    """The published form is judged against the same measurement with its own prediction, se and df: a decidable
+    model row beside a published form whose prediction's interval is wider than the band shows that reason for the
+    form; a zero prediction names the L sweep's test; no published form, nothing."""
+    row = {**_row(se_m=3.0), "published_verdict": "inconclusive", "published_ms": 100.0, "published_se_ms": 20.0,
+           "published_df": 1}
+    assert verdicts.shown_verdict(row) == "inconclusive"  # the model's row: decidable at this size
+    assert verdicts.shown_published(row) == verdicts.CANNOT_CONFIRM_PREDICTION
+    assert verdicts.shown_published({**row, "published_se_ms": 0.0}) == "inconclusive"  # the control: decidable
+    assert verdicts.shown_published({**row, "published_ms": 0.0}).startswith("predicts no saving")
+    assert verdicts.shown_published(_row(se_m=3.0)) is None
+
+
 def test_the_readme_savings_rows_are_judged_again_and_check_fails_when_todays_code_disagrees(monkeypatch):
     from workbench.report import headline, readme as rr
     headline._judged.cache_clear()
