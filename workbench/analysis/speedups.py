@@ -95,7 +95,7 @@ def _rep_log_ratios(path: str, comparison: str, baseline, arm) -> list | None:
     smp = step_samples(path).get(comparison)
     if not smp or baseline is None:
         return None
-    b, o, reps = engine.pairs(smp, baseline, arm)
+    b, o, reps = engine.pairs(smp, baseline, arm, engine.pair_keys(comparison))
     per: dict = {}
     for x, y, u in zip(b, o, reps):
         if u is not None and u == u and u >= 0:
