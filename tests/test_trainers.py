@@ -167,6 +167,7 @@ def test_callback_folder_read_as_an_ab_run(tmp_path):
     # the same analysis as an A/B's: an NVTX-cost comparison whose pairs are the adjacent steps of a rep
     written = summary["comparisons"][0]
     assert comps.role.iloc[0] == "nvtx" and comps.n_pairs.iloc[0] == written["n_pairs"] == 2
+    assert comps.optimizations.iloc[0] == "packing=cached"  # part of what a clean repeat shares (`REPEAT_KEY`)
     assert comps.speedup.iloc[0] == pytest.approx(written["speedup"], rel=1e-12)
     cost = an.instrument_cost(str(out), include_cpu=True)
     assert list(cost.instrument) == ["nvtx ranges"] and cost.n.iloc[0] == 2
