@@ -171,6 +171,7 @@ def test_callback_folder_read_as_an_ab_run(tmp_path):
     assert comps.speedup.iloc[0] == pytest.approx(written["speedup"], rel=1e-12)
     cost = an.instrument_cost(str(out), include_cpu=True)
     assert list(cost.instrument) == ["nvtx ranges"] and cost.n.iloc[0] == 2
+    assert cost.arm.iloc[0] == "plain (packing=cached)"
     assert cost.speedup.iloc[0] == pytest.approx(written["speedup"], rel=1e-12)
     assert an.mfu(str(out), include_cpu=True).empty  # left out as the A/B's nvtx: comparisons are
     # negative control: the same steps written as an A/B comparison (paired on rep and step) get no pair

@@ -7,8 +7,8 @@ import os
 
 import pandas as pd
 
-from workbench.analysis.loader import (_arms, _frame, _included, _json, _meta, _name, is_nvtx_cost, profiles_root,
-                                       recomputed)
+from workbench.analysis.loader import (_arms, _frame, _included, _json, _meta, _name, is_nvtx_cost,
+                                       optimizations_text, profiles_root, recomputed)
 
 
 COST_COLUMNS = ["instrument", "folder", "comparison", "arm", "role", "off_ms", "on_ms", "cost_pct", "speedup",
@@ -21,7 +21,8 @@ def instrument_cost(profiles: str | None = None, **kw) -> pd.DataFrame:
     cost_pct = 100 * (on/off - 1), no CI (the two are not paired). "nvtx ranges": per NVTX-cost comparison
     (`is_nvtx_cost`: an A/B's `nvtx:` one, or a `WorkbenchCallback` folder's, whose pairs are two adjacent steps of
     the user's run on different batches), off_ms / on_ms the means of the ranges-off / on arms, speedup over paired
-    steps with its CI and verdict, recomputed from results.csv (`recomputed`: the rep as the unit); cost_pct =
+    steps with its CI and verdict, recomputed from results.csv (`recomputed`: the rep as the unit), `arm` the arm
+    ranges were put on (a callback's: `plain (packing=cached)`, the optimizations its model ran); cost_pct =
     100 * (1/speedup - 1)."""
     rows = []
     for r, comps in _included(profiles, **kw):
@@ -33,7 +34,8 @@ def instrument_cost(profiles: str | None = None, **kw) -> pd.DataFrame:
                 sp = new.get("speedup")
                 lo, hi = new.get("ci95") or [None, None]
                 rows.append({**base, "instrument": "nvtx ranges", "comparison": _name(c), "role": "nvtx",
-                             "arm": (off.get("arm") or "").removesuffix("-nvtx"),
+                             "arm": (off.get("arm") or "").removesuffix("-nvtx") + (
+                                 f" ({opts})" if (opts := optimizations_text(c)) else ""),
                              "off_ms": new.get("baseline_mean_ms", off.get("step_ms_mean")),
                              "on_ms": new.get("arm_mean_ms", on.get("step_ms_mean")),
                              "cost_pct": 100 * (1 / sp - 1) if sp else None,

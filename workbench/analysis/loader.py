@@ -280,6 +280,14 @@ def is_nvtx_cost(name: str) -> bool:
     return name.startswith("nvtx:") or name == results.CALLBACK_COMPARISON
 
 
+def optimizations_text(c: dict) -> str | None:
+    """The optimizations a `WorkbenchCallback` comparison's model ran with, `opt=arm,...` ("none" without any); None
+    for a comparison that does not record them (an A/B's arms say it)."""
+    if "optimizations" not in c:
+        return None
+    return ",".join(f"{k}={v}" for k, v in sorted((c["optimizations"] or {}).items())) or "none"
+
+
 def _role(name: str, arm: str, is_optimized: bool) -> str:
     if is_nvtx_cost(name):
         return "nvtx"

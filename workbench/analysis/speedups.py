@@ -9,7 +9,7 @@ import pandas as pd
 
 from workbench.analysis.constants import RECIPE
 from workbench.analysis.loader import (_arms, _empty, _frame, _included, _name, _rows, _run_lengths, _run_precision,
-                                       default_lengths, recomputed)
+                                       default_lengths, optimizations_text, recomputed)
 
 
 COMP_COLUMNS = ["folder", "job", "name", "opt", "model", "layers", "tokens", "attn", "precision", "lengths", "gpu_name",
@@ -88,8 +88,7 @@ def _clean_repeat_facts(r: dict, c: dict) -> dict:
     return {"git_sha": r.get("git_sha"), "batches": args.get("batches"), "steps": args.get("steps"),
             "trace": args.get("trace"), "arm_set": ",".join(sorted(a["arm"] for a, _ in _arms(c) if a.get("arm"))),
             "nvtx_backend": nvtx_backend_of(meta),
-            "optimizations": None if "optimizations" not in c else ",".join(
-                f"{k}={v}" for k, v in sorted((c["optimizations"] or {}).items())) or "none"}
+            "optimizations": optimizations_text(c)}
 
 
 def _rep_log_ratios(path: str, comparison: str, baseline, arm) -> list | None:
