@@ -692,6 +692,9 @@ def test_repeats_z_and_mean_z2(tmp_path):
     mixed = c.copy()  # another NVTX backend (the nvtx package deleted mid-campaign) is not a clean repeat
     mixed.loc[mixed["folder"] == os.path.join("p", "repeat_b"), "nvtx_backend"] = "torch.cuda.nvtx"
     assert an.repeats(mixed).empty
+    tuned = c.copy()  # a WorkbenchCallback run whose model ran other optimizations steps another step
+    tuned.loc[tuned["folder"] == os.path.join("p", "repeat_b"), "optimizations"] = "packing=cached"
+    assert an.repeats(tuned).empty
     few = c.copy()
     few.loc[few["folder"] == os.path.join("p", "repeat_b"), "n_units"] = 3
     assert an.repeats(few).empty

@@ -364,6 +364,18 @@ def test_samples_pair_by_rep_and_step():
     b, o, reps = engine.pairs(m.samples, "A", "B")
     assert [y - x for x, y in zip(b, o)] == pytest.approx([0.5] * 6)
     assert reps == [0, 0, 0, 1, 1, 1]
+    with pytest.raises(ValueError, match="ambiguous"):  # on the rep alone, an A/B's steps would collide
+        engine.pairs(m.samples, "A", "B", ("rep",))
+
+
+def test_the_callback_comparison_pairs_on_the_rep_alone():
+    from workbench.measure.results import CALLBACK_COMPARISON
+    assert engine.pair_keys(CALLBACK_COMPARISON) == ("rep",)
+    assert engine.pair_keys("packing") == engine.pair_keys("nvtx:packing") == engine.PAIRED_ON == ("rep", "step")
+    adjacent = [dict(arm=a, rep=r, step=2 * r + (a == "B"), batch=2 * r + (a == "B"), step_ms=10.0 + (a == "B"))
+                for r in range(3) for a in ("A", "B")]  # a pair = two adjacent steps, different batches
+    assert engine.pairs(adjacent, "A", "B") == ([], [], [])  # the A/B's pairing finds none: the control
+    assert engine.pairs(adjacent, "A", "B", ("rep",)) == ([10.0] * 3, [11.0] * 3, [0, 1, 2])
 
 
 def _rotate_by_one(arms, rep):

@@ -164,11 +164,37 @@ def test_callback_folder_read_as_an_ab_run(tmp_path):
     assert report_main([str(out)]) == 0
     comps = an.comparisons(str(out), include_cpu=True)
     assert list(comps.arm) == ["ranges"] and comps.verdict.iloc[0] == "not a result (CPU timing)"
+    # the same analysis as an A/B's: an NVTX-cost comparison whose pairs are the adjacent steps of a rep
+    written = summary["comparisons"][0]
+    assert comps.role.iloc[0] == "nvtx" and comps.n_pairs.iloc[0] == written["n_pairs"] == 2
+    assert comps.optimizations.iloc[0] == "packing=cached"  # part of what a clean repeat shares (`REPEAT_KEY`)
+    assert comps.speedup.iloc[0] == pytest.approx(written["speedup"], rel=1e-12)
+    cost = an.instrument_cost(str(out), include_cpu=True)
+    assert list(cost.instrument) == ["nvtx ranges"] and cost.n.iloc[0] == 2
+    assert cost.arm.iloc[0] == "plain (packing=cached)"
+    assert cost.speedup.iloc[0] == pytest.approx(written["speedup"], rel=1e-12)
+    assert an.mfu(str(out), include_cpu=True).empty  # left out as the A/B's nvtx: comparisons are
+    # negative control: the same steps written as an A/B comparison (paired on rep and step) get no pair
+    ab = _rewritten_as(out, tmp_path / "ab", "packing")
+    assert an.comparisons(ab, include_cpu=True).n_pairs.iloc[0] == 0
     s = an.syncs(str(out), include_cpu=True)
     assert s.syncs_per_step.iloc[0] == summary["comparisons"][0]["baseline"]["syncs_per_step"]
     assert len(an.steps(str(out), include_cpu=True)) == 4
     by_layer = summary["comparisons"][0]["syncs_by_layer"]
     assert set(by_layer) <= {"model", "L00", "L01"}
+
+
+def _rewritten_as(run, out, name: str) -> str:
+    """The timed steps of the callback's folder `run` written by `RunWriter` into `out` as a comparison `name`."""
+    from workbench.measure.results import RunWriter, load_run
+    df, summary, _ = load_run(str(run))
+    w = RunWriter(str(out), "neg", env={"opt": name, "device": "cpu"})
+    for r in df[df.metric == "step_ms"].to_dict("records"):
+        w.add(name, r["arm"], "step_ms", r["value"], "ms", rep=r["rep"], step=r["step"], batch=r["batch"])
+    comp = {**summary["comparisons"][0], "name": name, "opt": name}
+    w.write_summary({"run_id": "neg", "device": "cpu", "complete": True, "comparisons": [comp]})
+    w.finish("complete")
+    return str(out)
 
 
 def test_callback_refuses_bad_arguments(tmp_path):

@@ -12,8 +12,10 @@ separate passes, so no timing carries an instrument (the A/B's rule):
 - timed: `2 * pairs` steps, alternating `plain` (the user's step; the callback only reads the clock) and `ranges`
   (decoder layers carrying the NVTX ranges `wb/Lxx/{fwd,attn,mlp,bwd,recompute}`, `workbench.instrument.ranges`),
   the order swapped every other pair. Each step's wall clock runs from `on_step_begin` to `on_step_end`
-  (synchronized at both ends on CUDA) -> results.csv `step_ms` rows; comparison `trainer`'s speedup `plain` /
-  `ranges` (the adjacent pair is the unit, `stats.paired_speedup`) is the cost of the ranges on this step.
+  (synchronized at both ends on CUDA) -> results.csv `step_ms` rows, `rep` the pair, `batch` the step (each step
+  its own batch); comparison `trainer`'s speedup `plain` / `ranges` (the adjacent pair is the unit,
+  `stats.paired_speedup`) is the cost of the ranges on this step. The analysis reads it as an NVTX-cost comparison
+  paired on the rep (`workbench.measure.results.CALLBACK_COMPARISON`).
 - counted: `count_steps` steps under the sync counter (`workbench.instrument.syncs`) -> `syncs` rows, their step
   time as `instrumented_step_ms` (the counter's own cost, never a timing); the arm's `syncs_per_step`,
   `sync_sources_per_step`, and the comparison's `syncs_by_layer` (per step, by layer and pass).
@@ -36,9 +38,9 @@ from workbench.instrument.ranges import Ranges, instrument_layers
 from workbench.instrument.syncs import SyncCounter
 from workbench.measure import stats
 from workbench.errors import WorkbenchError
-from workbench.measure.results import RunWriter, check_out_dir, clear_run_files, device_info, new_run_id
+from workbench.measure.results import (CALLBACK_COMPARISON as COMPARISON, RunWriter, check_out_dir, clear_run_files,
+                                       device_info, new_run_id)
 
-COMPARISON = "trainer"
 PLAIN, RANGES = "plain", "ranges"
 
 

@@ -7,7 +7,8 @@ import os
 
 import pandas as pd
 
-from workbench.analysis.loader import _arms, _frame, _included, _json, _meta, _name, profiles_root, recomputed
+from workbench.analysis.loader import (_arms, _frame, _included, _json, _meta, _name, is_nvtx_cost,
+                                       optimizations_text, profiles_root, recomputed)
 
 
 COST_COLUMNS = ["instrument", "folder", "comparison", "arm", "role", "off_ms", "on_ms", "cost_pct", "speedup",
@@ -17,20 +18,24 @@ COST_COLUMNS = ["instrument", "folder", "comparison", "arm", "role", "off_ms", "
 def instrument_cost(profiles: str | None = None, **kw) -> pd.DataFrame:
     """What the instruments cost (`COST_COLUMNS`). "sync counter": per arm of every comparison but the nvtx ones,
     off_ms = median timed step, on_ms = median step of the counted pass (counter on, one step per batch: n),
-    cost_pct = 100 * (on/off - 1), no CI (the two are not paired). "nvtx ranges": per `nvtx:` comparison, off_ms /
-    on_ms the means of the `-nvtx` / `+nvtx` arms, speedup over paired steps with its CI and verdict, recomputed
-    from results.csv (`recomputed`: the rep as the unit); cost_pct = 100 * (1/speedup - 1)."""
+    cost_pct = 100 * (on/off - 1), no CI (the two are not paired). "nvtx ranges": per NVTX-cost comparison
+    (`is_nvtx_cost`: an A/B's `nvtx:` one, or a `WorkbenchCallback` folder's, whose pairs are two adjacent steps of
+    the user's run on different batches), off_ms / on_ms the means of the ranges-off / on arms, speedup over paired
+    steps with its CI and verdict, recomputed from results.csv (`recomputed`: the rep as the unit), `arm` the arm
+    ranges were put on (a callback's: `plain (packing=cached)`, the optimizations its model ran); cost_pct =
+    100 * (1/speedup - 1)."""
     rows = []
     for r, comps in _included(profiles, **kw):
         base = {"folder": r["folder"], "file": os.path.join(r["folder"], "summary.json")}
         for c in comps:
-            if _name(c).startswith("nvtx:"):
+            if is_nvtx_cost(_name(c)):
                 off, on = c.get("baseline") or {}, c.get("optimized") or {}
                 new = recomputed(r["path"], _name(c), off.get("arm"), on.get("arm")) or {}
                 sp = new.get("speedup")
                 lo, hi = new.get("ci95") or [None, None]
                 rows.append({**base, "instrument": "nvtx ranges", "comparison": _name(c), "role": "nvtx",
-                             "arm": (off.get("arm") or "").removesuffix("-nvtx"),
+                             "arm": (off.get("arm") or "").removesuffix("-nvtx") + (
+                                 f" ({opts})" if (opts := optimizations_text(c)) else ""),
                              "off_ms": new.get("baseline_mean_ms", off.get("step_ms_mean")),
                              "on_ms": new.get("arm_mean_ms", on.get("step_ms_mean")),
                              "cost_pct": 100 * (1 / sp - 1) if sp else None,
@@ -138,7 +143,7 @@ def mfu(profiles: str | None = None, **kw) -> pd.DataFrame:
     rows = []
     for r, comps in _included(profiles, **kw):
         for c in comps:
-            if _name(c).startswith("nvtx:"):
+            if is_nvtx_cost(_name(c)):
                 continue
             peak = flops.peak_tflops(r["gpu_name"] or "")
             older = None

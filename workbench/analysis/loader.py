@@ -274,8 +274,22 @@ def voided(profiles: str | None = None, **kw) -> pd.DataFrame:
     return _frame(rows, VOID_COLUMNS)
 
 
+def is_nvtx_cost(name: str) -> bool:
+    """Whether a comparison times NVTX ranges off against on (role "nvtx"): the A/B's `nvtx:...` comparisons and the
+    callback's (`results.CALLBACK_COMPARISON`, a user's adjacent steps: its pairs differ in batch)."""
+    return name.startswith("nvtx:") or name == results.CALLBACK_COMPARISON
+
+
+def optimizations_text(c: dict) -> str | None:
+    """The optimizations a `WorkbenchCallback` comparison's model ran with, `opt=arm,...` ("none" without any); None
+    for a comparison that does not record them (an A/B's arms say it)."""
+    if "optimizations" not in c:
+        return None
+    return ",".join(f"{k}={v}" for k, v in sorted((c["optimizations"] or {}).items())) or "none"
+
+
 def _role(name: str, arm: str, is_optimized: bool) -> str:
-    if name.startswith("nvtx:"):
+    if is_nvtx_cost(name):
         return "nvtx"
     return "aa" if arm.endswith("#2") else ("optimized" if is_optimized else "other")
 
@@ -320,7 +334,8 @@ _RECOMPUTED_CACHE: dict = {}
 
 def recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict | None:
     """The speedup of `arm` over `baseline` recomputed from the run's results.csv with today's engine statistics
-    (`workbench.measure.engine.paired_comparison`: every pair, the rep as the unit, t with R-1 df, no verdict below
+    (`workbench.measure.engine.paired_comparison`: every pair, on the comparison's `engine.pair_keys` (the same step
+    of a rep; the rep alone for the callback's adjacent steps), the rep as the unit, t with R-1 df, no verdict below
     `stats.MIN_UNITS` reps; a timing on a CPU gives no CI and no verdict: `stats.timing_on`), with both arms' mean step (`baseline_mean_ms`, `arm_mean_ms`); None without rows. The
     summary.json of a run made before the rep-level statistics holds the old pair-bootstrap figures: the tables
     never read those. Cached per file and modification time, as `step_samples` (every table asks again)."""
@@ -379,7 +394,8 @@ def _recomputed(run_path: str, comparison: str, baseline: str, arm: str) -> dict
     meta = _meta(run_path)
     device = _device_type({} if isinstance(meta.get("device"), dict) else
                           _json(os.path.join(run_path, "summary.json")) or {}, meta)
-    res = stats.timing_on(engine.paired_comparison(mine, baseline, arm), device)  # a CPU timing: no CI, no verdict
+    res = stats.timing_on(engine.paired_comparison(mine, baseline, arm, engine.pair_keys(comparison)), device)
+    # (a CPU timing: no CI, no verdict)
     mean = lambda a: float(pd.Series([x["step_ms"] for x in mine if x["arm"] == a]).mean())  # noqa: E731
     return {**res, "baseline_mean_ms": mean(baseline), "arm_mean_ms": mean(arm)}
 

@@ -9,7 +9,7 @@ import pandas as pd
 
 from workbench.analysis.constants import RECIPE
 from workbench.analysis.loader import (_arms, _empty, _frame, _included, _name, _rows, _run_lengths, _run_precision,
-                                       default_lengths, recomputed)
+                                       default_lengths, optimizations_text, recomputed)
 
 
 COMP_COLUMNS = ["folder", "job", "name", "opt", "model", "layers", "tokens", "attn", "precision", "lengths", "gpu_name",
@@ -19,8 +19,8 @@ COMP_COLUMNS = ["folder", "job", "name", "opt", "model", "layers", "tokens", "at
                 "summary_ci95_lo", "summary_ci95_hi", "summary_verdict", "summary_n_pairs", "equivalent",
                 "different_function_passed", "syncs_baseline", "syncs_arm", "instrument_cost_pct", "run_status", "file",
                 "command",
-                "git_sha", "batches", "steps", "trace", "arm_set", "nvtx_backend", "rep_log_ratios", "process_of",
-                "void_reason"]
+                "git_sha", "batches", "steps", "trace", "arm_set", "nvtx_backend", "optimizations", "rep_log_ratios",
+                "process_of", "void_reason"]
 
 
 def comparisons(profiles: str | None = None, include_incomplete_comparisons=False, **discover_kw) -> pd.DataFrame:
@@ -77,15 +77,18 @@ def comparisons(profiles: str | None = None, include_incomplete_comparisons=Fals
 
 def _clean_repeat_facts(r: dict, c: dict) -> dict:
     """What a clean repeat must share beyond the comparison: the commit, the batches, steps and trace mode it ran,
-    its set of arms (meta.json's args; None where not recorded) and the NVTX backend its timed steps' ranges went
-    through (`results.nvtx_backend_of`: the `nvtx` package or torch.cuda.nvtx, which differ in cost per range)."""
+    its set of arms (meta.json's args; None where not recorded), the NVTX backend its timed steps' ranges went
+    through (`results.nvtx_backend_of`: the `nvtx` package or torch.cuda.nvtx, which differ in cost per range) and
+    the optimizations a `WorkbenchCallback` run's model ran with (`opt=arm,...`, "none"; None for an A/B, whose arms
+    say it): a user's step with `packing="cached"` is another step than without."""
     from workbench.analysis.loader import _meta
     from workbench.measure.results import nvtx_backend_of
     meta = _meta(r["path"])  # read once per file version, not once per row
     args = meta.get("args") or {}
     return {"git_sha": r.get("git_sha"), "batches": args.get("batches"), "steps": args.get("steps"),
             "trace": args.get("trace"), "arm_set": ",".join(sorted(a["arm"] for a, _ in _arms(c) if a.get("arm"))),
-            "nvtx_backend": nvtx_backend_of(meta)}
+            "nvtx_backend": nvtx_backend_of(meta),
+            "optimizations": optimizations_text(c)}
 
 
 def _rep_log_ratios(path: str, comparison: str, baseline, arm) -> list | None:
@@ -95,7 +98,7 @@ def _rep_log_ratios(path: str, comparison: str, baseline, arm) -> list | None:
     smp = step_samples(path).get(comparison)
     if not smp or baseline is None:
         return None
-    b, o, reps = engine.pairs(smp, baseline, arm)
+    b, o, reps = engine.pairs(smp, baseline, arm, engine.pair_keys(comparison))
     per: dict = {}
     for x, y, u in zip(b, o, reps):
         if u is not None and u == u and u >= 0:
@@ -177,9 +180,10 @@ def runs_of(comps: pd.DataFrame, prefer=None) -> pd.DataFrame:
 
 
 REPEAT_KEY = ["name", "baseline", "arm", "model", "layers", "tokens", "precision", "lengths", "gpu_name", "ranks",
-              "git_sha", "batches", "steps", "trace", "arm_set", "nvtx_backend"]
-"""A clean repeat: the same comparison on the same GPU model, commit, batches, steps, trace mode, arm set and NVTX
-backend (the instrument the timed steps carry: a process without the `nvtx` package is not a repeat of one with it)."""
+              "git_sha", "batches", "steps", "trace", "arm_set", "nvtx_backend", "optimizations"]
+"""A clean repeat: the same comparison on the same GPU model, commit, batches, steps, trace mode, arm set, NVTX
+backend (the instrument the timed steps carry: a process without the `nvtx` package is not a repeat of one with it)
+and, for a `WorkbenchCallback` run, the optimizations its model ran with."""
 MIN_REPEAT_REPS = 4
 """A run enters the repeat diagnostic with at least this many reps (fewer: its se rests on 1-2 df)."""
 REPEAT_COLUMNS = [*REPEAT_KEY, "statistic", "folder_1", "speedup_1", "ci95_lo_1", "ci95_hi_1", "se_log_1", "folder_2",

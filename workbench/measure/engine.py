@@ -42,6 +42,7 @@ from typing import Callable, ContextManager, Protocol as _Protocol
 
 
 from workbench.measure import stats
+from workbench.measure.results import CALLBACK_COMPARISON
 from workbench.errors import WorkbenchError
 
 
@@ -378,21 +379,39 @@ def flag_outliers(samples: list[dict]) -> None:
             s["outlier"] = bool(m)
 
 
-def pairs(samples: list[dict], baseline: str, other: str) -> tuple[list, list, list]:
-    """(baseline step_ms, other step_ms, rep) paired by (rep, step), every pair (outliers included)."""
-    b = {(s["rep"], s["step"]): s for s in samples if s["arm"] == baseline}
-    o = {(s["rep"], s["step"]): s for s in samples if s["arm"] == other}
+PAIRED_ON = ("rep", "step")
+"""What pairs two arms' samples in an A/B: the same step (so the same batch) of the same rep."""
+
+
+def pair_keys(comparison: str) -> tuple[str, ...]:
+    """The sample fields that pair a comparison's arms: `PAIRED_ON`, or the rep alone for the callback's comparison
+    (`results.CALLBACK_COMPARISON`: its pair is two adjacent steps of a user's run, different batches)."""
+    return ("rep",) if comparison == CALLBACK_COMPARISON else PAIRED_ON
+
+
+def pairs(samples: list[dict], baseline: str, other: str, on: tuple[str, ...] = PAIRED_ON) -> tuple[list, list, list]:
+    """(baseline step_ms, other step_ms, rep) paired by the fields `on` (rep first), every pair (outliers included).
+    Two samples of one arm under one key raise ValueError (a pairing that would drop one)."""
+    b, o = {}, {}
+    for s in samples:
+        side = b if s["arm"] == baseline else o if s["arm"] == other else None
+        if side is None:
+            continue
+        k = tuple(s[f] for f in on)
+        if k in side:
+            raise ValueError(f"arm {s['arm']!r} has two samples at {dict(zip(on, k))}: pairing on {on} is ambiguous")
+        side[k] = s
     keys = sorted(set(b) & set(o))
     return [b[k]["step_ms"] for k in keys], [o[k]["step_ms"] for k in keys], [k[0] for k in keys]
 
 
-def paired_comparison(samples: list[dict], baseline: str, other: str) -> dict:
+def paired_comparison(samples: list[dict], baseline: str, other: str, on: tuple[str, ...] = PAIRED_ON) -> dict:
     """The speedup of `other` over `baseline` with its 95% CI and verdict (`workbench.measure.stats.paired_speedup`, the
-    rep as the unit), from every pair. Outliers (`flag_outliers`) are listed as a diagnostic (`outlier_steps`:
-    arm, rep, step, batch, step_ms), never dropped; `variance_components` are the two arms' rep / batch / step
-    SDs."""
+    rep as the unit), from every pair (`pairs` on the fields `on`). Outliers (`flag_outliers`) are listed as a
+    diagnostic (`outlier_steps`: arm, rep, step, batch, step_ms), never dropped; `variance_components` are the two
+    arms' rep / batch / step SDs."""
     flag_outliers(samples)
-    b, o, reps = pairs(samples, baseline, other)
+    b, o, reps = pairs(samples, baseline, other, on)
     res = stats.paired_speedup(b, o, reps)
     flagged = [s for s in samples if s["arm"] in (baseline, other) and s.get("outlier")]
     res["outlier_pairs"] = len({(s["rep"], s["step"]) for s in flagged})

@@ -46,6 +46,12 @@ STEP_METRICS = {"step_ms": "ms", "fwd_ms": "ms", "bwd_ms": "ms", "opt_ms": "ms",
                 "loss": "nats"}
 """StepRecord fields written as rows, with their units."""
 
+CALLBACK_COMPARISON = "trainer"
+"""The comparison `workbench.callback.WorkbenchCallback` writes: a user's own training steps with NVTX ranges off (arm
+`plain`) and on (`ranges`) in adjacent pairs, each step its own batch (`batch` = the step). The adjacent pair is its
+rep, so readers pair it on the rep alone (`workbench.measure.engine.pair_keys`) and read it as an NVTX-cost
+comparison, as the A/B's `nvtx:...` ones."""
+
 
 def new_run_id(tag: str = "") -> str:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")

@@ -13,6 +13,7 @@ from workbench import analysis as an
 from workbench.report.headline import _prefer
 from workbench.report.rerun import rerun_section
 from workbench.savings import verdicts as judging
+from workbench.measure.results import CALLBACK_COMPARISON
 from workbench.report.markdown import (SPEEDUP_RULE, _Ctx, _ci, _eq, _f, _label, _ms_ci, _n, _ratio_text, _shape,
                                        _table)
 
@@ -94,7 +95,10 @@ def results_page(ctx: _Ctx) -> str:
     if len(nv):
         lines += ["## What NVTX ranges cost", "",
                   "The one instrument left on in timed steps: each comparison's baseline with ranges off (baseline) "
-                  "against on (arm), paired (recomputed at the rep level); cost = 1/speedup - 1.", ""]
+                  "against on (arm), paired (recomputed at the rep level); cost = 1/speedup - 1."
+                  + (f" `{CALLBACK_COMPARISON}` (a `WorkbenchCallback` folder): a user's own training steps, each "
+                     "pair two adjacent steps on different batches, the pair as the rep."
+                     if (nv["comparison"] == CALLBACK_COMPARISON).any() else ""), ""]
         rows = [[r["comparison"], r["arm"], _f(r["off_ms"]), _f(r["on_ms"]), _ci(r), r["verdict"],
                  _f(r["cost_pct"], "{:+.1f}") + "%", _f(r["n"], "{:.0f}"), ctx.link(r["file"])]
                 for r in nv.to_dict("records")]
