@@ -345,7 +345,8 @@ def test_the_named_sizes_reach_the_floor_and_one_less_does_not():
     assert at(by_k(k))["power"] >= floor > at(by_k(k - 1))["power"]
     n = s["reps"]
     assert n is not None and n > design.reps
-    assert at(dataclasses.replace(design, reps=n))["power"] >= floor > at(dataclasses.replace(design, reps=n - 1))["power"]
+    by_r = lambda r: dataclasses.replace(design, reps=r)  # noqa: E731
+    assert at(by_r(n))["power"] >= floor > at(by_r(n - 1))["power"]
 
 
 def test_run_sd_at_the_measured_processes_is_the_measured_bound_and_falls_toward_the_point():

@@ -181,7 +181,8 @@ def gateable_sizes(noise: power.Noise, design: GateDesign, regression_pct: float
     seeds), for a gate below it:
     "regression_pct": the smallest regression (on a `REGRESSION_STEP_PCT` grid) it can gate with these A/A processes
     and reps (None: none up to 1000%); "processes": the fewest A/A processes (`run_sd_at`, the levels' variance as
-    measured; not sought without `run`, the `run_sd` result) that gate `regression_pct` at these reps (None: not up to `MAX_AA_PROCESSES`, whose power is
+    measured; not sought without `run`, the `run_sd` result) that gate `regression_pct` at these reps (None: not
+    up to `MAX_AA_PROCESSES`, whose power is
     "processes_power"); "reps": the fewest reps a side that do at these processes (None: not up to `MAX_REPS`,
     "reps_power": the power there: the run SD, which no rep averages away, limits it)."""
     at = functools.lru_cache(maxsize=None)(  # each design's power once: the searches ask for their ends again
