@@ -3,6 +3,7 @@ is at most 5% (power's simulator, seeded), its detection rate for a 2% slowdown 
 comes from 3 or more same-commit A/A processes (an upper bound that covers the true run SD, where the point estimate
 does not), the gate refuses what it cannot measure before the re-run, and the whole gate runs on a
 CPU with the re-run injected (synthetic run folders)."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -194,7 +195,8 @@ def test_a_missing_aa_folder_is_one_plain_line(baseline, aa, tmp_path, capsys):
     assert "no such run folder" in _refusal(capsys, ["--baseline", baseline, "--aa", *aa[:2], str(tmp_path / "nope")])
 
 
-def test_a_tolerance_that_cannot_catch_the_regression_is_refused(baseline, aa, tmp_path, capsys):
+def test_a_tolerance_that_cannot_catch_the_regression_is_refused(baseline, aa, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(gate_stats, "MAX_REPS", 16)  # the sizes the refusal names are tested below; a quick cap here
     noisy = _aa(tmp_path, offsets=(1.0, 1.02, 0.98))  # a run SD near 2%: its upper bound is far above
     assert "cannot catch a 2% regression" in _refusal(capsys, ["--baseline", baseline, "--aa", *noisy])
     assert "cannot catch a 2% regression" in _refusal(capsys, ["--baseline", baseline, "--aa", *aa,
@@ -311,3 +313,69 @@ def test_the_verdict_line_carries_the_gate_s_power(baseline, aa, tmp_path, capsy
     line = next(ln for ln in out.splitlines() if ln.startswith("verdict: "))
     assert rc == 0 and line == f"verdict: pass (power {j['tolerance']['detection_rate']:.2f} for 2%)"
     assert j["tolerance"]["detection_rate"] >= gate_stats.POWER_FLOOR
+
+
+# --- a gate below its floor names the sizes that would gate ------------------------------------------------------
+
+def _sizes_case(levels, rep_sd):
+    """A gate of 4 reps a side below its power floor, its run SD from 4 A/A processes at these levels (%)."""
+    rng = np.random.default_rng(0)
+    run = gate_stats.run_sd([100 * np.exp(lv / 100 + rng.normal(0, rep_sd / 200, 8)) for lv in levels])
+    noise = power.Noise(rep_sd_pct=rep_sd, step_sd_pct=0.5, batch_sd_pct=0.0, drift_pct=0.0)
+    return noise, gate_stats.GateDesign(reps=4, steps=2, batches=1, arms=2, run_sd_pct=run["run_sd_pct"]), run
+
+
+SIZES_SIMS = 100
+
+
+def test_the_named_sizes_reach_the_floor_and_one_less_does_not():
+    """Each named size, plugged back into the gate's own power arithmetic (same sims, same seeds), reaches 0.80;
+    one step less does not: the smallest regression (0.1% grid), the fewest A/A processes, the fewest reps."""
+    noise, design, run = _sizes_case((0.0, 0.3, -0.3, 0.1), 3.0)
+    reg, floor = 11.0, gate_stats.POWER_FLOOR
+    at = lambda d, r=reg: gate_stats.gate_power(noise, d, r, sims=SIZES_SIMS)  # noqa: E731
+    assert at(design)["power"] < floor
+    s = gate_stats.gateable_sizes(noise, design, reg, run, sims=SIZES_SIMS)
+    tol = at(design)["tolerance"]
+    det = lambda r: gate_stats.detection_rate(noise, design, tol, slowdown_pct=r, sims=SIZES_SIMS, seed=1)  # noqa: E731
+    assert det(s["regression_pct"]) >= floor > det(s["regression_pct"] - gate_stats.REGRESSION_STEP_PCT)
+    k = s["processes"]
+    assert k is not None and k > run["processes"]
+    by_k = lambda n: dataclasses.replace(design, run_sd_pct=gate_stats.run_sd_at(run, n))  # noqa: E731
+    assert at(by_k(k))["power"] >= floor > at(by_k(k - 1))["power"]
+    n = s["reps"]
+    assert n is not None and n > design.reps
+    by_r = lambda r: dataclasses.replace(design, reps=r)  # noqa: E731
+    assert at(by_r(n))["power"] >= floor > at(by_r(n - 1))["power"]
+
+
+def test_run_sd_at_the_measured_processes_is_the_measured_bound_and_falls_toward_the_point():
+    _, _, run = _sizes_case((0.0, 2.5, -2.5, 1.0), 1.0)
+    assert gate_stats.run_sd_at(run, run["processes"]) == pytest.approx(run["run_sd_pct"], rel=1e-12)
+    seq = [gate_stats.run_sd_at(run, k) for k in (4, 8, 50, 10_000)]
+    assert seq == sorted(seq, reverse=True) and seq[-1] == pytest.approx(run["point_sd_pct"], rel=0.05)
+
+
+def test_the_refusal_names_the_sizes_in_one_line():
+    noise, design, run = _sizes_case((0.0, 0.3, -0.3, 0.1), 3.0)
+    s = gate_stats.gateable_sizes(noise, design, 11.0, run, sims=SIZES_SIMS)
+    with pytest.raises(gate.GateInputError) as e:
+        gate.tolerance(None, noise, design, 11.0, run=run, sims=SIZES_SIMS)
+    msg = str(e.value)
+    assert "\n" not in msg and "cannot gate a 11% regression" in msg
+    assert f"with these 4 A/A processes and 4 reps it can gate {s['regression_pct']:g}% or more" in msg
+    assert f"for 11%: {s['processes']} A/A processes would" in msg
+    assert f"a baseline and re-run of {s['reps']} reps would" in msg
+
+
+def test_where_the_run_sd_dominates_the_refusal_says_more_reps_cannot():
+    """A run SD far above the rep SD: no reps (up to 64) and no number of A/A processes (their point run SD stays)
+    reach the floor for 5%; the refusal says so and still names the regression it can gate."""
+    noise, design, run = _sizes_case((0.0, 2.5, -2.5, 1.0), 1.0)
+    with pytest.raises(gate.GateInputError) as e:
+        gate.tolerance(None, noise, design, 5.0, run=run, sims=SIZES_SIMS)
+    msg = str(e.value)
+    s = gate_stats.gateable_sizes(noise, design, 5.0, run, sims=SIZES_SIMS)
+    assert s["reps"] is None and s["processes"] is None and s["reps_power"] < gate_stats.POWER_FLOOR
+    assert f"it can gate {s['regression_pct']:g}% or more" in msg and s["regression_pct"] > 5.0
+    assert "no number of A/A processes would" in msg and "more reps cannot" in msg and "the run SD limits it" in msg

@@ -12,8 +12,10 @@ rate and its simulated power for a --regression-pct slowdown.
 It never passes blind: it refuses (exit 2, one line, before the re-run) a baseline timed on a CPU (not a result),
 no --aa or fewer than 3 A/A processes, A/A runs of another commit or GPU, a tolerance (derived, or given with
 --tolerance-pct) that cannot catch the --regression-pct slowdown, and a gate whose simulated power for that slowdown
-is below 0.8 (`gate_stats.POWER_FLOOR`); its verdict line carries that power ("verdict: pass (power 0.91 for 2%)"); after the re-run, a re-run on another GPU and
-fewer than 2 reps on a side (no verdict).
+is below 0.8 (`gate_stats.POWER_FLOOR`), naming the sizes that would gate (`gate_stats.gateable_sizes`: the
+smallest regression it can gate, the A/A processes or reps that would gate the stated one); its verdict line carries
+that power ("verdict: pass (power 0.91 for 2%)"); after the re-run, a re-run on another GPU and fewer than 2 reps on a
+side (no verdict).
 
 Why adjacent runs, not one interleaved run. The engine's A/B interleaves arms in one process; interleaving two
 commits would need both commits' code importable in one process (two copies of the package, every module
@@ -217,28 +219,32 @@ def aa_noise(aa_dirs, comparison: str, gpu: str, *, base_args: dict | None = Non
 
 
 def tolerance(tolerance_pct: float | None, noise: power.Noise, design: gate_stats.GateDesign, regression_pct: float,
-              *, sims: int = 1000, seed: int = 0, min_power: float = gate_stats.POWER_FLOOR) -> tuple[float, dict]:
+              *, run: dict | None = None, sims: int = 1000, seed: int = 0,
+              min_power: float = gate_stats.POWER_FLOOR) -> tuple[float, dict]:
     """(tolerance %, how it was found): the one this noise and design need for a false-fail rate <= 5%, or the given
     one when it is at least that; refused when it cannot catch a `regression_pct` slowdown, or catches it with a
-    simulated power below `min_power`. States the simulated false-fail rate and the power for that slowdown."""
-    need = gate_stats.tolerance_pct(noise, design, sims=sims, seed=seed)
+    simulated power below `min_power`, the refusal naming the sizes that would (`gate_stats.gateable_sizes`; the A/A
+    processes only with `run`, the `gate_stats.run_sd` result). States the simulated false-fail rate and the power
+    for that slowdown."""
+    p = gate_stats.gate_power(noise, design, regression_pct, tolerance=tolerance_pct, sims=sims, seed=seed)
+    need, tol, det = p["need"], p["tolerance"], p["power"]
     if tolerance_pct is not None and tolerance_pct < need:
         raise GateInputError(f"--tolerance-pct {tolerance_pct:g} is below the {need:.2f}% this noise needs for a "
                              f"false-fail rate <= {100 * gate_stats.FALSE_FAIL_RATE:.0f}% (run SD "
                              f"{design.run_sd_pct:.2f}%): it would fail same-commit reruns; leave it out")
-    tol = need if tolerance_pct is None else tolerance_pct
-    if tol >= regression_pct:
-        raise GateInputError(f"this gate cannot catch a {regression_pct:g}% regression: at this noise (run SD "
-                             f"{design.run_sd_pct:.2f}%, rep SD {noise.rep_sd_pct:.2f}%, {design.reps} reps) its "
-                             f"tolerance is {tol:.2f}%; add A/A processes (a tighter run SD bound) or reps, or state a "
-                             "larger --regression-pct")
-    ff = gate_stats.simulate_gates(noise, design, tol, sims=sims, seed=seed + 2)["fail_rate"]
-    det = gate_stats.detection_rate(noise, design, tol, slowdown_pct=regression_pct, sims=sims, seed=seed + 1)
-    if det < min_power:
+    if tol >= regression_pct or det < min_power:
+        sizes = gate_stats.gateable_sizes(noise, design, regression_pct, run, tolerance=tolerance_pct,
+                                          floor=min_power, sims=sims, seed=seed)
+        would = gate_stats.sizes_text(sizes, regression_pct, run and run["processes"], design.reps)
+        if tol >= regression_pct:
+            raise GateInputError(f"this gate cannot catch a {regression_pct:g}% regression: at this noise (run SD "
+                                 f"{design.run_sd_pct:.2f}%, rep SD {noise.rep_sd_pct:.2f}%, {design.reps} reps) its "
+                                 f"tolerance is {tol:.2f}%; {would}")
         raise GateInputError(f"this gate cannot gate a {regression_pct:g}% regression: it would catch one "
                              f"{100 * det:.0f}% of the time (power {det:.2f}, below the floor {min_power:.2f}; run SD "
                              f"{design.run_sd_pct:.2f}%, rep SD {noise.rep_sd_pct:.2f}%, {design.reps} reps, tolerance "
-                             f"{tol:.2f}%); add A/A processes or reps, or state a larger --regression-pct")
+                             f"{tol:.2f}%); {would}")
+    ff = gate_stats.simulate_gates(noise, design, tol, sims=sims, seed=seed + 2)["fail_rate"]
     return tol, {"source": "given" if tolerance_pct is not None else "A/A processes",
                  "noise": {k: getattr(noise, k) for k in ("rep_sd_pct", "step_sd_pct", "drift_pct")},
                  "run_sd_pct": design.run_sd_pct, "regression_pct": regression_pct,
@@ -283,7 +289,7 @@ def gate(baseline: str, *, aa=None, budget_s: float | None = None, tolerance_pct
     if rerun is subprocess_rerun:  # the real re-run times on this machine: refused now, not after it ran
         check_rerun_here(gpu)
     design = dataclasses.replace(design, run_sd_pct=run["run_sd_pct"])
-    tol, how = tolerance(tolerance_pct, noise, design, regression_pct, sims=sims, min_power=min_power)
+    tol, how = tolerance(tolerance_pct, noise, design, regression_pct, run=run, sims=sims, min_power=min_power)
     how.update(aa_how, run_sd=run)
     if announce is not None:
         announce(plan_line(tol, how, design))

@@ -24,6 +24,7 @@ above the regression the gate must catch is refused (`workbench.compare.gate`) r
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -124,4 +125,105 @@ def run_sd(aa_rep_ms: list, *, confidence: float = 0.95) -> dict:
         raise ValueError("the run SD needs 2 or more processes")
     return {"run_sd_pct": 100 * math.sqrt(max(0.0, b["var_upper"] - w)),
             "point_sd_pct": 100 * math.sqrt(max(0.0, b["var"] - w)), "processes": len(y), "df": b["df"],
-            "within_var": w}
+            "within_var": w, "level_var": b["var"], "confidence": confidence}
+
+
+def run_sd_at(run: dict, processes: int) -> float:
+    """The run SD's upper bound (%) that `run` (a `run_sd` result) would give from `processes` A/A processes with
+    the same sample variance of their levels and the same within-run variance: the chi-square factor at
+    `processes` - 1 df, the rest as measured."""
+    from workbench.measure import stats
+    up = run["level_var"] * stats.variance_upper_factor(processes - 1, confidence=run["confidence"])
+    return 100 * math.sqrt(max(0.0, up - run["within_var"]))
+
+
+def gate_power(noise: power.Noise, design: GateDesign, regression_pct: float, *, tolerance: float | None = None,
+               sims: int = 1000, seed: int = 0) -> dict:
+    """{"need": the tolerance (%) this noise and design need (`tolerance_pct`), "tolerance": the one the gate uses
+    (`tolerance` when given and larger), "power": its simulated power for a `regression_pct` slowdown
+    (`detection_rate`)}: the gate's own arithmetic, at its seeds."""
+    need = tolerance_pct(noise, design, sims=sims, seed=seed)
+    tol = need if tolerance is None else max(tolerance, need)
+    return {"need": need, "tolerance": tol,
+            "power": detection_rate(noise, design, tol, slowdown_pct=regression_pct, sims=sims, seed=seed + 1)}
+
+
+MAX_AA_PROCESSES = 200
+"""The most A/A processes `gateable_sizes` considers (the run SD's bound is then within 13% of its point value)."""
+MAX_REPS = 64
+"""The most reps a side `gateable_sizes` considers (8 times the engine's default)."""
+REGRESSION_STEP_PCT = 0.1
+"""The grid the smallest gateable regression is named on."""
+
+
+def _least(ok, lo: int, hi_max: int) -> int | None:
+    """The least integer n in (lo, hi_max] with ok(n), given not ok(lo) and ok monotone: None when not ok(hi_max),
+    else doubling from lo, then bisection (ok(n) holds and ok(n - 1) does not)."""
+    if hi_max <= lo or not ok(hi_max):
+        return None
+    hi = None
+    while hi is None:
+        n = min(max(2 * lo, lo + 1), hi_max)
+        if n == hi_max or ok(n):
+            hi = n
+        else:
+            lo = n
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
+
+
+def gateable_sizes(noise: power.Noise, design: GateDesign, regression_pct: float, run: dict | None, *,
+                   tolerance: float | None = None, floor: float = POWER_FLOOR, sims: int = 1000,
+                   seed: int = 0) -> dict:
+    """The sizes at which this gate reaches `floor` power, from its own arithmetic (`gate_power`, the same sims and
+    seeds), for a gate below it:
+    "regression_pct": the smallest regression (on a `REGRESSION_STEP_PCT` grid) it can gate with these A/A processes
+    and reps (None: none up to 1000%); "processes": the fewest A/A processes (`run_sd_at`, the levels' variance as
+    measured; not sought without `run`, the `run_sd` result) that gate `regression_pct` at these reps (None: not
+    up to `MAX_AA_PROCESSES`, whose power is
+    "processes_power"); "reps": the fewest reps a side that do at these processes (None: not up to `MAX_REPS`,
+    "reps_power": the power there: the run SD, which no rep averages away, limits it)."""
+    at = functools.lru_cache(maxsize=None)(  # each design's power once: the searches ask for their ends again
+        lambda d: gate_power(noise, d, regression_pct, tolerance=tolerance, sims=sims, seed=seed))
+    tol = at(design)["tolerance"]
+    grid = lambda k: detection_rate(noise, design, tol, slowdown_pct=k * REGRESSION_STEP_PCT, sims=sims,  # noqa: E731
+                                    seed=seed + 1) >= floor
+    # below: the stated regression (its power is under the floor) and the tolerance (a slowdown of the tolerance
+    # itself fails only when its run reads slower than it is: under half the time)
+    k = _least(grid, int(max(regression_pct, tol) / REGRESSION_STEP_PCT), int(1000 / REGRESSION_STEP_PCT))
+    out = {"regression_pct": None if k is None else round(k * REGRESSION_STEP_PCT, 6), "floor": floor,
+           "processes": None, "processes_power": None, "reps": None, "reps_power": None,
+           "tolerance_given": tolerance is not None and tolerance >= regression_pct}
+    if out["tolerance_given"]:  # a given tolerance at or above the regression: no noise estimate or reps help
+        return out
+    if run is not None:
+        by_k = lambda n: dataclasses.replace(design, run_sd_pct=run_sd_at(run, n))  # noqa: E731
+        out["processes"] = _least(lambda n: at(by_k(n))["power"] >= floor, run["processes"], MAX_AA_PROCESSES)
+        if out["processes"] is None:
+            out["processes_power"] = at(by_k(MAX_AA_PROCESSES))["power"]
+        else:
+            out["processes_run_sd_pct"] = by_k(out["processes"]).run_sd_pct
+    by_r = lambda n: dataclasses.replace(design, reps=n)  # noqa: E731
+    out["reps"] = _least(lambda n: at(by_r(n))["power"] >= floor, design.reps, MAX_REPS)
+    if out["reps"] is None:
+        out["reps_power"] = at(by_r(max(design.reps, MAX_REPS)))["power"]
+    return out
+
+
+def sizes_text(sizes: dict, regression_pct: float, processes: int | None, reps: int) -> str:
+    """The sizes of `gateable_sizes` as one clause: what this gate can gate, and what would gate the stated
+    regression."""
+    r, has = sizes["regression_pct"], (f"these {processes} A/A processes and " if processes else "")
+    can = (f"with {has}{reps} reps it can gate {r:g}% or more" if r is not None
+           else f"with {has}{reps} reps it can gate no regression up to 1000%")
+    if sizes.get("tolerance_given"):
+        return f"{can} (power >= {sizes['floor']:.2f}); for {regression_pct:g}%: a lower --tolerance-pct (or none)"
+    k = (f"{sizes['processes']} A/A processes would (run SD bound {sizes['processes_run_sd_pct']:.2f}%); "
+         if sizes["processes"] is not None else
+         f"no number of A/A processes would (power {sizes['processes_power']:.2f} at {MAX_AA_PROCESSES}); "
+         if sizes["processes_power"] is not None else "")
+    n = (f"a baseline and re-run of {sizes['reps']} reps would" if sizes["reps"] is not None else
+         f"more reps cannot (power {sizes['reps_power']:.2f} at {max(reps, MAX_REPS)} reps: the run SD limits it)")
+    return f"{can} (power >= {sizes['floor']:.2f}); for {regression_pct:g}%: {k}{n}"

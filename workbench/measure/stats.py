@@ -638,7 +638,13 @@ def variance_upper_bound(values: Iterable, *, confidence: float = CONFIDENCE) ->
     if n < 2:
         return {"var": math.nan, "var_upper": None, "df": None, "n": n}
     s2 = float(x.var(ddof=1))
-    return {"var": s2, "var_upper": s2 * (n - 1) / float(_sps.chi2.ppf(1 - confidence, n - 1)), "df": n - 1, "n": n}
+    return {"var": s2, "var_upper": s2 * variance_upper_factor(n - 1, confidence=confidence), "df": n - 1, "n": n}
+
+
+def variance_upper_factor(df: int, *, confidence: float = CONFIDENCE) -> float:
+    """df / chi²_{1 - confidence, df}: the one-sided upper confidence bound on a variance over its sample variance
+    at `df` degrees of freedom (about 4.4 at 5 df, 3.2 at 7, tending to 1)."""
+    return df / float(_sps.chi2.ppf(1 - confidence, df))
 
 
 def fieller_ratio(a: float, se_a: float, df_a, b: float, se_b: float, df_b, *,
