@@ -454,6 +454,17 @@ def test_target_ci_stops_at_an_even_r_and_whole_williams_cycles():
     assert engine.stop_every(Protocol(reps=4), 4) == 4 and engine.stop_every(Protocol(reps=3), 3) == 2
 
 
+def test_floor_reps_is_what_a_spent_budget_runs():
+    """With its budget spent at once (budget_s=0) the engine runs exactly `floor_reps` reps: 1 rep of 2 arms runs 2
+    (whole cycles), 4 reps of 3 or 4 arms run 4, 3 reps of 4 arms run 4; max_reps caps it."""
+    flat = Script(lambda arm, rep, k, i: 10.0)
+    for reps, arms, max_reps, want in [(1, 2, 30, 2), (4, 3, 30, 4), (4, 4, 30, 4), (3, 4, 30, 4), (5, 4, 6, 6),
+                                       (2, 3, 30, 2)]:
+        p = Protocol(discard_reps=0, reps=reps, steps=1, warmup_min=0, warmup_max=0, budget_s=0.0, max_reps=max_reps)
+        m = _measure(flat, list("ABCD")[:arms], 1, p)
+        assert engine.floor_reps(p, arms) == m.reps == want, (reps, arms)
+
+
 # --- equivalence: the chunked fp32 reference is the same function ----------------------------------------------
 
 def _multi_doc_batch(vocab, tokens=96, seed=0):

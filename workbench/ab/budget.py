@@ -12,11 +12,23 @@ where o, the other phases' seconds per arm (building, equivalence, the counted p
 the comparisons done so far, and for the first comparison estimated as twice what its build and equivalence took (the
 counted pass and summary after its timing cost about as much again) over its arms. The timing phase then runs `MIN_REPS` reps (the
 verdict's floor, `stats.MIN_UNITS`) and adds reps while the share lasts, or until the `--target-ci` interval is
-reached (`stopped_by` says which). A comparison whose floor of reps takes longer than its share overruns it: the closing
-line says by how much. The clock is injectable (`clock=`), so the arithmetic is tested without waiting.
+reached (`stopped_by` says which). A comparison whose floor of reps takes longer than its share overruns it.
 
-Default: `DEFAULT_MIN` minutes for the main command (`--opt all`) on one GPU (`default_budget_min`), shown at the start;
-`--budget-min 0` turns it off.
+The floors are known once a comparison has run: an arm's rep (its warm-up steps and timed steps) costs r seconds, the
+timing phases' seconds over their rep passes times arms (the warm-up reps counted), and an arm's other phases o. After
+each comparison, if the comparisons not yet begun cannot fit what is left at their floors,
+
+    need = (sum of their arms) * ((floor reps + warm-up reps) * r + o)  >  B - elapsed,
+
+(the floor reps: `MIN_REPS`, or --reps, as the engine runs them: `engine.floor_reps`),
+
+one progress line says so (once; every comparison still runs), with `need` and how far over B the run will end. The
+closing line splits an overrun into what the floors forced and what the reps past the floors added (each timing phase's
+seconds pro rata to its rep passes). The clock is injectable (`clock=`), so the arithmetic is tested without waiting.
+
+Default: `DEFAULT_MIN` minutes for the main command (`--opt all`) on one GPU (`default_budget_min`), shown at the start
+with a line saying what the floors cost here is not known until the first comparison ends; `--budget-min 0` turns it
+off.
 """
 from __future__ import annotations
 
@@ -49,8 +61,18 @@ class RunBudget:
         self.done = 0
         self.other_s: list[float] = []
         """Seconds each finished comparison spent outside its timing phase (in order: comparison k has arms[k])."""
+        self.timing_s: list[float] = []
+        """Seconds each finished comparison's timing phase ran (0: it had none)."""
+        self.passes: list[tuple[int, int, int]] = []
+        """(rep passes its timing ran, the warm-up reps included; the passes its floor asked for; arms timed) of each
+        finished comparison ((0, 0, 0): no timing)."""
+        self.floor: tuple[int, int] | None = None
+        """(reps, warm-up reps) a timing phase runs at least, as the last one reported (`end_timing`)."""
+        self.floors_warning: str | None = None
+        """The line `floors_line` gave, once."""
         self._cmp_t0 = self._timing_t0 = None
         self._timing_s = 0.0
+        self._passes = (0, 0, 0)
         self.shares_s: list[float] = []
         """The timing share each comparison was given."""
 
@@ -61,7 +83,7 @@ class RunBudget:
         return self.total_s - self.elapsed_s()
 
     def begin_comparison(self) -> None:
-        self._cmp_t0, self._timing_s = self.clock(), 0.0
+        self._cmp_t0, self._timing_s, self._passes = self.clock(), 0.0, (0, 0, 0)
 
     def timing_share_s(self) -> float:
         """The timing phase's share of what is left (called as the phase starts); never below 0."""
@@ -69,24 +91,74 @@ class RunBudget:
         self._timing_t0 = now
         before = now - (self._cmp_t0 if self._cmp_t0 is not None else now)
         i = min(self.done, self.n - 1)
-        done_arms = sum(self.arms[:self.done])
-        per_arm = sum(self.other_s) / done_arms if self.other_s else 2 * before / self.arms[i]
+        per_arm = self.other_arm_s()
+        if per_arm is None:
+            per_arm = 2 * before / self.arms[i]
         later = sum(self.arms[i + 1:])
         rest_here = max(per_arm * self.arms[i] - before, 0.0)
         share = max(0.0, (self.left_s() - rest_here - per_arm * later) * self.arms[i] / (self.arms[i] + later))
         self.shares_s.append(share)
         return share
 
-    def end_timing(self) -> None:
+    def end_timing(self, reps: int = 0, arms: int = 0, floor_reps: int = 0, warmup_reps: int = 0) -> None:
+        """The timing phase ended after `reps` reps (and `warmup_reps` warm-up reps before them) of `arms` arms; its
+        floor was `floor_reps` reps."""
         if self._timing_t0 is not None:
             self._timing_s = self.clock() - self._timing_t0
             self._timing_t0 = None
+            self._passes = (reps + warmup_reps, floor_reps + warmup_reps, arms)
+            if floor_reps:
+                self.floor = (floor_reps, warmup_reps)
 
     def end_comparison(self) -> None:
         if self._cmp_t0 is not None:
             self.other_s.append(max(self.clock() - self._cmp_t0 - self._timing_s, 0.0))
+            self.timing_s.append(self._timing_s)
+            self.passes.append(self._passes)
         self.done += 1
         self._cmp_t0 = None
+
+    def other_arm_s(self) -> float | None:
+        """Seconds an arm's other phases took on the comparisons done (None before the first)."""
+        done_arms = sum(self.arms[:len(self.other_s)])
+        return sum(self.other_s) / done_arms if self.other_s else None
+
+    def arm_rep_s(self) -> float | None:
+        """Seconds one arm's rep (its warm-up steps and timed steps) took on the comparisons done (None before a
+        timing phase ended)."""
+        runs = sum(p * a for p, _, a in self.passes)
+        return sum(self.timing_s) / runs if runs else None
+
+    def floors_need_s(self) -> float | None:
+        """Seconds the comparisons not yet begun need at their floors (`floor` passes of every arm at `arm_rep_s`,
+        and their other phases at `other_arm_s`); None while those costs are unknown."""
+        rep_s, other_s = self.arm_rep_s(), self.other_arm_s()
+        if rep_s is None or other_s is None or self.floor is None:
+            return None
+        return sum(self.arms[self.done:]) * (sum(self.floor) * rep_s + other_s)
+
+    def floors_line(self) -> str | None:
+        """Once, after a comparison ends: the line saying that the floors of the comparisons left cannot fit what is
+        left of the budget, and by about how much the run will end over it (every comparison still runs)."""
+        need = self.floors_need_s()
+        if self.floors_warning is not None or need is None or self.done >= self.n:
+            return None
+        over = need - self.left_s()
+        if over <= 0:
+            return None
+        k, (reps, warm) = self.n - self.done, self.floor
+        self.floors_warning = (
+            f"budget: the floors of the {k} comparison{'s' if k > 1 else ''} left ({reps} rep{'s' if reps != 1 else ''}"
+            + (f" and {warm} warm-up rep{'s' if warm > 1 else ''}" if warm else "")
+            + f" each, at {self.arm_rep_s():.1f} s an arm's rep and {self.other_arm_s():.1f} s an arm's other phases "
+            f"as measured so far) need about {need / 60:.1f} min, {max(self.left_s(), 0.0) / 60:.1f} min is left: "
+            f"this run will end about {over / 60:.1f} min over its {self.total_s / 60:g} min budget (every "
+            f"comparison still runs)")
+        return self.floors_warning
+
+    def added_s(self) -> float:
+        """Seconds the finished timing phases spent on reps past their floors (each phase's time pro rata to passes)."""
+        return sum(t * (p - fp) / p for t, (p, fp, _) in zip(self.timing_s, self.passes) if p > fp)
 
     def suffix(self) -> str:
         """What progress lines end with: the time left of the budget (or how far over it)."""
@@ -102,8 +174,19 @@ class RunBudget:
                    " (--budget-min)")
                 + f": each comparison's timing runs {MIN_REPS} reps at least, then adds reps while its share lasts")
 
+    def unknown_line(self, device_name: str | None) -> str:
+        """The start's second line: what the floors cost here is measured, not assumed."""
+        return (f"budget: what the floors ({MIN_REPS} reps a comparison) cost" + (f" on {device_name}" if device_name
+                                                                                 else "")
+                + " is not known until the first comparison ends; a line then says if they cannot fit the budget")
+
     def closing_line(self) -> str:
         used = self.elapsed_s()
-        within = "within" if used <= self.total_s else "OVER"
-        return (f"wall time {used / 60:.1f} min: {within} the {self.total_s / 60:g} min budget "
-                f"(timing shares {', '.join(f'{s / 60:.1f}' for s in self.shares_s)} min)")
+        shares = f"timing shares {', '.join(f'{s / 60:.1f}' for s in self.shares_s)} min"
+        if used <= self.total_s:
+            return f"wall time {used / 60:.1f} min: within the {self.total_s / 60:g} min budget ({shares})"
+        over, added = used - self.total_s, self.added_s()
+        return (f"wall time {used / 60:.1f} min: OVER the {self.total_s / 60:g} min budget by {over / 60:.1f} min: "
+                f"{max(over - added, 0.0) / 60:.1f} forced by the floors (the run without the reps past them: "
+                f"{(used - added) / 60:.1f} min), {min(added, over) / 60:.1f} by reps the shares added past the "
+                f"floors ({shares})")

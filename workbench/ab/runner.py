@@ -445,7 +445,8 @@ class Runner:
                                  optimized=cmp.optimized if cmp.optimized in specs else None,
                                  on_sample=on_sample, on_warmup=on_warmup, on_rep=on_rep)
             if self.budget is not None:
-                self.budget.end_timing()
+                self.budget.end_timing(c.m.reps, len(c.live), engine.floor_reps(c.m.protocol, len(c.live)),
+                                       c.m.protocol.discard_reps)
             bar.close()
             for d in c.m.discarded:  # the warm-up rep: recorded (rep -1), never a `step_ms` row, never a statistic
                 self.writer.add(cmp.name, d["arm"], "discarded_step_ms", d["step_ms"], "ms", rep=-1, step=d["step"],

@@ -335,6 +335,8 @@ def _comparisons(r: _Run) -> None:
         runner.budget = RunBudget(minutes * 60, [len(c.arms) for c in comps])
         runner.budget.reps_floor = None if reps_given else MIN_REPS
         progress(runner.budget.start_line(getattr(runner, "device_name", None), default))
+        if len(comps) > 1:
+            progress(runner.budget.unknown_line(getattr(runner, "device_name", None)))
         writer.meta["budget"] = {"minutes": minutes, "default": default, "reps_floor": runner.budget.reps_floor}
         writer.write_meta()
     for i, cmp in enumerate(comps, 1):
@@ -365,6 +367,8 @@ def _comparisons(r: _Run) -> None:
         res["wall_s"] = round(time.perf_counter() - t0, 1)
         if runner.budget is not None:
             runner.budget.end_comparison()
+            if (line := runner.budget.floors_line()) is not None:
+                runner._progress(line)
         summary["comparisons"].append(res)
         writer.write_summary({**summary, "complete": False, "status": "running"})
         if res.get("baseline") is not None and r.main_rank:
@@ -438,7 +442,8 @@ def _finish(r: _Run, wall_s: float) -> None:
     if budget is not None:
         summary["budget"] = {"minutes": budget.total_s / 60, "wall_min": budget.elapsed_s() / 60,
                              "within": budget.elapsed_s() <= budget.total_s,
-                             "timing_shares_min": [x / 60 for x in budget.shares_s]}
+                             "timing_shares_min": [x / 60 for x in budget.shares_s],
+                             "past_floors_min": budget.added_s() / 60, "floors_warning": budget.floors_warning}
     summary["failures"] = runner.failures
     summary["complete"] = r.status == "complete"
     summary["status"] = r.status

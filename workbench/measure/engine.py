@@ -250,6 +250,13 @@ def stop_every(protocol: Protocol, n_arms: int) -> int:
     return c if c <= protocol.reps and c % 2 == 0 else 2
 
 
+def floor_reps(protocol: Protocol, n_arms: int) -> int:
+    """Reps `measure` runs at least when `target_ci_pct` or `budget_s` may stop it: `reps`, rounded up to a whole
+    `stop_every`, at most `max_reps`."""
+    every = stop_every(protocol, n_arms)
+    return min(-(-protocol.reps // every) * every, max(protocol.max_reps, protocol.reps))
+
+
 def _warmup(session: Session, nb: int, p: Protocol, arm: str, rep: int) -> Warmup:
     """Warm up until every distinct batch has settled: the latest step on each of the nb batches within
     settle_pct of that batch's previous step (so at least 2 nb steps), warmup_min steps at least, warmup_max at
