@@ -10,6 +10,8 @@
 set -u
 OUT=${OUT:?set OUT}
 mkdir -p "$OUT"
+# its run folders are processes of this design, not runs of their own (workbench/measure/results.py DESIGN_FILE)
+echo "{\"job\": \"$0\", \"note\": \"each run folder below is one process of this job's design\"}" > $OUT/design.json
 D=${DECISIONS:-4}                  # decisions of each kind (same-commit, injected)
 K=${AA_PROCESSES:-6}               # same-commit A/A processes the run SD is bounded from
 SEED=${SEED:-500}                  # the baseline's seed, and every A/A process's (the same batches: designs 1-2 used 510+k)
