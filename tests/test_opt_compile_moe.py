@@ -168,10 +168,10 @@ def test_each_path_point_has_its_own_recompile_limit():
     """gpt-oss-20b's levers path switches compile on before precision (its order by predicted saving): the +compile
     point's graphs, traced under autocast, stay in dynamo's cache of each region's code while the +precision point (no
     autocast: dynamo's GLOBAL_STATE guard fails) compiles its own. Dynamo's recompile limit counts a code object's
-    graphs across every point, so the H200 run (24 layers: 3 graphs of the attention's code a point) failed at its
-    third compiled point, in +precision's first step. Each point's limit now counts only its own graphs: here the
-    limit is 3 and tiny-gpt-oss makes 2 graphs of the attention's code a point (layer 0, whose input needs no
-    gradient, and layer 1), so the second point's second graph is the code's fourth, the one that failed before."""
+    graphs across every point, so the H200 run (24 layers) hit its 8 at its third compiled point, in +precision's
+    first step. Each point's limit now counts only its own graphs: here the limit is 3 and tiny-gpt-oss makes 2
+    graphs of a region's code a point (layer 0, whose input needs no gradient, and layer 1), so the second point's
+    second graph is the code's fourth, the one that failed before."""
     m = _model("tiny-gpt-oss", "split")
     with torch._dynamo.config.patch(recompile_limit=3):
         first = _configuration_steps(m, "autocast")
@@ -183,7 +183,7 @@ def test_each_path_point_has_its_own_recompile_limit():
 
 def test_a_point_that_needs_more_graphs_than_the_limit_still_fails():
     """Negative control of the test above: the limit still binds within one point: tiny-gpt-oss's first point makes 2
-    graphs of the attention's code, over a limit of 1, and fails in one line."""
+    graphs of a region's code, over a limit of 1, and fails in one line."""
     m = _model("tiny-gpt-oss", "split")
     with torch._dynamo.config.patch(recompile_limit=1), \
             pytest.raises(WorkbenchError, match="recompile limit hit in step 1") as e:
