@@ -143,3 +143,50 @@ def test_levers_path_on_a_moe_preset_runs_compiled_with_the_activations_lever(ca
     last = path["optimized"]["info"]
     assert last["compile.regions"] and last["expert_lora.experts_implementation"] == "wb_split_lora"
     assert summary["levers"]["arm_choice"]["activations"]["optimized"] in ("none", "offload", "selective", "full")
+
+
+def _configuration_steps(m, precision: str, steps: int = 2) -> dict:
+    """`steps` training steps of the regional compile (aot_eager) beside the precision lever's arm `precision`, as one
+    levers path point runs them (the arms applied, the steps, the arms reverted); the compile handle's info."""
+    from workbench import opts
+    from workbench.step import harness
+    from workbench.step.data import make_batches, to_device
+    hp = opts.apply(m, "precision", precision)
+    hc = opts.apply(m, "compile", "regional", tokens=256, backend="aot_eager")
+    try:
+        data = to_device(make_batches("uniform:16:64", 256, steps, 256, seed=0), "cpu", prepare=hc.prepare_batch)
+        opt = harness.make_optimizer(m, lr=0.0)
+        for b in data:
+            harness.train_step(m, b, opt, precision=hp.precision)
+        return dict(hc.info)
+    finally:
+        hc.revert()
+        hp.revert()
+
+
+def test_each_path_point_has_its_own_recompile_limit():
+    """gpt-oss-20b's levers path switches compile on before precision (its order by predicted saving): the +compile
+    point's graphs, traced under autocast, stay in dynamo's cache of each region's code while the +precision point (no
+    autocast: dynamo's GLOBAL_STATE guard fails) compiles its own. Dynamo's recompile limit counts a code object's
+    graphs across every point, so the H200 run (24 layers) hit its 8 at its third compiled point, in +precision's
+    first step. Each point's limit now counts only its own graphs: here the limit is 3 and tiny-gpt-oss makes 2
+    graphs of a region's code a point (layer 0, whose input needs no gradient, and layer 1), so the second point's
+    second graph is the code's fourth, the one that failed before."""
+    m = _model("tiny-gpt-oss", "split")
+    with torch._dynamo.config.patch(recompile_limit=3):
+        first = _configuration_steps(m, "autocast")
+        second = _configuration_steps(m, "bf16")  # on this fp32 base: fp32 adapters, no autocast
+        again = [_configuration_steps(m, arm)["graphs_here"] for arm in ("autocast", "bf16")]
+    assert first["graphs_here"] >= 2 and second["graphs_here"] >= 2  # other graphs at each point: other guards
+    assert again == [0, 0]  # the next reps run the graphs each point compiled, compiling none
+
+
+def test_a_point_that_needs_more_graphs_than_the_limit_still_fails():
+    """Negative control of the test above: the limit still binds within one point: tiny-gpt-oss's first point makes 2
+    graphs of a region's code, over a limit of 1, and fails in one line."""
+    m = _model("tiny-gpt-oss", "split")
+    with torch._dynamo.config.patch(recompile_limit=1), \
+            pytest.raises(WorkbenchError, match="recompile limit hit in step 1") as e:
+        _configuration_steps(m, "autocast")
+    assert "\n" not in str(e.value)
+    torch._dynamo.reset()

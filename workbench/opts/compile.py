@@ -47,7 +47,17 @@ Failures, each one line (`WorkbenchError`):
   behind a counter). Every graph is compiled in the first step a handle runs (the warm-up's first step); later steps
   only run them. The backend is one object per process (`shared_backend`), so a later apply of the arm (the next
   rep) runs the graphs the first apply compiled instead of compiling again;
-- dynamo's recompile limit (more graphs of the layer's code than `torch._dynamo.config.recompile_limit`).
+- dynamo's recompile limit, counted per handle: more graphs of one compiled code object (a layer's forward, a
+  region's) in one handle's first step than `torch._dynamo.config.recompile_limit` (read at apply). Dynamo keeps a
+  code object's graphs for the process and counts all of them against its limit, but the levers' path applies the arm
+  at several points whose other arms change the graph's guards (the precision lever's autocast, the attention
+  implementation, lora_fusion's fused projections): each point compiles graphs of its own, and the earlier points'
+  graphs stay cached for their next reps (a path whose compile point comes before precision's, as gpt-oss-20b's by
+  predicted saving, compiles the attention's code at least twice a point, layer 0's input needing no gradient, and
+  reached dynamo's 8 at its third compiled point). So in its first step a handle runs the compiled code with the limit
+  raised by the graphs the shared backend compiled of that code before the handle began (`_Backend.graphs_of`, the
+  earlier points', at most those dynamo still holds): each point gets the limit for its own graphs, as a process
+  running one configuration would. Past the first step the limit is dynamo's own (any compile there fails anyway).
 
 Under a TorchDispatchMode (the runner's counted pass: the sync counter) dynamo traces nothing, so there the layers run
 their eager forward: the counted pass counts the eager layer's syncs (a compiled graph adds none of its own).
@@ -219,10 +229,14 @@ class _Backend:
         self.compiler = compiler
         self.guard: _Guard | None = None
         self.compiled_by: _Guard | None = None
+        self.graphs = 0
+        self.graphs_of: dict = {}
+        """{code object: graphs this backend compiled of it} (`_Guard.run_compiling`), whatever handle ran them."""
 
     def __call__(self, gm, example_inputs):
         if self.guard is not None:
             self.guard.compiling()  # raises where the handle allows no compile
+        self.graphs += 1
         if self.compiler == "aot_eager":  # the plumbing's tests: the same graphs and guards, no code generation
             from torch._dynamo.backends.debugging import aot_eager
             return aot_eager(gm, example_inputs)
@@ -253,6 +267,9 @@ class _Guard:
         self.graphs = 0
         self.starts: list[float] = []
         self.timing: dict = {}
+        self.recompile_limit = int(torch._dynamo.config.recompile_limit)
+        self.graphs_before: dict = {}
+        """{code object: graphs the backend had compiled of it when this handle first ran it}."""
         self._sync_info()
 
     def _sync_info(self) -> None:
@@ -261,14 +278,33 @@ class _Guard:
         self.info["graphs"] = src.graphs
         self.info.update(src.timing)
 
+    def recompiled(self) -> str:
+        return (f"compile: recompiled in step {self.steps} (graph {self.graphs + 1}): an input of the layer changed "
+                "shape or a specialised value across batches (fixed --tokens, static attention metadata needed)")
+
     def compiling(self) -> None:
         if self.steps > 1:
-            raise WorkbenchError(f"compile: recompiled in step {self.steps} (graph {self.graphs + 1}): an input of "
-                                 "the layer changed shape or a specialised value across batches (fixed --tokens, "
-                                 "static attention metadata needed)")
+            raise WorkbenchError(self.recompiled())
         self.graphs += 1
         self.backend.compiled_by = self
         self._sync_info()
+
+    def run_compiling(self, code, compiled, args, kwargs):
+        """`compiled(*args, **kwargs)` in a step that may compile: dynamo's recompile limit for `code` raised by the
+        graphs the backend compiled of it before this handle first ran it (so the limit counts this handle's graphs
+        only); the graphs compiled here are added to the backend's count of `code`."""
+        backend = self.backend
+        before = backend.graphs_of.get(code, 0)
+        cached = _cached_graphs(code)
+        if cached is not None:  # a torch._dynamo.reset() (`step_guard`, after a failed step) dropped them
+            before = min(before, cached)
+        limit = self.graphs_before.setdefault(code, before) + self.recompile_limit
+        start = backend.graphs
+        try:
+            with torch._dynamo.config.patch(recompile_limit=limit):
+                return compiled(*args, **kwargs)
+        finally:
+            backend.graphs_of[code] = before + backend.graphs - start
 
     def step_begins(self) -> None:
         self.steps += 1
@@ -278,6 +314,13 @@ class _Guard:
                 first, second = self.starts[1] - self.starts[0], self.starts[2] - self.starts[1]
                 self.timing = {"first_step_s": round(first, 3), "compile_s": round(max(0.0, first - second), 3)}
         self._sync_info()
+
+
+def _cached_graphs(code) -> int | None:
+    """The graphs dynamo holds cached on `code` (any backend's), or None where this torch does not say (its debug
+    accessor, `torch._dynamo.eval_frame._debug_get_cache_entry_list`, is private)."""
+    get = getattr(torch._dynamo.eval_frame, "_debug_get_cache_entry_list", None)
+    return len(get(code)) if get is not None else None
 
 
 def specialising_attention(impl: str | None, device_type: str) -> str | None:
@@ -326,6 +369,7 @@ def _compiled_body(fn, layer, guard: _Guard, cudagraphs: bool = False):
     from torch.utils._python_dispatch import _get_current_dispatch_mode
 
     compiled = torch.compile(fn, backend=guard.backend, fullgraph=True, dynamic=False)
+    code = getattr(fn, "__code__", None)  # the code object dynamo caches the graphs on
 
     def body(*args, **kwargs):
         impl = _attention_impl(layer)
@@ -338,16 +382,20 @@ def _compiled_body(fn, layer, guard: _Guard, cudagraphs: bool = False):
         if _get_current_dispatch_mode() is not None:  # the sync counter's pass: dynamo traces nothing under a mode
             return fn(*args, **kwargs)
         try:
-            return compiled(*args, **kwargs)
+            if guard.steps > 1 or code is None:  # no compile is allowed here: dynamo's own limit
+                return compiled(*args, **kwargs)
+            return guard.run_compiling(code, compiled, args, kwargs)
         except dynamo_exc.BackendCompilerFailed as e:
             inner = getattr(e, "inner_exception", None) or e.__cause__
             if isinstance(inner, WorkbenchError):
                 raise WorkbenchError(str(inner)) from None
             raise WorkbenchError(f"compile: the backend failed: {_one_line(inner or e)}") from None
         except dynamo_exc.FailOnRecompileLimitHit as e:
-            raise WorkbenchError(f"compile: dynamo's recompile limit hit in step {guard.steps} "
-                                 f"({torch._dynamo.config.recompile_limit} graphs of the layer's code): "
-                                 f"{_one_line(e)}") from None
+            if guard.steps > 1:  # past the compiling step: a recompile, whichever limit caught it
+                raise WorkbenchError(guard.recompiled()) from None
+            raise WorkbenchError(f"compile: dynamo's recompile limit hit in step {guard.steps} (more than "
+                                 f"{guard.recompile_limit} graphs of one compiled code in this configuration: "
+                                 f"{getattr(code, 'co_name', '?')}): {_one_line(e)}") from None
         except (dynamo_exc.Unsupported, dynamo_exc.UserError) as e:
             raise WorkbenchError(f"compile: graph break in the decoder layer (fullgraph): {_one_line(e)}") from e
     return body
