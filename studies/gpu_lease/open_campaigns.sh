@@ -3,8 +3,9 @@
 # not four: design 3's A/A spread came mostly from host contention with three other chains, studies/gate_power/README.md):
 #   GPU 0: the gate, design 4 (studies/gate_power/README.md: 6 A/A processes, 30% injected, 4 + 4 decisions), ~15 min
 #   GPU 1: the main command at its default budget (12 min, studies/practitioner_recipe/main_budget_main.sh), ~13 min
-# Later, once gpt-oss-20b's +precision arm no longer hits dynamo's recompile limit (profiles/2026-11-28_h200x4_open_campaigns/
-# moe_gptoss.log): OUT=$C/levers LIMIT_S=900 GPTOSS_LAYERS=24 bash studies/levers_past_nemo/run.sh gptoss
+# Then, in a lease of its own: gpt-oss-20b's path, whose +precision arm hit dynamo's recompile limit
+# (profiles/2026-11-28_h200x4_open_campaigns/moe_gptoss.log; the limit is now counted per handle, opts/compile.py, tested on
+# the CPU only): OUT=$C/levers LIMIT_S=900 GPTOSS_LAYERS=24 bash studies/levers_past_nemo/run.sh gptoss (~12 min)
 # Written before its run. From the repository root on the GPU machine (after bash ../shared/gpu/stage.sh here, the
 # tree carried with .gpu; accelerate staged in .gpu/extra if the machine lacks it):
 #   bash studies/gpu_lease/open_campaigns.sh        # detached; then poll at once and again, never idle 30 s:
