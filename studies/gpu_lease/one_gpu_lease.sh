@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The open GPU campaigns that fit one H200 and the 30 minutes of one session (only one-GPU machines are lent), in order
+# of their issues, one chain, nothing beside it on the GPU (design 4's noise is that of a host of its own):
+#   1. the gate, design 4 (studies/gate_power/README.md: 6 A/A processes, 30% injected, 4 + 4 decisions), ~15 min
+#   2. the main command at its default budget (12 min, studies/practitioner_recipe/main_budget_main.sh), ~12.5 min
+# gpt-oss-20b's path (studies/levers_past_nemo/run.sh gptoss, ~12 min) does not fit beside them and waits for a lease.
+# Written before its run. From the repository root on the GPU machine (after bash ../shared/gpu/stage.sh here, the tree
+# carried with .gpu):
+#   bash studies/gpu_lease/one_gpu_lease.sh        # detached; then poll at once and again, never idle 30 s:
+#   PARTS="gate main_budget" bash studies/gpu_lease/fetch_parts.sh 240
+C=${CAMP:-/tmp/camp}
+G="--opt packing --headline --model qwen3-0.6b --layers 12 --tokens 16384 --batches 1 --steps 4 --warmup 2 --warmup-max 6 --reps 8"
+nohup setsid bash studies/gpu_lease/chains.sh \
+ "0:OUT=$C/gate AA_PROCESSES=6 SEED=500 REGRESSION_PCT=30 SHAPE='$G' bash studies/gate_power/job.sh > $C/gate.log 2>&1;python -c 'import accelerate' 2>/dev/null || python -m pip install -q --no-deps --target .gpu/site .gpu/extra/*.whl; OUT=$C/main_budget bash studies/practitioner_recipe/main_budget_main.sh" \
+ > /tmp/one_gpu_lease.log 2>&1 < /dev/null &
