@@ -158,6 +158,26 @@ def test_rerun_argv_repeats_the_baseline_args():
     assert argv[-2:] == ["--out", "/tmp/x"] and "--force" not in argv and "--aa" not in argv
 
 
+
+DESIGN4_BASELINE = os.path.join(os.path.dirname(__file__), "..", "profiles", "2026-11-29_h200_gate_design4", "gate",
+                                "baseline")
+
+
+@pytest.mark.parametrize("change", [{}, {"checkpointing": False}, {"headline": False, "aa": True, "cross_check": True}])
+def test_rerun_argv_parses_back_to_the_recorded_args(change):
+    """The re-run's argv, read by workbench.ab's own parser, gives back every recorded argument the gate does not set
+    itself, switches included in both states (a recorded True `checkpointing` once became a flag the parser refused:
+    8 GPU decisions exited 2 before deciding)."""
+    from workbench.ab.cli import build_parser
+    _, meta = gate._meta(DESIGN4_BASELINE)
+    args = {**meta["args"], **change}
+    argv = gate.ab_argv(args, "/tmp/x", 5, None)
+    parsed = vars(build_parser().parse_args(argv[3:]))
+    kept = {k: v for k, v in args.items() if k not in gate.SKIP_ARGS and not k.startswith("_")}
+    assert {k: parsed[k] for k in kept} == kept
+    assert parsed["reps"] == 5 and parsed["out"] == "/tmp/x"
+    assert parsed["checkpointing"] is args["checkpointing"]  # the one switch whose default is True
+
 # --- it never passes blind: refused before the re-run, one line, rc 2 -------------------------------------------
 
 def _refusal(capsys, argv) -> str:

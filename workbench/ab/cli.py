@@ -190,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "`only` runs it instead")
     p.add_argument("--only", default=None, metavar="NAME,...", help="run only these comparisons of the plan (e.g. "
                    "--opt all --only all: the three together; --nvtx-cost only --only nvtx:all)")
-    p.add_argument("--headline", action="store_true", help="each comparison's baseline and optimized arm only (the "
+    p.add_argument("--headline", action=argparse.BooleanOptionalAction, default=False, help="each comparison's baseline and optimized arm only (the "
                    "floor, limit and anchor arms are skipped): the headline comparisons, in half the time")
     p.add_argument("--device", default=d.device, choices=("auto", "cpu", "cuda"),
                    help="auto: cuda when torch sees a GPU, else cpu")
@@ -214,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "memory estimate exceeds it, and --opt levers picks the activations arm that fits it")
     p.add_argument("--arms", default=None, help="comma-separated arms of one --opt, baseline first "
                    "(repeat one for an A/A: --arms rebuild,rebuild)")
-    p.add_argument("--aa", action="store_true", help="A/A: the baseline against itself (the noise floor; its CI "
+    p.add_argument("--aa", action=argparse.BooleanOptionalAction, default=False, help="A/A: the baseline against itself (the noise floor; its CI "
                    "should contain 1)")
     p.add_argument("--dtype", default=ds.dtype, choices=DTYPE_CHOICES, help="auto: bf16 on CUDA, fp32 on a CPU; bf16 "
                    "on a CPU reproduces the GPU's rounding")
@@ -222,9 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=dd.seed, help="seeds weights, LoRA and data")
     p.add_argument("--lora-rank", type=_positive(int), default=ds.lora_rank, help="LoRA rank r of every adapter")
     p.add_argument("--lr", type=finite_positive(LR_MAX, f" (an AdamW step that large diverges)"), default=ds.lr, help="AdamW learning rate of the LoRA parameters")
-    p.add_argument("--no-checkpointing", dest="checkpointing", action="store_false",
-                   help="keep all activations (no recompute); without it checkpointing=%(default)s")
-    p.add_argument("--cross-check", action="store_true", help="on CUDA, the counted pass also counts sync-debug-mode "
+    p.add_argument("--checkpointing", action=argparse.BooleanOptionalAction, default=True,
+                   help="--no-checkpointing keeps all activations (no recompute)")
+    p.add_argument("--cross-check", action=argparse.BooleanOptionalAction, default=False, help="on CUDA, the counted pass also counts sync-debug-mode "
                    "warnings (the second witness)")
     p.add_argument("--_capture", default=None, help=argparse.SUPPRESS)
     p.add_argument("--_process_unit", action="store_true", help=argparse.SUPPRESS)  # a --processes child

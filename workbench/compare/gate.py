@@ -58,10 +58,10 @@ def ab_argv(args: dict, out_dir: str, reps: int | None, budget_s: float | None) 
     """`python -m workbench.ab` argv that repeats a run from its meta.json `args` into `out_dir`."""
     argv = [sys.executable, "-m", "workbench.ab"]
     for k, v in args.items():
-        if k in SKIP_ARGS or k.startswith("_") or v is None or v is False:
+        if k in SKIP_ARGS or k.startswith("_") or v is None:
             continue
-        flag = "--" + k.replace("_", "-")
-        argv += [flag] if v is True else [flag, str(v)]
+        flag = "--" + k.replace("_", "-")  # a switch's False is its --no- form (workbench.ab's switches have both)
+        argv += [flag] if v is True else ["--no-" + flag[2:]] if v is False else [flag, str(v)]
     if reps:
         argv += ["--reps", str(reps)]
     if budget_s:
