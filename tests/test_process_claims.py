@@ -171,7 +171,8 @@ def test_a_designed_per_gpu_job_gives_its_estimate_over_processes():
     d = pc.design_estimates(root, comps)
     assert set(d["process_of"]) == {"profiles/2026-11-27_h200x2_moe_probe", "profiles/2026-11-27_h200x2_moe_work_b",
                                     "profiles/2026-11-27_h200x4_moe_backward", "profiles/2026-11-27_h200x4_moe_q6l12k",
-                                    "profiles/2026-11-28_h200x4_open_campaigns/gate_design3"}  # the gate's A/A processes
+                                    "profiles/2026-11-28_h200x4_open_campaigns/gate_design3",  # the gate's A/A processes
+                                    "profiles/2026-11-29_h200_gate_design4/gate"}
     row = d[(d["process_of"] == "profiles/2026-11-27_h200x4_moe_q6l12k") & (d["arm"] == "sort_split")].iloc[0]
     assert (row["K"], f"{row['speedup']:.3f}", f"{row['ci95_lo']:.3f}", f"{row['ci95_hi']:.3f}") == (
         8, "1.359", "1.323", "1.397")
