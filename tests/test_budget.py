@@ -138,6 +138,8 @@ def test_timing_protocol_takes_the_share_and_the_reps_floor():
     r.budget.begin_comparison()
     p = r.timing_protocol()
     assert p.reps == MIN_REPS and p.budget_s == pytest.approx(300) and p.max_reps >= MIN_REPS
+    # the timed reps warm up at the fewest steps (every batch twice); the configured cap stays for the discarded rep
+    assert p.rep_warmup_max == p.warmup_steps() == min(p.warmup_max, 2 * 2) and p.warmup_max == r.protocol().warmup_max
 
 
 def test_budget_min_is_checked():

@@ -6,6 +6,7 @@ whose packing arms call `fake_opts.PROBES` inside every step; `measure()` itself
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import random
 import time
@@ -18,6 +19,7 @@ from workbench import ab
 from workbench.measure import engine, equivalence, stats
 from workbench.cli import run_main
 from workbench.measure.engine import Protocol
+from workbench.errors import WorkbenchError
 
 FAST = ["--tokens", "64", "--warmup", "0", "--warmup-max", "0", "--device", "cpu"]
 
@@ -241,6 +243,21 @@ def test_warmup_stops_at_warmup_max_when_it_never_settles():
     m = _measure(Script(lambda *a: 10.0), ["A"], 2, Protocol(discard_reps=0, reps=1, steps=1, warmup_min=0, warmup_max=0))
     assert (m.warmups[0].steps, m.warmups[0].settled) == (0, False)
 
+
+
+def test_rep_warmup_max_caps_the_timed_reps_and_leaves_the_discarded_rep_its_warmup_max():
+    """An arm that never settles (every step 10% off the last) warms up `warmup_max` steps in the discarded rep and
+    `rep_warmup_max` in each timed rep; without it (the negative control) every rep spends `warmup_max`."""
+    s = Script(lambda arm, rep, k, i: 100.0 * 1.1 ** k)
+    p = Protocol(discard_reps=1, reps=2, steps=1, warmup_min=0, warmup_max=8)
+    assert p.warmup_steps() == 4  # 2 batches, each twice
+    m = _measure(s, ["A", "B"], 2, dataclasses.replace(p, rep_warmup_max=p.warmup_steps()))
+    assert sorted((w.rep, w.steps) for w in m.warmups) == [(-1, 8), (-1, 8), (0, 4), (0, 4), (1, 4), (1, 4)]
+    assert not any(w.settled for w in m.warmups)
+    m = _measure(Script(lambda arm, rep, k, i: 100.0 * 1.1 ** k), ["A", "B"], 2, p)
+    assert {w.steps for w in m.warmups} == {8}
+    with pytest.raises(WorkbenchError, match="bad protocol"):
+        Protocol(warmup_min=2, warmup_max=8, rep_warmup_max=9)
 
 def test_an_outlier_step_is_listed_and_never_dropped_from_the_estimate():
     """One 5x step of the optimized arm: listed (sample["outlier"], `outlier_steps`), and still in the estimate: every

@@ -13,6 +13,9 @@ the comparisons done so far, and for the first comparison estimated as twice wha
 counted pass and summary after its timing cost about as much again) over its arms. The timing phase then runs `MIN_REPS` reps (the
 verdict's floor, `stats.MIN_UNITS`) and adds reps while the share lasts, or until the `--target-ci` interval is
 reached (`stopped_by` says which). A comparison whose floor of reps takes longer than its share overruns it.
+Under a budget each timed rep warms an arm up at its fewest steps (every batch twice, `Protocol.rep_warmup_max`); the
+discarded rep before them keeps the configured cap: an arm whose steps vary more than --settle-pct from one to the
+next never settles, and would otherwise spend the whole cap in every rep.
 
 The floors are known once a comparison has run: an arm's rep (its warm-up steps and timed steps) costs r seconds, the
 timing phases' seconds over their rep passes times arms (the warm-up reps counted), and an arm's other phases o. After

@@ -94,7 +94,8 @@ class Runner:
 
     def timing_protocol(self):
         """The timing phase's protocol: `protocol()`, under a run budget with this comparison's share as `budget_s`
-        (the smaller of it and --budget-s) and the reps floor (`budget.MIN_REPS`, unless --reps named one)."""
+        (the smaller of it and --budget-s), the reps floor (`budget.MIN_REPS`, unless --reps named one) and the
+        timed reps' warm-up at its fewest steps (`Protocol.rep_warmup_max`; the discarded rep warms up as configured)."""
         p = self.protocol()
         if self.budget is None:
             return p
@@ -102,7 +103,7 @@ class Runner:
         share = self.budget.timing_share_s()
         reps = self.budget.reps_floor or p.reps
         return dataclasses.replace(p, reps=reps, budget_s=share if p.budget_s is None else min(share, p.budget_s),
-                                   max_reps=max(p.max_reps, reps))
+                                   max_reps=max(p.max_reps, reps), rep_warmup_max=p.warmup_steps())
 
     def data_seed(self) -> int:
         """The seed of this process's batches (workbench.ab.distributed: offset per rank under torchrun)."""

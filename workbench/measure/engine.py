@@ -135,6 +135,10 @@ class Protocol:
     """Warmup steps at least (and at least one pass over the distinct batches, plus one)."""
     warmup_max: int = 12
     """Warmup steps at most, settled or not."""
+    rep_warmup_max: int | None = None
+    """Warmup steps at most in the timed reps (None: `warmup_max`); the discarded reps, which meet each arm's
+    first-use transients, keep `warmup_max`. A run budget sets it to the fewest (`warmup_steps`): an arm whose steps
+    vary more than `settle_pct` from one to the next never settles and would spend `warmup_max` steps every rep."""
     settle_pct: float = 2.0
     """Warmup ends when a step is within this % of the previous step on the same batch."""
     target_ci_pct: float | None = None
@@ -158,6 +162,7 @@ class Protocol:
 
     def __post_init__(self):
         if (self.reps < 1 or self.steps < 1 or self.warmup_min < 0 or self.warmup_max < self.warmup_min
+                or (self.rep_warmup_max is not None and not self.warmup_min <= self.rep_warmup_max <= self.warmup_max)
                 or self.discard_reps < 0 or self.batches < 1 or self.arms < 1 or self.instrument not in INSTRUMENTS):
             raise WorkbenchError(f"bad protocol: {self}")
 
@@ -171,7 +176,9 @@ class Protocol:
         d = dataclasses.asdict(self)
         d["rule"] = (f"{self.discard_reps} warm-up rep(s) discarded; warmup: >= max(warmup_min, 2 nb) steps, until "
                      f"every batch's latest step is within {self.settle_pct}% of its previous step, "
-                     f"<= {self.warmup_max}; arm order: Williams design (carryover-balanced), stopping under "
+                     f"<= {self.warmup_max}"
+                     + (f" (<= {self.rep_warmup_max} in the timed reps)" if self.rep_warmup_max is not None else "")
+                     + f"; arm order: Williams design (carryover-balanced), stopping under "
                      f"target_ci at whole cycles (never an odd R); "
                      f"pairs by (rep, step); unit of independence: the rep (t-interval on per-rep log ratios, "
                      f"verdict from {stats.MIN_UNITS} reps); every pair counts; outliers (listed, not dropped): "
@@ -260,12 +267,13 @@ def floor_reps(protocol: Protocol, n_arms: int) -> int:
 def _warmup(session: Session, nb: int, p: Protocol, arm: str, rep: int) -> Warmup:
     """Warm up until every distinct batch has settled: the latest step on each of the nb batches within
     settle_pct of that batch's previous step (so at least 2 nb steps), warmup_min steps at least, warmup_max at
-    most."""
+    most (rep_warmup_max in a timed rep, rep >= 0, when set)."""
     times: list[float] = []
     need = max(p.warmup_min, 2 * nb)
+    cap = p.warmup_max if rep < 0 or p.rep_warmup_max is None else p.rep_warmup_max
     settled = False
     i = 0
-    while i < p.warmup_max:
+    while i < cap:
         rec = session.step(i % nb, i)
         times.append(rec.step_ms)
         i += 1
