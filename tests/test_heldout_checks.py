@@ -5,6 +5,7 @@ import json
 import os
 
 from workbench.analysis import heldout as ho
+from workbench.measure.machine_label import machine_label
 from workbench.paths import REPO_ROOT
 
 PROFILES = os.path.join(REPO_ROOT, "profiles")
@@ -22,7 +23,7 @@ def test_the_committed_checks_are_read_as_written():
     # machine J (its UUID read from the run folder): v5's `all` held at M = 4 and is the claim; v2's MoE interval
     # failed there and is superseded by v3
     with open(os.path.join(PROFILES, "2026-11-26_h100_prospective5", "analysis_v5.json"), encoding="utf-8") as f:
-        machine_j = json.load(f)["machine"][:12]
+        machine_j = machine_label(json.load(f)["machine"])
     j = df[df["machine"] == machine_j].set_index(["name", "design"])
     row = j.loc[("all", "profiles/2026-11-26_h100_prospective4/prospective_v5.json")]
     assert row["claim"] and row["verdict"] == "holds" and row["M"] == 4
@@ -50,7 +51,7 @@ def test_a_superseded_design_and_a_failed_check_are_said(tmp_path):
     run = tmp_path / "profiles" / "run"
     run.mkdir()
     (run / "analysis_v1.json").write_text(json.dumps({
-        "design": "profiles/camp/prospective.json", "machine": "GPU-0123456789ab-cd",
+        "design": "profiles/camp/prospective.json", "machine": "GPU-aaaaaaaa-0000-cd",
         "heldout": {"packing": _check(False, variance_ratio=7.7, f_interval=[0.07, 5.9]),
                     "moe": _check(True, heldout_sd_log=0.01, max_sd_log=0.05),
                     "offload": _check(True, ran=0)}}))
@@ -60,7 +61,7 @@ def test_a_superseded_design_and_a_failed_check_are_said(tmp_path):
     assert df.loc["moe", "claim"] and df.loc["moe", "verdict"] == "holds"  # v1 is still moe's claim
     assert df.loc["packing", "spread"].startswith("variance ratio 7.70")
     assert df.loc["moe", "spread"] == "SD of the means 1.00% (passes <= 5.00%)"
-    assert df.loc["moe", "machine"] == "GPU-01234567"
+    assert df.loc["moe", "machine"] == machine_label("GPU-aaaaaaaa") == "ma80b"  # the label, never the UUID
 
 
 def test_the_results_page_lists_them():

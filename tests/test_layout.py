@@ -3,6 +3,8 @@ modules share a file name (except __init__, __main__ and cli), so a module's nam
 import ast
 import collections
 import os
+import re
+import subprocess
 
 import pytest
 
@@ -97,7 +99,7 @@ FLOORS = {
 }
 """The floor of each top-level folder or file of workbench/: a lower floor never imports a higher one (at any depth:
 a function-level import is an arrow too). Same floor (savings and compare) is allowed."""
-KNOWN_UPWARD = {("workbench/savings/common.py", "workbench.opts")}
+KNOWN_UPWARD: set = set()
 """Arrows against the floors still in the tree, each to be removed here when its import goes."""
 
 
@@ -234,3 +236,51 @@ def test_the_cycle_checker_sees_a_cycle():
                "if TYPE_CHECKING:\n    from workbench.a import x\n", "workbench.a.sub": "import workbench.d\n"}
     assert cycles(import_graph(sources)) == [["workbench.a", "workbench.b", "workbench.c"]]
     assert cycles(import_graph({"workbench.a": "import workbench.b\n", "workbench.b": "import os\n"})) == []
+
+
+# --- no GPU UUID outside profiles/: tables and prose name a machine by `machine_label` ---------------------------
+GPU_UUID = re.compile(r"GPU-[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){0,3}(?:-[0-9a-fA-F]{12})?")
+"""A GPU UUID, full (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`) or as its short id (`GPU-` and 8 hex digits)."""
+
+
+def _tracked(*pathspec) -> list[str]:
+    r = subprocess.run(["git", "ls-files", "-z", "--", *pathspec], capture_output=True, text=True, cwd=REPO_ROOT,
+                       check=True)
+    return [p for p in r.stdout.split("\0") if p]
+
+
+def real_uuids(text: str) -> list[str]:
+    """The GPU UUIDs in `text`, but the synthetic ones tests use (8 times one hex digit: GPU-aaaaaaaa)."""
+    return [m for m in GPU_UUID.findall(text) if len(set(m[4:12].lower())) > 1]
+
+
+def test_no_tracked_file_outside_profiles_holds_a_gpu_uuid():
+    found = {}
+    for p in _tracked(".", ":!profiles"):
+        try:
+            with open(os.path.join(REPO_ROOT, p), encoding="utf-8", errors="ignore") as f:
+                hits = real_uuids(f.read())
+        except (FileNotFoundError, IsADirectoryError):  # deleted in the work tree; a submodule
+            continue
+        if hits:
+            found[p] = sorted(set(hits))[:3]
+    assert found == {}, "name the machine by workbench.measure.machine_label"
+
+
+def test_the_uuid_checker_sees_a_planted_one():
+    full = "GPU-" + "12ab34cd-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
+    short = "GPU-" + "12ab34cd"
+    assert real_uuids(f"device {full} and ({short}), test GPU-aaaaaaaa, GPU-BBBBBBBB-0000") == [full, short]
+
+
+def test_one_machine_one_label():
+    from workbench.measure.machine_label import GPU_ID, machine_label
+    ids = set()
+    for p in _tracked("profiles"):
+        if p.endswith((".json", ".csv", ".txt", ".md")):
+            with open(os.path.join(REPO_ROOT, p), encoding="utf-8", errors="ignore") as f:
+                ids |= {m.lower() for m in GPU_ID.findall(f.read())}
+    labels = {machine_label(i) for i in ids}
+    assert len(ids) > 10 and len(labels) == len(ids)
+    assert all(not GPU_ID.search(x) for x in labels) and machine_label("unknown") == "unknown"
+    assert machine_label("NVIDIA H100 80GB HBM3, GPU-" + "12ab34cd-5e6f") == machine_label("GPU-" + "12AB34CD")

@@ -46,10 +46,10 @@ def test_the_analysis_refuses_machine_c_and_judges_a_new_one(tmp_path, capsys):
     camp = tmp_path / "camp"
     shutil.copytree(os.path.join(HELDOUT_C, "packing"), camp / "packing")
     assert run_main(an.main, [str(camp), "--design", DESIGN, "--out", str(out)]) == 2  # no gpu.csv: refused
-    (camp / "gpu.csv").write_text("name, uuid\nNVIDIA H200, GPU-0123abcd-0000\n")
+    (camp / "gpu.csv").write_text("name, uuid\nNVIDIA H200, GPU-dddddddd-0000\n")
     assert run_main(an.main, [str(camp), "--design", DESIGN, "--out", str(out)]) == 2  # another GPU model: refused
     assert "same GPU model" in capsys.readouterr().err and not out.exists()
-    (camp / "gpu.csv").write_text("name, uuid\nNVIDIA H100 80GB HBM3, GPU-0123abcd-0000\n")
+    (camp / "gpu.csv").write_text("name, uuid\nNVIDIA H100 80GB HBM3, GPU-dddddddd-0000\n")
     assert run_main(an.main, [str(camp), "--design", DESIGN, "--out", str(out)]) == 0
     res = json.loads(out.read_text())
     pk = res["heldout"]["packing"]

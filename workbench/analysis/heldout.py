@@ -18,6 +18,7 @@ import re
 import pandas as pd
 
 from workbench.analysis.process_level import claim_designs
+from workbench.measure.machine_label import machine_label
 
 HELDOUT_COLUMNS = ["name", "design", "claim", "machine", "M", "planned_M", "speedup", "shift_pct", "pi95_lo",
                    "pi95_hi", "inside", "inside_null_q05", "spread", "verdict", "mixed_environment", "source"]
@@ -57,7 +58,7 @@ def heldout_checks(root: str) -> pd.DataFrame:
                 if not h.get("ran"):
                     continue
                 rows.append({"name": name, "design": a["design"], "claim": claims.get(name) == a["design"],
-                             "machine": str(a.get("machine") or "")[:12], "M": h["ran"],
+                             "machine": machine_label(a.get("machine")), "M": h["ran"],
                              "planned_M": h.get("planned_M"), "speedup": h["heldout_speedup"],
                              "shift_pct": h["shift_pct"], "pi95_lo": h["pi95"][0], "pi95_hi": h["pi95"][1],
                              "inside": h["inside"], "inside_null_q05": h["inside_null_q05"], "spread": _spread(h),
@@ -86,7 +87,7 @@ def heldout_family(root: str) -> pd.DataFrame:
             a = json.load(fh)
         if not a.get("design"):
             continue
-        machine = str(a.get("machine") or "").split(", ")[-1][:12]
+        machine = machine_label(a.get("machine"))
         for name, h in (a.get("heldout") or {}).items():
             if h.get("ran"):
                 rows.append({"name": name, "design": a["design"], "machine": machine, "M": h["ran"],

@@ -78,6 +78,7 @@ def machine_figure(a: dict):
     processes (narrow) and with the machine as its unit (wide); None where the analysis has no machine block."""
     import plotly.graph_objects as go
     from workbench.measure import stats
+    from workbench.measure.machine_label import machine_label
 
     m = (a.get("modes") or {}).get("none") or {}
     mc = m.get("machines") or {}
@@ -87,7 +88,7 @@ def machine_figure(a: dict):
     names = list(per)
     fig = go.Figure()
     for i, k in enumerate(names):
-        fig.add_trace(go.Scatter(x=[k] * len(per[k]), y=per[k], mode="markers", marker_color=MODE_COLOURS["none"],
+        fig.add_trace(go.Scatter(x=[machine_label(k)] * len(per[k]), y=per[k], mode="markers", marker_color=MODE_COLOURS["none"],
                                  opacity=0.7, showlegend=i == 0, name="each process's slope"))
     s, lo, hi = m["slope_ms"], *m["slope_ci95"]
     fig.add_hline(y=s, line_color="black", annotation_text=f"mean {s:.3g} ms/unit, {m.get('K')} processes")
@@ -100,6 +101,6 @@ def machine_figure(a: dict):
             "; the machines alike (omega 0): the process CI stands")
     fig.update_layout(title=f"{a['opt']}: untimed dose slope by machine<br><sub>F {mc['F']:.2f}, p {mc['p']:.2g} over "
                             f"{mc['J']} machines; grey: the mean's 95% CI over processes{wide}</sub>",
-                      xaxis_title="machine (GPU UUID)", yaxis_title=f"ms saved per {a.get('unit') or 'unit'}",
+                      xaxis_title="machine (workbench.measure.machine_label)", yaxis_title=f"ms saved per {a.get('unit') or 'unit'}",
                       height=420)
     return fig

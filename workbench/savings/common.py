@@ -1,8 +1,9 @@
 """The savings models' generic machinery; each optimization's own model lives beside it.
 
 An optimization with a savings model names its module in its SPEC (`"savings": "workbench.opts.<name>_savings"`,
-`workbench.opts.registry`); `workbench.savings.contract` states what that module holds (FORMULA, MODEL_TERMS,
-TRACED_ARMS, MODEL_REVISION, from_run, and optional hooks with defaults) and `module` checks it on load.
+`workbench.opts.registry`, handed down to this floor as `contract.savings_paths`); `workbench.savings.contract`
+states what that module holds (FORMULA, MODEL_TERMS, TRACED_ARMS, MODEL_REVISION, from_run, and optional hooks with
+defaults) and `module` checks it on load.
 `workbench.savings.verdicts` feeds the models in-situ inputs from traces, propagates the inputs' spread, and judges
 them against the engine's measured saving.
 """
@@ -15,8 +16,8 @@ import os
 import numpy as np
 import pandas as pd
 
-from workbench.opts import registry as opt_registry
 from workbench.measure import stats
+from workbench.savings import contract
 
 AGREE_TOL = 0.20
 """Two sources of the same input may differ by at most this fraction; more fails the check (loudly)."""
@@ -29,7 +30,7 @@ class InputCheckFailed(Exception):
 def module(opt: str):
     """The savings-model module of an optimization (its SPEC's `savings`), None when it has none (or `opt` is not
     an optimization: `all`, an A/A or NVTX comparison)."""
-    path = opt_registry.savings_path(opt) if opt in opt_registry.names() else None
+    path = contract.savings_paths().get(opt)
     return _checked(path) if path else None
 
 
@@ -37,7 +38,6 @@ def module(opt: str):
 def _checked(path: str):
     """The savings module at `path`, refused in one line when it breaks `workbench.savings.contract`."""
     from workbench.errors import WorkbenchError
-    from workbench.savings import contract
 
     mod = importlib.import_module(path)
     bad = contract.problems(mod)
@@ -48,7 +48,7 @@ def _checked(path: str):
 
 def modelled() -> tuple[str, ...]:
     """The optimizations with a savings model, in their order."""
-    return tuple(o for o in opt_registry.names() if opt_registry.savings_path(o))
+    return tuple(o for o, path in contract.savings_paths().items() if path)
 
 
 def formula(opt: str) -> str | None:

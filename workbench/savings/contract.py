@@ -9,6 +9,24 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple, Protocol
 
+_finder: Callable[[], dict] | None = None
+
+
+def use_finder(finder: Callable[[], dict]) -> None:
+    """Install where the savings models are found: `finder()` -> {optimization: the dotted path of its savings
+    module, or None}, in the optimizations' order. The package installs the optimization registry's (each SPEC's
+    `savings`, `workbench/__init__.py`): the registry sits on the floor above this one, so it is handed down, never
+    imported from here."""
+    global _finder
+    _finder = finder
+
+
+def savings_paths() -> dict:
+    """{optimization: the dotted path of its savings module, or None}, from the installed finder (`use_finder`)."""
+    if _finder is None:
+        raise RuntimeError("no savings-model finder installed (workbench/__init__.py installs the registry's)")
+    return _finder()
+
 
 class SavingsModel(Protocol):
     """The required members (`REQUIRED`), as a typing Protocol for readers and type checkers; the optional ones

@@ -45,6 +45,7 @@ import pandas as pd
 
 from workbench.errors import WorkbenchError
 from workbench.measure import replication, stats
+from workbench.measure.machine_label import machine_label
 from workbench.savings import common, contract
 
 BAND = (0.8, 1.25)
@@ -347,7 +348,8 @@ def table(a: dict) -> str:
         mc = m.get("machines")
         if mc:
             lines.append(f"        by machine: {mc['J']} machines ("
-                         + ", ".join(f"{k} {sum(v) / len(v):.3g} x{len(v)}" for k, v in mc["per_machine"].items())
+                         + ", ".join(f"{machine_label(k)} {sum(v) / len(v):.3g} x{len(v)}"
+                                   for k, v in mc["per_machine"].items())
                          + f"); F {mc['F']:.2f}, p {mc['p']:.3g}; omega {mc['omega_ms']:.3g} ms/unit; "
                          + (f"slope se with the machine as unit {mc['slope_se']:.3g} ({mc['df']:.1f} df; over "
                             f"processes {m['slope_se']:.3g})" if mc.get("slope_se") else "the process se stands"))
