@@ -10,9 +10,16 @@
 # Written before its run. From the repository root on the GPU machine (after bash ../shared/gpu/stage.sh here, the tree
 # carried with .gpu):
 #   bash studies/gpu_lease/one_gpu_lease.sh        # detached; then poll at once and again, never idle 30 s:
-#   PARTS="gate main_budget" bash studies/gpu_lease/fetch_parts.sh 240
+#   PARTS="gate main_budget levers" bash studies/gpu_lease/fetch_parts.sh 240
 C=${CAMP:-/tmp/camp}
 G="--opt packing --headline --model qwen3-0.6b --layers 12 --tokens 16384 --batches 1 --steps 4 --warmup 2 --warmup-max 6 --reps 8"
-nohup setsid bash studies/gpu_lease/chains.sh \
- "0:OUT=$C/gate AA_PROCESSES=6 SEED=500 REGRESSION_PCT=30 SHAPE='$G' bash studies/gate_power/job.sh > $C/gate.log 2>&1;python -c 'import accelerate' 2>/dev/null || python -m pip install -q --no-deps --target .gpu/site .gpu/extra/*.whl; OUT=$C/main_budget bash studies/practitioner_recipe/main_budget_main.sh" \
- > /tmp/one_gpu_lease.log 2>&1 < /dev/null &
+GATE="OUT=$C/gate AA_PROCESSES=6 SEED=500 REGRESSION_PCT=30 SHAPE='$G' bash studies/gate_power/job.sh > $C/gate.log 2>&1"
+MAIN="python -c 'import accelerate' 2>/dev/null || python -m pip install -q --no-deps --target .gpu/site .gpu/extra/*.whl; OUT=$C/main_budget bash studies/practitioner_recipe/main_budget_main.sh"
+GPTOSS="OUT=$C/levers LIMIT_S=900 GPTOSS_LAYERS=24 bash studies/levers_past_nemo/run.sh gptoss"
+mkdir -p $C
+if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then  # an x2 host: the gate alone on GPU 0, the rest on GPU 1 (~25 min)
+  CHAINS=("0:$GATE" "1:$MAIN;$GPTOSS")
+else                                                      # one GPU: the gate, then the main command (~29 min)
+  CHAINS=("0:$GATE;$MAIN")
+fi
+nohup setsid bash studies/gpu_lease/chains.sh "${CHAINS[@]}" > /tmp/one_gpu_lease.log 2>&1 < /dev/null &
