@@ -14,9 +14,11 @@ OPTIONS = {"--opt", "--model", "--layers", "--tokens", "--attn", "--experts", "-
            "--warmup", "--warmup-max", "--settle-pct", "--reps", "--target-ci", "--budget-s", "--budget-min", "--max-reps",
            "--processes", "--process-seeds", "--sweep", "--nvtx-cost", "--only", "--headline", "--device", "--trace", "--out", "--force",
            "--memory-limit-gib",
-           "--arms", "--aa", "--dtype", "--precision", "--seed", "--lora-rank", "--lr", "--no-checkpointing",
-           "--cross-check", "--_capture", "--_config", "--_process_unit"}
-"""The command line itself: frozen (a renamed destination keeps its flag)."""
+           "--arms", "--aa", "--dtype", "--precision", "--seed", "--lora-rank", "--lr", "--checkpointing",
+           "--no-checkpointing", "--cross-check", "--no-cross-check", "--no-headline", "--no-aa", "--_capture",
+           "--_config", "--_process_unit"}
+"""The command line itself: frozen (a renamed destination keeps its flag; each switch has its --no- form, which the
+gate writes for a recorded False)."""
 
 SET_BY_THE_CHILD = {"opt", "model", "layers", "tokens", "attn", "device", "trace", "out", "sweep", "only", "arms", "aa",
                     "nvtx_cost", "_capture", "_config"}
