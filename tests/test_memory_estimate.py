@@ -154,9 +154,17 @@ def test_the_h100_runs_bounds(monkeypatch):
 def _moe_saved_bytes(family, experts, T, h=256, heads=4, kv_heads=2, w=128, k=4, E=8):
     """Bytes one MoE layer saves for its backward (saved_tensors_hooks, unique storages, parameters left out) under
     bf16 autocast with fp32 adapters, its experts on `experts` (an expert_lora arm); (bytes, the config)."""
+    from workbench import opts
+
+    m = _moe_model(family, h, heads, kv_heads, w, k, E)
+    opts.apply(m, "expert_lora", experts)
+    return layer_saved_bytes(m, T), m.config
+
+
+def _moe_model(family, h, heads, kv_heads, w, k, E):
+    """A one-layer bf16 MoE model of `family` with the workbench's LoRA (rank 8, fp32 adapters under autocast)."""
     from transformers import AutoModelForCausalLM, GptOssConfig, Qwen3MoeConfig
 
-    from workbench import opts
     from workbench.step.models import add_lora
 
     common = dict(hidden_size=h, num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=64,
@@ -166,9 +174,7 @@ def _moe_saved_bytes(family, experts, T, h=256, heads=4, kv_heads=2, w=128, k=4,
            GptOssConfig(**common, intermediate_size=w, num_local_experts=E, sliding_window=8, attention_bias=True,
                         layer_types=["full_attention"], attn_implementation="eager"))
     torch.manual_seed(0)
-    m = add_lora(AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16), rank=8, precision="autocast")
-    opts.apply(m, "expert_lora", experts)
-    return layer_saved_bytes(m, T), m.config
+    return add_lora(AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16), rank=8, precision="autocast")
 
 
 @pytest.mark.parametrize("family", ["qwen3_moe", "gpt_oss"])
@@ -222,3 +228,49 @@ def test_the_preflight_counts_the_folded_experts_where_the_point_reads_them(monk
     assert "\n" not in str(e.value)
     cmp.arms = c.arms[1:]
     preflight.check_model(args, types.SimpleNamespace(type="cuda"), cfg, [cmp])  # split alone: fits
+
+
+# --- a MoE layer under the activations arms -------------------------------------------------------------------------
+
+def _moe_retained_per_token(family, arm, h=384, heads=8, kv_heads=4, w=192, k=6, E=24):
+    """(bytes per token one MoE layer keeps alive through the forward under activations arm `arm`, experts on split:
+    the slope of `layer_retained_bytes` over three token counts, the T x T terms (masks, eager scores) fitted out;
+    the config)."""
+    import numpy as np
+    from retained_bytes import layer_retained_bytes
+
+    from workbench import opts
+
+    Ts, counts = (64, 128, 256), []
+    for T in Ts:
+        m = _moe_model(family, h, heads, kv_heads, w, k, E)
+        opts.apply(m, "expert_lora", "split")
+        opts.apply(m, "activations", arm)
+        counts.append(layer_retained_bytes(m, T))
+    per_token, _, _ = np.linalg.solve(np.array([[T, T * T, 1] for T in Ts], float), np.array(counts, float))
+    return per_token, m.config
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "gpt_oss"])
+def test_moe_selective_keeps_what_the_estimate_charges(family):
+    """Under the selective arm a MoE layer keeps its input, q/k/v/o's and attention's outputs and the router's logits:
+    its experts' grouped GEMMs are recomputed, so nothing per routed row. Counted on a one-layer model whose widths all
+    differ (hidden 384, q 512, kv 256, expert width 192, top_k 6, 24 experts), less what every layer shares (the
+    rotary tables and position ids: the `full` arm's count less its input, h x 2 bytes); gpt-oss's eager attention
+    keeps no log-sum-exp (4 bytes per head). Negative control: the term before this count (the experts' outputs at
+    top_k x (2 x expert width) + hidden, no router) charges 2.14x what the layer keeps (qwen3-30b-a3b: 2.05x)."""
+    sel, cfg = _moe_retained_per_token(family, "selective")
+    full, _ = _moe_retained_per_token(family, "full")
+    s = me.shape(cfg)
+    shared = full - 2 * s["hidden"]
+    assert 0 < shared <= 4 * s["head_dim"] + 8  # cos and sin in bf16, int64 position ids
+    lse = 4 * s["heads"] if family == "gpt_oss" else 0
+    assert sel - shared == pytest.approx(me.selective_per_token(cfg, 2) - lse, abs=0.01)
+    h, q, kv = s["hidden"], s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"]
+    old = (h + (q + 2 * kv + h + 2 * s["top_k"] * s["expert_width"] + h) + q) * 2 + 4 * s["heads"]
+    assert old / (sel - shared) == pytest.approx(2.14, abs=0.03)
+    qwen = load_config("qwen3-30b-a3b", 48)
+    qs = me.shape(qwen)
+    qwen_old = (2048 + (4096 + 2 * 512 + 2048 + 2 * 8 * 768 + 2048) + 4096) * 2 + 4 * 32
+    assert (qs["hidden"], qs["heads"] * qs["head_dim"], qs["kv_heads"] * qs["head_dim"]) == (2048, 4096, 512)
+    assert qwen_old / me.selective_per_token(qwen, 2) == pytest.approx(2.05, abs=0.01)

@@ -19,7 +19,8 @@
     weight it multiplied, the per-expert loop a slice (a view that keeps the whole tensor); `split` saves peft's
     factors and the frozen parameter instead, and two more routed copies of the hidden state per token
     (`SPLIT_EXTRA`). A compiled MoE layer is counted as the eager one (its regions save somewhat less);
-  - `selective`: each layer's input and the outputs of its GEMMs and attention (`SELECTIVE_SAVED`), plus one
+  - `selective`: each layer's input and the outputs of its GEMMs and attention (`selective_per_token`; a MoE
+    layer's experts are grouped GEMMs the policy recomputes: of them only the router's logits are kept), plus one
     layer's saved tensors (its recompute; the policy recomputes the folded expert weight, no GEMM's output);
   - `offload`: two layers' saved tensors on the device (the one back-propagating, the one reloading); the other
     layers' in pinned host memory (`Estimate.host_bytes`).
@@ -210,13 +211,24 @@ def moe_saved_per_token(config, dtype_bytes: int = 2, folded_experts: bool = Tru
 
 
 def selective_per_token(config, dtype_bytes: int = 2) -> float:
-    """Bytes one dense decoder layer keeps per token under the selective arm's policy: its input, the outputs of the
-    base GEMMs (q, k, v, o, gate, up, down; a MoE layer's experts' at top_k x the expert width) and of attention (its
-    output, and a float32 log-sum-exp per head)."""
+    """Bytes one decoder layer keeps per token under the selective arm's policy (`workbench.opts.activations.Policy`:
+    the outputs of aten mm / addmm / bmm wider than the LoRA rank, and of the attention kernels): its input, the
+    outputs of q, k, v, o and of attention (its output, and a float32 log-sum-exp per head of sdpa's and flex's
+    kernels), and then
+    - a dense layer: gate, up and down (2 x intermediate + hidden);
+    - a MoE layer: the router's logits (one per expert). Its experts run as grouped GEMMs (aten._grouped_mm: split,
+      transformers' grouped_mm), which the policy does not save: they are recomputed with the pointwise work, so
+      nothing per routed row is kept. transformers' per-expert `eager` loop runs aten mm per expert, which the
+      policy saves: top_k x (2 x expert width + hidden) more per token, not charged here (the levers path runs
+      selective with its experts on split).
+    Counted with saved_tensors_hooks' complement, the storages alive after the forward (tests/retained_bytes.py), on
+    one-layer qwen3-moe and gpt-oss models of two shapes (tests/test_memory_estimate.py): exact per token, apart from
+    what every layer shares (the rotary tables, position ids). gpt-oss's eager attention saves no log-sum-exp (its
+    scores instead, H x T x T per layer: not charged here; the path runs it on flex)."""
     s = shape(config)
     h, q, kv = s["hidden"], s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"]
-    width = s["top_k"] * s["expert_width"] if s["experts"] else s["intermediate"]  # a MoE layer: its tokens' experts
-    return (h + (q + 2 * kv + h + 2 * width + h) + q) * dtype_bytes + 4 * s["heads"]
+    mlp = s["experts"] if s["experts"] else 2 * s["intermediate"] + h
+    return (h + (q + 2 * kv + h) + q + mlp) * dtype_bytes + 4 * s["heads"]
 
 
 def folded_expert_bytes(config, dtype_bytes: int) -> int:
