@@ -148,7 +148,10 @@ def pytest_collection_finish(session):
     here, at collection, at a lower priority (`lower_priority`: the later its result is read, the lower), so that it
     runs on the core the in-process tests leave idle instead of being waited for where the tests run. What it
     returns (or None) has a `stop()`, called at the end of the session; its tests fall back to starting the work
-    themselves when it returned None."""
+    themselves when it returned None. Under pytest-xdist (`-n`) nothing starts here: every worker collects every
+    test, so each would start every module's work; the workers themselves use the cores."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     selected: dict = {}
     for item in session.items:
         mod = getattr(item, "module", None)

@@ -399,3 +399,17 @@ def test_where_the_run_sd_dominates_the_refusal_says_more_reps_cannot():
     assert s["reps"] is None and s["processes"] is None and s["reps_power"] < gate_stats.POWER_FLOOR
     assert f"it can gate {s['regression_pct']:g}% or more" in msg and s["regression_pct"] > 5.0
     assert "no number of A/A processes would" in msg and "more reps cannot" in msg and "the run SD limits it" in msg
+
+
+def test_the_vectorized_interval_is_speedup_cis_interval_for_every_simulated_gate():
+    """`speedup_ci_high_many` (the simulations' one call) gives `speedup_ci`'s upper end row by row, to rounding: noisy
+    rows at 2, 3 and 8 reps, constant rows (an exact difference), and no interval (inf) below 2 reps a side."""
+    rng = np.random.default_rng(3)
+    for reps in (2, 3, 8):
+        b = 100 * np.exp(rng.normal(0, 0.03, (200, reps)))
+        n = 100 * np.exp(rng.normal(0.01, 0.05, (200, reps)))
+        ref = np.array([gate_stats.speedup_ci(b[i], n[i])["ci95"][1] for i in range(200)])
+        np.testing.assert_allclose(gate_stats.speedup_ci_high_many(b, n), ref, rtol=1e-12)
+    const = gate_stats.speedup_ci_high_many(np.full((2, 4), 100.0), np.full((2, 4), 110.0))
+    np.testing.assert_allclose(const, gate_stats.speedup_ci([100.0] * 4, [110.0] * 4)["ci95"][1], rtol=1e-12)
+    assert np.isinf(gate_stats.speedup_ci_high_many(np.ones((3, 1)), np.ones((3, 1)))).all()
