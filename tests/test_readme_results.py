@@ -234,7 +234,7 @@ def test_committed_readme_first_screen_and_check():
         text = f.read()
     first = text[: text.index("## What the results say")]
     assert "<!-- test-command -->\n```\npython3 -m venv .venv && . .venv/bin/activate && pip install -q -c " \
-           "constraints.txt -e \".[dev]\" && python -m pytest -q\n```\n<!-- /test-command -->" in first
+           "constraints.txt -e \".[dev]\" && python -m pytest -q -n 2 --dist loadfile\n```\n<!-- /test-command -->" in first
     assert "python -m workbench.ab --opt all" in first and "(profiles/headline.png)" in first
     assert "(profiles/RESULTS.md)" in first
     assert len(_table_rows(first)) <= headline.max_rows()
