@@ -149,8 +149,9 @@ def pytest_collection_finish(session):
     runs on the core the in-process tests leave idle instead of being waited for where the tests run. What it
     returns (or None) has a `stop()`, called at the end of the session; its tests fall back to starting the work
     themselves when it returned None. Under pytest-xdist (`-n`) nothing starts here: every worker collects every
-    test, so each would start every module's work; the workers themselves use the cores."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    test, so each would start every module's work; the workers themselves use the cores. (A worker is told by its
+    config, not by $PYTEST_XDIST_WORKER: a pytest a test starts inherits that variable without being a worker.)"""
+    if hasattr(session.config, "workerinput"):
         return
     selected: dict = {}
     for item in session.items:
@@ -159,7 +160,7 @@ def pytest_collection_finish(session):
             selected.setdefault(mod, []).append(item)
     for mod, items in selected.items():
         _EARLY[mod.__name__] = mod.early_start(session.config._tmp_path_factory, items)
-    if _SERIES:  # the torchrun runs those modules asked for, in one launch
+    if "series" in _SERIES:  # the torchrun runs those modules asked for, in one launch
         _SERIES["series"].start(lower_priority(10))
 
 
@@ -186,7 +187,12 @@ _SERIES: dict = {}
 
 
 def torchrun_series(tmp_path_factory) -> "TorchrunSeries":
-    """The session's one torchrun launch: modules' `early_start` add their runs; pytest_collection_finish starts it."""
+    """The session's one torchrun launch: modules' `early_start` add their runs; pytest_collection_finish starts it.
+    A module that asks once that launch has started (its fixture's fallback when nothing started at collection, as
+    under pytest-xdist, where tests/test_distributed.py and tests/test_fourgpu.py may share a worker) gets a launch
+    of its own; the started one runs on to its end."""
+    if "series" in _SERIES and _SERIES["series"].proc is not None:
+        _SERIES.setdefault("started", []).append(_SERIES.pop("series"))
     if "series" not in _SERIES:
         _SERIES["series"] = TorchrunSeries(tmp_path_factory.mktemp("torchrun_series"))
     return _SERIES["series"]
@@ -362,8 +368,9 @@ def pytest_sessionfinish(session):
         if started is not None:
             started.stop()
     _EARLY.clear()
-    if _SERIES:
-        _SERIES.pop("series").stop()
+    for series in [_SERIES.pop("series", None), *_SERIES.pop("started", [])]:
+        if series is not None:
+            series.stop()
 
 
 def pytest_unconfigure(config):
