@@ -1,6 +1,7 @@
 """A verdict row says what its rule can decide: "cannot confirm" (and the size that would) where the band test cannot
 confirm at the row's size, "inconclusive" only where it could (`workbench.savings.verdicts.confirmability`); the
-README's savings rows are judged again from their run folders with today's code (`report.headline`)."""
+README's savings rows are judged again from their run folders with today's code (`report.headline`; its test, with
+the check's negative control, is in tests/test_readme_results.py, beside the check whose judgements it reuses)."""
 import math
 
 from workbench.measure import stats
@@ -64,29 +65,3 @@ def test_the_published_form_is_shown_by_its_own_prediction_not_the_model_s():
     assert verdicts.shown_published({**row, "published_se_ms": 0.0}) == "inconclusive"  # the control: decidable
     assert verdicts.shown_published({**row, "published_ms": 0.0}).startswith("predicts no saving")
     assert verdicts.shown_published(_row(se_m=3.0)) is None
-
-
-def test_the_readme_savings_rows_are_judged_again_and_check_fails_when_todays_code_disagrees(monkeypatch):
-    """`readme_results --check` compares the README with its results block rendered now, every savings-model row
-    judged again by today's code (tests/test_readme_results.py runs the whole check on the committed README, and it
-    passes). With the verdict code flipped to "refuted", that render differs from the committed README in those rows:
-    the check fails."""
-    import os
-    from workbench.report import headline, readme as rr
-    real = verdicts.judged_summary
-
-    def flipped(folder, inputs=None):
-        s = real(folder, inputs)
-        for c in s.get("comparisons", []):
-            if (c.get("savings_model") or {}).get("verdict"):
-                c["savings_model"]["verdict"] = "refuted"
-        return s
-
-    monkeypatch.setattr(verdicts, "judged_summary", flipped)
-    headline._judged.cache_clear()
-    try:
-        text = open(os.path.join(rr.REPO, "README.md")).read()
-        now = rr.render(text)
-        assert now != text and now.count("**refuted**") > text.count("**refuted**")
-    finally:
-        headline._judged.cache_clear()

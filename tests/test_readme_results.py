@@ -245,6 +245,27 @@ def test_committed_readme_first_screen_and_check():
     assert rr.main(["--check"]) == 0
 
 
+
+def test_the_readme_savings_rows_are_judged_again_and_check_fails_when_todays_code_disagrees(monkeypatch):
+    """`readme_results --check` (the test above) compares the README with its results block rendered now, every
+    savings-model row judged again by today's code (`headline._judged`). With those judgements flipped to "refuted",
+    the render differs from the committed README in those rows: the check fails. (After the check above, in this
+    process, the folders' real judgements are cached; the flip reads them.)"""
+    import copy
+    real = headline._judged
+
+    def flipped(folder):
+        s = copy.deepcopy(real(folder))
+        for c in s.get("comparisons", []):
+            if (c.get("savings_model") or {}).get("verdict"):
+                c["savings_model"]["verdict"] = "refuted"
+        return s
+
+    monkeypatch.setattr(headline, "_judged", flipped)
+    text = open(os.path.join(ROOT, "README.md")).read()
+    now = rr.render(text)
+    assert now != text and now.count("**refuted**") > text.count("**refuted**")
+
 def test_the_prose_may_quote_two_arms_of_one_comparison():
     """`arm_pairs`: in a comparison of more than two arms (a path, an arm beside its anchor) every other pair of arms,
     recomputed from results.csv like any speedup; a figure no pair gives is still caught (negative control)."""
