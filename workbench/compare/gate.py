@@ -60,8 +60,13 @@ def ab_argv(args: dict, out_dir: str, reps: int | None, budget_s: float | None) 
     for k, v in args.items():
         if k in SKIP_ARGS or k.startswith("_") or v is None:
             continue
-        flag = "--" + k.replace("_", "-")  # a switch's False is its --no- form (workbench.ab's switches have both)
-        argv += [flag] if v is True else ["--no-" + flag[2:]] if v is False else [flag, str(v)]
+        name = k.replace("_", "-")
+        if v is True:
+            argv.append(f"--{name}")
+        elif v is False:  # a switch's False is its --no- form (workbench.ab's switches take both)
+            argv.append(f"--no-{name}")
+        else:
+            argv += [f"--{name}", str(v)]
     if reps:
         argv += ["--reps", str(reps)]
     if budget_s:

@@ -68,11 +68,18 @@ def speedup_ci_high_many(base_rep_ms: np.ndarray, new_rep_ms: np.ndarray, confid
     return np.exp(hi)
 
 
+def below_tolerance(ci_high, tolerance_pct: float):
+    """The gate's rule: a CI whose upper end `ci_high` lies below 1 - tolerance fails (a bool, or an array of them
+    for an array of upper ends)."""
+    return ci_high < 1 - tolerance_pct / 100
+
+
 def decide(ci95, tolerance_pct: float) -> str:
-    """"fail" when the CI lies wholly below 1 - tolerance, "pass" otherwise, "no verdict" without a CI."""
+    """"fail" when the CI lies wholly below 1 - tolerance (`below_tolerance`), "pass" otherwise, "no verdict" without
+    a CI."""
     if ci95 is None:
         return "no verdict"
-    return "fail" if ci95[1] < 1 - tolerance_pct / 100 else "pass"
+    return "fail" if below_tolerance(ci95[1], tolerance_pct) else "pass"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,8 +112,7 @@ def simulate_gates(noise: power.Noise, design: GateDesign, tolerance_pct: float 
     rng = np.random.default_rng(seed)
     runs = [simulate_rep_means(rng, noise, design, slowdown) for _ in range(sims)]
     hi = speedup_ci_high_many(np.array([b for b, _ in runs]), np.array([n for _, n in runs]))
-    # `decide`: a gate fails when its CI lies wholly below 1 - tolerance
-    fails = int((hi < 1 - tolerance_pct / 100).sum()) if tolerance_pct is not None else 0
+    fails = int(below_tolerance(hi, tolerance_pct).sum()) if tolerance_pct is not None else 0
     return {"ci_high": hi, "fail_rate": fails / sims if tolerance_pct is not None else None,
             "sims": sims, "slowdown": slowdown}
 
