@@ -1,5 +1,6 @@
 """What one decoder layer keeps alive for the backward under an activations arm, counted: the MoE activation terms of
-the memory estimate are held against this (tests/test_memory_estimate.py, studies/levers_past_nemo/moe_counts.py)."""
+the memory estimate are held against this (tests/test_memory_estimate.py). Where tests/saved_bytes.py counts what
+saved-tensor hooks see, this counts the storages still alive after the forward, whatever keeps them."""
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode

@@ -245,7 +245,6 @@ def test_committed_readme_first_screen_and_check():
     assert rr.main(["--check"]) == 0
 
 
-
 def test_the_readme_savings_rows_are_judged_again_and_check_fails_when_todays_code_disagrees(monkeypatch):
     """`readme_results --check` (the test above) compares the README with its results block rendered now, every
     savings-model row judged again by today's code (`headline._judged`). With those judgements flipped to "refuted",
