@@ -315,3 +315,23 @@ def test_the_setup_module_says_how_figures_render(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert out.startswith("figures: interactive only") and "result folders in" in out
     assert kw == notebook_setup.selection() and kw["include_cpu"] is False
+
+
+def test_speedup_figures_newest_keeps_the_newest_folders_and_says_so():
+    """With `newest`, an optimization's figures hold its newest run folders' rows only (by the date their names start
+    with), and the title says how many of how many; without it (the negative control) every row is drawn."""
+    import pandas as pd
+
+    folders = [f"profiles/2026-11-{d:02d}_h100_x" for d in range(1, 21)] * 2
+    comps = pd.DataFrame({"folder": folders, "name": "c", "baseline": "b", "arm": [f"a{i}" for i in range(len(folders))],
+                          "speedup": 1.05, "ci95_lo": 1.0, "ci95_hi": 1.1, "n_pairs": 16, "n_units": 8,
+                          "verdict": "faster", "baseline_mean_ms": 10.0, "arm_mean_ms": 9.0, "file": "f",
+                          "role": "optimized", "opt": "packing"})
+    every = report.speedup_figures(comps)
+    assert sum(_rows(f) for f in every) == len(comps) == 40
+    some = report.speedup_figures(comps, newest=report.MAX_ROWS)
+    assert len(some) == 1 and _rows(some[0]) == report.MAX_ROWS
+    assert f"the newest {report.MAX_ROWS} of 40 rows" in _title(some[0])
+    labels = [str(y) for tr in some[0].data for y in tr.y]
+    assert all(lab >= "2026-11-13" for lab in labels), labels  # days 13-20, two rows each: the 15 newest rows
+    assert not any(lab.startswith("2026-11-01") for lab in labels)

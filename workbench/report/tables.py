@@ -239,17 +239,27 @@ LOG_AXIS_ABOVE = 3.0
 """A speedup axis spanning more than this ratio is logarithmic, so an 8x anchor does not flatten every other CI."""
 
 
-def speedup_figures(comps: pd.DataFrame, title: str = "speedup over the baseline (95% CI, t over reps)") -> list:
+def speedup_figures(comps: pd.DataFrame, title: str = "speedup over the baseline (95% CI, t over reps)",
+                    newest: int | None = None) -> list:
     """`speedup_figure`s of `comps`, one per optimization (sweep points in their own figures), each at most
-    `MAX_ROWS` rows (a longer group is split into parts)."""
+    `MAX_ROWS` rows (a longer group is split into parts). With `newest`, each optimization keeps the rows of its
+    newest run folders (folder names start with their date), at most `newest` rows, and its title says how many of
+    how many it shows, so that a page of every optimization stays the same length as runs are added."""
     if comps is None or not len(comps):
         return []
     d = comps.assign(_sweep=comps["name"].astype(str).str.contains("@"))
     out = []
     for (opt, sweep), g in d.groupby(["opt", "_sweep"], sort=False):
+        shown = ""
+        if newest is not None and len(g) > newest:
+            runs = pd.Series(run_labels(g), index=g.index) if "folder" in g else g["job"].astype(str)
+            keep = runs.sort_values(ascending=False, kind="stable").index[:newest]
+            shown = f", the newest {newest} of {len(g)} rows"
+            g = g.loc[g.index.isin(keep)]
         parts = [g.iloc[i:i + MAX_ROWS] for i in range(0, len(g), MAX_ROWS)]
         for k, part in enumerate(parts):
-            what = f"{opt}{' sweeps' if sweep else ''}" + (f" (part {k + 1} of {len(parts)})" if len(parts) > 1 else "")
+            what = f"{opt}{' sweeps' if sweep else ''}" + (f" (part {k + 1} of {len(parts)}{shown})" if len(parts) > 1
+                                                          else f" ({shown[2:]})" if shown else "")
             out.append(speedup_figure(part.drop(columns="_sweep"), title=f"{what}: {title}"))
     return out
 
