@@ -284,3 +284,36 @@ def test_one_machine_one_label():
     assert len(ids) > 10 and len(labels) == len(ids)
     assert all(not GPU_ID.search(x) for x in labels) and machine_label("unknown") == "unknown"
     assert machine_label("NVIDIA H100 80GB HBM3, GPU-" + "12ab34cd-5e6f") == machine_label("GPU-" + "12AB34CD")
+
+
+HISTORY = re.compile(r"\b[Ii]ssues? #?\d+|\b20\d\d-\d\d-\d\d(?!_)")
+"""A line of history in the code: an issue number, or a date that is not a run folder's name (those are data)."""
+MAX_HISTORY_LINES = 10
+MAX_README_LINES = 200
+
+
+def history_lines(source: str) -> list[int]:
+    """Line numbers of `source` that name an issue or a date, a `MODEL_REVISION` assignment's lines aside (a savings
+    model's provenance is its version)."""
+    revision = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "MODEL_REVISION" for t in node.targets):
+            revision.update(range(node.lineno, node.end_lineno + 1))
+    return [i for i, line in enumerate(source.splitlines(), 1) if i not in revision and HISTORY.search(line)]
+
+
+def test_the_package_holds_little_history():
+    found = {os.path.relpath(p, REPO_ROOT): history_lines(open(p, encoding="utf-8").read()) for p in _modules()}
+    found = {p: lines for p, lines in found.items() if lines}
+    assert sum(map(len, found.values())) <= MAX_HISTORY_LINES, found
+
+
+def test_the_history_checker_sees_history():
+    src = ('MODEL_REVISION = ("2026-11-26: a form,"\n    "its version")\n'
+           'x = 1  # fixed in issue 60\ny = "profiles/2026-11-23_h100_engine/ab_aa"\nz = "since 2026-11-28"\n')
+    assert history_lines(src) == [3, 5]
+
+
+def test_the_readme_is_a_product_page():
+    with open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8") as f:
+        assert len(f.read().splitlines()) <= MAX_README_LINES

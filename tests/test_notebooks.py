@@ -272,13 +272,13 @@ def test_normalize_outputs_merges_split_streams_and_drops_stderr():
 
 
 def test_a_notebook_executed_again_on_the_same_data_is_refused(tmp_path):
-    """`reexecuted_without_new_data`: outputs changed under the same recorded inputs is a re-execution without a data
-    change (refused); changed inputs, unchanged outputs, or an old version that records no inputs are not (the
-    controls). `reexecution_problems` says so of a working-tree notebook against its committed version."""
+    """`reexecuted_without_new_data`: outputs changed under the same recorded inputs and cells is a re-execution without
+    a data change (refused); changed inputs, a changed cell, unchanged outputs, or an old version that records no
+    inputs are not (the controls). `reexecution_problems` says so of a working-tree notebook against its committed version."""
     from workbench.report.notebook_outputs import INPUTS_KEY, reexecuted_without_new_data, reexecution_problems
 
-    def nb(out: str, inputs):
-        n = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1)", outputs=[
+    def nb(out: str, inputs, code: str = "print(1)"):
+        n = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code, outputs=[
             nbformat.v4.new_output("stream", name="stdout", text=out)])])
         if inputs is not None:
             n.metadata[INPUTS_KEY] = inputs
@@ -289,6 +289,7 @@ def test_a_notebook_executed_again_on_the_same_data_is_refused(tmp_path):
     assert not reexecuted_without_new_data(nb("1\n", a), nb("2\n", b))  # the data changed
     assert not reexecuted_without_new_data(nb("1\n", a), nb("1\n", a))  # nothing changed
     assert not reexecuted_without_new_data(nb("1\n", None), nb("2\n", a))  # no record before
+    assert not reexecuted_without_new_data(nb("1\n", a), nb("2\n", a, "print(2)"))  # its own cell changed
     repo = tmp_path / "repo"
     (repo / "notebooks").mkdir(parents=True)
     path = repo / "notebooks" / "x.ipynb"

@@ -75,12 +75,17 @@ def _outputs(nb) -> list:
     return [c.get("outputs") for c in nb.cells if c.cell_type == "code"]
 
 
+def _sources(nb) -> list:
+    return [c.source for c in nb.cells]
+
+
 def reexecuted_without_new_data(old, new) -> bool:
     """Whether `new` is `old` executed again on the same data: both record their inputs (`INPUTS_KEY`), the same,
-    and the outputs differ. A notebook is committed executed only when its data change; an older version that
-    records no inputs is no evidence either way."""
+    their cells' sources are the same, and the outputs differ. A notebook is committed executed only when its data or
+    its own cells change; an older version that records no inputs is no evidence either way."""
     before, after = old.metadata.get(INPUTS_KEY), new.metadata.get(INPUTS_KEY)
-    return before is not None and before == after and _outputs(old) != _outputs(new)
+    return (before is not None and before == after and _sources(old) == _sources(new)
+            and _outputs(old) != _outputs(new))
 
 
 def execute_notebooks(paths: list[str], timeout: int = 600, repo: str = REPO) -> None:
@@ -141,6 +146,6 @@ def reexecution_problems(paths: list[str], repo: str = REPO, rev: str = "HEAD") 
         rel = os.path.relpath(os.path.abspath(p), repo)
         old = _at(repo, rev, rel)
         if old is not None and reexecuted_without_new_data(old, nbformat.read(p, as_version=4)):
-            out.append(f"{rel}: executed again on the data its {rev} version ran on (outputs changed, inputs not): "
+            out.append(f"{rel}: executed again on the data its {rev} version ran on (outputs changed, its data and cells not): "
                        f"commit an executed notebook only with a change to its data (git checkout {rev} -- {rel})")
     return out
