@@ -56,6 +56,20 @@ def test_a_no_effect_machine_fails_at_the_stated_rate():
     assert abs(fails / n - stated) < 4 * se
 
 
+def test_the_power_is_kept_by_its_inputs_and_a_changed_input_is_computed_again():
+    """`no_effect_power` keeps its results by their inputs: the same inputs give the computed number (and a copy), and
+    a changed interval, seed or null is computed again (the negative control: a cache keyed too loosely would return
+    the first design's power for the wide interval)."""
+    p, null = _design(math.log(1.10), 0.01)
+    first = heldout_power.no_effect_power(p, null, sims=300)
+    again = heldout_power.no_effect_power(p, null, sims=300)
+    assert again == first and again is not first
+    assert again == heldout_power._no_effect_power(p, null, 1.0, 300, 0)
+    wide = heldout_power.no_effect_power({**p, "pi95": [0.9, 1.25]}, null, sims=300)
+    assert wide["power"] < first["power"]
+    assert heldout_power.no_effect_power(p, null, sims=300, seed=1)["seed"] == 1
+
+
 def test_the_rerun_ci_over_machines_has_j_minus_1_df():
     p, _ = _design(math.log(1.10), 0.01, sizes=(4, 5))
     d = np.asarray(p["machine_means_log"])

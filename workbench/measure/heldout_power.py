@@ -19,6 +19,7 @@ published only when that power is at least `POWER_FLOOR` and, for a "faster" cla
 """
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -49,10 +50,22 @@ def _passes(prediction: dict, means: np.ndarray, null: dict) -> bool:
     return heldout_new_machine_check(prediction, means, null=null)["ok"]
 
 
+_POWERS: dict = {}
+"""`no_effect_power`'s results by their inputs (seeded, so the same inputs give the same number): a page and the
+README's block ask for the same few rules' power many times."""
+
+
 def no_effect_power(prediction: dict, null: dict, *, true_speedup: float = 1.0, sims: int = SIMS,
                     seed: int = 0) -> dict:
     """The share of simulated machines of true speedup `true_speedup` that the committed rule (`prediction`, its
     `null` with M) fails. Returns {"power", "pass_rate", "M", "true_speedup", "sims", "seed"}."""
+    key = json.dumps([prediction, null, true_speedup, sims, seed], sort_keys=True, default=repr)
+    if key not in _POWERS:
+        _POWERS[key] = _no_effect_power(prediction, null, true_speedup, sims, seed)
+    return dict(_POWERS[key])
+
+
+def _no_effect_power(prediction: dict, null: dict, true_speedup: float, sims: int, seed: int) -> dict:
     M = int(null["M"])
     rng = np.random.default_rng(seed)
     passed = sum(_passes(prediction, _draw(prediction, M, true_speedup, rng), null) for _ in range(sims))
