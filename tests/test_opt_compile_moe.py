@@ -121,13 +121,15 @@ def test_levers_path_on_a_moe_preset_runs_compiled_with_the_activations_lever(ca
     on (by region) beside the expert lever and the activations lever, every point equivalent to the baseline; the
     closing line counts the comparisons asked for (2), not the plan's levers. The attention lever is kept out here:
     on a CPU its flex arm cannot run inside a compiled layer, and the path would leave compile out for it
-    (`compile.path_conflict`; on a GPU the two run together)."""
+    (`compile.path_conflict`; on a GPU the two run together). The fused loss is kept out too: on a CPU its Liger
+    kernel runs in Triton's interpreter, most of this test's time (its own tests: tests/test_opt_kernels.py)."""
     import json
 
     from workbench import ab
     from workbench.cli import run_main
-    from workbench.opts import attention
+    from workbench.opts import attention, fused_ce
     monkeypatch.setattr(attention, "unsupported", lambda arm, model, device: "kept out of this test")
+    monkeypatch.setattr(fused_ce, "unsupported", lambda arm, model, device: "kept out of this test")
     rc = run_main(ab.main, ["--opt", "levers", "--model", "tiny-qwen3-moe", "--layers", "1", "--device", "cpu",
                             "--only", "activations,path", "--reps", "1", "--steps", "1", "--batches", "1",
                             "--warmup-max", "1", "--out", str(tmp_path / "run")])
