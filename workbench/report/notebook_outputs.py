@@ -146,6 +146,7 @@ def reexecution_problems(paths: list[str], repo: str = REPO, rev: str = "HEAD") 
         rel = os.path.relpath(os.path.abspath(p), repo)
         old = _at(repo, rev, rel)
         if old is not None and reexecuted_without_new_data(old, nbformat.read(p, as_version=4)):
-            out.append(f"{rel}: executed again on the data its {rev} version ran on (outputs changed, its data and cells not): "
-                       f"commit an executed notebook only with a change to its data (git checkout {rev} -- {rel})")
+            out.append(f"{rel}: executed again on the data its {rev} version ran on (outputs changed, its data and "
+                       f"cells not): commit an executed notebook only with a change to its data or cells (git checkout "
+                       f"{rev} -- {rel})")
     return out

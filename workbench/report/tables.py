@@ -250,16 +250,16 @@ def speedup_figures(comps: pd.DataFrame, title: str = "speedup over the baseline
     d = comps.assign(_sweep=comps["name"].astype(str).str.contains("@"))
     out = []
     for (opt, sweep), g in d.groupby(["opt", "_sweep"], sort=False):
-        shown = ""
+        note = None
         if newest is not None and len(g) > newest:
-            runs = pd.Series(run_labels(g), index=g.index) if "folder" in g else g["job"].astype(str)
-            keep = runs.sort_values(ascending=False, kind="stable").index[:newest]
-            shown = f", the newest {newest} of {len(g)} rows"
-            g = g.loc[g.index.isin(keep)]
+            runs = pd.Series(run_labels(g) if "folder" in g else g["job"].astype(str).tolist())
+            note = f"the newest {newest} of {len(g)} rows"
+            g = g.iloc[sorted(runs.sort_values(ascending=False, kind="stable").index[:newest])]
         parts = [g.iloc[i:i + MAX_ROWS] for i in range(0, len(g), MAX_ROWS)]
         for k, part in enumerate(parts):
-            what = f"{opt}{' sweeps' if sweep else ''}" + (f" (part {k + 1} of {len(parts)}{shown})" if len(parts) > 1
-                                                          else f" ({shown[2:]})" if shown else "")
+            said = [f"part {k + 1} of {len(parts)}"] if len(parts) > 1 else []
+            said += [note] if note else []
+            what = f"{opt}{' sweeps' if sweep else ''}" + (f" ({', '.join(said)})" if said else "")
             out.append(speedup_figure(part.drop(columns="_sweep"), title=f"{what}: {title}"))
     return out
 
