@@ -5,8 +5,8 @@
 #   2. the main command at its default budget (12 min, studies/practitioner_recipe/main_budget_main.sh), ~12.5 min
 # gpt-oss-20b's path (studies/levers_past_nemo/run.sh gptoss, ~12 min) does not fit beside them and waits for a lease.
 # Ran once (profiles/2026-11-29_h200_gate_design4/COMMAND.txt: the gate's decisions exited 2 on a bug since fixed, the
-# main command was lost with the machine). Run it again as it is: about 16 + 12.5 minutes and the machine's start, so
-# poll back to back from the first call and fetch each part as it ends.
+# main command was lost with the machine). Its open parts then ran as finish_design4_lease.sh (design 4's unrun
+# decisions, the main command, gpt-oss-20b's path); this plan stays for design 4 whole in one lease (about 29 minutes).
 # Written before its run. From the repository root on the GPU machine (after bash ../shared/gpu/stage.sh here, the tree
 # carried with .gpu):
 #   bash studies/gpu_lease/one_gpu_lease.sh        # detached; then poll at once and again, never idle 30 s:
