@@ -68,6 +68,10 @@ def test_the_power_is_kept_by_its_inputs_and_a_changed_input_is_computed_again()
     wide = heldout_power.no_effect_power({**p, "pi95": [0.9, 1.25]}, null, sims=300)
     assert wide["power"] < first["power"]
     assert heldout_power.no_effect_power(p, null, sims=300, seed=1)["seed"] == 1
+    long = {**p, "L": np.arange(2000.0)}  # numpy's repr elides a long array's middle: the key must not
+    changed = {**p, "L": np.concatenate([np.arange(1000.0), [-1.0], np.arange(1001.0, 2000.0)])}
+    assert repr(long["L"]) == repr(changed["L"])
+    assert heldout_power._plain(long["L"]) != heldout_power._plain(changed["L"])
 
 
 def test_the_rerun_ci_over_machines_has_j_minus_1_df():

@@ -274,7 +274,8 @@ def test_normalize_outputs_merges_split_streams_and_drops_stderr():
 def test_a_notebook_executed_again_on_the_same_data_is_refused(tmp_path):
     """`reexecuted_without_new_data`: outputs changed under the same recorded inputs and cells is a re-execution without
     a data change (refused); changed inputs, a changed cell, unchanged outputs, or an old version that records no
-    inputs are not (the controls). `reexecution_problems` says so of a working-tree notebook against its committed version."""
+    inputs are not (the controls). `reexecution_problems` says so of a working-tree notebook against its committed
+    version."""
     from workbench.report.notebook_outputs import INPUTS_KEY, reexecuted_without_new_data, reexecution_problems
 
     def nb(out: str, inputs, code: str = "print(1)"):

@@ -270,6 +270,7 @@ def test_the_readme_savings_rows_are_judged_again_and_check_fails_when_todays_co
     now = rr.render(text)
     assert now != text and now.count("**refuted**") > text.count("**refuted**")
 
+
 def test_the_prose_may_quote_two_arms_of_one_comparison():
     """`arm_pairs`: in a comparison of more than two arms (a path, an arm beside its anchor) every other pair of arms,
     recomputed from results.csv like any speedup; a figure no pair gives is still caught (negative control)."""

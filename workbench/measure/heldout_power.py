@@ -50,6 +50,11 @@ def _passes(prediction: dict, means: np.ndarray, null: dict) -> bool:
     return heldout_new_machine_check(prediction, means, null=null)["ok"]
 
 
+def _plain(value):
+    """A numpy value as JSON writes it, in full (an array's repr elides the middle of a long one)."""
+    return value.tolist() if hasattr(value, "tolist") else repr(value)
+
+
 _POWERS: dict = {}
 """`no_effect_power`'s results by their inputs (seeded, so the same inputs give the same number): a page and the
 README's block ask for the same few rules' power many times."""
@@ -59,7 +64,7 @@ def no_effect_power(prediction: dict, null: dict, *, true_speedup: float = 1.0, 
                     seed: int = 0) -> dict:
     """The share of simulated machines of true speedup `true_speedup` that the committed rule (`prediction`, its
     `null` with M) fails. Returns {"power", "pass_rate", "M", "true_speedup", "sims", "seed"}."""
-    key = json.dumps([prediction, null, true_speedup, sims, seed], sort_keys=True, default=repr)
+    key = json.dumps([prediction, null, true_speedup, sims, seed], sort_keys=True, default=_plain)
     if key not in _POWERS:
         _POWERS[key] = _no_effect_power(prediction, null, true_speedup, sims, seed)
     return dict(_POWERS[key])

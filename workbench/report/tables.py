@@ -252,7 +252,7 @@ def speedup_figures(comps: pd.DataFrame, title: str = "speedup over the baseline
     for (opt, sweep), g in d.groupby(["opt", "_sweep"], sort=False):
         note = None
         if newest is not None and len(g) > newest:
-            runs = pd.Series(run_labels(g) if "folder" in g else g["job"].astype(str).tolist())
+            runs = pd.Series(run_labels(g))  # its run folder first: newest first when sorted down
             note = f"the newest {newest} of {len(g)} rows"
             g = g.iloc[sorted(runs.sort_values(ascending=False, kind="stable").index[:newest])]
         parts = [g.iloc[i:i + MAX_ROWS] for i in range(0, len(g), MAX_ROWS)]
